@@ -1,0 +1,287 @@
+// Package kserve serves the KServe v2 / Triton inference.GRPCInferenceService over gRPC, gRPC-Web
+// and Connect (one connect-go handler speaks all three), backed by an engines.Registry.
+package kserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/gen/inference/inferenceconnect"
+)
+
+// DefaultMaxMessageBytes is the default limit on one request or response message: 2 GiB, as in
+// Triton, rather than grpc-go's 4 MiB that breaks large tensors.
+const DefaultMaxMessageBytes = math.MaxInt32
+
+// Extensions lists the Triton protocol extensions this service implements, as ServerMetadata
+// reports them.
+var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters"}
+
+// Service implements inference.GRPCInferenceService on a model registry.
+type Service struct {
+	reg      *engines.Registry
+	name     string
+	version  string
+	maxBytes int
+	draining atomic.Bool
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithServerName sets the name ServerMetadata reports (default "triton", which Triton's example
+// clients check for).
+func WithServerName(name string) Option { return func(s *Service) { s.name = name } }
+
+// WithServerVersion sets the version ServerMetadata reports.
+func WithServerVersion(v string) Option { return func(s *Service) { s.version = v } }
+
+// WithMaxMessageBytes sets the largest request and response message accepted or sent.
+func WithMaxMessageBytes(n int) Option { return func(s *Service) { s.maxBytes = n } }
+
+// NewService returns a service for the models in reg.
+func NewService(reg *engines.Registry, opts ...Option) *Service {
+	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: DefaultMaxMessageBytes}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Handler returns the service's HTTP path prefix and handler, serving gRPC, gRPC-Web and Connect,
+// gzip included.
+func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	opts = append([]connect.HandlerOption{
+		connect.WithReadMaxBytes(s.maxBytes),
+		connect.WithSendMaxBytes(s.maxBytes),
+	}, opts...)
+	return inferenceconnect.NewGRPCInferenceServiceHandler(s, opts...)
+}
+
+// Drain marks the server not ready, so health checks and load balancers stop sending new work
+// while in-flight requests finish.
+func (s *Service) Drain() { s.draining.Store(true) }
+
+// Ready reports whether the server accepts new work.
+func (s *Service) Ready() bool { return !s.draining.Load() }
+
+func (s *Service) ServerLive(context.Context, *inference.ServerLiveRequest) (*inference.ServerLiveResponse, error) {
+	return &inference.ServerLiveResponse{Live: true}, nil
+}
+
+func (s *Service) ServerReady(context.Context, *inference.ServerReadyRequest) (*inference.ServerReadyResponse, error) {
+	return &inference.ServerReadyResponse{Ready: s.Ready()}, nil
+}
+
+func (s *Service) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {
+	return &inference.ServerMetadataResponse{Name: s.name, Version: s.version, Extensions: Extensions}, nil
+}
+
+// ModelReady answers false, not an error, for unknown or unloaded models, as released Triton does.
+func (s *Service) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
+	_, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+	if err != nil {
+		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeUnavailable {
+			return &inference.ModelReadyResponse{Ready: false}, nil
+		}
+		return nil, err
+	}
+	return &inference.ModelReadyResponse{Ready: true}, nil
+}
+
+func (s *Service) ModelMetadata(_ context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
+	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return e.Metadata(), nil
+}
+
+func (s *Service) ModelConfig(_ context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
+	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &inference.ModelConfigResponse{Config: e.Config()}, nil
+}
+
+func (s *Service) ModelStatistics(_ context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+	if req.GetName() == "" {
+		resp := &inference.ModelStatisticsResponse{}
+		for _, e := range s.reg.Entries() {
+			if e.Ready() {
+				resp.ModelStats = append(resp.ModelStats, e.StatisticsProto())
+			}
+		}
+		return resp, nil
+	}
+	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &inference.ModelStatisticsResponse{ModelStats: []*inference.ModelStatistics{e.StatisticsProto()}}, nil
+}
+
+func (s *Service) RepositoryIndex(_ context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+	resp := &inference.RepositoryIndexResponse{}
+	for _, e := range s.reg.Entries() {
+		idx := &inference.RepositoryIndexResponse_ModelIndex{Name: e.Name(), Version: e.Version(), State: "READY"}
+		if !e.Ready() {
+			if req.GetReady() {
+				continue
+			}
+			idx.State, idx.Reason = "UNAVAILABLE", "unloaded"
+		}
+		resp.Models = append(resp.Models, idx)
+	}
+	return resp, nil
+}
+
+func (s *Service) RepositoryModelLoad(_ context.Context, req *inference.RepositoryModelLoadRequest) (*inference.RepositoryModelLoadResponse, error) {
+	if len(req.GetParameters()) > 0 {
+		return nil, connect.NewError(connect.CodeUnimplemented,
+			fmt.Errorf("failed to load '%s': load parameters (config overrides, files) are not supported by infergate's registry", req.GetModelName()))
+	}
+	if err := s.reg.Load(req.GetModelName()); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelLoadResponse{}, nil
+}
+
+func (s *Service) RepositoryModelUnload(_ context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
+	if err := s.reg.Unload(req.GetModelName()); err != nil {
+		return nil, err
+	}
+	return &inference.RepositoryModelUnloadResponse{}, nil
+}
+
+func unimplemented(extension string) error {
+	return connect.NewError(connect.CodeUnimplemented,
+		fmt.Errorf("infergate does not implement the %s extension; ServerMetadata lists the extensions it does", extension))
+}
+
+func (s *Service) SystemSharedMemoryStatus(context.Context, *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
+	return nil, unimplemented("system_shared_memory")
+}
+
+func (s *Service) SystemSharedMemoryRegister(context.Context, *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
+	return nil, unimplemented("system_shared_memory")
+}
+
+func (s *Service) SystemSharedMemoryUnregister(context.Context, *inference.SystemSharedMemoryUnregisterRequest) (*inference.SystemSharedMemoryUnregisterResponse, error) {
+	return nil, unimplemented("system_shared_memory")
+}
+
+func (s *Service) CudaSharedMemoryStatus(context.Context, *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
+	return nil, unimplemented("cuda_shared_memory")
+}
+
+func (s *Service) CudaSharedMemoryRegister(context.Context, *inference.CudaSharedMemoryRegisterRequest) (*inference.CudaSharedMemoryRegisterResponse, error) {
+	return nil, unimplemented("cuda_shared_memory")
+}
+
+func (s *Service) CudaSharedMemoryUnregister(context.Context, *inference.CudaSharedMemoryUnregisterRequest) (*inference.CudaSharedMemoryUnregisterResponse, error) {
+	return nil, unimplemented("cuda_shared_memory")
+}
+
+func (s *Service) TraceSetting(context.Context, *inference.TraceSettingRequest) (*inference.TraceSettingResponse, error) {
+	return nil, unimplemented("trace")
+}
+
+func (s *Service) LogSettings(context.Context, *inference.LogSettingsRequest) (*inference.LogSettingsResponse, error) {
+	return nil, unimplemented("logging")
+}
+
+// ModelInfer runs one request on a non-decoupled model.
+func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	start := time.Now()
+	e, err := s.reg.Resolve(req.GetModelName(), req.GetModelVersion())
+	if err != nil {
+		return nil, err
+	}
+	if e.Decoupled() {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ModelInfer RPC doesn't support models with decoupled transaction policy"))
+	}
+	r, opts, err := prepare(e, req)
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		return nil, err
+	}
+	timing := engines.Timing{Start: start}
+	inferStart := time.Now()
+	timing.Input = inferStart.Sub(start)
+	var res *engines.Response
+	err = execute(ctx, e, r, opts, func(x *engines.Response) error {
+		if res != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent more than one response", e.Name()))
+		}
+		res = x
+		return nil
+	})
+	if err == nil && res == nil {
+		err = connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent no response", e.Name()))
+	}
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		return nil, err
+	}
+	outStart := time.Now()
+	timing.Infer = outStart.Sub(inferStart)
+	out, err := encode(e, r, res)
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		return nil, err
+	}
+	end := time.Now()
+	timing.Output = end.Sub(outStart)
+	e.Stats.RecordSuccess(batchSize(e, r), timing, end)
+	return out, nil
+}
+
+// prepare decodes and validates a request for e.
+func prepare(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Request, callOptions, error) {
+	r, opts, err := decode(e, req)
+	if err != nil {
+		return nil, opts, err
+	}
+	if err := e.Validate(r); err != nil {
+		return nil, opts, err
+	}
+	return r, opts, nil
+}
+
+// execute runs r on e under the request's timeout, mapping errors to gRPC statuses.
+func execute(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, send func(*engines.Response) error) error {
+	if opts.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.timeout, errTimeout)
+		defer cancel()
+	}
+	err := e.Execute(ctx, r, send)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(context.Cause(ctx), errTimeout) {
+		return connect.NewError(connect.CodeUnavailable, errTimeout)
+	}
+	return asStatus(err)
+}
+
+var errTimeout = errors.New("Request timeout expired")
+
+// batchSize is the number of inferences a request carries: its batch dimension for batching
+// models, else one.
+func batchSize(e *engines.Entry, r *engines.Request) int {
+	if e.Config().GetMaxBatchSize() > 0 && len(r.Inputs) > 0 && len(r.Inputs[0].Shape) > 0 {
+		return int(r.Inputs[0].Shape[0])
+	}
+	return 1
+}

@@ -1,0 +1,238 @@
+package kserve
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference"
+)
+
+// GRPCErrorHeader is the request header (gRPC metadata) with which a client asks ModelStreamInfer
+// to end the stream with a gRPC status on the first error, instead of reporting the error in an
+// error_message response and carrying on.
+const GRPCErrorHeader = "triton_grpc_error"
+
+// finalParams are the shared, read-only response parameters marking a stream response final or not.
+var (
+	finalTrue  = map[string]*inference.InferParameter{paramFinalResponse: {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}
+	finalFalse = map[string]*inference.InferParameter{paramFinalResponse: {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: false}}}
+)
+
+func finalParams(final bool, model map[string]*inference.InferParameter) map[string]*inference.InferParameter {
+	shared := finalFalse
+	if final {
+		shared = finalTrue
+	}
+	if len(model) == 0 {
+		return shared
+	}
+	out := make(map[string]*inference.InferParameter, len(model)+1)
+	for k, v := range model {
+		out[k] = v
+	}
+	out[paramFinalResponse] = shared[paramFinalResponse]
+	return out
+}
+
+// streamSession is one ModelStreamInfer call. Requests for non-decoupled models run in the receive
+// loop, so their responses leave in request order; decoupled requests run concurrently and their
+// responses interleave, told apart by id.
+type streamSession struct {
+	svc      *Service
+	stream   *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]
+	failFast bool
+	cancel   context.CancelCauseFunc
+	wg       sync.WaitGroup
+
+	mu    sync.Mutex // serialises Send and guards fatal
+	fatal error      // first error, in fail-fast mode
+}
+
+// ModelStreamInfer is Triton's bidirectional streaming inference.
+func (s *Service) ModelStreamInfer(ctx context.Context, stream *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ss := &streamSession{svc: s, stream: stream, cancel: cancel,
+		failFast: stream.RequestHeader().Get(GRPCErrorHeader) == "true"}
+	recv := stream.Receive
+	if ss.failFast {
+		// A failing decoupled request must end the stream even while the loop waits for the
+		// client, so receive on a separate goroutine that the loop can abandon.
+		recv = receiver(ctx, stream)
+	}
+	for {
+		req, err := recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			cancel(err)
+			ss.wg.Wait()
+			return ss.result(err)
+		}
+		if err := ss.handle(ctx, req); err != nil {
+			cancel(err)
+			ss.wg.Wait()
+			return ss.result(err)
+		}
+	}
+	ss.wg.Wait()
+	return ss.result(nil)
+}
+
+func receiver(ctx context.Context, stream *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]) func() (*inference.ModelInferRequest, error) {
+	type result struct {
+		req *inference.ModelInferRequest
+		err error
+	}
+	ch := make(chan result)
+	go func() {
+		for {
+			req, err := stream.Receive()
+			select {
+			case ch <- result{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return func() (*inference.ModelInferRequest, error) {
+		select {
+		case r := <-ch:
+			return r.req, r.err
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// result is what the handler returns: the fail-fast error if one happened, else err.
+func (ss *streamSession) result(err error) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.fatal != nil {
+		return ss.fatal
+	}
+	if err != nil && errors.Is(err, context.Canceled) {
+		return asStatus(err)
+	}
+	return err
+}
+
+func (ss *streamSession) send(m *inference.ModelStreamInferResponse) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.fatal != nil {
+		return ss.fatal
+	}
+	return ss.stream.Send(m)
+}
+
+// report delivers a request's error: as an error_message response, or in fail-fast mode by ending
+// the stream. A non-nil result means the stream must end.
+func (ss *streamSession) report(id string, err error) error {
+	st := asStatus(err)
+	if ss.failFast {
+		ss.mu.Lock()
+		if ss.fatal == nil {
+			ss.fatal = st
+		}
+		ss.mu.Unlock()
+		ss.cancel(st)
+		return st
+	}
+	return ss.send(&inference.ModelStreamInferResponse{
+		ErrorMessage:  st.Message(),
+		InferResponse: &inference.ModelInferResponse{Id: id},
+	})
+}
+
+// handle processes one request from the stream.
+func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRequest) error {
+	start := time.Now()
+	e, err := ss.svc.reg.Resolve(req.GetModelName(), req.GetModelVersion())
+	if err != nil {
+		return ss.report(req.GetId(), err)
+	}
+	r, opts, err := prepare(e, req)
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		return ss.report(req.GetId(), err)
+	}
+	if e.Decoupled() {
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			ss.runDecoupled(ctx, e, r, opts, start)
+		}()
+		return nil
+	}
+	timing := engines.Timing{Start: start}
+	inferStart := time.Now()
+	timing.Input = inferStart.Sub(start)
+	var res *engines.Response
+	err = execute(ctx, e, r, opts, func(x *engines.Response) error {
+		if res != nil {
+			return errors.New("model sent more than one response")
+		}
+		res = x
+		return nil
+	})
+	var out *inference.ModelInferResponse
+	if err == nil {
+		outStart := time.Now()
+		timing.Infer = outStart.Sub(inferStart)
+		if res == nil {
+			res = &engines.Response{}
+		}
+		out, err = encode(e, r, res)
+		timing.Output = time.Since(outStart)
+	}
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		return ss.report(r.ID, err)
+	}
+	out.Parameters = finalParams(true, res.Parameters)
+	e.Stats.RecordSuccess(batchSize(e, r), timing, time.Now())
+	return ss.send(&inference.ModelStreamInferResponse{InferResponse: out})
+}
+
+// runDecoupled streams a decoupled model's responses, each marked final or not, and ends with an
+// empty final response when the request asked for one and the model's last response was not final.
+func (ss *streamSession) runDecoupled(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time) {
+	timing := engines.Timing{Start: start}
+	inferStart := time.Now()
+	timing.Input = inferStart.Sub(start)
+	sentFinal := false
+	err := execute(ctx, e, r, opts, func(res *engines.Response) error {
+		out, err := encode(e, r, res)
+		if err != nil {
+			return err
+		}
+		out.Parameters = finalParams(res.Final, res.Parameters)
+		sentFinal = res.Final
+		return ss.send(&inference.ModelStreamInferResponse{InferResponse: out})
+	})
+	timing.Infer = time.Since(inferStart)
+	if err == nil && !sentFinal && opts.emptyFinal {
+		err = ss.send(&inference.ModelStreamInferResponse{InferResponse: &inference.ModelInferResponse{
+			ModelName: e.Name(), ModelVersion: e.Version(), Id: r.ID, Parameters: finalTrue,
+		}})
+	}
+	if err != nil {
+		e.Stats.RecordFailure(start, time.Now())
+		if ctx.Err() == nil {
+			_ = ss.report(r.ID, err)
+		}
+		return
+	}
+	e.Stats.RecordSuccess(1, timing, time.Now())
+}

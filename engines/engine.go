@@ -1,0 +1,77 @@
+// Package engines defines what a servable model is (Model), the registry that names, versions and
+// serves models (Registry), and the protocol-independent request path every adapter shares:
+// validation against the model's config with Triton's error texts, sequence control, statistics.
+package engines
+
+import (
+	"context"
+
+	"github.com/infergate/infergate/gen/inference"
+)
+
+// Tensor is one named tensor with its data in KServe raw form: little-endian, row-major, and for
+// BYTES a run of uint32-length-prefixed elements. Data usually aliases the decoded request.
+type Tensor struct {
+	Name     string
+	Datatype inference.DataType
+	Shape    []int64
+	Data     []byte
+}
+
+// Sequence carries the sequence-batching fields of a request to a sequence model.
+type Sequence struct {
+	// ID is the correlation id; a zero ID means the request names no sequence.
+	ID         CorrelationID
+	Start, End bool
+}
+
+// CorrelationID identifies a sequence: either a non-zero integer or a non-empty string.
+type CorrelationID struct {
+	Uint uint64
+	Text string
+}
+
+// IsZero reports whether the id names no sequence.
+func (c CorrelationID) IsZero() bool { return c.Uint == 0 && c.Text == "" }
+
+// Request is one validated inference request as every model sees it, whatever protocol it came in on.
+type Request struct {
+	ID     string
+	Inputs []Tensor
+	// Outputs lists the requested output names in request order; empty means all outputs.
+	Outputs    []string
+	Parameters map[string]*inference.InferParameter
+	Sequence   Sequence
+}
+
+// Input returns the input tensor called name, or nil.
+func (r *Request) Input(name string) *Tensor {
+	for i := range r.Inputs {
+		if r.Inputs[i].Name == name {
+			return &r.Inputs[i]
+		}
+	}
+	return nil
+}
+
+// Response is one response of a model: outputs in the model's config order, and for decoupled
+// models whether it is the last one of the request.
+type Response struct {
+	Outputs    []Tensor
+	Parameters map[string]*inference.InferParameter
+	// Final marks the last response of a decoupled request. A decoupled model that returns without
+	// sending a Final response ends with a flags-only final, as Triton backends do.
+	Final bool
+}
+
+// Model is anything that can be served: a built-in engine model, an upstream server's model, a
+// registered backend. Config is called once at registration and must not change afterwards.
+//
+// Execute runs one request. A model whose config is not decoupled calls send exactly once; a
+// decoupled model calls it zero or more times. send returns an error when the client is gone,
+// and Execute should then stop. Errors are returned as *connect.Error to choose their code;
+// any other error is reported as INTERNAL.
+type Model interface {
+	Config() *inference.ModelConfig
+	Execute(ctx context.Context, req *Request, send func(*Response) error) error
+}

@@ -1,0 +1,238 @@
+package engines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/gen/inference"
+)
+
+// Registry holds every model the gateway serves. It is safe for concurrent use; lookups take a
+// read lock only.
+type Registry struct {
+	mu      sync.RWMutex
+	entries map[string]*Entry
+	order   []string // registration order, for stable listings
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{entries: make(map[string]*Entry)}
+}
+
+// Register adds m under the name in its config, ready to serve as version 1. A second model with
+// the same name is an ALREADY_EXISTS error.
+func (r *Registry) Register(m Model) (*Entry, error) {
+	cfg := m.Config()
+	if cfg.GetName() == "" {
+		return nil, errors.New("engines: model config has no name")
+	}
+	e := newEntry(m, cfg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.entries[cfg.GetName()]; ok {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("model '%s' is already registered", cfg.GetName()))
+	}
+	r.entries[cfg.GetName()] = e
+	r.order = append(r.order, cfg.GetName())
+	return e, nil
+}
+
+// Lookup returns the entry named name whatever its state, or nil.
+func (r *Registry) Lookup(name string) *Entry {
+	r.mu.RLock()
+	e := r.entries[name]
+	r.mu.RUnlock()
+	return e
+}
+
+// Entries returns every entry in registration order.
+func (r *Registry) Entries() []*Entry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*Entry, 0, len(r.order))
+	for _, n := range r.order {
+		out = append(out, r.entries[n])
+	}
+	return out
+}
+
+// AllReady reports whether every registered model is ready (Triton's strict readiness).
+func (r *Registry) AllReady() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, e := range r.entries {
+		if !e.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Resolve finds the model a request names, with Triton's errors: NOT_FOUND for an unknown model or
+// version or a model with no ready version, UNAVAILABLE for a known version that is not ready,
+// INVALID_ARGUMENT for a version string that is not a positive integer. An empty version means the
+// latest ready one.
+func (r *Registry) Resolve(name, version string) (*Entry, error) {
+	e := r.Lookup(name)
+	if e == nil {
+		return nil, UnknownModel(name)
+	}
+	if version == "" {
+		if !e.Ready() {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Request for unknown model: '%s' has no available versions", name))
+		}
+		return e, nil
+	}
+	v, err := strconv.ParseInt(version, 10, 64)
+	if err != nil || v <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to get model version from specified version string '%s' (details: stoll), version should be an integral value > 0", version))
+	}
+	if v != e.version {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Request for unknown model: '%s' version %d is not found", name, v))
+	}
+	if !e.Ready() {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("Request for unknown model: '%s' version %d is not at ready state", name, v))
+	}
+	return e, nil
+}
+
+// UnknownModel is Triton's NOT_FOUND error for a model name the server does not know.
+func UnknownModel(name string) error {
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("Request for unknown model: '%s' is not found", name))
+}
+
+// Load makes a registered model ready again. Models are registered in code, so loading a name that
+// was never registered fails the way Triton fails for a model missing from its repository.
+func (r *Registry) Load(name string) error {
+	e := r.Lookup(name)
+	if e == nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to load '%s', failed to poll from model repository", name))
+	}
+	e.ready.Store(true)
+	return nil
+}
+
+// Unload marks a model unavailable; requests then fail until it is loaded again.
+func (r *Registry) Unload(name string) error {
+	e := r.Lookup(name)
+	if e == nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to unload '%s', no version is available", name))
+	}
+	e.ready.Store(false)
+	if e.seq != nil {
+		e.seq.reset()
+	}
+	return nil
+}
+
+// Entry is one model in the registry: the model, its derived metadata, readiness and statistics.
+type Entry struct {
+	model    Model
+	cfg      *inference.ModelConfig
+	version  int64
+	versionS string
+	meta     *inference.ModelMetadataResponse
+	inputs   map[string]int // config input index by name
+	outputs  map[string]int // config output index by name
+	required int            // number of non-optional inputs
+	ready    atomic.Bool
+	seq      *sequencer
+	Stats    Stats
+}
+
+func newEntry(m Model, cfg *inference.ModelConfig) *Entry {
+	e := &Entry{
+		model:    m,
+		cfg:      cfg,
+		version:  1,
+		versionS: "1",
+		inputs:   make(map[string]int, len(cfg.GetInput())),
+		outputs:  make(map[string]int, len(cfg.GetOutput())),
+	}
+	for i, in := range cfg.GetInput() {
+		e.inputs[in.GetName()] = i
+		if !in.GetOptional() {
+			e.required++
+		}
+	}
+	for i, out := range cfg.GetOutput() {
+		e.outputs[out.GetName()] = i
+	}
+	e.meta = metadataOf(cfg, e.versionS)
+	if sb := cfg.GetSequenceBatching(); sb != nil {
+		e.seq = newSequencer(cfg.GetName(), sb, cfg.GetMaxBatchSize() > 0)
+	}
+	e.ready.Store(true)
+	return e
+}
+
+// Name is the model's name.
+func (e *Entry) Name() string { return e.cfg.GetName() }
+
+// Version is the version the entry serves, as Triton prints it ("1").
+func (e *Entry) Version() string { return e.versionS }
+
+// Config is the model's Triton model configuration. Callers must not modify it.
+func (e *Entry) Config() *inference.ModelConfig { return e.cfg }
+
+// Metadata is the model's KServe metadata. Callers must not modify it.
+func (e *Entry) Metadata() *inference.ModelMetadataResponse { return e.meta }
+
+// Ready reports whether the model is loaded and serving.
+func (e *Entry) Ready() bool { return e.ready.Load() }
+
+// Decoupled reports whether the model may send zero or many responses per request.
+func (e *Entry) Decoupled() bool { return e.cfg.GetModelTransactionPolicy().GetDecoupled() }
+
+// OutputIndex returns the position of the named output in the config, or -1.
+func (e *Entry) OutputIndex(name string) int {
+	if i, ok := e.outputs[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// Execute runs a validated request: sequence models get their control tensors, then the model runs.
+func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) error) error {
+	if e.seq != nil {
+		if err := e.seq.admit(req, time.Now()); err != nil {
+			return err
+		}
+	}
+	return e.model.Execute(ctx, req, send)
+}
+
+func metadataOf(cfg *inference.ModelConfig, version string) *inference.ModelMetadataResponse {
+	batch := cfg.GetMaxBatchSize() > 0
+	shape := func(dims []int64) []int64 {
+		if batch {
+			return append([]int64{-1}, dims...)
+		}
+		return slices.Clone(dims)
+	}
+	platform := cfg.GetPlatform()
+	if platform == "" {
+		platform = cfg.GetBackend()
+	}
+	m := &inference.ModelMetadataResponse{Name: cfg.GetName(), Versions: []string{version}, Platform: platform}
+	for _, in := range cfg.GetInput() {
+		m.Inputs = append(m.Inputs, &inference.ModelMetadataResponse_TensorMetadata{
+			Name: in.GetName(), Datatype: tensor.Name(in.GetDataType()), Shape: shape(in.GetDims()),
+		})
+	}
+	for _, out := range cfg.GetOutput() {
+		m.Outputs = append(m.Outputs, &inference.ModelMetadataResponse_TensorMetadata{
+			Name: out.GetName(), Datatype: tensor.Name(out.GetDataType()), Shape: shape(out.GetDims()),
+		})
+	}
+	return m
+}

@@ -1,0 +1,96 @@
+// Command runtime is infergate: `go run ./runtime` serves the built-in models on :8000 over gRPC,
+// gRPC-Web and Connect (KServe v2 / Triton's GRPCInferenceService), with gRPC health, server
+// reflection and Prometheus metrics on the same port.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/engines/cpu"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "infergate:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("infergate", flag.ContinueOnError)
+	listen := fs.String("listen", ":8000", "address to serve gRPC, gRPC-Web, Connect and /metrics on")
+	serverName := fs.String("server-name", "triton", "server name reported by ServerMetadata (Triton clients expect \"triton\")")
+	maxMsg := fs.Int("max-message-bytes", kserve.DefaultMaxMessageBytes, "largest gRPC message accepted or sent")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests and streams")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("bad -log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
+	if *logJSON {
+		handler = slog.NewJSONHandler(os.Stderr, hopts)
+	}
+	logger := slog.New(handler)
+
+	reg := engines.NewRegistry()
+	if err := cpu.Register(reg); err != nil {
+		return fmt.Errorf("registering built-in models: %w", err)
+	}
+	gw := gateway.New(reg, gateway.Config{
+		ServerName:      *serverName,
+		Version:         version,
+		MaxMessageBytes: *maxMsg,
+		DrainTimeout:    *drain,
+		Logger:          logger,
+	})
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *listen, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(ln) }()
+	logger.Info("models ready", "count", len(reg.Entries()))
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process the default way
+	logger.Info("shutdown requested")
+	if err := gw.Shutdown(context.Background()); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
