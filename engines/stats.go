@@ -44,7 +44,6 @@ type Stats struct {
 	buckets       [len(LatencyBuckets) + 1]atomic.Uint64
 }
 
-
 // Timing splits one request's time the way Triton reports it.
 type Timing struct {
 	Start                        time.Time

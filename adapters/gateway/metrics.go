@@ -10,9 +10,9 @@ import (
 type collector struct {
 	reg *engines.Registry
 
-	success, failure, count, execCount              *prometheus.Desc
+	success, failure, count, execCount             *prometheus.Desc
 	requestUS, queueUS, inputUS, inferUS, outputUS *prometheus.Desc
-	latency                                         *prometheus.Desc
+	latency                                        *prometheus.Desc
 }
 
 func newCollector(reg *engines.Registry) *collector {
@@ -50,7 +50,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.failure, float64(s.Fail.Count()))
 		counter(c.count, float64(s.Inferences()))
 		counter(c.execCount, float64(s.Executions()))
-		counter(c.requestUS, float64((s.Success.Total()+s.Fail.Total()).Microseconds()))
+		counter(c.requestUS, float64((s.Success.Total() + s.Fail.Total()).Microseconds()))
 		counter(c.queueUS, float64(s.Queue.Total().Microseconds()))
 		counter(c.inputUS, float64(s.ComputeInput.Total().Microseconds()))
 		counter(c.inferUS, float64(s.ComputeInfer.Total().Microseconds()))

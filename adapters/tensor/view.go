@@ -61,4 +61,3 @@ func swapInPlace(b []byte, size int) {
 		}
 	}
 }
-
