@@ -132,3 +132,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// Ready reports whether the gateway accepts new work: true until Shutdown starts.
+func (g *Gateway) Ready() bool { return g.svc.Ready() }

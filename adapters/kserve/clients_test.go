@@ -124,8 +124,8 @@ type connectBidi struct {
 	s *connect.BidiStreamForClient[inference.ModelInferRequest, inference.ModelStreamInferResponse]
 }
 
-func (b connectBidi) Send(m *inference.ModelInferRequest) error            { return b.s.Send(m) }
-func (b connectBidi) CloseSend() error                                     { return b.s.CloseRequest() }
+func (b connectBidi) Send(m *inference.ModelInferRequest) error          { return b.s.Send(m) }
+func (b connectBidi) CloseSend() error                                   { return b.s.CloseRequest() }
 func (b connectBidi) Recv() (*inference.ModelStreamInferResponse, error) { return b.s.Receive() }
 
 // openStream opens ModelStreamInfer; header pairs become gRPC metadata.

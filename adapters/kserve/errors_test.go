@@ -72,9 +72,15 @@ func TestInferErrorsMatchTriton(t *testing.T) {
 			connect.CodeNotFound, "Request for unknown model: 'simple' version 99 is not found"},
 		{"non-integer version", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.ModelVersion = "abc"; return r },
 			connect.CodeInvalidArgument, "failed to get model version from specified version string 'abc' (details: stoll), version should be an integral value > 0"},
-		{"wrong datatype", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.Inputs[0].Datatype = "FP32"; return r },
+		{"wrong datatype", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
+			r.Inputs[0].Datatype = "FP32"
+			return r
+		},
 			connect.CodeInvalidArgument, "inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"},
-		{"unknown datatype", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.Inputs[0].Datatype = "FOO"; return r },
+		{"unknown datatype", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
+			r.Inputs[0].Datatype = "FOO"
+			return r
+		},
 			connect.CodeInvalidArgument, "inference input 'INPUT0' data-type is '<invalid>', but model 'simple' expects 'INT32'"},
 		{"wrong shape", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
 			r.Inputs[0].Shape = []int64{1, 15}
@@ -89,7 +95,10 @@ func TestInferErrorsMatchTriton(t *testing.T) {
 			r.Inputs[0].Shape = []int64{1}
 			return r
 		}, connect.CodeInvalidArgument, "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1]" + mismatchNote},
-		{"-1 in request shape", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.Inputs[0].Shape = []int64{-1, 16}; return r },
+		{"-1 in request shape", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
+			r.Inputs[0].Shape = []int64{-1, 16}
+			return r
+		},
 			connect.CodeInvalidArgument, "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [-1,16]"},
 		{"batch over max_batch_size", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
 			r.Inputs[0].Shape, r.Inputs[1].Shape = []int64{9, 16}, []int64{9, 16}
@@ -100,9 +109,15 @@ func TestInferErrorsMatchTriton(t *testing.T) {
 			r.Inputs, r.RawInputContents = r.Inputs[:1], r.RawInputContents[:1]
 			return r
 		}, connect.CodeInvalidArgument, "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."},
-		{"unknown input", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.Inputs[1].Name = "INPUT9"; return r },
+		{"unknown input", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
+			r.Inputs[1].Name = "INPUT9"
+			return r
+		},
 			connect.CodeInvalidArgument, "unexpected inference input 'INPUT9' for model 'simple'"},
-		{"duplicate input", func(r *inference.ModelInferRequest) *inference.ModelInferRequest { r.Inputs[1].Name = "INPUT0"; return r },
+		{"duplicate input", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
+			r.Inputs[1].Name = "INPUT0"
+			return r
+		},
 			connect.CodeInvalidArgument, "input 'INPUT0' already exists in request"},
 		{"raw 4 bytes short", func(r *inference.ModelInferRequest) *inference.ModelInferRequest {
 			r.RawInputContents[0] = r.RawInputContents[0][:60]
@@ -202,9 +217,9 @@ func TestCustomParametersOfEveryKindAreAccepted(t *testing.T) {
 	req := simpleRequest("p")
 	req.Parameters = map[string]*inference.InferParameter{
 		"b": boolParam(true), "i": int64Param(-3),
-		"s": {ParameterChoice: &inference.InferParameter_StringParam{StringParam: "x"}},
-		"d": {ParameterChoice: &inference.InferParameter_DoubleParam{DoubleParam: 1.5}},
-		"u": {ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: 7}},
+		"s":        {ParameterChoice: &inference.InferParameter_StringParam{StringParam: "x"}},
+		"d":        {ParameterChoice: &inference.InferParameter_DoubleParam{DoubleParam: 1.5}},
+		"u":        {ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: 7}},
 		"priority": {ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: 1}},
 		"timeout":  int64Param(10_000_000),
 	}

@@ -1,0 +1,275 @@
+package kserve_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/gen/inference"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // registers the gzip compressor for grpc-go clients
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func TestServerAPIs(t *testing.T) {
+	srv := start(t)
+	ctx := context.Background()
+	for _, c := range clients(t, srv) {
+		t.Run(c.name, func(t *testing.T) {
+			live, err := call[inference.ServerLiveRequest, inference.ServerLiveResponse](ctx, c, "ServerLive", &inference.ServerLiveRequest{})
+			require.NoError(t, err)
+			assert.True(t, live.Live)
+			ready, err := call[inference.ServerReadyRequest, inference.ServerReadyResponse](ctx, c, "ServerReady", &inference.ServerReadyRequest{})
+			require.NoError(t, err)
+			assert.True(t, ready.Ready)
+			md, err := call[inference.ServerMetadataRequest, inference.ServerMetadataResponse](ctx, c, "ServerMetadata", &inference.ServerMetadataRequest{})
+			require.NoError(t, err)
+			assert.Equal(t, "triton", md.Name, "Triton's example clients check the name")
+			assert.NotEmpty(t, md.Version)
+			assert.ElementsMatch(t, []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters"}, md.Extensions)
+
+			for _, v := range []string{"", "1"} {
+				mr, err := call[inference.ModelReadyRequest, inference.ModelReadyResponse](ctx, c, "ModelReady", &inference.ModelReadyRequest{Name: "simple", Version: v})
+				require.NoError(t, err)
+				assert.True(t, mr.Ready)
+			}
+			mr, err := call[inference.ModelReadyRequest, inference.ModelReadyResponse](ctx, c, "ModelReady", &inference.ModelReadyRequest{Name: "nope"})
+			require.NoError(t, err, "released Triton answers OK/false for unknown models")
+			assert.False(t, mr.Ready)
+
+			idx, err := call[inference.RepositoryIndexRequest, inference.RepositoryIndexResponse](ctx, c, "RepositoryIndex", &inference.RepositoryIndexRequest{})
+			require.NoError(t, err)
+			var names []string
+			for _, m := range idx.Models {
+				names = append(names, m.Name)
+				assert.Equal(t, "READY", m.State)
+				assert.Equal(t, "1", m.Version)
+			}
+			assert.ElementsMatch(t, []string{"simple", "simple_int8", "simple_string", "simple_identity", "simple_sequence",
+				"simple_dyna_sequence", "repeat_int32", "square_int32", "identity_fp32"}, names)
+
+			for _, rpc := range []string{"SystemSharedMemoryStatus", "CudaSharedMemoryStatus", "TraceSetting", "LogSettings"} {
+				var err error
+				switch rpc {
+				case "SystemSharedMemoryStatus":
+					_, err = call[inference.SystemSharedMemoryStatusRequest, inference.SystemSharedMemoryStatusResponse](ctx, c, rpc, &inference.SystemSharedMemoryStatusRequest{})
+				case "CudaSharedMemoryStatus":
+					_, err = call[inference.CudaSharedMemoryStatusRequest, inference.CudaSharedMemoryStatusResponse](ctx, c, rpc, &inference.CudaSharedMemoryStatusRequest{})
+				case "TraceSetting":
+					_, err = call[inference.TraceSettingRequest, inference.TraceSettingResponse](ctx, c, rpc, &inference.TraceSettingRequest{})
+				case "LogSettings":
+					_, err = call[inference.LogSettingsRequest, inference.LogSettingsResponse](ctx, c, rpc, &inference.LogSettingsRequest{})
+				}
+				require.Equal(t, connect.CodeUnimplemented, codeOf(err), rpc)
+				assert.Contains(t, messageOf(err), "infergate does not implement the ")
+			}
+			_, err = call[inference.ServerLiveRequest, inference.ServerLiveResponse](ctx, c, "NoSuchMethod", &inference.ServerLiveRequest{})
+			assert.Equal(t, connect.CodeUnimplemented, codeOf(err))
+		})
+	}
+}
+
+func TestStatisticsCountRequests(t *testing.T) {
+	srv := start(t)
+	ctx := context.Background()
+	c := clients(t, srv)[0]
+	stats := func(name string) *inference.ModelStatisticsResponse {
+		s, err := call[inference.ModelStatisticsRequest, inference.ModelStatisticsResponse](ctx, c, "ModelStatistics", &inference.ModelStatisticsRequest{Name: name})
+		require.NoError(t, err)
+		return s
+	}
+	before := stats("simple")
+	require.Len(t, before.ModelStats, 1, "Triton's simple client expects exactly one entry")
+	for range 5 {
+		_, err := infer(ctx, c, simpleRequest(""))
+		require.NoError(t, err)
+	}
+	bad := simpleRequest("")
+	bad.RawInputContents[0] = nil
+	_, err := infer(ctx, c, bad)
+	require.Error(t, err)
+	after := stats("simple").ModelStats[0]
+	assert.Equal(t, "simple", after.Name)
+	assert.Equal(t, "1", after.Version)
+	assert.Equal(t, before.ModelStats[0].InferenceCount+5, after.InferenceCount)
+	assert.Equal(t, before.ModelStats[0].ExecutionCount+5, after.ExecutionCount)
+	assert.Equal(t, before.ModelStats[0].InferenceStats.Success.Count+5, after.InferenceStats.Success.Count)
+	assert.Equal(t, before.ModelStats[0].InferenceStats.Fail.Count+1, after.InferenceStats.Fail.Count)
+	assert.Positive(t, after.InferenceStats.Success.Ns)
+	assert.Positive(t, after.InferenceStats.ComputeInfer.Ns)
+	assert.InDelta(t, time.Now().UnixMilli(), int64(after.LastInference), float64(time.Minute.Milliseconds()))
+	assert.Len(t, stats("").ModelStats, 9, "an empty name lists every model")
+
+	// The same counts reach Prometheus.
+	res, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Contains(t, string(body), `nv_inference_request_success{model="simple",version="1"} 5`)
+	assert.Contains(t, string(body), `nv_inference_request_failure{model="simple",version="1"} 1`)
+	assert.Contains(t, string(body), `infergate_request_duration_seconds_count{model="simple",version="1"} 6`)
+}
+
+func TestUnloadAndLoad(t *testing.T) {
+	srv := start(t)
+	ctx := context.Background()
+	c := clients(t, srv)[1]
+	_, err := call[inference.RepositoryModelUnloadRequest, inference.RepositoryModelUnloadResponse](ctx, c, "RepositoryModelUnload", &inference.RepositoryModelUnloadRequest{ModelName: "simple"})
+	require.NoError(t, err)
+	mr, err := call[inference.ModelReadyRequest, inference.ModelReadyResponse](ctx, c, "ModelReady", &inference.ModelReadyRequest{Name: "simple"})
+	require.NoError(t, err)
+	assert.False(t, mr.Ready)
+	_, err = infer(ctx, c, simpleRequest(""))
+	requireStatus(t, err, connect.CodeNotFound, "Request for unknown model: 'simple' has no available versions")
+	v1 := simpleRequest("")
+	v1.ModelVersion = "1"
+	_, err = infer(ctx, c, v1)
+	requireStatus(t, err, connect.CodeUnavailable, "Request for unknown model: 'simple' version 1 is not at ready state")
+	idx, err := call[inference.RepositoryIndexRequest, inference.RepositoryIndexResponse](ctx, c, "RepositoryIndex", &inference.RepositoryIndexRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, "UNAVAILABLE", idx.Models[0].State)
+	readyOnly, err := call[inference.RepositoryIndexRequest, inference.RepositoryIndexResponse](ctx, c, "RepositoryIndex", &inference.RepositoryIndexRequest{Ready: true})
+	require.NoError(t, err)
+	assert.Len(t, readyOnly.Models, 8)
+
+	_, err = call[inference.RepositoryModelLoadRequest, inference.RepositoryModelLoadResponse](ctx, c, "RepositoryModelLoad", &inference.RepositoryModelLoadRequest{ModelName: "simple"})
+	require.NoError(t, err)
+	_, err = infer(ctx, c, simpleRequest(""))
+	require.NoError(t, err)
+	_, err = call[inference.RepositoryModelLoadRequest, inference.RepositoryModelLoadResponse](ctx, c, "RepositoryModelLoad", &inference.RepositoryModelLoadRequest{ModelName: "nope"})
+	requireStatus(t, err, connect.CodeInvalidArgument, "failed to load 'nope', failed to poll from model repository")
+}
+
+func TestLargeTensorRoundTrip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 MiB round trip")
+	}
+	srv := start(t)
+	const n = 16 << 20 // 64 MiB of FP32
+	in := make([]float32, n)
+	for i := range in {
+		in[i] = float32(i)
+	}
+	req := &inference.ModelInferRequest{ModelName: "identity_fp32",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT0", "FP32", []int64{n})},
+		RawInputContents: [][]byte{tensor.Bytes(in)},
+	}
+	for _, c := range clients(t, srv)[:2] {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := infer(context.Background(), c, req)
+			require.NoError(t, err)
+			require.Len(t, res.RawOutputContents[0], 64<<20)
+			assert.True(t, bytes.Equal(req.RawInputContents[0], res.RawOutputContents[0]))
+			assert.Equal(t, []int64{n}, res.Outputs[0].Shape)
+		})
+	}
+}
+
+func TestGzipRequests(t *testing.T) {
+	srv := start(t)
+	cs := clients(t, srv)
+	res, err := cs[0].conn.NewStream(context.Background(), &grpc.StreamDesc{}, servicePath+"ModelInfer", grpc.UseCompressor("gzip"))
+	require.NoError(t, err)
+	require.NoError(t, res.SendMsg(simpleRequest("gz")))
+	require.NoError(t, res.CloseSend())
+	out := new(inference.ModelInferResponse)
+	require.NoError(t, res.RecvMsg(out))
+	assert.Equal(t, "gz", out.Id)
+	assert.Equal(t, seq(16, func(i int) int32 { return int32(i) + 1 }), int32s(out.RawOutputContents[0]))
+
+	for _, c := range cs[1:] {
+		c.options = append(c.options, connect.WithSendGzip())
+		r, err := infer(context.Background(), c, simpleRequest("gz"))
+		require.NoError(t, err, c.name)
+		assert.Equal(t, "gz", r.Id)
+	}
+
+	// And a raw Connect call with a gzip body, as curl would send it.
+	body, err := protojson.Marshal(simpleRequest("curl"))
+	require.NoError(t, err)
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(body)
+	zw.Close()
+	hreq, _ := http.NewRequest(http.MethodPost, srv.URL+servicePath+"ModelInfer", &zipped)
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Content-Encoding", "gzip")
+	hres, err := http.DefaultClient.Do(hreq)
+	require.NoError(t, err)
+	defer hres.Body.Close()
+	rb, _ := io.ReadAll(hres.Body)
+	require.Equal(t, http.StatusOK, hres.StatusCode, string(rb))
+	assert.Contains(t, string(rb), `"id":"curl"`)
+}
+
+func TestConcurrentCallsOnOneConnection(t *testing.T) {
+	srv := start(t)
+	c := clients(t, srv)[0]
+	errs := make(chan error, 200)
+	for i := range 200 {
+		go func() {
+			id := "c" + strings.Repeat("x", i%7) + string(rune('a'+i%26))
+			res, err := infer(context.Background(), c, simpleRequest(id))
+			if err == nil && res.Id != id {
+				err = assert.AnError
+			}
+			errs <- err
+		}()
+	}
+	for range 200 {
+		require.NoError(t, <-errs)
+	}
+}
+
+// grpcurl runs the pinned grpcurl (tools/grpcurl/go.mod) against addr.
+func grpcurl(t *testing.T, args ...string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	modfile := filepath.Join(filepath.Dir(file), "..", "..", "tools", "grpcurl", "go.mod")
+	cmd := exec.Command("go", append([]string{"tool", "-modfile=" + modfile, "grpcurl"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "grpcurl %v: %s", args, out)
+	return string(out)
+}
+
+func TestGrpcurlViaReflection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds grpcurl")
+	}
+	srv := start(t)
+	list := grpcurl(t, "-plaintext", srv.Addr, "list")
+	assert.Contains(t, list, "inference.GRPCInferenceService")
+	assert.Contains(t, list, "grpc.health.v1.Health")
+
+	meta := grpcurl(t, "-plaintext", "-d", `{"name":"simple"}`, srv.Addr, "inference.GRPCInferenceService/ModelMetadata")
+	assert.Contains(t, meta, `"platform": "infergate_cpu"`)
+
+	// Triton's simple request, typed, as a newcomer would type it.
+	out := grpcurl(t, "-plaintext", "-d", `{"model_name":"simple","inputs":[`+
+		`{"name":"INPUT0","datatype":"INT32","shape":[1,16],"contents":{"int_contents":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}},`+
+		`{"name":"INPUT1","datatype":"INT32","shape":[1,16],"contents":{"int_contents":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}}]}`,
+		srv.Addr, "inference.GRPCInferenceService/ModelInfer")
+	var res inference.ModelInferResponse
+	require.NoError(t, protojson.Unmarshal([]byte(out), &res))
+	assert.Equal(t, seq(16, func(i int) int32 { return int32(i) + 1 }), int32s(res.RawOutputContents[0]))
+
+	health := grpcurl(t, "-plaintext", srv.Addr, "grpc.health.v1.Health/Check")
+	assert.Contains(t, health, `"status": "SERVING"`)
+
+	for _, m := range []string{"simple_string", "repeat_int32"} {
+		cfg := grpcurl(t, "-plaintext", "-d", `{"name":"`+m+`"}`, srv.Addr, "inference.GRPCInferenceService/ModelConfig")
+		assert.Contains(t, cfg, `"name": "`+m+`"`)
+	}
+}
