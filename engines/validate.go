@@ -3,6 +3,7 @@ package engines
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -123,7 +124,10 @@ func checkData(t *Tensor, model string) error {
 		return invalid("input '%s' for model '%s' has a shape with too many elements: %s", t.Name, model, dimsString(t.Shape))
 	}
 	if size := tensor.ElementSize(t.Datatype); size > 0 {
-		if n > int64(len(t.Data)) || n*int64(size) != int64(len(t.Data)) {
+		if n > math.MaxInt64/int64(size) {
+			return invalid("input '%s' for model '%s' has a shape with too many elements: %s", t.Name, model, dimsString(t.Shape))
+		}
+		if n*int64(size) != int64(len(t.Data)) {
 			return invalid("input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d",
 				t.Name, model, n*int64(size), len(t.Data))
 		}

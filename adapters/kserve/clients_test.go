@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/gateway"
@@ -212,3 +213,34 @@ func int64Param(v int64) *inference.InferParameter {
 }
 
 func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
+
+// recvAllWithin is recvAll that fails the test if the stream has not ended within d.
+func recvAllWithin(t *testing.T, s bidi, d time.Duration) ([]*inference.ModelStreamInferResponse, error) {
+	t.Helper()
+	type result struct {
+		msgs []*inference.ModelStreamInferResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				done <- r
+				return
+			}
+			r.msgs = append(r.msgs, m)
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.msgs, r.err
+	case <-time.After(d):
+		t.Fatalf("stream still open after %v", d)
+		return nil, nil
+	}
+}

@@ -92,7 +92,8 @@ func TestStreamTritonGRPCErrorEndsStream(t *testing.T) {
 			bad.ModelName = "nope"
 			require.NoError(t, s.Send(simpleRequest("a")))
 			require.NoError(t, s.Send(bad))
-			got, err := recvAll(t, s)
+			// Without fail-fast the stream would stay open (this side never closes): bound the wait.
+			got, err := recvAllWithin(t, s, 10*time.Second)
 			require.Len(t, got, 1)
 			assert.Equal(t, "a", got[0].InferResponse.Id)
 			requireStatus(t, err, connect.CodeNotFound, "Request for unknown model: 'nope' is not found")
