@@ -1,6 +1,8 @@
 // Package gateway assembles infergate's one-port server: the KServe service over gRPC, gRPC-Web and
-// Connect, the gRPC health service, gRPC server reflection and Prometheus metrics, on one
-// http.Server speaking HTTP/1.1 and cleartext HTTP/2, with a graceful drain on shutdown.
+// Connect, the gRPC health service, gRPC server reflection and Prometheus metrics, with a graceful
+// drain on shutdown. gRPC clients are served by grpc-go's native HTTP/2 transport; everything else
+// (gRPC-Web, Connect, HTTP/1.1, /metrics) by net/http with connect-go. A router on the listener
+// sends each connection to the right one (see router.go).
 package gateway
 
 import (
@@ -11,14 +13,22 @@ import (
 	"net/http"
 	"time"
 
+	"sync"
+
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests from gRPC clients
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 )
 
 // Config configures a Gateway. The zero value is usable: it serves whatever Registry holds with
@@ -38,12 +48,17 @@ type Config struct {
 
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
 type Gateway struct {
-	cfg     Config
-	svc     *kserve.Service
-	health  *grpchealth.StaticChecker
-	metrics *prometheus.Registry
-	handler http.Handler
-	srv     *http.Server
+	cfg        Config
+	svc        *kserve.Service
+	health     *grpchealth.StaticChecker
+	grpcHealth *health.Server
+	metrics    *prometheus.Registry
+	handler    http.Handler
+	srv        *http.Server
+	grpcSrv    *grpc.Server
+
+	mu     sync.Mutex
+	router *router
 }
 
 // New builds a gateway serving the models in reg.
@@ -82,6 +97,20 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
 	g.handler = mux
 
+	g.grpcSrv = grpc.NewServer(append(g.svc.ServerOptions(),
+		// Large tensors: windows of this size keep a 64 MiB message from stalling on updates.
+		grpc.InitialWindowSize(16<<20),
+		grpc.InitialConnWindowSize(32<<20),
+		grpc.MaxConcurrentStreams(1000),
+		grpc.ReadBufferSize(64<<10),
+		grpc.WriteBufferSize(64<<10),
+	)...)
+	inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, g.svc.GRPCServer())
+	g.grpcHealth = health.NewServer()
+	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
+	healthgrpc.RegisterHealthServer(g.grpcSrv, g.grpcHealth)
+	reflection.Register(g.grpcSrv)
+
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC clients speak HTTP/2 with prior knowledge
@@ -111,8 +140,28 @@ func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
 // Serve accepts connections on ln until Shutdown is called. Like http.Server.Serve it returns
 // http.ErrServerClosed after a shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	r := newRouter(ln, 5*time.Minute)
+	g.mu.Lock()
+	g.router = r
+	g.mu.Unlock()
 	g.cfg.Logger.Info("infergate serving", "addr", ln.Addr().String(), "server_name", g.cfg.ServerName)
-	return g.srv.Serve(ln)
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- g.grpcSrv.Serve(r.grpc) }()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- g.srv.Serve(r.http) }()
+	err := errors.Join(stopped(r.serve()), stopped(<-httpDone), stopped(<-grpcDone))
+	if err != nil {
+		return err
+	}
+	return http.ErrServerClosed
+}
+
+// stopped drops the errors that only say a listener or server was closed on purpose.
+func stopped(err error) error {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
 }
 
 // Shutdown drains the gateway: readiness and health turn false at once, new connections are
@@ -122,13 +171,30 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.svc.Drain()
 	g.health.SetStatus("", grpchealth.StatusNotServing)
 	g.health.SetStatus(inferenceconnect.GRPCInferenceServiceName, grpchealth.StatusNotServing)
+	g.grpcHealth.Shutdown()
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DrainTimeout)
 	defer cancel()
 	g.cfg.Logger.Info("infergate draining", "timeout", g.cfg.DrainTimeout)
+	g.mu.Lock()
+	if g.router != nil {
+		g.router.close()
+	}
+	g.mu.Unlock()
+
+	grpcDrained := make(chan struct{})
+	go func() {
+		g.grpcSrv.GracefulStop()
+		close(grpcDrained)
+	}()
 	err := g.srv.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	select {
+	case <-grpcDrained:
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
 		g.cfg.Logger.Warn("drain timed out; closing remaining connections")
-		return errors.Join(err, g.srv.Close())
+		g.grpcSrv.Stop()
+		return errors.Join(ctx.Err(), g.srv.Close())
 	}
 	return err
 }

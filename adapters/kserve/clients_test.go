@@ -41,12 +41,13 @@ func clients(t *testing.T, srv *gatewaytest.Server) []*client {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	h2c := gatewaytest.H2CClient()
+	// Each HTTP/2 client gets its own connection: the gateway pins a cleartext HTTP/2 connection
+	// to the protocol family of its first request (see README).
 	return []*client{
 		{name: "grpc-go", conn: conn},
-		{name: "connect-grpc", http: h2c, url: srv.URL, options: []connect.ClientOption{connect.WithGRPC()}},
-		{name: "connect-grpcweb", http: h2c, url: srv.URL, options: []connect.ClientOption{connect.WithGRPCWeb()}},
-		{name: "connect-connect", http: h2c, url: srv.URL},
+		{name: "connect-grpc", http: gatewaytest.H2CClient(), url: srv.URL, options: []connect.ClientOption{connect.WithGRPC()}},
+		{name: "connect-grpcweb", http: gatewaytest.H2CClient(), url: srv.URL, options: []connect.ClientOption{connect.WithGRPCWeb()}},
+		{name: "connect-connect", http: gatewaytest.H2CClient(), url: srv.URL},
 		{name: "connect-connect-http1", http: http.DefaultClient, url: srv.URL},
 	}
 }

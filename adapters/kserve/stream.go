@@ -39,12 +39,18 @@ func finalParams(final bool, model map[string]*inference.InferParameter) map[str
 	return out
 }
 
+// inferStream is one ModelStreamInfer call as either transport presents it.
+type inferStream interface {
+	Receive() (*inference.ModelInferRequest, error)
+	Send(*inference.ModelStreamInferResponse) error
+}
+
 // streamSession is one ModelStreamInfer call. Requests for non-decoupled models run in the receive
 // loop, so their responses leave in request order; decoupled requests run concurrently and their
 // responses interleave, told apart by id.
 type streamSession struct {
 	svc      *Service
-	stream   *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]
+	stream   inferStream
 	failFast bool
 	cancel   context.CancelCauseFunc
 	wg       sync.WaitGroup
@@ -53,12 +59,17 @@ type streamSession struct {
 	fatal error      // first error, in fail-fast mode
 }
 
-// ModelStreamInfer is Triton's bidirectional streaming inference.
+// ModelStreamInfer is Triton's bidirectional streaming inference, for the connect transport.
 func (s *Service) ModelStreamInfer(ctx context.Context, stream *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
+	return s.serveStream(ctx, stream, stream.RequestHeader().Get(GRPCErrorHeader) == "true")
+}
+
+// serveStream runs one stream until the client half-closes it (or, in fail-fast mode, the first
+// error).
+func (s *Service) serveStream(ctx context.Context, stream inferStream, failFast bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ss := &streamSession{svc: s, stream: stream, cancel: cancel,
-		failFast: stream.RequestHeader().Get(GRPCErrorHeader) == "true"}
+	ss := &streamSession{svc: s, stream: stream, cancel: cancel, failFast: failFast}
 	recv := stream.Receive
 	if ss.failFast {
 		// A failing decoupled request must end the stream even while the loop waits for the
@@ -85,7 +96,7 @@ func (s *Service) ModelStreamInfer(ctx context.Context, stream *connect.BidiStre
 	return ss.result(nil)
 }
 
-func receiver(ctx context.Context, stream *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]) func() (*inference.ModelInferRequest, error) {
+func receiver(ctx context.Context, stream inferStream) func() (*inference.ModelInferRequest, error) {
 	type result struct {
 		req *inference.ModelInferRequest
 		err error

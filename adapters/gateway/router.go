@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// The router splits one listener between two servers: cleartext HTTP/2 connections whose first
+// request is gRPC go to grpc-go's native transport (the fast path for Triton and grpc-go
+// clients), everything else (HTTP/1.1, gRPC-Web, Connect, /metrics) to net/http and connect-go.
+//
+// To see the first request it reads the client's frames up to the first HEADERS block and decodes
+// its content-type. Some clients (grpc-go among them) send no request until the server's SETTINGS
+// arrive, so the router sends an empty SETTINGS frame first and swallows the client's ACK of it;
+// the chosen server then sees the client's bytes exactly as sent, minus that ACK.
+
+const (
+	clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+	frameHeaders      = 0x1
+	frameSettings     = 0x4
+	frameContinuation = 0x9
+	flagAck           = 0x1
+	flagEndHeaders    = 0x4
+	flagPadded        = 0x8
+	flagPriority      = 0x20
+
+	// maxSniffFrame is HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which a client may not exceed
+	// before it has seen the server's settings; maxSniffBytes bounds what one connection may make
+	// the router buffer before its first request.
+	maxSniffFrame = 16384
+	maxSniffBytes = 1 << 20
+)
+
+var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
+
+// router accepts from a listener and hands each connection to the gRPC or the HTTP listener.
+type router struct {
+	base        net.Listener
+	grpc, http  *connQueue
+	idleTimeout time.Duration
+
+	mu      sync.Mutex
+	pending map[net.Conn]struct{} // connections still being sniffed
+	closed  bool
+}
+
+func newRouter(base net.Listener, idleTimeout time.Duration) *router {
+	return &router{
+		base:        base,
+		grpc:        newConnQueue(base.Addr()),
+		http:        newConnQueue(base.Addr()),
+		idleTimeout: idleTimeout,
+		pending:     make(map[net.Conn]struct{}),
+	}
+}
+
+// serve accepts until the base listener closes.
+func (r *router) serve() error {
+	for {
+		c, err := r.base.Accept()
+		if err != nil {
+			r.close()
+			return err
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			c.Close()
+			continue
+		}
+		r.pending[c] = struct{}{}
+		r.mu.Unlock()
+		go r.route(c)
+	}
+}
+
+// close stops accepting and drops connections that have not made a first request yet.
+func (r *router) close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		r.base.Close()
+		for c := range r.pending {
+			c.Close()
+		}
+	}
+	r.mu.Unlock()
+	r.grpc.close()
+	r.http.close()
+}
+
+func (r *router) route(c net.Conn) {
+	grpc, conn, err := sniff(c, r.idleTimeout)
+	r.mu.Lock()
+	delete(r.pending, c)
+	r.mu.Unlock()
+	if err != nil {
+		c.Close()
+		return
+	}
+	q := r.http
+	if grpc {
+		q = r.grpc
+	}
+	if !q.put(conn) {
+		c.Close()
+	}
+}
+
+// sniff reads enough of c to choose a server and returns c with those bytes put back.
+func sniff(c net.Conn, idle time.Duration) (grpc bool, _ net.Conn, _ error) {
+	c.SetReadDeadline(time.Now().Add(idle))
+	defer c.SetReadDeadline(time.Time{})
+	head := make([]byte, len(clientPreface))
+	n, err := io.ReadFull(c, head)
+	if err != nil || string(head) != clientPreface {
+		// HTTP/1.x (or garbage, which net/http answers properly): replay what was read.
+		if n == 0 && err != nil {
+			return false, nil, err
+		}
+		return false, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
+	}
+	if _, err := c.Write(emptySettings); err != nil {
+		return false, nil, err
+	}
+	kept := bytes.NewBuffer(head)
+	var block []byte
+	acked, headersDone := false, false
+	frame := make([]byte, 9)
+	for !(acked && headersDone) {
+		if _, err := io.ReadFull(c, frame[:9]); err != nil {
+			return false, nil, err
+		}
+		length := int(frame[0])<<16 | int(frame[1])<<8 | int(frame[2])
+		typ, flags := frame[3], frame[4]
+		stream := binary.BigEndian.Uint32(frame[5:9]) & 0x7fffffff
+		if length > maxSniffFrame || kept.Len()+9+length > maxSniffBytes {
+			return false, nil, errors.New("gateway: oversized frame before the first request")
+		}
+		payload := make([]byte, length)
+		if _, err := io.ReadFull(c, payload); err != nil {
+			return false, nil, err
+		}
+		if typ == frameSettings && flags&flagAck != 0 && stream == 0 && !acked {
+			acked = true // the ACK of our empty SETTINGS: the real server never sent it
+			continue
+		}
+		kept.Write(frame[:9])
+		kept.Write(payload)
+		if headersDone {
+			continue
+		}
+		switch typ {
+		case frameHeaders:
+			frag, ok := headerFragment(payload, flags)
+			if !ok {
+				headersDone = true // malformed: let the HTTP/2 server reject it
+				continue
+			}
+			block = append(block, frag...)
+			headersDone = flags&flagEndHeaders != 0
+		case frameContinuation:
+			block = append(block, payload...)
+			headersDone = flags&flagEndHeaders != 0
+		}
+	}
+	grpc = isGRPC(block)
+	return grpc, &replayConn{Conn: c, r: io.MultiReader(kept, c)}, nil
+}
+
+// headerFragment strips padding and priority fields from a HEADERS payload.
+func headerFragment(p []byte, flags byte) ([]byte, bool) {
+	pad := 0
+	if flags&flagPadded != 0 {
+		if len(p) < 1 {
+			return nil, false
+		}
+		pad = int(p[0])
+		p = p[1:]
+	}
+	if flags&flagPriority != 0 {
+		if len(p) < 5 {
+			return nil, false
+		}
+		p = p[5:]
+	}
+	if pad > len(p) {
+		return nil, false
+	}
+	return p[:len(p)-pad], true
+}
+
+// isGRPC reports whether a header block's content-type is gRPC proper (not gRPC-Web).
+func isGRPC(block []byte) bool {
+	var contentType string
+	dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+		if f.Name == "content-type" {
+			contentType = f.Value
+		}
+	})
+	dec.SetMaxStringLength(maxSniffFrame)
+	if _, err := dec.Write(block); err != nil {
+		return false
+	}
+	return contentType == "application/grpc" ||
+		(strings.HasPrefix(contentType, "application/grpc+") || strings.HasPrefix(contentType, "application/grpc;"))
+}
+
+// replayConn is a connection whose first reads return bytes already consumed by the router.
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// connQueue is a net.Listener fed by the router.
+type connQueue struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (q *connQueue) put(c net.Conn) bool {
+	select {
+	case q.ch <- c:
+		return true
+	case <-q.done:
+		return false
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) close()         { q.once.Do(func() { close(q.done) }) }
+func (q *connQueue) Close() error   { q.close(); return nil }
+func (q *connQueue) Addr() net.Addr { return q.addr }

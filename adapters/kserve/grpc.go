@@ -1,0 +1,72 @@
+package kserve
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/gen/inference"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// GRPCServer returns the service for grpc-go's native transport, which serves gRPC clients
+// faster than net/http's HTTP/2 server can. Register it with ServerOptions' interceptors, which
+// give errors their gRPC status.
+func (s *Service) GRPCServer() inference.GRPCInferenceServiceServer { return grpcService{s} }
+
+// grpcService adapts Service to grpc-go: the unary methods are shared as they are; only the
+// stream needs its own binding.
+type grpcService struct{ *Service }
+
+func (g grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
+	ctx := stream.Context()
+	failFast := false
+	if v := metadata.ValueFromIncomingContext(ctx, GRPCErrorHeader); len(v) > 0 {
+		failFast = v[0] == "true"
+	}
+	return g.serveStream(ctx, grpcStream{stream}, failFast)
+}
+
+type grpcStream struct {
+	grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]
+}
+
+func (s grpcStream) Receive() (*inference.ModelInferRequest, error) { return s.Recv() }
+
+// ServerOptions are the grpc-go options the service needs: Triton's message size limits and
+// interceptors that turn the service's errors into gRPC statuses.
+func (s *Service) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.maxBytes),
+		grpc.MaxSendMsgSize(s.maxBytes),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			return resp, grpcStatus(err)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return grpcStatus(h(srv, ss))
+		}),
+	}
+}
+
+// grpcStatus converts an error from the service to a grpc-go status error with the same code and
+// message.
+func grpcStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return status.Error(codes.Code(ce.Code()), ce.Message())
+	}
+	if st := status.FromContextError(err); st.Code() != codes.Unknown {
+		return st.Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}
