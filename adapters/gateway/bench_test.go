@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -37,6 +39,7 @@ const (
 // target is one server under test.
 type target struct {
 	name string
+	addr string
 	conn *grpc.ClientConn
 }
 
@@ -44,9 +47,10 @@ type target struct {
 func targets(b *testing.B) []target {
 	b.Helper()
 	srv := gatewaytest.Start(b, gateway.Config{})
+	base := startBaseline(b)
 	return []target{
-		{"infergate", dial(b, srv.Addr)},
-		{"baseline", dial(b, startBaseline(b))},
+		{"infergate", srv.Addr, dial(b, srv.Addr)},
+		{"baseline", base, dial(b, base)},
 	}
 }
 
@@ -319,9 +323,58 @@ func BenchmarkIdentityLarge(b *testing.B) {
 				}
 			}
 			peak = max(stop(), before) - before
-			debug.SetGCPercent(old)
 			b.ReportMetric(float64(peak)/largeBytes, "gogc5-heap/tensor")
+
+			// Untimed: the same three calls from a client in another process (this test binary
+			// re-run as TestLargeClientProcess), so the sampled heap is the server's alone.
+			runtime.GC()
+			runtime.GC()
+			before = heapObjects()
+			stop = samplePeak()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestLargeClientProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), largeClientEnv+"="+tg.addr)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("client process: %v\n%s", err, out)
+			}
+			peak = max(stop(), before) - before
+			debug.SetGCPercent(old)
+			b.ReportMetric(float64(peak)/largeBytes, "server-heap/tensor")
 		})
+	}
+}
+
+// largeClientEnv names the server TestLargeClientProcess calls; unset, that test skips.
+const largeClientEnv = "INFERGATE_LARGE_CLIENT_ADDR"
+
+// TestLargeClientProcess is BenchmarkIdentityLarge's out-of-process client: three 64 MiB calls.
+func TestLargeClientProcess(t *testing.T) {
+	addr := os.Getenv(largeClientEnv)
+	if addr == "" {
+		t.Skip("run by BenchmarkIdentityLarge as its client process")
+	}
+	data := make([]byte, largeBytes)
+	wire, err := proto.Marshal(&inference.ModelInferRequest{
+		ModelName:        "identity_fp32",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{largeElems}}},
+		RawInputContents: [][]byte{data},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30), grpc.ForceCodecV2(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		var got rawResponse
+		if err := conn.Invoke(context.Background(), modelInferMethod, rawRequest(wire), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.n < largeBytes {
+			t.Fatalf("%d response bytes, want > %d", got.n, largeBytes)
+		}
 	}
 }
 

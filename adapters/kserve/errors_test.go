@@ -247,19 +247,23 @@ func TestMetadataConfigStatisticsErrors(t *testing.T) {
 
 func TestDeadlineAndCancellationLeaveServerHealthy(t *testing.T) {
 	srv := start(t, slowModel{})
-	for _, c := range clients(t, srv) {
+	cs := clients(t, srv)
+	for _, c := range cs {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			// Connect first, so the deadline below is spent on the server, not on dialing.
+			_, err := call[inference.ServerLiveRequest, inference.ServerLiveResponse](context.Background(), c, "ServerLive", &inference.ServerLiveRequest{})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			_, err := infer(ctx, c, slowRequest(10_000))
+			_, err = infer(ctx, c, slowRequest(10_000))
 			require.Equal(t, connect.CodeDeadlineExceeded, codeOf(err), "%v", err)
 			live, err := call[inference.ServerLiveRequest, inference.ServerLiveResponse](context.Background(), c, "ServerLive", &inference.ServerLiveRequest{})
 			require.NoError(t, err)
 			assert.True(t, live.Live)
 		})
 	}
-	// The slow model saw its context end rather than running 10 s per call: the failures are
-	// already counted.
-	require.Eventually(t, func() bool { return srv.Registry.Lookup("slow").Stats.Fail.Count() == uint64(len(clients(t, srv))) },
+	// Each slow call saw its context end instead of running for 10 s: every one is already
+	// counted as failed.
+	require.Eventually(t, func() bool { return srv.Registry.Lookup("slow").Stats.Fail.Count() == uint64(len(cs)) },
 		5*time.Second, 10*time.Millisecond)
 }
