@@ -36,10 +36,11 @@ type grpcStream struct {
 
 func (s grpcStream) Receive() (*inference.ModelInferRequest, error) { return s.Recv() }
 
-// ServerOptions are the grpc-go options the service needs: Triton's message size limits and
-// interceptors that turn the service's errors into gRPC statuses.
+// ServerOptions are the grpc-go options the service needs: the zero-copy tensor codec, Triton's
+// message size limits, and interceptors that turn the service's errors into gRPC statuses.
 func (s *Service) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newTensorCodec()),
 		grpc.MaxRecvMsgSize(s.maxBytes),
 		grpc.MaxSendMsgSize(s.maxBytes),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

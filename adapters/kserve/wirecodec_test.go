@@ -1,0 +1,103 @@
+package kserve
+
+import (
+	"bytes"
+	"testing"
+	"unsafe"
+
+	"github.com/infergate/infergate/gen/inference"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+func largeRequest() *inference.ModelInferRequest {
+	return &inference.ModelInferRequest{
+		ModelName: "identity_fp32", ModelVersion: "1", Id: "big",
+		Parameters: map[string]*inference.InferParameter{"k": {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 3}}},
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1 << 16}},
+			{Name: "EMPTY", Datatype: "FP32", Shape: []int64{0}},
+		},
+		Outputs:          []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0"}},
+		RawInputContents: [][]byte{bytes.Repeat([]byte{1, 2, 3, 4}, 1<<16), {}},
+	}
+}
+
+func TestTensorCodecRequestMatchesProtoAndAliases(t *testing.T) {
+	want := largeRequest()
+	wire, err := proto.Marshal(want)
+	require.NoError(t, err)
+	// Unknown fields and a second raw entry split around other fields must survive too.
+	wire = protowire.AppendTag(wire, 99, protowire.VarintType)
+	wire = protowire.AppendVarint(wire, 5)
+	wire = protowire.AppendTag(wire, fieldRawInputContents, protowire.BytesType)
+	wire = protowire.AppendBytes(wire, []byte("tail"))
+	var fromProto inference.ModelInferRequest
+	require.NoError(t, proto.Unmarshal(wire, &fromProto))
+
+	got := new(inference.ModelInferRequest)
+	require.NoError(t, unmarshalInferRequest(wire, got))
+	assert.True(t, proto.Equal(&fromProto, got), "decodes exactly as protobuf-go does")
+	require.Len(t, got.RawInputContents, 3)
+	start := uintptr(unsafe.Pointer(&wire[0]))
+	p := uintptr(unsafe.Pointer(&got.RawInputContents[0][0]))
+	assert.True(t, p >= start && p < start+uintptr(len(wire)), "raw contents alias the message buffer")
+
+	c := newTensorCodec()
+	viaCodec := new(inference.ModelInferRequest)
+	require.NoError(t, c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire[:len(wire)/2]), mem.SliceBuffer(wire[len(wire)/2:])}, viaCodec))
+	assert.True(t, proto.Equal(&fromProto, viaCodec))
+
+	require.Error(t, unmarshalInferRequest(wire[:len(wire)-1], new(inference.ModelInferRequest)), "truncated message")
+}
+
+func TestTensorCodecResponseMatchesProto(t *testing.T) {
+	res := &inference.ModelInferResponse{ModelName: "identity_fp32", ModelVersion: "1", Id: "big",
+		Outputs:           []*inference.ModelInferResponse_InferOutputTensor{{Name: "OUTPUT0", Datatype: "FP32", Shape: []int64{1 << 16}}, {Name: "E", Datatype: "FP32", Shape: []int64{0}}},
+		RawOutputContents: [][]byte{bytes.Repeat([]byte{9, 8, 7, 6}, 1<<16), {}},
+	}
+	out, err := newTensorCodec().Marshal(res)
+	require.NoError(t, err)
+	wire := out.Materialize()
+	var decoded inference.ModelInferResponse
+	require.NoError(t, proto.Unmarshal(wire, &decoded))
+	assert.True(t, proto.Equal(res, &decoded))
+	assert.Len(t, res.RawOutputContents, 2, "the response is left as it was")
+	found := false
+	for _, b := range out {
+		if len(b.ReadOnlyData()) == 1<<18 && &b.ReadOnlyData()[0] == &res.RawOutputContents[0][0] {
+			found = true
+		}
+	}
+	assert.True(t, found, "the tensor is sent from the model's buffer, not copied")
+
+	small := &inference.ModelInferResponse{ModelName: "simple", RawOutputContents: [][]byte{{1}}}
+	out, err = newTensorCodec().Marshal(small)
+	require.NoError(t, err)
+	require.NoError(t, proto.Unmarshal(out.Materialize(), &decoded))
+	assert.True(t, proto.Equal(small, &decoded))
+}
+
+func FuzzTensorCodecRequest(f *testing.F) {
+	wire, _ := proto.Marshal(largeRequest())
+	f.Add(wire[:200])
+	small, _ := proto.Marshal(&inference.ModelInferRequest{ModelName: "m", RawInputContents: [][]byte{{1, 2}, {}}})
+	f.Add(small)
+	f.Add([]byte{0x3a, 0xff, 0xff, 0xff, 0xff, 0x0f}) // raw_input_contents claiming 4 GiB
+	f.Add([]byte{0x38, 0x01})                         // field 7 with the varint wire type
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want inference.ModelInferRequest
+		wantErr := proto.Unmarshal(b, &want)
+		got := new(inference.ModelInferRequest)
+		err := unmarshalInferRequest(b, got)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("codec error %v, protobuf-go error %v", err, wantErr)
+		}
+		if err == nil && !proto.Equal(&want, got) {
+			t.Fatalf("codec decoded %v, protobuf-go %v", got, &want)
+		}
+	})
+}
