@@ -125,15 +125,7 @@ func TestBuiltinModelsEveryClient(t *testing.T) {
 				assert.Equal(t, []int64{0}, res.Outputs[0].Shape)
 			})
 			t.Run("simple_sequence", func(t *testing.T) {
-				step := func(v int32, params map[string]*inference.InferParameter) int32 {
-					req := &inference.ModelInferRequest{ModelName: "simple_sequence", Parameters: params,
-						Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT", "INT32", []int64{1, 1})},
-						RawInputContents: [][]byte{tensor.Bytes([]int32{v})},
-					}
-					res, err := infer(ctx, c, req)
-					require.NoError(t, err)
-					return int32s(res.RawOutputContents[0])[0]
-				}
+				step := sequenceStep(t, c, "simple_sequence")
 				id := int64Param(1000)
 				assert.Equal(t, int32(6), step(5, map[string]*inference.InferParameter{"sequence_id": id, "sequence_start": boolParam(true)}), "START adds 1")
 				assert.Equal(t, int32(7), step(7, map[string]*inference.InferParameter{"sequence_id": id}))
@@ -149,15 +141,7 @@ func TestBuiltinModelsEveryClient(t *testing.T) {
 					"inference request for sequence 1000 to model 'simple_sequence' must specify the START flag on the first request of the sequence")
 			})
 			t.Run("simple_dyna_sequence adds CORRID on END", func(t *testing.T) {
-				step := func(v int32, params map[string]*inference.InferParameter) int32 {
-					req := &inference.ModelInferRequest{ModelName: "simple_dyna_sequence", Parameters: params,
-						Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT", "INT32", []int64{1, 1})},
-						RawInputContents: [][]byte{tensor.Bytes([]int32{v})},
-					}
-					res, err := infer(ctx, c, req)
-					require.NoError(t, err)
-					return int32s(res.RawOutputContents[0])[0]
-				}
+				step := sequenceStep(t, c, "simple_dyna_sequence")
 				id := int64Param(1001)
 				assert.Equal(t, int32(11), step(10, map[string]*inference.InferParameter{"sequence_id": id, "sequence_start": boolParam(true)}))
 				assert.Equal(t, int32(20), step(20, map[string]*inference.InferParameter{"sequence_id": id}))
@@ -195,5 +179,19 @@ func TestBuiltinModelsEveryClient(t *testing.T) {
 				assert.Equal(t, "BYTES", sm.Inputs[0].Datatype)
 			})
 		})
+	}
+}
+
+// sequenceStep returns a function that sends INPUT = v with the given parameters to a sequence
+// model and returns OUTPUT.
+func sequenceStep(t *testing.T, c *client, model string) func(v int32, params map[string]*inference.InferParameter) int32 {
+	return func(v int32, params map[string]*inference.InferParameter) int32 {
+		req := &inference.ModelInferRequest{ModelName: model, Parameters: params,
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT", "INT32", []int64{1, 1})},
+			RawInputContents: [][]byte{tensor.Bytes([]int32{v})},
+		}
+		res, err := infer(context.Background(), c, req)
+		require.NoError(t, err)
+		return int32s(res.RawOutputContents[0])[0]
 	}
 }

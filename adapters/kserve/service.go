@@ -218,17 +218,7 @@ func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferReque
 	timing := engines.Timing{Start: start}
 	inferStart := time.Now()
 	timing.Input = inferStart.Sub(start)
-	var res *engines.Response
-	err = execute(ctx, e, r, opts, func(x *engines.Response) error {
-		if res != nil {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent more than one response", e.Name()))
-		}
-		res = x
-		return nil
-	})
-	if err == nil && res == nil {
-		err = connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent no response", e.Name()))
-	}
+	res, err := executeOnce(ctx, e, r, opts)
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
 		return nil, err
@@ -276,6 +266,22 @@ func execute(ctx context.Context, e *engines.Entry, r *engines.Request, opts cal
 }
 
 var errTimeout = errors.New("Request timeout expired")
+
+// executeOnce runs a request on a non-decoupled model, which must send exactly one response.
+func executeOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions) (*engines.Response, error) {
+	var res *engines.Response
+	err := execute(ctx, e, r, opts, func(x *engines.Response) error {
+		if res != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent more than one response", e.Name()))
+		}
+		res = x
+		return nil
+	})
+	if err == nil && res == nil {
+		err = connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' sent no response", e.Name()))
+	}
+	return res, err
+}
 
 // batchSize is the number of inferences a request carries: its batch dimension for batching
 // models, else one.

@@ -189,21 +189,11 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 	timing := engines.Timing{Start: start}
 	inferStart := time.Now()
 	timing.Input = inferStart.Sub(start)
-	var res *engines.Response
-	err = execute(ctx, e, r, opts, func(x *engines.Response) error {
-		if res != nil {
-			return errors.New("model sent more than one response")
-		}
-		res = x
-		return nil
-	})
+	res, err := executeOnce(ctx, e, r, opts)
 	var out *inference.ModelInferResponse
 	if err == nil {
 		outStart := time.Now()
 		timing.Infer = outStart.Sub(inferStart)
-		if res == nil {
-			res = &engines.Response{}
-		}
 		out, err = encode(e, r, res)
 		timing.Output = time.Since(outStart)
 	}

@@ -28,6 +28,19 @@ func (e *FramingError) Error() string {
 // length indicator cut short or an element whose declared length runs past the end of b, so a
 // hostile length is compared with the bytes present and never trusted.
 func CountBytes(b []byte) (int, error) {
+	return walkBytes(b, func([]byte) {})
+}
+
+// SplitBytes returns the BYTES elements framed in b as subslices of b (no copy). Capacity is bounded
+// by what b can hold, never by a caller's claim.
+func SplitBytes(b []byte) ([][]byte, error) {
+	out := make([][]byte, 0, min(len(b)/4, 1024))
+	_, err := walkBytes(b, func(elem []byte) { out = append(out, elem) })
+	return out, err
+}
+
+// walkBytes calls each with every framed element of b, in order, and returns how many there were.
+func walkBytes(b []byte, each func(elem []byte)) (int, error) {
 	n := 0
 	for len(b) > 0 {
 		if len(b) < 4 {
@@ -38,29 +51,11 @@ func CountBytes(b []byte) (int, error) {
 		if uint64(l) > uint64(len(b)) {
 			return n, &FramingError{Truncated: true, Want: int(l), Have: len(b)}
 		}
+		each(b[:l:l])
 		b = b[l:]
 		n++
 	}
 	return n, nil
-}
-
-// SplitBytes returns the BYTES elements framed in b as subslices of b (no copy). Capacity is bounded
-// by what b can hold, never by a caller's claim.
-func SplitBytes(b []byte) ([][]byte, error) {
-	out := make([][]byte, 0, min(len(b)/4, 1024))
-	for len(b) > 0 {
-		if len(b) < 4 {
-			return out, &FramingError{Want: 4, Have: len(b)}
-		}
-		l := binary.LittleEndian.Uint32(b)
-		b = b[4:]
-		if uint64(l) > uint64(len(b)) {
-			return out, &FramingError{Truncated: true, Want: int(l), Have: len(b)}
-		}
-		out = append(out, b[:l:l])
-		b = b[l:]
-	}
-	return out, nil
 }
 
 // AppendBytes appends elem to dst as one framed BYTES element.
