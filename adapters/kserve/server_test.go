@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -268,8 +270,42 @@ func TestGrpcurlViaReflection(t *testing.T) {
 	health := grpcurl(t, "-plaintext", srv.Addr, "grpc.health.v1.Health/Check")
 	assert.Contains(t, health, `"status": "SERVING"`)
 
-	for _, m := range []string{"simple_string", "repeat_int32"} {
+	for _, e := range srv.Registry.Entries() {
+		m := e.Name()
+		md := grpcurl(t, "-plaintext", "-d", `{"name":"`+m+`"}`, srv.Addr, "inference.GRPCInferenceService/ModelMetadata")
+		assert.Contains(t, md, `"name": "`+m+`"`)
 		cfg := grpcurl(t, "-plaintext", "-d", `{"name":"`+m+`"}`, srv.Addr, "inference.GRPCInferenceService/ModelConfig")
 		assert.Contains(t, cfg, `"name": "`+m+`"`)
 	}
+
+	// One inference per kind of model: BYTES (base64 in JSON), identity, sequence, decoupled stream.
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	var ins0, ins1 []string
+	for i := range 16 {
+		ins0 = append(ins0, `"`+b64(strconv.Itoa(i))+`"`)
+		ins1 = append(ins1, `"`+b64("1")+`"`)
+	}
+	out = grpcurl(t, "-plaintext", "-d", `{"model_name":"simple_string","inputs":[`+
+		`{"name":"INPUT0","datatype":"BYTES","shape":[1,16],"contents":{"bytes_contents":[`+strings.Join(ins0, ",")+`]}},`+
+		`{"name":"INPUT1","datatype":"BYTES","shape":[1,16],"contents":{"bytes_contents":[`+strings.Join(ins1, ",")+`]}}]}`,
+		srv.Addr, "inference.GRPCInferenceService/ModelInfer")
+	res.Reset()
+	require.NoError(t, protojson.Unmarshal([]byte(out), &res))
+	sums, err := tensor.SplitBytes(res.RawOutputContents[0])
+	require.NoError(t, err)
+	assert.Equal(t, "16", string(sums[15]))
+
+	out = grpcurl(t, "-plaintext", "-d", `{"model_name":"simple_sequence","parameters":{"sequence_id":{"int64_param":"77"},"sequence_start":{"bool_param":true}},`+
+		`"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"contents":{"int_contents":[41]}}]}`,
+		srv.Addr, "inference.GRPCInferenceService/ModelInfer")
+	res.Reset()
+	require.NoError(t, protojson.Unmarshal([]byte(out), &res))
+	assert.Equal(t, []int32{42}, int32s(res.RawOutputContents[0]))
+
+	out = grpcurl(t, "-plaintext", "-d", `{"model_name":"repeat_int32","id":"g","inputs":[`+
+		`{"name":"IN","datatype":"INT32","shape":[3],"contents":{"int_contents":[4,5,6]}},`+
+		`{"name":"DELAY","datatype":"UINT32","shape":[3],"contents":{"uint_contents":[0,0,0]}},`+
+		`{"name":"WAIT","datatype":"UINT32","shape":[1],"contents":{"uint_contents":[0]}}]}`,
+		srv.Addr, "inference.GRPCInferenceService/ModelStreamInfer")
+	assert.Equal(t, 3, strings.Count(out, `"id": "g"`), "three streamed responses:\n%s", out)
 }
