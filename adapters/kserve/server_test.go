@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
@@ -308,4 +310,24 @@ func TestGrpcurlViaReflection(t *testing.T) {
 		`{"name":"WAIT","datatype":"UINT32","shape":[1],"contents":{"uint_contents":[0]}}]}`,
 		srv.Addr, "inference.GRPCInferenceService/ModelStreamInfer")
 	assert.Equal(t, 3, strings.Count(out, `"id": "g"`), "three streamed responses:\n%s", out)
+}
+
+func TestMessageSizeLimitIsConfigurable(t *testing.T) {
+	srv := gatewaytest.Start(t, gateway.Config{MaxMessageBytes: 1 << 20})
+	const n = 512 << 10 // 2 MiB of FP32, over the 1 MiB limit
+	req := &inference.ModelInferRequest{ModelName: "identity_fp32",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT0", "FP32", []int64{n})},
+		RawInputContents: [][]byte{make([]byte, 4*n)},
+	}
+	for _, c := range clients(t, srv) {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := infer(context.Background(), c, req)
+			require.Equal(t, connect.CodeResourceExhausted, codeOf(err), "%v", err)
+			small := clone(req)
+			small.Inputs[0].Shape = []int64{1024}
+			small.RawInputContents[0] = make([]byte, 4096)
+			_, err = infer(context.Background(), c, small)
+			require.NoError(t, err)
+		})
+	}
 }
