@@ -82,6 +82,14 @@ func (c CorrelationID) String() string {
 // admit checks the request against the live sequences, updates them, and appends the control
 // tensors to req.Inputs.
 func (s *sequencer) admit(req *Request, now time.Time) error {
+	if s.batched {
+		for i := range req.Inputs {
+			if len(req.Inputs[i].Shape) > 0 && req.Inputs[i].Shape[0] != 1 {
+				return connect.NewError(connect.CodeInvalidArgument,
+					fmt.Errorf("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", s.model))
+			}
+		}
+	}
 	id := req.Sequence.ID
 	if id.IsZero() {
 		return connect.NewError(connect.CodeInvalidArgument,

@@ -72,3 +72,12 @@ func TestByteSizeMessageNeverOverflows(t *testing.T) {
 	err := checkData(&Tensor{Name: "X", Datatype: inference.DataType_TYPE_FP32, Shape: []int64{3}, Data: make([]byte, 8)}, "m")
 	assert.Equal(t, "input byte size mismatch for input 'X' for model 'm'. Expected 12, got 8", err.(*connect.Error).Message())
 }
+
+func TestSequenceNeedsBatchSizeOne(t *testing.T) {
+	s := testSequencer(0)
+	req := &Request{Inputs: []Tensor{{Name: "INPUT", Shape: []int64{2, 1}}}, Sequence: Sequence{ID: CorrelationID{Uint: 1}, Start: true}}
+	err := s.admit(req, time.Now())
+	require.Error(t, err)
+	assert.Equal(t, "inference request to model 'm' must specify batch-size 1 due to requirements of sequence batcher", err.(*connect.Error).Message())
+	assert.Empty(t, s.active, "a refused request starts no sequence")
+}
