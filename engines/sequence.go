@@ -95,6 +95,11 @@ func (s *sequencer) admit(req *Request, now time.Time) error {
 		return connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("inference request to model '%s' must specify a non-zero or non-empty correlation ID", s.model))
 	}
+	// Build the control tensors first, so a request that cannot be served changes no state.
+	controls, err := s.controlTensors(req.Sequence)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	last, live := s.active[id]
 	if live && now.Sub(last) > s.idle {
@@ -117,31 +122,38 @@ func (s *sequencer) admit(req *Request, now time.Time) error {
 	}
 	s.mu.Unlock()
 
+	req.Inputs = append(req.Inputs, controls...)
+	return nil
+}
+
+// controlTensors returns the control inputs the model's config names, for one request of seq.
+func (s *sequencer) controlTensors(seq Sequence) ([]Tensor, error) {
 	shape := []int64{1}
 	if s.batched {
 		shape = []int64{1, 1}
 	}
+	out := make([]Tensor, 0, len(s.controls))
 	for _, c := range s.controls {
 		t := Tensor{Name: c.name, Datatype: c.dt, Shape: shape}
 		switch c.kind {
 		case inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START:
-			t.Data = pick(req.Sequence.Start, c)
+			t.Data = pick(seq.Start, c)
 		case inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_END:
-			t.Data = pick(req.Sequence.End, c)
+			t.Data = pick(seq.End, c)
 		case inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_READY:
 			t.Data = c.on
 		case inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_CORRID:
-			data, err := corrIDBytes(c.dt, id)
+			data, err := corrIDBytes(c.dt, seq.ID)
 			if err != nil {
-				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sequence %s for model '%s': %w", id, s.model, err))
+				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sequence %s for model '%s': %w", seq.ID, s.model, err))
 			}
 			t.Data = data
 		default:
 			continue
 		}
-		req.Inputs = append(req.Inputs, t)
+		out = append(out, t)
 	}
-	return nil
+	return out, nil
 }
 
 func pick(v bool, c control) []byte {

@@ -81,3 +81,10 @@ func TestSequenceNeedsBatchSizeOne(t *testing.T) {
 	assert.Equal(t, "inference request to model 'm' must specify batch-size 1 due to requirements of sequence batcher", err.(*connect.Error).Message())
 	assert.Empty(t, s.active, "a refused request starts no sequence")
 }
+
+func TestSequenceRefusedRequestLeavesNoState(t *testing.T) {
+	s := testSequencer(0)
+	err := s.admit(&Request{Sequence: Sequence{ID: CorrelationID{Text: "abc"}, Start: true}}, time.Now())
+	require.Error(t, err)
+	assert.Empty(t, s.active, "the CORRID error came before the sequence was recorded")
+}

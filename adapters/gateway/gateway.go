@@ -57,8 +57,9 @@ type Gateway struct {
 	srv        *http.Server
 	grpcSrv    *grpc.Server
 
-	mu     sync.Mutex
-	router *router
+	mu       sync.Mutex
+	router   *router
+	shutdown bool
 }
 
 // New builds a gateway serving the models in reg.
@@ -142,6 +143,11 @@ func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
 func (g *Gateway) Serve(ln net.Listener) error {
 	r := newRouter(ln, 5*time.Minute)
 	g.mu.Lock()
+	if g.shutdown {
+		g.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
 	g.router = r
 	g.mu.Unlock()
 	g.cfg.Logger.Info("infergate serving", "addr", ln.Addr().String(), "server_name", g.cfg.ServerName)
@@ -176,6 +182,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	defer cancel()
 	g.cfg.Logger.Info("infergate draining", "timeout", g.cfg.DrainTimeout)
 	g.mu.Lock()
+	g.shutdown = true
 	if g.router != nil {
 		g.router.close()
 	}

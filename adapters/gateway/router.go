@@ -37,7 +37,10 @@ const (
 	// before it has seen the server's settings; maxSniffBytes bounds what one connection may make
 	// the router buffer before its first request.
 	maxSniffFrame = 16384
-	maxSniffBytes = 1 << 20
+	maxSniffBytes = 256 << 10
+	// maxPending bounds the connections that have not made a first request yet, so idle or
+	// trickling connections cannot pile up buffers.
+	maxPending = 4096
 )
 
 var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
@@ -63,16 +66,26 @@ func newRouter(base net.Listener, idleTimeout time.Duration) *router {
 	}
 }
 
-// serve accepts until the base listener closes.
+// serve accepts until the base listener closes. Temporary accept failures (out of file
+// descriptors, say) are retried with backoff, as net/http and grpc-go do, instead of ending the
+// gateway.
 func (r *router) serve() error {
+	var backoff time.Duration
 	for {
 		c, err := r.base.Accept()
 		if err != nil {
+			var ne interface{ Temporary() bool }
+			if errors.As(err, &ne) && ne.Temporary() && !r.isClosed() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
 			r.close()
 			return err
 		}
+		backoff = 0
 		r.mu.Lock()
-		if r.closed {
+		if r.closed || len(r.pending) >= maxPending {
 			r.mu.Unlock()
 			c.Close()
 			continue
@@ -81,6 +94,12 @@ func (r *router) serve() error {
 		r.mu.Unlock()
 		go r.route(c)
 	}
+}
+
+func (r *router) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
 }
 
 // close stops accepting and drops connections that have not made a first request yet.
@@ -121,13 +140,18 @@ func sniff(c net.Conn, idle time.Duration) (grpc bool, _ net.Conn, _ error) {
 	c.SetReadDeadline(time.Now().Add(idle))
 	defer c.SetReadDeadline(time.Time{})
 	head := make([]byte, len(clientPreface))
-	n, err := io.ReadFull(c, head)
-	if err != nil || string(head) != clientPreface {
-		// HTTP/1.x (or garbage, which net/http answers properly): replay what was read.
-		if n == 0 && err != nil {
+	n := 0
+	for n < len(head) {
+		m, err := c.Read(head[n:])
+		n += m
+		if string(head[:n]) != clientPreface[:n] {
+			// HTTP/1.x (or garbage, which net/http answers properly): decided as soon as a byte
+			// differs, so short requests such as load-balancer probes are not kept waiting.
+			return false, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
+		}
+		if err != nil {
 			return false, nil, err
 		}
-		return false, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
 	}
 	if _, err := c.Write(emptySettings); err != nil {
 		return false, nil, err
@@ -222,6 +246,14 @@ type replayConn struct {
 }
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite keeps net/http's half-close before closing an HTTP/1 connection working.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
 
 // connQueue is a net.Listener fed by the router.
 type connQueue struct {

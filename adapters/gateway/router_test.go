@@ -143,3 +143,55 @@ func FuzzSniff(f *testing.F) {
 		}
 	})
 }
+
+// flakyListener fails its first Accept with a temporary error, as accept(2) does on EMFILE.
+type flakyListener struct {
+	net.Listener
+	failed bool
+}
+
+type temporaryError struct{}
+
+func (temporaryError) Error() string   { return "accept: too many open files" }
+func (temporaryError) Temporary() bool { return true }
+func (temporaryError) Timeout() bool   { return false }
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if !l.failed {
+		l.failed = true
+		return nil, temporaryError{}
+	}
+	return l.Listener.Accept()
+}
+
+func TestRouterSurvivesTemporaryAcceptErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := newRouter(&flakyListener{Listener: ln}, time.Minute)
+	served := make(chan error, 1)
+	go func() { served <- r.serve() }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	got, err := r.http.Accept()
+	require.NoError(t, err, "the connection after the failed accept is still served")
+	got.Close()
+	r.close()
+	require.ErrorIs(t, <-served, net.ErrClosed)
+}
+
+func TestSniffShortHTTP1RequestIsNotKeptWaiting(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	go client.Write([]byte("GET / HTTP/1.0\r\n\r\n")) // 18 bytes, shorter than the HTTP/2 preface; client stays open
+	grpc, conn, err := sniff(server, time.Minute)
+	require.NoError(t, err, "decided on the first differing byte, long before the deadline")
+	assert.False(t, grpc)
+	buf := make([]byte, 18)
+	_, err = io.ReadFull(conn, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "GET / HTTP/1.0\r\n\r\n", string(buf))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ func parseParameters(r *engines.Request, params map[string]*inference.InferParam
 				return opts, wrongType(k, "int64_param")
 			}
 			if v.Int64Param > 0 {
-				opts.timeout = time.Duration(v.Int64Param) * time.Microsecond
+				opts.timeout = time.Duration(min(v.Int64Param, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
 			}
 		case paramEmptyFinal:
 			v, ok := p.GetParameterChoice().(*inference.InferParameter_BoolParam)

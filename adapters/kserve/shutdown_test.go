@@ -62,3 +62,25 @@ func TestShutdownDrainTimeoutEndsStuckStreams(t *testing.T) {
 	_, err = recvAll(t, s)
 	require.Error(t, err, "the stuck stream was ended, not left hanging")
 }
+
+func TestDrainingStreamRefusesNewRequests(t *testing.T) {
+	srv := start(t)
+	s := openStream(context.Background(), t, streamClients(t, srv)[0])
+	require.NoError(t, s.Send(simpleRequest("before")))
+	m, err := s.Recv()
+	require.NoError(t, err)
+	assert.Empty(t, m.ErrorMessage)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Stop(10 * time.Second) }()
+	require.Eventually(t, func() bool { return !srv.Gateway.Ready() }, 5*time.Second, time.Millisecond)
+	require.NoError(t, s.Send(simpleRequest("after")))
+	m, err = s.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, "after", m.InferResponse.Id)
+	assert.Equal(t, "Server is stopping", m.ErrorMessage)
+	require.NoError(t, s.CloseSend())
+	_, err = recvAll(t, s)
+	require.NoError(t, err)
+	require.NoError(t, <-stopped)
+}

@@ -39,6 +39,10 @@ func finalParams(final bool, model map[string]*inference.InferParameter) map[str
 	return out
 }
 
+// maxDecoupledInFlight is how many decoupled requests one stream may have running; past it the
+// stream stops reading, so HTTP/2 flow control pushes back on the client.
+const maxDecoupledInFlight = 128
+
 // inferStream is one ModelStreamInfer call as either transport presents it.
 type inferStream interface {
 	Receive() (*inference.ModelInferRequest, error)
@@ -54,6 +58,7 @@ type streamSession struct {
 	failFast bool
 	cancel   context.CancelCauseFunc
 	wg       sync.WaitGroup
+	slots    chan struct{} // bounds the decoupled requests running at once
 
 	mu    sync.Mutex // serialises Send and guards fatal
 	fatal error      // first error, in fail-fast mode
@@ -69,7 +74,8 @@ func (s *Service) ModelStreamInfer(ctx context.Context, stream *connect.BidiStre
 func (s *Service) serveStream(ctx context.Context, stream inferStream, failFast bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ss := &streamSession{svc: s, stream: stream, cancel: cancel, failFast: failFast}
+	ss := &streamSession{svc: s, stream: stream, cancel: cancel, failFast: failFast,
+		slots: make(chan struct{}, maxDecoupledInFlight)}
 	recv := stream.Receive
 	if ss.failFast {
 		// A failing decoupled request must end the stream even while the loop waits for the
@@ -169,6 +175,9 @@ func (ss *streamSession) report(id string, err error) error {
 // handle processes one request from the stream.
 func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRequest) error {
 	start := time.Now()
+	if !ss.svc.Ready() {
+		return ss.report(req.GetId(), connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping")))
+	}
 	e, err := ss.svc.reg.Resolve(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
 		return ss.report(req.GetId(), err)
@@ -179,9 +188,14 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 		return ss.report(req.GetId(), err)
 	}
 	if e.Decoupled() {
+		select {
+		case ss.slots <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 		ss.wg.Add(1)
 		go func() {
-			defer ss.wg.Done()
+			defer func() { <-ss.slots; ss.wg.Done() }()
 			ss.runDecoupled(ctx, e, r, opts, start)
 		}()
 		return nil

@@ -214,3 +214,22 @@ func TestStreamCancelStopsDecoupledModel(t *testing.T) {
 		})
 	}
 }
+
+func TestStreamManyDecoupledRequestsInFlight(t *testing.T) {
+	srv := start(t)
+	s := openStream(context.Background(), t, streamClients(t, srv)[0])
+	const n = 300 // more than one stream may run at once: the rest wait their turn
+	for i := range n {
+		require.NoError(t, s.Send(repeatRequest(fmt.Sprint("m", i), []int32{int32(i)}, 20)))
+	}
+	require.NoError(t, s.CloseSend())
+	got, err := recvAllWithin(t, s, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	seen := map[string]bool{}
+	for _, m := range got {
+		require.Empty(t, m.ErrorMessage)
+		seen[m.InferResponse.Id] = true
+	}
+	assert.Len(t, seen, n)
+}

@@ -3,8 +3,10 @@ package kserve
 import (
 	"bytes"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,4 +102,13 @@ func FuzzTensorCodecRequest(f *testing.F) {
 			t.Fatalf("codec decoded %v, protobuf-go %v", got, &want)
 		}
 	})
+}
+
+func TestTimeoutParameterDoesNotOverflow(t *testing.T) {
+	var r engines.Request
+	opts, err := parseParameters(&r, map[string]*inference.InferParameter{
+		"timeout": {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 18446744073709552}},
+	})
+	require.NoError(t, err)
+	assert.Greater(t, opts.timeout, 100*365*24*time.Hour, "a huge timeout stays huge instead of wrapping to nanoseconds")
 }
