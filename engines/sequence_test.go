@@ -63,16 +63,6 @@ func TestSequenceSweepDropsAbandoned(t *testing.T) {
 	assert.Len(t, s.active, 1, "the 256th start swept the idle sequences")
 }
 
-func TestByteSizeMessageNeverOverflows(t *testing.T) {
-	for _, shape := range [][]int64{{1 << 62}, {1<<61 + 1}} {
-		err := checkData(&Tensor{Name: "X", Datatype: inference.DataType_TYPE_FP32, Shape: shape, Data: make([]byte, 8)}, "m")
-		require.Error(t, err)
-		assert.Equal(t, "input 'X' for model 'm' has a shape with too many elements: "+dimsString(shape), err.(*connect.Error).Message())
-	}
-	err := checkData(&Tensor{Name: "X", Datatype: inference.DataType_TYPE_FP32, Shape: []int64{3}, Data: make([]byte, 8)}, "m")
-	assert.Equal(t, "input byte size mismatch for input 'X' for model 'm'. Expected 12, got 8", err.(*connect.Error).Message())
-}
-
 func TestSequenceNeedsBatchSizeOne(t *testing.T) {
 	s := testSequencer(0)
 	req := &Request{Inputs: []Tensor{{Name: "INPUT", Shape: []int64{2, 1}}}, Sequence: Sequence{ID: CorrelationID{Uint: 1}, Start: true}}

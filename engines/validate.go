@@ -41,8 +41,34 @@ func (e *Entry) Validate(req *Request) error {
 			}
 		}
 	}
+	for i := range req.Inputs {
+		t := &req.Inputs[i]
+		for _, d := range t.Shape {
+			if d < 0 {
+				return invalid("All input dimensions should be specified for input '%s' for model '%s', got %s",
+					t.Name, name, dimsString(t.Shape))
+			}
+		}
+	}
 	mbs := int64(e.cfg.GetMaxBatchSize())
-	var batch int64 = -1
+	if mbs > 0 {
+		// Like Triton, settle the batch size across all inputs before checking each one.
+		var batch int64
+		for i := range req.Inputs {
+			t := &req.Inputs[i]
+			if len(t.Shape) == 0 {
+				return invalid("input '%s' has no shape but model requires batch dimension for '%s'", t.Name, name)
+			}
+			if i == 0 {
+				batch = t.Shape[0]
+			} else if t.Shape[0] != batch {
+				return invalid("input '%s' batch size does not match other inputs for '%s'", t.Name, name)
+			}
+		}
+		if batch > mbs {
+			return invalid("inference request batch-size must be <= %d for '%s'", mbs, name)
+		}
+	}
 	for i := range req.Inputs {
 		t := &req.Inputs[i]
 		mi := e.cfg.GetInput()[e.inputs[t.Name]]
@@ -50,25 +76,8 @@ func (e *Entry) Validate(req *Request) error {
 			return invalid("inference input '%s' data-type is '%s', but model '%s' expects '%s'",
 				t.Name, tensor.Name(t.Datatype), name, tensor.Name(mi.GetDataType()))
 		}
-		for _, d := range t.Shape {
-			if d < 0 {
-				return invalid("All input dimensions should be specified for input '%s' for model '%s', got %s",
-					t.Name, name, dimsString(t.Shape))
-			}
-		}
 		dims := t.Shape
 		if mbs > 0 {
-			if len(t.Shape) == 0 {
-				return invalid("input '%s' has no shape but model requires batch dimension for '%s'", t.Name, name)
-			}
-			if batch < 0 {
-				batch = t.Shape[0]
-				if batch > mbs {
-					return invalid("inference request batch-size must be <= %d for '%s'", mbs, name)
-				}
-			} else if t.Shape[0] != batch {
-				return invalid("input '%s' batch size does not match other inputs for '%s'", t.Name, name)
-			}
 			dims = t.Shape[1:]
 		}
 		if !dimsMatch(mi.GetDims(), dims) {
