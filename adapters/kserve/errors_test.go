@@ -3,6 +3,7 @@ package kserve_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -266,4 +267,37 @@ func TestDeadlineAndCancellationLeaveServerHealthy(t *testing.T) {
 	// counted as failed.
 	require.Eventually(t, func() bool { return srv.Registry.Lookup("slow").Stats.Fail.Count() == uint64(len(cs)) },
 		5*time.Second, 10*time.Millisecond)
+}
+
+// failingModel fails every request with a plain Go error, as a broken backend would.
+type failingModel struct{}
+
+func (failingModel) Config() *inference.ModelConfig {
+	return &inference.ModelConfig{Name: "failing",
+		Input:  []*inference.ModelInput{{Name: "IN", DataType: inference.DataType_TYPE_INT32, Dims: []int64{1}}},
+		Output: []*inference.ModelOutput{{Name: "OUT", DataType: inference.DataType_TYPE_INT32, Dims: []int64{1}}},
+	}
+}
+
+func (failingModel) Execute(context.Context, *engines.Request, func(*engines.Response) error) error {
+	return errors.New("backend exploded")
+}
+
+func TestBackendFailureIsInternal(t *testing.T) {
+	srv := start(t, failingModel{})
+	req := slowRequest(0)
+	req.ModelName = "failing"
+	for _, c := range clients(t, srv) {
+		_, err := infer(context.Background(), c, req)
+		requireStatus(t, err, connect.CodeInternal, "backend exploded")
+	}
+	s := openStream(context.Background(), t, streamClients(t, srv)[0])
+	req.Id = "f"
+	require.NoError(t, s.Send(req))
+	require.NoError(t, s.CloseSend())
+	got, err := recvAll(t, s)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, "backend exploded", got[0].ErrorMessage)
+	assert.Equal(t, "f", got[0].InferResponse.Id)
 }
