@@ -215,23 +215,28 @@ func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferReque
 		e.Stats.RecordFailure(start, time.Now())
 		return nil, err
 	}
+	return inferOnce(ctx, e, r, opts, start)
+}
+
+// inferOnce runs a prepared request on a non-decoupled model and encodes its response, accounting
+// the request in the model's statistics either way.
+func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time) (*inference.ModelInferResponse, error) {
 	timing := engines.Timing{Start: start}
 	inferStart := time.Now()
 	timing.Input = inferStart.Sub(start)
 	res, err := executeOnce(ctx, e, r, opts)
-	if err != nil {
-		e.Stats.RecordFailure(start, time.Now())
-		return nil, err
-	}
-	outStart := time.Now()
-	timing.Infer = outStart.Sub(inferStart)
-	out, err := encode(e, r, res)
-	if err != nil {
-		e.Stats.RecordFailure(start, time.Now())
-		return nil, err
+	var out *inference.ModelInferResponse
+	if err == nil {
+		outStart := time.Now()
+		timing.Infer = outStart.Sub(inferStart)
+		out, err = encode(e, r, res)
+		timing.Output = time.Since(outStart)
 	}
 	end := time.Now()
-	timing.Output = end.Sub(outStart)
+	if err != nil {
+		e.Stats.RecordFailure(start, end)
+		return nil, err
+	}
 	e.Stats.RecordSuccess(batchSize(e, r), timing, end)
 	return out, nil
 }

@@ -200,23 +200,11 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 		}()
 		return nil
 	}
-	timing := engines.Timing{Start: start}
-	inferStart := time.Now()
-	timing.Input = inferStart.Sub(start)
-	res, err := executeOnce(ctx, e, r, opts)
-	var out *inference.ModelInferResponse
-	if err == nil {
-		outStart := time.Now()
-		timing.Infer = outStart.Sub(inferStart)
-		out, err = encode(e, r, res)
-		timing.Output = time.Since(outStart)
-	}
+	out, err := inferOnce(ctx, e, r, opts, start)
 	if err != nil {
-		e.Stats.RecordFailure(start, time.Now())
 		return ss.report(r.ID, err)
 	}
-	out.Parameters = finalParams(true, res.Parameters)
-	e.Stats.RecordSuccess(batchSize(e, r), timing, time.Now())
+	out.Parameters = finalParams(true, out.Parameters)
 	return ss.send(&inference.ModelStreamInferResponse{InferResponse: out})
 }
 
