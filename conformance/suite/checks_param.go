@@ -1,0 +1,5 @@
+package suite
+
+func paramChecks() []Check {
+	return nil
+}
