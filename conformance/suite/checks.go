@@ -18,6 +18,7 @@ func Checks() []Check {
 		sequenceChecks(),
 		restChecks(),
 		builtinChecks(),
+		bridgeChecks(),
 	} {
 		all = append(all, group...)
 	}
