@@ -16,7 +16,8 @@ func Checks() []Check {
 		streamChecks(),
 		decoupledChecks(),
 		sequenceChecks(),
-		restChecks(),
+		// restChecks(), enabled once the REST adapter lands
+		nil,
 		builtinChecks(),
 		bridgeChecks(),
 	} {
