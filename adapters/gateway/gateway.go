@@ -96,6 +96,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
+	rest := g.svc.RESTHandler() // KServe v2 REST, over HTTP/1.1 and h2c alike
+	mux.Handle("/v2", rest)
+	mux.Handle("/v2/", rest)
 	g.handler = mux
 
 	g.grpcSrv = grpc.NewServer(append(g.svc.ServerOptions(),

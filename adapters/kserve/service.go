@@ -23,7 +23,7 @@ const DefaultMaxMessageBytes = math.MaxInt32
 
 // Extensions lists the Triton protocol extensions this service implements, as ServerMetadata
 // reports them.
-var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters"}
+var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data"}
 
 // Service implements inference.GRPCInferenceService on a model registry.
 type Service struct {
@@ -203,13 +203,36 @@ func (s *Service) LogSettings(context.Context, *inference.LogSettingsRequest) (*
 // ModelInfer runs one request on a non-decoupled model.
 func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
 	start := time.Now()
-	e, err := s.reg.Resolve(req.GetModelName(), req.GetModelVersion())
+	e, err := s.resolveUnary(req.GetModelName(), req.GetModelVersion(), errDecoupledRPC)
+	if err != nil {
+		return nil, err
+	}
+	return inferUnary(ctx, e, req, start)
+}
+
+// Triton refuses decoupled models on its one-response endpoints, in words that differ by protocol.
+const (
+	errDecoupledRPC  = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+	errDecoupledHTTP = "HTTP end point doesn't support models with decoupled transaction policy"
+)
+
+// resolveUnary finds the model a one-request-one-response call names and refuses a decoupled one
+// (UNIMPLEMENTED) with the protocol's message.
+func (s *Service) resolveUnary(name, version, decoupledMsg string) (*engines.Entry, error) {
+	e, err := s.reg.Resolve(name, version)
 	if err != nil {
 		return nil, err
 	}
 	if e.Decoupled() {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("ModelInfer RPC doesn't support models with decoupled transaction policy"))
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New(decoupledMsg))
 	}
+	return e, nil
+}
+
+// inferUnary decodes, validates and runs req on e: the path gRPC ModelInfer and the REST infer
+// endpoint share, so the same bad request fails with the same message on both and both count in
+// the model's statistics.
+func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, start time.Time) (*inference.ModelInferResponse, error) {
 	r, opts, err := prepare(e, req)
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())

@@ -19,13 +19,19 @@ import (
 
 // JSONError describes tensor data that is not valid JSON for its datatype.
 type JSONError struct {
-	// Offset is the byte offset in the JSON data where the problem was found.
+	// Offset is the byte offset in the JSON data where the problem was found, -1 where there is
+	// no JSON to point into (encoding, or a datatype with no JSON form).
 	Offset int
 	// Msg says what is wrong, naming the element and the value where there is one.
 	Msg string
 }
 
-func (e *JSONError) Error() string { return e.Msg }
+func (e *JSONError) Error() string {
+	if e.Offset < 0 {
+		return e.Msg
+	}
+	return e.Msg + " (at offset " + strconv.Itoa(e.Offset) + ")"
+}
 
 // AppendFromJSON decodes JSON tensor data of datatype dt and appends it to dst in raw form
 // (little-endian; BYTES elements framed with uint32 length prefixes). data is an array, flat or
@@ -37,7 +43,7 @@ func (e *JSONError) Error() string { return e.Msg }
 // JSON), never with a size the caller declares.
 func AppendFromJSON(dst []byte, dt inference.DataType, data []byte) ([]byte, int, error) {
 	if dt == inference.DataType_TYPE_FP16 || dt == inference.DataType_TYPE_BF16 || !Valid(dt) {
-		return dst, 0, &JSONError{Msg: fmt.Sprintf("%s data cannot be carried in JSON", Name(dt))}
+		return dst, 0, &JSONError{Offset: -1, Msg: fmt.Sprintf("%s data cannot be carried in JSON", Name(dt))}
 	}
 	d := jsonDecoder{data: data, dt: dt, size: ElementSize(dt), dst: dst}
 	err := d.run()
@@ -53,7 +59,7 @@ type jsonDecoder struct {
 }
 
 func (d *jsonDecoder) fail(off int, format string, args ...any) error {
-	return &JSONError{Offset: off, Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d)", off)}
+	return &JSONError{Offset: off, Msg: fmt.Sprintf(format, args...)}
 }
 
 // run walks the array structure iteratively (a depth counter, no recursion), so deeply nested
@@ -461,7 +467,7 @@ func describe(data []byte, i int) string {
 // the tensor as binary data instead.
 func AppendJSON(dst []byte, dt inference.DataType, raw []byte) ([]byte, error) {
 	if dt == inference.DataType_TYPE_FP16 || dt == inference.DataType_TYPE_BF16 || !Valid(dt) {
-		return dst, &JSONError{Msg: fmt.Sprintf("%s data cannot be carried in JSON", Name(dt))}
+		return dst, &JSONError{Offset: -1, Msg: fmt.Sprintf("%s data cannot be carried in JSON", Name(dt))}
 	}
 	if dt == inference.DataType_TYPE_STRING {
 		dst = append(dst, '[')
@@ -474,13 +480,13 @@ func AppendJSON(dst []byte, dt inference.DataType, raw []byte) ([]byte, error) {
 			dst = AppendJSONString(dst, elem)
 		})
 		if err != nil {
-			return dst, &JSONError{Msg: "malformed BYTES data: " + err.Error()}
+			return dst, &JSONError{Offset: -1, Msg: "malformed BYTES data: " + err.Error()}
 		}
 		return append(dst, ']'), nil
 	}
 	size := ElementSize(dt)
 	if len(raw)%size != 0 {
-		return dst, &JSONError{Msg: fmt.Sprintf("%d bytes is not a whole number of %s elements", len(raw), Name(dt))}
+		return dst, &JSONError{Offset: -1, Msg: fmt.Sprintf("%d bytes is not a whole number of %s elements", len(raw), Name(dt))}
 	}
 	dst = append(dst, '[')
 	for i := 0; i < len(raw); i += size {
@@ -520,7 +526,7 @@ func AppendJSON(dst []byte, dt inference.DataType, raw []byte) ([]byte, error) {
 				f = math.Float64frombits(binary.LittleEndian.Uint64(b))
 			}
 			if math.IsNaN(f) || math.IsInf(f, 0) {
-				return dst, &JSONError{Msg: fmt.Sprintf("element %d is %v, which JSON cannot represent", i/size, f)}
+				return dst, &JSONError{Offset: -1, Msg: fmt.Sprintf("element %d is %v, which JSON cannot represent", i/size, f)}
 			}
 			dst = appendFloat(dst, f, bits)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -202,6 +203,9 @@ func TestJSONDecodeErrors(t *testing.T) {
 		require.ErrorAs(t, err, &je)
 		assert.Contains(t, err.Error(), c.want, "%s %s", Name(c.dt), c.in)
 		assert.LessOrEqual(t, je.Offset, len(c.in))
+		if je.Offset >= 0 {
+			assert.Equal(t, je.Msg+" (at offset "+strconv.Itoa(je.Offset)+")", err.Error())
+		}
 	}
 }
 
@@ -282,7 +286,7 @@ func FuzzJSONData(f *testing.F) {
 			if !errors.As(err, &je) {
 				t.Fatalf("error %T, want *JSONError", err)
 			}
-			if je.Offset < 0 || je.Offset > len(data) {
+			if je.Offset < -1 || je.Offset > len(data) || je.Offset == -1 && dt != inference.DataType_TYPE_FP16 && dt != inference.DataType_TYPE_BF16 && Valid(dt) {
 				t.Fatalf("offset %d outside %d bytes of data", je.Offset, len(data))
 			}
 			return
