@@ -297,7 +297,14 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int)
 	buf := make([]byte, headroom, headroom+min(want, firstChunk))
 	for len(buf)-headroom < want {
 		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), headroom+min(want, 4*(len(buf)-headroom)))
+			// Fourfold, or straight to the declared size when that is at most one step more,
+			// so a body just over a power of four is not grown twice.
+			have := len(buf) - headroom
+			next := 4 * have
+			if want <= 5*have {
+				next = want
+			}
+			grown := make([]byte, len(buf), headroom+min(want, next))
 			copy(grown, buf)
 			buf = grown
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -1084,4 +1085,57 @@ func TestRESTJSONAndBinaryInputsAgree(t *testing.T) {
 	binRes := p.do(t, http.MethodPost, "/v2/models/simple/infer", body, kserveHeader, hl)
 	require.Equal(t, http.StatusOK, binRes.status)
 	assert.Equal(t, string(jsonRes.body), string(binRes.body))
+}
+
+// TestRESTLargeAndChunkedBodies sends binary bodies around the sizes where the body buffer grows
+// (1 MiB, then fourfold or straight to the declared length), with and without a Content-Length.
+func TestRESTLargeAndChunkedBodies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tens of MiB of round trips")
+	}
+	srv := start(t)
+	p := restPeers(srv)[0]
+	for _, size := range []int{1<<20 - 200, 1 << 20, 1<<20 + 4, 5 << 20, 5<<20 + 4000, 21 << 20} {
+		for _, chunked := range []bool{false, true} {
+			n := (size - 180) / 4 // elements, leaving room for the JSON header
+			header := fmt.Sprintf(`{"inputs":[{"name":"INPUT0","shape":[%d],"datatype":"FP32","parameters":{"binary_data_size":%d}}],"parameters":{"binary_data_output":true}}`, n, 4*n)
+			data := make([]byte, 4*n)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			body := append([]byte(header), data...)
+			var rd io.Reader = bytes.NewReader(body)
+			if chunked {
+				rd = io.MultiReader(rd) // hides the length: sent chunked
+			}
+			req, err := http.NewRequest(http.MethodPost, p.url+"/v2/models/identity_fp32/infer", rd)
+			require.NoError(t, err)
+			req.Header.Set(kserveHeader, strconv.Itoa(len(header)))
+			res, err := p.c.Do(req)
+			require.NoError(t, err)
+			got, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			require.NoError(t, err)
+			_, out := binaryReply(t, restReply{status: res.StatusCode, header: res.Header, body: got})
+			require.True(t, bytes.Equal(data, out["OUTPUT0"]), "%d-byte body (chunked %v) echoed exactly", len(body), chunked)
+		}
+	}
+}
+
+// TestRESTBodyShorterThanDeclared claims a huge Content-Length and sends a few bytes: the server
+// answers 400 when the body ends, without having sized anything by the claim.
+func TestRESTBodyShorterThanDeclared(t *testing.T) {
+	srv := start(t)
+	conn, err := net.Dial("tcp", srv.Addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000000\r\nConnection: close\r\n\r\n{\"inputs\":")
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	assert.Equal(t, http.StatusBadRequest, res.StatusCode)
+	assert.Equal(t, `{"error":"the request body ended early, after 10 of 2000000000 bytes"}`, string(b))
 }
