@@ -55,8 +55,9 @@ func framed(s string) []byte {
 	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(s))), s...)
 }
 
-// TestBridgeChecks runs the LLM checks against a fake LLM model: they pass on a model that
-// keeps the contract and bridge.completions fails on one whose finish_reason is not OpenAI's.
+// TestBridgeChecks runs the LLM and REST generate checks against a fake LLM model: they pass on a
+// model that keeps the contract and bridge.completions fails on one whose finish_reason is not
+// OpenAI's.
 func TestBridgeChecks(t *testing.T) {
 	for _, tc := range []struct {
 		broken string
@@ -67,7 +68,7 @@ func TestBridgeChecks(t *testing.T) {
 	} {
 		t.Run("broken="+tc.broken, func(t *testing.T) {
 			srv := gatewaytest.Start(t, gateway.Config{}, &fakeLLM{broken: tc.broken})
-			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, Run: regexp.MustCompile(`^bridge\.`)})
+			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Run: regexp.MustCompile(`^(bridge\.|rest\.generate)`)})
 			require.NoError(t, err)
 			var failed []string
 			for _, res := range rep.Results {
@@ -76,7 +77,7 @@ func TestBridgeChecks(t *testing.T) {
 					failed = append(failed, res.ID)
 				}
 			}
-			require.Len(t, rep.Results, 3)
+			require.Len(t, rep.Results, 5)
 			require.Equal(t, tc.failed, failed, strings.Join(rep.Models, ","))
 		})
 	}

@@ -16,8 +16,7 @@ func Checks() []Check {
 		streamChecks(),
 		decoupledChecks(),
 		sequenceChecks(),
-		// restChecks(), enabled once the REST adapter lands
-		nil,
+		restChecks(),
 		builtinChecks(),
 		bridgeChecks(),
 	} {

@@ -18,8 +18,6 @@ import (
 
 // restChecks cover the KServe v2 REST protocol (kserve.md §2) and Triton's binary tensor data and
 // generate extensions. They run when a REST URL is given.
-var _ = restChecks
-
 func restChecks() []Check {
 	return []Check{
 		{ID: "rest.health", Title: "GET /v2/health/live and /v2/health/ready answer 200", Class: Standard, Item: 58, Run: func(t *T) {
