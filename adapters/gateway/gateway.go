@@ -44,6 +44,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger
+	// Services mounts more services next to the KServe service, such as the typed services that
+	// protoc-gen-infergate's Mount<Service> returns: each is called once, with the HTTP mux
+	// (Connect, gRPC-Web) and the native gRPC server.
+	Services []func(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar)
 }
 
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
@@ -113,6 +117,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	g.grpcHealth = health.NewServer()
 	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
 	healthgrpc.RegisterHealthServer(g.grpcSrv, g.grpcHealth)
+	for _, mount := range cfg.Services {
+		mount(mux, g.grpcSrv)
+	}
 	reflection.Register(g.grpcSrv)
 
 	protocols := new(http.Protocols)
