@@ -310,15 +310,14 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int)
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) && known < 0 {
+		switch {
+		case err == nil, errors.Is(err, io.EOF) && len(buf)-headroom == want:
+		case errors.Is(err, io.EOF) && known < 0:
 			return buf, nil
-		}
-		if err != nil && (!errors.Is(err, io.EOF) || len(buf)-headroom < want) {
-			where := fmt.Sprintf("after %d bytes", len(buf)-headroom)
-			if known >= 0 {
-				where = fmt.Sprintf("after %d of %d bytes", len(buf)-headroom, known)
-			}
-			return nil, readError(err, where)
+		case known < 0:
+			return nil, readError(err, fmt.Sprintf("after %d bytes", len(buf)-headroom))
+		default:
+			return nil, readError(err, fmt.Sprintf("after %d of %d bytes", len(buf)-headroom, known))
 		}
 	}
 	if known < 0 {

@@ -182,11 +182,11 @@ func TestRESTRoutingErrors(t *testing.T) {
 }
 
 func TestRESTModelConfigMatchesGRPC(t *testing.T) {
-	srv := start(t)
+	srv := start(t, newIdentityAll())
 	ctx := context.Background()
 	c := clients(t, srv)[0]
 	p := restPeers(srv)[0]
-	for _, model := range []string{"simple", "simple_string", "simple_dyna_sequence", "repeat_int32", "identity_fp32"} {
+	for _, model := range []string{"simple", "simple_string", "simple_dyna_sequence", "repeat_int32", "identity_fp32", "identity_all"} {
 		r := p.get(t, "/v2/models/"+model+"/config")
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
 		want, err := call[inference.ModelConfigRequest, inference.ModelConfigResponse](ctx, c, "ModelConfig", &inference.ModelConfigRequest{Name: model})
@@ -205,6 +205,8 @@ func TestRESTModelConfigMatchesGRPC(t *testing.T) {
 	} {
 		assert.Contains(t, body, want)
 	}
+	r = p.get(t, "/v2/models/identity_all/config")
+	assert.Contains(t, string(r.body), `"inputs":{"IN_FP32":{"data_type":"TYPE_FP32","dims":[4],"zero_data":true}}`, "only the set member of a oneof")
 	requireRESTError(t, p.get(t, "/v2/models/nope/config"), 404, "Request for unknown model: 'nope' is not found")
 }
 
@@ -847,6 +849,10 @@ func newIdentityAll() *identityAll {
 		cfg.Input = append(cfg.Input, &inference.ModelInput{Name: "IN_" + name, DataType: dt, Dims: []int64{-1}, Optional: true})
 		cfg.Output = append(cfg.Output, &inference.ModelOutput{Name: "OUT_" + name, DataType: dt, Dims: []int64{-1}})
 	}
+	// A warmup setting gives the config a scalar oneof member (zero_data) for the JSON rendering.
+	cfg.ModelWarmup = []*inference.ModelWarmup{{Name: "zeros", BatchSize: 1, Inputs: map[string]*inference.ModelWarmup_Input{
+		"IN_FP32": {DataType: inference.DataType_TYPE_FP32, Dims: []int64{4}, InputDataType: &inference.ModelWarmup_Input_ZeroData{ZeroData: true}},
+	}}}
 	return &identityAll{cfg}
 }
 
@@ -866,8 +872,9 @@ func (m *identityAll) Execute(_ context.Context, req *engines.Request, send func
 
 // textModel is an LLM-shaped model: text_input BYTES [1] -> text_output BYTES [1]. The plain kind
 // answers the upper-cased text at once, with a response parameter "words". The decoupled kind
-// streams one response per word; request parameters "delay_ms" pause before each word and
-// "fail_after" fails after that many words. It records cancellations.
+// streams one response per word; request parameters "delay_ms" pause before each word,
+// "fail_after" fails after that many words and "empty_final" ends with a response that has no
+// outputs. It records cancellations.
 type textModel struct {
 	cfg       *inference.ModelConfig
 	cancelled chan struct{}
@@ -920,6 +927,9 @@ func (m *textModel) Execute(ctx context.Context, req *engines.Request, send func
 			return err
 		}
 	}
+	if req.Parameters["empty_final"].GetBoolParam() {
+		return send(&engines.Response{Final: true}) // flags only, as some backends end
+	}
 	return nil
 }
 
@@ -964,6 +974,25 @@ func TestRESTGenerate(t *testing.T) {
 				"generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses")
 			requireRESTError(t, p.post(t, "/v2/models/text_words/generate", `{"text_input":""}`), 400,
 				"generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses")
+			// A flags-only final is not a response.
+			r = p.post(t, "/v2/models/text_words/generate", `{"text_input":"single","empty_final":true}`)
+			require.Equal(t, http.StatusOK, r.status, "%s", r)
+			assert.Equal(t, `{"model_name":"text_words","model_version":"1","text_output":"single"}`, string(r.body))
+			// On a second response the model is stopped, and the request counts as failed.
+			fails := srv.Registry.Lookup("text_words").Stats.Fail.Count()
+			requireRESTError(t, p.post(t, "/v2/models/text_words/generate", `{"text_input":"a b c d e f g h","delay_ms":1}`), 400,
+				"generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses")
+			assert.Equal(t, fails+1, srv.Registry.Lookup("text_words").Stats.Fail.Count())
+
+			// Any model can be used with generate: simple's [16] inputs take 16 (or 32, batch 2)
+			// elements and fill [1,16]; other counts cannot be shaped.
+			r = p.post(t, "/v2/models/simple/generate", `{"INPUT0":`+jsonArray(seqInts(16, func(i int) int { return i }))+`,"INPUT1":`+jsonArray(seqInts(16, func(int) int { return 1 }))+`}`)
+			require.Equal(t, http.StatusOK, r.status, "%s", r)
+			assert.Equal(t, `{"model_name":"simple","model_version":"1","OUTPUT0":`+jsonArray(seqInts(16, func(i int) int { return i + 1 }))+`,"OUTPUT1":`+jsonArray(seqInts(16, func(i int) int { return i - 1 }))+`}`, string(r.body))
+			r = p.post(t, "/v2/models/simple/generate", `{"INPUT0":`+jsonArray(seqInts(32, func(i int) int { return i }))+`,"INPUT1":`+jsonArray(seqInts(32, func(int) int { return 1 }))+`}`)
+			require.Equal(t, http.StatusOK, r.status, "%s", r)
+			requireRESTError(t, p.post(t, "/v2/models/simple/generate", `{"INPUT0":[1,2,3],"INPUT1":[1,2,3]}`), 400,
+				"The schema can not convert input 'INPUT0' to tensor with proper shape")
 
 			// Errors before inference: plain JSON errors with their status.
 			requireRESTError(t, p.post(t, "/v2/models/text_echo/generate", `{"prompt":"x"}`), 400,
@@ -1018,6 +1047,14 @@ func TestRESTGenerateStream(t *testing.T) {
 			r := p.post(t, "/v2/models/text_echo/generate_stream", `{"text_input":"hi"}`)
 			require.Equal(t, http.StatusOK, r.status)
 			assert.Equal(t, []string{`{"model_name":"text_echo","model_version":"1","words":1,"text_output":"HI"}`}, sseEvents(t, bytes.NewReader(r.body)))
+
+			// A flags-only final sends no event.
+			r = p.post(t, "/v2/models/text_words/generate_stream", `{"text_input":"x y","empty_final":true}`)
+			require.Equal(t, http.StatusOK, r.status)
+			assert.Equal(t, []string{
+				`{"model_name":"text_words","model_version":"1","text_output":"x"}`,
+				`{"model_name":"text_words","model_version":"1","text_output":"y"}`,
+			}, sseEvents(t, bytes.NewReader(r.body)))
 
 			// An error after the first event is an error event on the 200 stream.
 			r = p.post(t, "/v2/models/text_words/generate_stream", `{"text_input":"a b c","fail_after":2}`)
