@@ -251,8 +251,9 @@ func (s *Service) restUnload(w http.ResponseWriter, r *http.Request) error {
 //
 // A declared Content-Length beyond the limit is refused at once, but below it is not trusted with
 // an allocation either: the buffer starts at up to 1 MiB and grows fourfold as bytes actually
-// arrive, capped at the declared length, so a client that claims 2 GiB and sends 10 bytes costs
-// 1 MiB, while a 16 MiB tensor costs three short copies on its way to its final place.
+// arrive (straight to the declared length when that is within one step), so a client that claims
+// 2 GiB and sends 10 bytes costs 1 MiB, while a 16 MiB tensor costs two short copies (1 and 4 MiB)
+// on its way to its final place.
 func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int) ([]byte, error) {
 	limit := s.maxBytes
 	var src io.Reader = r.Body

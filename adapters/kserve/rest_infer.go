@@ -121,9 +121,6 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 		t := &tensors[i]
 		req.Inputs[i] = t
 		t.Name, t.Datatype, t.Shape = in.Name, in.Datatype, in.Shape
-		if t.Shape == nil {
-			t.Shape = []int64{}
-		}
 		size, isBinary, err := inputParameters(in, t)
 		if err != nil {
 			return nil, err
