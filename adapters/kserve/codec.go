@@ -32,6 +32,9 @@ const (
 type callOptions struct {
 	timeout    time.Duration // zero: none
 	emptyFinal bool
+	// classes holds the classification count of each requested output (0: none); nil when no
+	// output asks for classification.
+	classes []int
 }
 
 // decode turns a wire request into the engine request for model e: typed contents become raw
@@ -70,13 +73,19 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Reques
 	if next < len(raw) {
 		return nil, callOptions{}, invalid("expected %d entries in raw_input_contents (one per input) but got %d for model '%s'", next, len(raw), model)
 	}
+	var classes []int
 	if outs := req.GetOutputs(); len(outs) > 0 {
 		r.Outputs = make([]string, len(outs))
 		for i, o := range outs {
 			r.Outputs[i] = o.GetName()
 		}
+		var err error
+		if classes, err = parseClassification(e, outs); err != nil {
+			return nil, callOptions{}, err
+		}
 	}
 	opts, err := parseParameters(r, req.GetParameters())
+	opts.classes = classes
 	return r, opts, err
 }
 
@@ -158,7 +167,7 @@ func wrongType(key, want string) error {
 
 // encode builds the wire response for res: requested outputs in request order (all outputs in config
 // order when none were requested), data in raw_output_contents as Triton always sends it.
-func encode(e *engines.Entry, req *engines.Request, res *engines.Response) (*inference.ModelInferResponse, error) {
+func encode(e *engines.Entry, req *engines.Request, res *engines.Response, opts callOptions) (*inference.ModelInferResponse, error) {
 	out := &inference.ModelInferResponse{
 		ModelName:    e.Name(),
 		ModelVersion: e.Version(),
@@ -178,6 +187,13 @@ func encode(e *engines.Entry, req *engines.Request, res *engines.Response) (*inf
 			t = &res.Outputs[i]
 		} else if t = findOutput(res.Outputs, req.Outputs[i]); t == nil {
 			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("model '%s' did not produce requested output '%s'", e.Name(), req.Outputs[i]))
+		}
+		if opts.classes != nil && opts.classes[i] > 0 {
+			c, err := classify(e, t, opts.classes[i])
+			if err != nil {
+				return nil, err
+			}
+			t = &c
 		}
 		tensors[i].Name, tensors[i].Datatype, tensors[i].Shape = t.Name, tensor.Name(t.Datatype), t.Shape
 		out.Outputs[i] = &tensors[i]

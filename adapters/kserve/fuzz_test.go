@@ -172,12 +172,12 @@ func FuzzModelInferRequest(f *testing.F) {
 			req.ModelName = fuzzModels[int(pick)%len(fuzzModels)]
 			e = reg.Lookup(req.ModelName)
 		}
-		r, _, err := prepare(e, req)
+		r, opts, err := prepare(e, req)
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
 		}
-		checkPrepared(t, e, r)
+		checkPrepared(t, e, r, opts)
 	})
 }
 
@@ -195,7 +195,7 @@ func requireInvalidArgument(t *testing.T, err error) {
 // checkPrepared checks a request prepare accepted against e's config, then runs it on the models
 // that are cheap and safe to run from a fuzzer (non-decoupled; sequence models on a fresh registry
 // so their sequence state does not leak between inputs).
-func checkPrepared(t *testing.T, e *engines.Entry, r *engines.Request) {
+func checkPrepared(t *testing.T, e *engines.Entry, r *engines.Request, opts callOptions) {
 	t.Helper()
 	cfg := e.Config()
 	for _, in := range r.Inputs {
@@ -247,7 +247,7 @@ func checkPrepared(t *testing.T, e *engines.Entry, r *engines.Request) {
 	if res == nil {
 		t.Fatalf("model %s sent no response", e.Name())
 	}
-	if _, err := encode(e, r, res); err != nil {
+	if _, err := encode(e, r, res, opts); err != nil {
 		t.Fatalf("encode: %v", err)
 	}
 }
@@ -270,10 +270,10 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 				e = reg.Lookup(fuzzModels[0])
 			}
 			require.NotNil(t, e)
-			r, _, err := prepare(e, req)
+			r, opts, err := prepare(e, req)
 			if accepted[name] {
 				require.NoError(t, err)
-				checkPrepared(t, e, r)
+				checkPrepared(t, e, r, opts)
 				return
 			}
 			require.Error(t, err)

@@ -95,12 +95,12 @@ func FuzzRESTInferBody(f *testing.F) {
 			return
 		}
 		checkAliasing(t, buf, call, header)
-		r, _, err := prepare(e, call.req)
+		r, opts, err := prepare(e, call.req)
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
 		}
-		checkPrepared(t, e, r)
+		checkPrepared(t, e, r, opts)
 		if e.Config().GetSequenceBatching() == nil {
 			checkRESTResponse(t, e, call)
 		}
@@ -231,12 +231,12 @@ func FuzzRESTGenerateBody(f *testing.F) {
 		if len(req.Inputs) != len(req.RawInputContents) {
 			t.Fatalf("%d inputs, %d raw entries", len(req.Inputs), len(req.RawInputContents))
 		}
-		r, _, err := prepare(e, req)
+		r, opts, err := prepare(e, req)
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
 		}
-		checkPrepared(t, e, r)
+		checkPrepared(t, e, r, opts)
 	})
 }
 

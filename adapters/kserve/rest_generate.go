@@ -222,7 +222,7 @@ func runResponses(ctx context.Context, e *engines.Entry, r *engines.Request, opt
 		if len(res.Outputs) == 0 && len(res.Parameters) == 0 {
 			return nil
 		}
-		out, err := encode(e, r, res)
+		out, err := encode(e, r, res, opts)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func TestServerAPIs(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "triton", md.Name, "Triton's example clients check the name")
 			assert.NotEmpty(t, md.Version)
-			assert.ElementsMatch(t, []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data"}, md.Extensions)
+			assert.ElementsMatch(t, []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}, md.Extensions)
 
 			for _, v := range []string{"", "1"} {
 				mr, err := call[inference.ModelReadyRequest, inference.ModelReadyResponse](ctx, c, "ModelReady", &inference.ModelReadyRequest{Name: "simple", Version: v})

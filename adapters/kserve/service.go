@@ -23,7 +23,7 @@ const DefaultMaxMessageBytes = math.MaxInt32
 
 // Extensions lists the Triton protocol extensions this service implements, as ServerMetadata
 // reports them.
-var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data"}
+var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}
 
 // Service implements inference.GRPCInferenceService on a model registry.
 type Service struct {
@@ -252,7 +252,7 @@ func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts c
 	if err == nil {
 		outStart := time.Now()
 		timing.Infer = outStart.Sub(inferStart)
-		out, err = encode(e, r, res)
+		out, err = encode(e, r, res, opts)
 		timing.Output = time.Since(outStart)
 	}
 	end := time.Now()

@@ -216,7 +216,7 @@ func (ss *streamSession) runDecoupled(ctx context.Context, e *engines.Entry, r *
 	timing.Input = inferStart.Sub(start)
 	sentFinal := false
 	err := execute(ctx, e, r, opts, func(res *engines.Response) error {
-		out, err := encode(e, r, res)
+		out, err := encode(e, r, res, opts)
 		if err != nil {
 			return err
 		}
