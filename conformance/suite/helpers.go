@@ -38,31 +38,9 @@ func (t *T) hasModel(name string) bool {
 // model, every input of a datatype the suite can synthesize, and passing every filter. Triton's
 // `simple` is preferred when it qualifies, since its results are known.
 func (t *T) generic(filters ...func(*model) bool) *model {
-	var found []*model
-	for _, m := range t.env.models {
-		if m.decoupled() || m.sequence() || len(m.meta.GetInputs()) == 0 {
-			continue
-		}
-		ok := true
-		for _, in := range m.meta.GetInputs() {
-			if _, known := datatypes[in.GetDatatype()]; !known || elements(inputShape(m, in)) < 0 {
-				ok = false
-			}
-		}
-		for _, f := range filters {
-			ok = ok && f(m)
-		}
-		if ok {
-			found = append(found, m)
-		}
-	}
+	found := t.drivable(filters...)
 	if len(found) == 0 {
 		t.Skip("no model fits this check (non-decoupled, non-sequence, inputs of known datatypes%s)", filterNote(filters))
-	}
-	for _, m := range found {
-		if m.name == "simple" {
-			return m
-		}
 	}
 	return found[0]
 }

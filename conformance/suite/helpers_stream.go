@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"time"
 
@@ -262,27 +261,7 @@ func largeRequest(target largeTarget, size int) (*inference.ModelInferRequest, [
 
 // patternData is n elements of a fixed-size datatype with values i mod 97 (BOOL: i mod 2), each
 // exact in every datatype.
-func patternData(dt string, n int) []byte {
-	size := datatypes[dt]
-	out := make([]byte, n*size)
-	for i := range n {
-		v := uint64(i % 97)
-		switch dt {
-		case "BOOL":
-			v = uint64(i % 2)
-		case "FP16":
-			v = uint64(float16Bits(float32(v)))
-		case "BF16":
-			v = uint64(math.Float32bits(float32(v)) >> 16)
-		case "FP32":
-			v = uint64(math.Float32bits(float32(v)))
-		case "FP64":
-			v = math.Float64bits(float64(v))
-		}
-		putUint(out[i*size:], size, v)
-	}
-	return out
-}
+func patternData(dt string, n int) []byte { return pattern(dt, n, 97) }
 
 // configTypeName is the model_config.proto DataType name of a KServe datatype: TYPE_ and the
 // datatype, but TYPE_STRING for BYTES.

@@ -35,18 +35,22 @@ func elements(shape []int64) int64 {
 // fill returns n elements of datatype dt in raw form: small values (i mod 4; BOOL i mod 2; BYTES
 // the decimal text of i mod 4) that every example model accepts, including ones that parse strings
 // as numbers.
-func fill(dt string, n int) []byte {
+func fill(dt string, n int) []byte { return pattern(dt, n, 4) }
+
+// pattern returns n elements of datatype dt with values i mod m (BOOL: i mod 2; BYTES: their
+// decimal text), each exact in every datatype for m <= 2048.
+func pattern(dt string, n, m int) []byte {
 	if dt == "BYTES" {
 		elems := make([][]byte, n)
 		for i := range elems {
-			elems[i] = []byte(strconv.Itoa(i % 4))
+			elems[i] = []byte(strconv.Itoa(i % m))
 		}
 		return frame(elems...)
 	}
 	size := datatypes[dt]
 	out := make([]byte, n*size)
 	for i := range n {
-		v := uint64(i % 4)
+		v := uint64(i % m)
 		switch dt {
 		case "BOOL":
 			v = uint64(i % 2)
