@@ -2,29 +2,36 @@
 // (simple, simple_int8, simple_string, simple_identity, simple_sequence, simple_dyna_sequence,
 // repeat_int32, square_int32) plus identity_fp32 for large-tensor tests. Their configs and
 // semantics follow Triton's so that Triton's own example clients work against them unchanged.
+//
+// All but simple_dyna_sequence are declared in schema/infergate/builtin/v1/builtin.proto and
+// served through the code protoc-gen-infergate generates from it (builtins implements the
+// generated interface); simple_dyna_sequence is a hand-written engines.Model (sequence.go).
 package cpu
 
 import (
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/gen/infergate/builtin/v1/builtinv1infergate"
 )
 
 // Platform is the platform string the built-in models report in metadata and config.
 const Platform = "infergate_cpu"
 
+// order is the registration order of the built-ins, which model listings follow.
+var order = []string{"simple", "simple_int8", "simple_string", "simple_identity", "simple_sequence",
+	"simple_dyna_sequence", "repeat_int32", "square_int32", "identity_fp32"}
+
 // Models returns a fresh instance of every built-in model.
 func Models() []engines.Model {
-	return []engines.Model{
-		newArith("simple", inference.DataType_TYPE_INT32),
-		newArith("simple_int8", inference.DataType_TYPE_INT8),
-		newSimpleString(),
-		newSimpleIdentity(),
-		newSimpleSequence(),
-		newSimpleDynaSequence(),
-		newRepeat(),
-		newSquare(),
-		newIdentityFP32(),
+	byName := map[string]engines.Model{}
+	for _, m := range append(builtinv1infergate.NewBuiltinServiceModels(builtins{}), newSimpleDynaSequence()) {
+		byName[m.Config().GetName()] = m
 	}
+	out := make([]engines.Model, 0, len(order))
+	for _, name := range order {
+		out = append(out, byName[name])
+	}
+	return out
 }
 
 // Register adds every built-in model to reg.
@@ -37,21 +44,8 @@ func Register(reg *engines.Registry) error {
 	return nil
 }
 
-func io(name string, dt inference.DataType, dims ...int64) (*inference.ModelInput, *inference.ModelOutput) {
-	return &inference.ModelInput{Name: name, DataType: dt, Dims: dims},
-		&inference.ModelOutput{Name: name, DataType: dt, Dims: dims}
-}
-
-func input(name string, dt inference.DataType, dims ...int64) *inference.ModelInput {
-	in, _ := io(name, dt, dims...)
-	return in
-}
-
-func output(name string, dt inference.DataType, dims ...int64) *inference.ModelOutput {
-	_, out := io(name, dt, dims...)
-	return out
-}
-
+// baseConfig is the config every built-in shares: the generated ones get the same from their
+// annotations (platform, backend "cpu", latest version policy, one CPU instance).
 func baseConfig(name string, maxBatch int32) *inference.ModelConfig {
 	return &inference.ModelConfig{
 		Name:         name,
@@ -64,18 +58,5 @@ func baseConfig(name string, maxBatch int32) *inference.ModelConfig {
 		InstanceGroup: []*inference.ModelInstanceGroup{{
 			Name: name, Kind: inference.ModelInstanceGroup_KIND_CPU, Count: 1,
 		}},
-	}
-}
-
-func decoupled(cfg *inference.ModelConfig) *inference.ModelConfig {
-	cfg.ModelTransactionPolicy = &inference.ModelTransactionPolicy{Decoupled: true}
-	return cfg
-}
-
-// int32Control is a sequence control input carried as INT32 0/1, as Triton's examples declare them.
-func int32Control(name string, kind inference.ModelSequenceBatching_Control_Kind) *inference.ModelSequenceBatching_ControlInput {
-	return &inference.ModelSequenceBatching_ControlInput{
-		Name:    name,
-		Control: []*inference.ModelSequenceBatching_Control{{Kind: kind, Int32FalseTrue: []int32{0, 1}}},
 	}
 }

@@ -8,34 +8,18 @@ import (
 	"github.com/infergate/infergate/gen/inference"
 )
 
-// sequenceModel is Triton's `simple_sequence` and `simple_dyna_sequence`. The registry's sequence
-// handling supplies the control inputs; the model computes
-// OUTPUT = ((INPUT + START) + END * CORRID) * READY, where simple_sequence has no END or CORRID.
-type sequenceModel struct {
+// dynaSequence is Triton's `simple_dyna_sequence`, written by hand because its config needs what
+// the tensor options do not declare: the oldest sequence strategy, two instances and a model
+// parameter. The registry's sequence handling supplies the control inputs; the model computes
+// OUTPUT = ((INPUT + START) + END * CORRID) * READY.
+type dynaSequence struct {
 	cfg *inference.ModelConfig
 }
 
-func sequenceConfig(name string) *inference.ModelConfig {
-	cfg := baseConfig(name, 8)
-	cfg.Input = []*inference.ModelInput{input("INPUT", inference.DataType_TYPE_INT32, 1)}
-	cfg.Output = []*inference.ModelOutput{output("OUTPUT", inference.DataType_TYPE_INT32, 1)}
-	return cfg
-}
-
-func newSimpleSequence() *sequenceModel {
-	cfg := sequenceConfig("simple_sequence")
-	cfg.SchedulingChoice = &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{
-		StrategyChoice: &inference.ModelSequenceBatching_Direct{Direct: &inference.ModelSequenceBatching_StrategyDirect{}},
-		ControlInput: []*inference.ModelSequenceBatching_ControlInput{
-			int32Control("START", inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START),
-			int32Control("READY", inference.ModelSequenceBatching_Control_CONTROL_SEQUENCE_READY),
-		},
-	}}
-	return &sequenceModel{cfg: cfg}
-}
-
-func newSimpleDynaSequence() *sequenceModel {
-	cfg := sequenceConfig("simple_dyna_sequence")
+func newSimpleDynaSequence() *dynaSequence {
+	cfg := baseConfig("simple_dyna_sequence", 8)
+	cfg.Input = []*inference.ModelInput{{Name: "INPUT", DataType: inference.DataType_TYPE_INT32, Dims: []int64{1}}}
+	cfg.Output = []*inference.ModelOutput{{Name: "OUTPUT", DataType: inference.DataType_TYPE_INT32, Dims: []int64{1}}}
 	cfg.SchedulingChoice = &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{
 		MaxSequenceIdleMicroseconds: 10_000_000,
 		StrategyChoice: &inference.ModelSequenceBatching_Oldest{Oldest: &inference.ModelSequenceBatching_StrategyOldest{
@@ -52,33 +36,36 @@ func newSimpleDynaSequence() *sequenceModel {
 	}}
 	cfg.InstanceGroup[0].Count = 2
 	cfg.Parameters = map[string]*inference.ModelParameter{"execute_delay_ms": {StringValue: "3"}}
-	return &sequenceModel{cfg: cfg}
+	return &dynaSequence{cfg: cfg}
 }
 
-func (m *sequenceModel) Config() *inference.ModelConfig { return m.cfg }
+func (m *dynaSequence) Config() *inference.ModelConfig { return m.cfg }
 
-func (m *sequenceModel) Execute(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
+func (m *dynaSequence) Execute(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
 	in := req.Input("INPUT")
-	x := tensor.View[int32](in.Data)
-	start, end, ready := flag(req, "START"), flag(req, "END"), flag(req, "READY")
 	var corrID int64
 	if t := req.Input("CORRID"); t != nil {
 		corrID = int64(tensor.View[uint64](t.Data)[0])
 	}
-	out := make([]int32, len(x))
-	for i, v := range x {
-		out[i] = int32((int64(v) + start + end*corrID) * ready)
-	}
+	out := sequenceOutput(tensor.View[int32](in.Data), flag(req, "START"), flag(req, "END"), corrID, flag(req, "READY"))
 	return send(&engines.Response{Outputs: []engines.Tensor{
 		{Name: "OUTPUT", Datatype: inference.DataType_TYPE_INT32, Shape: in.Shape, Data: tensor.Bytes(out)},
 	}})
 }
 
-// flag reads an INT32 control input, 0 when the model has no such control.
+// flag reads an INT32 control input, 0 when the request has no such input.
 func flag(req *engines.Request, name string) int64 {
 	t := req.Input(name)
 	if t == nil {
 		return 0
 	}
 	return int64(tensor.View[int32](t.Data)[0])
+}
+
+// int32Control is a sequence control input carried as INT32 0/1, as Triton's examples declare them.
+func int32Control(name string, kind inference.ModelSequenceBatching_Control_Kind) *inference.ModelSequenceBatching_ControlInput {
+	return &inference.ModelSequenceBatching_ControlInput{
+		Name:    name,
+		Control: []*inference.ModelSequenceBatching_Control{{Kind: kind, Int32FalseTrue: []int32{0, 1}}},
+	}
 }
