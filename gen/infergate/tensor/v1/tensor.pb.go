@@ -353,7 +353,11 @@ func (x *Sequence) GetMaxIdleMicroseconds() uint64 {
 
 // TensorModelConfig describes a model by its tensors, for backends that register themselves (the
 // shape of Dynamo's TensorModelConfig). triton_model_config, when set, is a serialized Triton
-// `inference.ModelConfig` that supersedes the rest and is what ModelConfig returns verbatim.
+// `inference.ModelConfig` that supersedes the rest and is what ModelConfig returns verbatim; it
+// must name the model (name, if set, must agree). Without it, tensor shapes are as ModelMetadata
+// reports them: with max_batch_size > 0 each starts with the batch dimension -1. The gateway serves
+// such a model with engines.NewRemoteModel (or Registry.RegisterRemote) and reports platform
+// "infergate_remote" for it unless the Triton config says otherwise.
 type TensorModelConfig struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
