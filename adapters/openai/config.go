@@ -1,0 +1,263 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Endpoint configures one upstream server, as one entry of the YAML `upstreams` list. Field names
+// follow Olla's static endpoints so configs translate one to one.
+type Endpoint struct {
+	// Name identifies the endpoint in headers, metrics and logs; unique.
+	Name string `yaml:"name"`
+	// URL is the server's base URL, without /v1: requests go to URL + the client's path.
+	URL string `yaml:"url"`
+	// Type is vllm, openai or ollama (all speak OpenAI's /v1 API); kserve is accepted but not yet served.
+	Type string `yaml:"type"`
+	// Priority: higher is preferred; a lower tier is used only when no higher one is healthy.
+	Priority int `yaml:"priority"`
+	// HealthCheckURL is a path joined to URL or an absolute URL; default by type (vllm /health,
+	// openai /v1/models, ollama /).
+	HealthCheckURL string `yaml:"health_check_url"`
+	// CheckInterval between health checks (default 5 s); failures back off up to 8x, at most 60 s.
+	CheckInterval time.Duration `yaml:"check_interval"`
+	// CheckTimeout bounds one health check or model listing (default 2 s).
+	CheckTimeout time.Duration `yaml:"check_timeout"`
+	// ModelURL lists the served models in OpenAI's shape; default /v1/models.
+	ModelURL string `yaml:"model_url"`
+	// Headers are added to every upstream request (replacing the client's); values expand ${ENV}.
+	Headers map[string]string `yaml:"headers"`
+	// Models, when set, is an allow-list: only these discovered models are routed to the endpoint.
+	Models []string `yaml:"models"`
+	// Aliases maps a public model name to the name this endpoint serves it under; the request's
+	// model value is replaced in place, the rest of the body is forwarded byte for byte.
+	Aliases map[string]string `yaml:"aliases"`
+}
+
+// Endpoint types.
+const (
+	TypeVLLM   = "vllm"
+	TypeOpenAI = "openai"
+	TypeOllama = "ollama"
+	TypeKServe = "kserve"
+)
+
+// resolved is an endpoint with defaults applied, URLs parsed and headers expanded.
+type resolved struct {
+	Endpoint
+	base, health, models *url.URL
+	headers              [][2]string
+}
+
+// FieldError names the endpoint and field a config problem is in.
+type FieldError struct {
+	Endpoint string // the endpoint's name, or "#i" (its index) when it has none
+	Field    string
+	Err      error
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("endpoint %q: %s: %v", e.Endpoint, e.Field, e.Err)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// ValidateEndpoints checks a list of endpoints (names unique, URLs, types, durations, headers
+// including ${ENV} references) and returns every problem found, each a *FieldError.
+func ValidateEndpoints(eps []Endpoint) error {
+	_, err := resolveAll(eps)
+	return err
+}
+
+func resolveAll(eps []Endpoint) ([]resolved, error) {
+	var errs []error
+	seen := make(map[string]bool, len(eps))
+	out := make([]resolved, 0, len(eps))
+	for i, ep := range eps {
+		id := ep.Name
+		if id == "" {
+			id = fmt.Sprintf("#%d", i)
+		} else if seen[id] {
+			errs = append(errs, &FieldError{id, "name", errors.New("duplicate endpoint name")})
+		}
+		seen[id] = true
+		r, epErrs := resolve(id, ep)
+		errs = append(errs, epErrs...)
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+func resolve(id string, ep Endpoint) (resolved, []error) {
+	var errs []error
+	bad := func(field string, format string, args ...any) {
+		errs = append(errs, &FieldError{id, field, fmt.Errorf(format, args...)})
+	}
+	r := resolved{Endpoint: ep}
+	if ep.Name == "" {
+		bad("name", "required")
+	}
+	switch ep.Type {
+	case TypeVLLM, TypeOpenAI, TypeOllama, TypeKServe:
+	case "":
+		bad("type", "required (vllm, openai, ollama or kserve)")
+	default:
+		bad("type", "%q is not one of vllm, openai, ollama, kserve", ep.Type)
+	}
+	if ep.Priority < 0 {
+		bad("priority", "must be >= 0, got %d", ep.Priority)
+	}
+	base, err := url.Parse(ep.URL)
+	switch {
+	case ep.URL == "":
+		bad("url", "required")
+	case err != nil:
+		bad("url", "%v", err)
+	case base.Scheme != "http" && base.Scheme != "https" || base.Host == "":
+		bad("url", "%q must be an absolute http:// or https:// URL", ep.URL)
+	case base.User != nil:
+		bad("url", "credentials in the URL are not allowed; use headers")
+	case base.RawQuery != "" || base.Fragment != "":
+		bad("url", "%q must not have a query or fragment", ep.URL)
+	default:
+		base.Path = strings.TrimSuffix(base.Path, "/")
+		base.RawPath = ""
+		r.base = base
+	}
+	if r.HealthCheckURL == "" {
+		switch ep.Type {
+		case TypeOpenAI:
+			r.HealthCheckURL = "/v1/models"
+		case TypeOllama:
+			r.HealthCheckURL = "/"
+		default:
+			r.HealthCheckURL = "/health"
+		}
+	}
+	if r.ModelURL == "" {
+		r.ModelURL = "/v1/models"
+	}
+	if r.base != nil {
+		if r.health, err = join(r.base, r.HealthCheckURL); err != nil {
+			bad("health_check_url", "%v", err)
+		}
+		if r.models, err = join(r.base, r.ModelURL); err != nil {
+			bad("model_url", "%v", err)
+		}
+	}
+	if r.CheckInterval == 0 {
+		r.CheckInterval = 5 * time.Second
+	}
+	if r.CheckTimeout == 0 {
+		r.CheckTimeout = 2 * time.Second
+	}
+	if r.CheckInterval < 0 {
+		bad("check_interval", "must be positive, got %v", ep.CheckInterval)
+	}
+	if r.CheckTimeout < 0 {
+		bad("check_timeout", "must be positive, got %v", ep.CheckTimeout)
+	}
+	for name, value := range ep.Headers {
+		if !httpguts.ValidHeaderFieldName(name) {
+			bad("headers", "%q is not a valid header name", name)
+			continue
+		}
+		v, err := expandEnv(value)
+		if err != nil {
+			bad("headers."+name, "%v", err)
+			continue
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			bad("headers."+name, "value is not a valid header value (after ${ENV} expansion)")
+			continue
+		}
+		r.headers = append(r.headers, [2]string{name, v})
+	}
+	allowed := make(map[string]bool, len(ep.Models))
+	for _, m := range ep.Models {
+		if m == "" {
+			bad("models", "empty model name")
+		}
+		allowed[m] = true
+	}
+	for alias, target := range ep.Aliases {
+		switch {
+		case alias == "" || target == "":
+			bad("aliases", "alias %q -> %q: both names are required", alias, target)
+		case len(allowed) > 0 && !allowed[target]:
+			bad("aliases", "alias %q -> %q: target is not in the models allow-list", alias, target)
+		}
+	}
+	return r, errs
+}
+
+// join resolves ref (a path, or an absolute http(s) URL) against base, keeping base's path prefix.
+func join(base *url.URL, ref string) (*url.URL, error) {
+	u, err := url.Parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	if u.IsAbs() {
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("%q must be a path or an http(s) URL", ref)
+		}
+		return u, nil
+	}
+	if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+		return nil, fmt.Errorf("%q must start with / or be an absolute URL", ref)
+	}
+	out := *base
+	out.Path = base.Path + u.Path
+	out.RawQuery = u.RawQuery
+	return &out, nil
+}
+
+// expandEnv replaces ${NAME} with the environment variable's value. An unset variable is an error,
+// so a missing secret fails at startup rather than as 401s later. A lone $ is kept as is.
+func expandEnv(s string) (string, error) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:i])
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", fmt.Errorf("unterminated ${ in %q", s)
+		}
+		name := s[i+2 : i+end]
+		if !validEnvName(name) {
+			return "", fmt.Errorf("${%s}: not a valid environment variable name", name)
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set", name)
+		}
+		b.WriteString(v)
+		s = s[i+end+1:]
+	}
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}

@@ -1,0 +1,364 @@
+// Package openai serves OpenAI's HTTP API (/v1/models, /v1/chat/completions, /v1/completions,
+// /v1/embeddings, /health) on the gateway's port by proxying to OpenAI-compatible upstreams (vLLM,
+// OpenAI, Ollama) listed in config: health-checked, model-discovered, routed to the highest healthy
+// priority tier and the least-loaded endpoint inside it, with failover before the first byte.
+//
+// The hot path reads only "model" and "stream" from a request body (scan.go) and forwards the body
+// and every response byte unchanged; streams are flushed chunk by chunk as they arrive.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+)
+
+// Options configures a Proxy.
+type Options struct {
+	Endpoints []Endpoint
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes limits a request body; default 64 MiB (multimodal requests carry base64 images).
+	MaxBodyBytes int64
+	// DiscoveryInterval is how often each healthy endpoint's model list is refreshed; default 30 s.
+	DiscoveryInterval time.Duration
+	// Ready, when set, makes /health report 503 once it returns false (the gateway draining).
+	Ready func() bool
+}
+
+// Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
+// Collectors on the gateway's metrics registry.
+type Proxy struct {
+	opts      Options
+	log       *slog.Logger
+	endpoints []*endpoint
+	table     atomic.Pointer[table]
+	m         *metrics
+	rr        atomic.Uint32 // rotates ties in least-outstanding picks
+
+	mu     sync.Mutex // guards table rebuilds
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// table maps each public model name to the endpoints serving it, highest priority first.
+type table struct {
+	routes map[string][]*route
+	names  []string // public names, sorted, for /v1/models
+}
+
+// route is one (public model, endpoint) pair, with its metric children resolved once.
+type route struct {
+	ep       *endpoint
+	public   string
+	upstream string          // the name the endpoint knows the model by (differs for aliases)
+	entry    json.RawMessage // the endpoint's /v1/models entry for upstream
+	inflight prometheus.Gauge
+	latency  prometheus.Observer
+	ttft     prometheus.Observer
+}
+
+// New validates the endpoints and builds a proxy. It does no I/O; Start begins health checks.
+func New(opts Options) (*Proxy, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 64 << 20
+	}
+	if opts.DiscoveryInterval <= 0 {
+		opts.DiscoveryInterval = 30 * time.Second
+	}
+	cfgs, err := resolveAll(opts.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics()}
+	for _, c := range cfgs {
+		if c.Type == TypeKServe {
+			p.log.Warn("kserve upstreams are not yet supported; endpoint skipped", "endpoint", c.Name, "url", c.URL)
+			continue
+		}
+		p.endpoints = append(p.endpoints, newEndpoint(c, p.log))
+		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
+	}
+	p.table.Store(&table{routes: map[string][]*route{}})
+	return p, nil
+}
+
+// Collectors are the proxy's Prometheus metrics, for the gateway's registry.
+func (p *Proxy) Collectors() []prometheus.Collector { return p.m.collectors() }
+
+// Start checks every endpoint once (concurrently, bounded by their check timeouts) so the first
+// requests can be routed, then keeps checking in the background until Close or ctx ends.
+func (p *Proxy) Start(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	var first sync.WaitGroup
+	for _, e := range p.endpoints {
+		first.Go(func() { e.probe(ctx, true) })
+	}
+	first.Wait()
+	p.rebuild()
+	for _, e := range p.endpoints {
+		p.wg.Go(func() { e.loop(ctx, p.opts.DiscoveryInterval, p.rebuild) })
+	}
+	p.wg.Go(func() { p.publishHealth(ctx) })
+}
+
+// Close stops health checks and closes idle upstream connections. In-flight requests are not
+// touched: the gateway's drain finishes them first.
+func (p *Proxy) Close() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	for _, e := range p.endpoints {
+		e.client.CloseIdleConnections()
+	}
+}
+
+// publishHealth mirrors endpoint health into the gauge.
+func (p *Proxy) publishHealth(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		for _, e := range p.endpoints {
+			v := 0.0
+			if e.healthy.Load() {
+				v = 1
+			}
+			p.m.healthy.WithLabelValues(e.cfg.Name, e.cfg.Type).Set(v)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// rebuild recomputes the routing table from every endpoint's last discovered models.
+func (p *Proxy) rebuild() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := &table{routes: map[string][]*route{}}
+	add := func(e *endpoint, public, upstream string, entry json.RawMessage) {
+		t.routes[public] = append(t.routes[public], &route{
+			ep: e, public: public, upstream: upstream, entry: entry,
+			inflight: p.m.inflight.WithLabelValues(public, e.cfg.Name),
+			latency:  p.m.latency.WithLabelValues(public, e.cfg.Name),
+			ttft:     p.m.ttft.WithLabelValues(public, e.cfg.Name),
+		})
+	}
+	for _, e := range p.endpoints {
+		mp := e.models.Load()
+		if mp == nil {
+			continue
+		}
+		for id, entry := range *mp {
+			add(e, id, id, entry)
+		}
+		for alias, target := range e.cfg.Aliases {
+			if entry, ok := (*mp)[target]; ok {
+				if _, shadowed := (*mp)[alias]; !shadowed {
+					add(e, alias, target, entry)
+				}
+			}
+		}
+	}
+	for name, rs := range t.routes {
+		slices.SortStableFunc(rs, func(a, b *route) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
+		t.names = append(t.names, name)
+	}
+	slices.Sort(t.names)
+	p.table.Store(t)
+}
+
+// pick chooses among routes (sorted by priority) the highest tier with a healthy endpoint not yet
+// tried, and in it the endpoint with the fewest outstanding requests; ties rotate.
+func (p *Proxy) pick(routes []*route, tried []*endpoint) *route {
+	for i := 0; i < len(routes); {
+		j := i
+		for j < len(routes) && routes[j].ep.cfg.Priority == routes[i].ep.cfg.Priority {
+			j++
+		}
+		tier := routes[i:j]
+		var best *route
+		var bestN int64
+		off := int(p.rr.Add(1))
+		for k := range tier {
+			r := tier[(k+off)%len(tier)]
+			if !r.ep.healthy.Load() || slices.Contains(tried, r.ep) {
+				continue
+			}
+			if n := r.ep.outstanding.Load(); best == nil || n < bestN {
+				best, bestN = r, n
+			}
+		}
+		if best != nil {
+			return best
+		}
+		i = j
+	}
+	return nil
+}
+
+// Mount registers the OpenAI routes on mux; its signature fits gateway.Config.Services.
+func (p *Proxy) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+	mux.HandleFunc("GET /v1/models", p.listModels)
+	mux.HandleFunc("GET /v1/models/{model...}", p.getModel)
+	mux.HandleFunc("POST /v1/chat/completions", p.proxy)
+	mux.HandleFunc("POST /v1/completions", p.proxy)
+	mux.HandleFunc("POST /v1/embeddings", p.proxy)
+	mux.HandleFunc("GET /health", p.health)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "", "unknown_url",
+			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path))
+	})
+}
+
+// healthyEntry returns the /v1/models entry of the first healthy endpoint serving a public name.
+func healthyEntry(rs []*route) (*route, bool) {
+	for _, r := range rs {
+		if r.ep.healthy.Load() {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root,omitempty"`
+}
+
+// entryJSON is the model's entry as the endpoint reported it, or, for an alias, a fresh one
+// naming the alias (with root pointing at the served model).
+func entryJSON(r *route) json.RawMessage {
+	if r.public == r.upstream {
+		return r.entry
+	}
+	var e struct {
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	_ = json.Unmarshal(r.entry, &e)
+	b, _ := json.Marshal(modelEntry{ID: r.public, Object: "model", Created: e.Created, OwnedBy: e.OwnedBy, Root: r.upstream})
+	return b
+}
+
+// listModels answers with the union of the healthy endpoints' models, in OpenAI's list shape.
+func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
+	t := p.table.Load()
+	list := struct {
+		Object string            `json:"object"`
+		Data   []json.RawMessage `json:"data"`
+	}{Object: "list", Data: []json.RawMessage{}}
+	for _, name := range t.names {
+		if rt, ok := healthyEntry(t.routes[name]); ok {
+			list.Data = append(list.Data, entryJSON(rt))
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	rt, ok := healthyEntry(p.table.Load().routes[name])
+	if !ok {
+		writeModelNotFound(w, name)
+		return
+	}
+	writeJSON(w, http.StatusOK, entryJSON(rt))
+}
+
+// health reports the gateway's state and each endpoint's. It is 200 while the gateway accepts
+// work, whatever the upstreams' state (a load balancer should not pull a gateway because a
+// backend is down), and 503 while draining.
+func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
+	type epState struct {
+		Name        string `json:"name"`
+		Type        string `json:"type"`
+		Priority    int    `json:"priority"`
+		Healthy     bool   `json:"healthy"`
+		Outstanding int64  `json:"outstanding"`
+		Models      int    `json:"models"`
+	}
+	out := struct {
+		Status    string    `json:"status"`
+		Endpoints []epState `json:"endpoints"`
+	}{Status: "ok", Endpoints: []epState{}}
+	healthy := 0
+	for _, e := range p.endpoints {
+		n := 0
+		if m := e.models.Load(); m != nil {
+			n = len(*m)
+		}
+		h := e.healthy.Load()
+		if h {
+			healthy++
+		}
+		out.Endpoints = append(out.Endpoints, epState{e.cfg.Name, e.cfg.Type, e.cfg.Priority, h, e.outstanding.Load(), n})
+	}
+	code := http.StatusOK
+	switch {
+	case p.opts.Ready != nil && !p.opts.Ready():
+		out.Status, code = "draining", http.StatusServiceUnavailable
+	case len(p.endpoints) > 0 && healthy == 0:
+		out.Status = "degraded"
+	}
+	writeJSON(w, code, out)
+}
+
+// errorBody is OpenAI's error object.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func newErrorBody(typ, param, code, msg string) errorBody {
+	var e errorBody
+	e.Error.Message, e.Error.Type = msg, typ
+	if param != "" {
+		e.Error.Param = &param
+	}
+	if code != "" {
+		e.Error.Code = &code
+	}
+	return e
+}
+
+func writeError(w http.ResponseWriter, status int, typ, param, code, msg string) {
+	writeJSON(w, status, newErrorBody(typ, param, code, msg))
+}
+
+func writeModelNotFound(w http.ResponseWriter, model string) {
+	writeError(w, http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
+		fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

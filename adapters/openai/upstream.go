@@ -1,0 +1,225 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// endpoint is one upstream at run time: its pooled transport, health and discovered models.
+type endpoint struct {
+	cfg    resolved
+	client *http.Client // one pooled transport per endpoint
+	log    *slog.Logger
+
+	healthy     atomic.Bool
+	outstanding atomic.Int64
+	// models is the last successful discovery: upstream model id -> its /v1/models entry.
+	models atomic.Pointer[map[string]json.RawMessage]
+	kick   chan struct{} // asks the health loop for an early check after a proxy-side failure
+}
+
+func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
+	tr := &http.Transport{
+		Proxy: nil, // upstreams are addressed directly; an environment proxy would add a hop
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		// Enough idle connections that a burst of concurrent requests reuses them instead of
+		// churning through TIME_WAIT; the gateway's own client side is the bound.
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		// The client's Accept-Encoding is forwarded as sent; Go must not add gzip and decode it
+		// behind our back, or the bytes would not pass through unchanged.
+		DisableCompression:  true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   true,
+		ReadBufferSize:      32 << 10,
+		WriteBufferSize:     32 << 10,
+	}
+	return &endpoint{
+		cfg:    cfg,
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		log:    log.With("endpoint", cfg.Name),
+		kick:   make(chan struct{}, 1),
+	}
+}
+
+// failed records a proxy-side connection failure: the endpoint leaves rotation at once and the
+// health loop checks it again soon, with backoff, instead of waiting a full interval.
+func (e *endpoint) failed(err error) {
+	if e.healthy.Swap(false) {
+		e.log.Warn("upstream failed; out of rotation until a health check passes", "err", err)
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// check runs one health check: any 2xx is healthy.
+func (e *endpoint) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.health.String(), nil)
+	if err != nil {
+		return err
+	}
+	e.setHeaders(req.Header)
+	res, err := e.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("health check %s: HTTP %d", e.cfg.health, res.StatusCode)
+	}
+	return nil
+}
+
+// discover lists the endpoint's models and applies the allow-list.
+func (e *endpoint) discover(ctx context.Context) (map[string]json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.models.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	e.setHeaders(req.Header)
+	res, err := e.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		return nil, fmt.Errorf("model listing %s: HTTP %d", e.cfg.models, res.StatusCode)
+	}
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 16<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("model listing %s: %w", e.cfg.models, err)
+	}
+	allowed := make(map[string]bool, len(e.cfg.Models))
+	for _, m := range e.cfg.Models {
+		allowed[m] = true
+	}
+	out := make(map[string]json.RawMessage, len(list.Data))
+	for _, raw := range list.Data {
+		var m struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &m) != nil || m.ID == "" {
+			continue
+		}
+		if len(allowed) > 0 && !allowed[m.ID] {
+			continue
+		}
+		out[m.ID] = raw
+	}
+	return out, nil
+}
+
+func (e *endpoint) setHeaders(h http.Header) {
+	for _, kv := range e.cfg.headers {
+		h.Set(kv[0], kv[1])
+	}
+}
+
+// probe runs one health check and, when healthy and due (or just recovered), a model discovery.
+// It reports whether the model set changed.
+func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
+	err := e.check(ctx)
+	was := e.healthy.Load()
+	if err != nil {
+		if was {
+			e.log.Warn("upstream unhealthy", "err", err)
+		}
+		e.healthy.Store(false)
+		return false
+	}
+	if !was || discoverDue || e.models.Load() == nil {
+		models, derr := e.discover(ctx)
+		if derr != nil {
+			e.log.Warn("model discovery failed; keeping the last known models", "err", derr)
+		} else {
+			old := e.models.Load()
+			changed = old == nil || !sameKeys(*old, models)
+			e.models.Store(&models)
+		}
+	}
+	if !was {
+		e.log.Info("upstream healthy")
+	}
+	e.healthy.Store(true)
+	return changed
+}
+
+func sameKeys(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// backoff is the wait after n consecutive failures: the interval times 1, 2, 4, then 8, never
+// above 60 s unless the configured interval itself is longer.
+func backoff(interval time.Duration, n int) time.Duration {
+	if n <= 0 {
+		return interval
+	}
+	d := interval << min(n-1, 3)
+	return max(min(d, 60*time.Second), interval)
+}
+
+// loop checks the endpoint until ctx ends; onChange is called when the model set changed.
+func (e *endpoint) loop(ctx context.Context, discoveryInterval time.Duration, onChange func()) {
+	failures := 0
+	lastDiscovery := time.Now()
+	for {
+		wait := backoff(e.cfg.CheckInterval, failures)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-e.kick:
+			t.Stop()
+			// A proxy-side failure: re-check after the backoff's first step, not at once, so a
+			// dead upstream is not hammered by every failing request.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff(e.cfg.CheckInterval, failures+1) / 2):
+			}
+		}
+		due := time.Since(lastDiscovery) >= discoveryInterval
+		if e.probe(ctx, due) {
+			onChange()
+		}
+		if e.healthy.Load() {
+			failures = 0
+			if due {
+				lastDiscovery = time.Now()
+			}
+		} else {
+			failures++
+		}
+	}
+}
