@@ -1,6 +1,7 @@
 // Command runtime is infergate: `go run ./runtime` serves the built-in models on :8000 over gRPC,
 // gRPC-Web and Connect (KServe v2 / Triton's GRPCInferenceService), with gRPC health, server
-// reflection and Prometheus metrics on the same port.
+// reflection and Prometheus metrics on the same port. With -config, the YAML file's upstreams are
+// served on the same port through OpenAI's HTTP API (/v1/models, /v1/chat/completions, ...).
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
 )
@@ -40,6 +42,7 @@ func run(args []string) error {
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests and streams")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	configPath := fs.String("config", "", "YAML config file (upstreams for the OpenAI API); none: built-in models only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,17 +58,42 @@ func run(args []string) error {
 	}
 	logger := slog.New(handler)
 
+	cfg := &fileConfig{}
+	if *configPath != "" {
+		var err error
+		if cfg, err = loadConfig(*configPath); err != nil {
+			return err
+		}
+	}
+
 	reg := engines.NewRegistry()
 	if err := cpu.Register(reg); err != nil {
 		return fmt.Errorf("registering built-in models: %w", err)
 	}
-	gw := gateway.New(reg, gateway.Config{
+	gwCfg := gateway.Config{
 		ServerName:      *serverName,
 		Version:         version,
 		MaxMessageBytes: *maxMsg,
 		DrainTimeout:    *drain,
 		Logger:          logger,
-	})
+	}
+	var gw *gateway.Gateway
+	var proxy *openai.Proxy
+	if len(cfg.Upstreams) > 0 {
+		var err error
+		proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: logger,
+			Ready: func() bool { return gw.Ready() }})
+		if err != nil {
+			return fmt.Errorf("%s: %w", *configPath, err)
+		}
+		gwCfg.Services = append(gwCfg.Services, proxy.Mount)
+	}
+	gw = gateway.New(reg, gwCfg)
+	if proxy != nil {
+		gw.Metrics().MustRegister(proxy.Collectors()...)
+		proxy.Start(context.Background())
+		defer proxy.Close() // after the drain: in-flight proxied requests finish first
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

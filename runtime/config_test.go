@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("VLLM_API_KEY", "k1")
+	t.Setenv("OPENAI_API_KEY", "k2")
+	c, err := loadConfig("infergate.example.yaml")
+	require.NoError(t, err)
+	require.Len(t, c.Upstreams, 3)
+	assert.Equal(t, "vllm-a", c.Upstreams[0].Name)
+	assert.Equal(t, 5*time.Second, c.Upstreams[0].CheckInterval)
+
+	c, err = parseConfig("empty.yaml", nil)
+	require.NoError(t, err, "an empty file is the zero config")
+	assert.Empty(t, c.Upstreams)
+
+	for _, tc := range []struct{ yaml, want string }{
+		{"upstream: []", "bad.yaml: yaml: unmarshal errors:\n  line 1: field upstream not found"},
+		{"upstreams:\n  - name: a\n    url: http://h\n    type: vllm\n    check_interval: soon\n", "bad.yaml: yaml: unmarshal errors:\n  line 5: cannot unmarshal !!str `soon`"},
+		{"upstreams:\n  - name: a\n    url: http://h\n    type: vllm\n    prio: 1\n", "line 5: field prio not found"},
+		{"upstreams:\n  - name: a\n    type: vllm\n  - name: b\n    url: http://h\n", "bad.yaml: upstreams: endpoint \"a\": url: required\nbad.yaml: upstreams: endpoint \"b\": type: required"},
+		{"upstreams:\n  - name: a\n    url: http://h\n    type: vllm\n    headers: {Authorization: \"Bearer ${INFERGATE_NOPE}\"}\n", "bad.yaml: upstreams: endpoint \"a\": headers.Authorization: environment variable INFERGATE_NOPE is not set"},
+		{"upstreams: {", "bad.yaml: yaml:"},
+	} {
+		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
+		require.Error(t, err, tc.yaml)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	_, err = loadConfig("does-not-exist.yaml")
+	require.ErrorContains(t, err, "does-not-exist.yaml")
+}
+
+// FuzzParseConfig: any bytes give a config or an error, never a panic.
+func FuzzParseConfig(f *testing.F) {
+	if b, err := os.ReadFile("infergate.example.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("upstreams:\n  - {name: a, url: 'http://h:1', type: ollama, priority: 3, aliases: {x: y}}\n"))
+	f.Add([]byte("upstreams: [{headers: {A: '${B}'}}]"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := parseConfig("fuzz.yaml", b)
+		if err == nil && c == nil {
+			t.Fatal("nil config without an error")
+		}
+	})
+}
+
+// TestBinaryServesOpenAIFromConfig runs the real binary with -config in front of a fake vLLM and
+// checks /v1/models, a chat completion and SIGTERM during a stream.
+func TestBinaryServesOpenAIFromConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	up := openaitest.Start(t, "fake", "llama")
+	up.SetStream(10, 20*time.Millisecond)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "infergate.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: local\n    url: "+up.URL+
+		"\n    type: vllm\n    check_interval: 100ms\n    headers: {X-Key: \"${INFERGATE_E2E_KEY}\"}\n"), 0o600))
+	bin := filepath.Join(dir, "infergate")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "-listen", addr, "-config", cfg, "-log-level", "warn")
+	cmd.Env = append(os.Environ(), "INFERGATE_E2E_KEY=e2e")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	base := "http://" + addr
+	require.Eventually(t, func() bool {
+		res, err := http.Get(base + "/v1/models")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return strings.Contains(string(b), `"id":"llama"`)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	res, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","messages":[]}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "%s", b)
+	assert.Equal(t, "e2e", up.LastHeader().Get("X-Key"))
+
+	res, err = http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	r := bufio.NewReader(res.Body)
+	_, err = r.ReadString('\n')
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"), "the stream in flight at SIGTERM completed")
+	select {
+	case err := <-exited:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("process did not exit after draining")
+	}
+}
+
+func TestBadConfigFailsStartup(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: x\n    url: http://h\n    type: triton\n"), 0o600))
+	err := run([]string{"-listen", "127.0.0.1:0", "-config", cfg})
+	require.Error(t, err)
+	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, openai, ollama, kserve`, err.Error())
+}
