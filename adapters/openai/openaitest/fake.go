@@ -102,7 +102,8 @@ func (u *Upstream) Restart(tb testing.TB) {
 	u.serve(ln)
 }
 
-// SetStream sets how many content chunks a stream has and the gap before each.
+// SetStream sets how many content chunks a stream has and the gap between two chunks (the
+// first is sent at once).
 func (u *Upstream) SetStream(chunks int, gap time.Duration) {
 	u.mu.Lock()
 	u.chunks, u.gap = chunks, gap
@@ -319,7 +320,7 @@ func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf []byte
 	for i := 0; i < k.chunks; i++ {
-		if !wait() {
+		if (i > 0 && !wait()) || r.Context().Err() != nil {
 			u.canceled.Add(1)
 			return
 		}

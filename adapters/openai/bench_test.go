@@ -1,0 +1,157 @@
+package openai_test
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/adapters/openai/openaitest"
+)
+
+// Benchmarks run infergate and the fake upstream alone (baseline) as sibling sub-benchmarks
+// through the same client, so ratios read straight from the output. Targets (issue 5): added p50
+// <= 100 µs at c=1, infergate >= 0.5x baseline req/s at c=64; streams: added time to first chunk
+// <= 200 µs, added per-chunk time <= 20 µs.
+
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
+}
+
+type benchTarget struct{ name, url string }
+
+func benchTargets(b *testing.B, up *openaitest.Upstream) []benchTarget {
+	e := start(b, slowChecks(ep(up, 0)))
+	return []benchTarget{{"infergate", e.URL}, {"baseline", up.URL}}
+}
+
+var benchChat = []byte(`{"model":"llama","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about the weather in Paris."}],"temperature":0.7,"top_k":40,"max_tokens":64}`)
+
+func chatOnce(b *testing.B, c *http.Client, url string, buf *bytes.Buffer) {
+	res, err := c.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(benchChat))
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf.Reset()
+	_, err = buf.ReadFrom(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK {
+		b.Fatalf("status %d, err %v: %s", res.StatusCode, err, buf.Bytes())
+	}
+}
+
+// BenchmarkProxyChat: one non-streaming chat completion per op, from c concurrent clients.
+func BenchmarkProxyChat(b *testing.B) {
+	up := openaitest.Start(b, "bench", "llama")
+	targets := benchTargets(b, up)
+	for _, c := range []int{1, 64} {
+		for _, tg := range targets {
+			b.Run("c="+itoa(c)+"/"+tg.name, func(b *testing.B) {
+				client := benchClient()
+				defer client.CloseIdleConnections()
+				var warm bytes.Buffer
+				for range 100 {
+					chatOnce(b, client, tg.url, &warm)
+				}
+				b.ReportAllocs()
+				var next atomic.Int64
+				lat := make([][]time.Duration, c)
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				t0 := time.Now()
+				for w := range c {
+					wg.Go(func() {
+						var buf bytes.Buffer
+						for next.Add(1) <= int64(b.N) {
+							s := time.Now()
+							chatOnce(b, client, tg.url, &buf)
+							lat[w] = append(lat[w], time.Since(s))
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(t0)
+				b.StopTimer()
+				all := slices.Concat(lat...)
+				slices.Sort(all)
+				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-us")
+				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+			})
+		}
+	}
+}
+
+// BenchmarkProxyStream: one 64-chunk SSE chat stream per op, the upstream pausing 1 ms between
+// chunks as a model would (with no pause, the rest of the stream competes with the first chunk for
+// the 2 cores and time to first chunk measures contention, not the gateway; timers here are
+// ~1 ms coarse anyway). ttfc-us is the time from sending the request to reading the first event;
+// chunk-us the mean time per later chunk, the 1 ms pause included in both arms.
+func BenchmarkProxyStream(b *testing.B) {
+	const chunks = 64
+	up := openaitest.Start(b, "bench", "llama")
+	up.SetStream(chunks, time.Millisecond)
+	body := []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	for _, tg := range benchTargets(b, up) {
+		b.Run(tg.name, func(b *testing.B) {
+			client := benchClient()
+			defer client.CloseIdleConnections()
+			var ttfc, rest time.Duration
+			r := bufio.NewReaderSize(nil, 32<<10)
+			one := func() (time.Duration, time.Duration) {
+				s := time.Now()
+				res, err := client.Post(tg.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Reset(res.Body)
+				var first time.Duration
+				events := 0
+				for {
+					line, err := r.ReadSlice('\n')
+					if bytes.HasPrefix(line, []byte("data: ")) {
+						if events == 0 {
+							first = time.Since(s)
+						}
+						events++
+					}
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				res.Body.Close()
+				if events != chunks+2 { // content chunks, the finish chunk and [DONE]
+					b.Fatalf("got %d events", events)
+				}
+				return first, time.Since(s) - first
+			}
+			for range 20 {
+				one()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				f, rr := one()
+				ttfc += f
+				rest += rr
+			}
+			b.ReportMetric(float64(ttfc.Microseconds())/float64(b.N), "ttfc-us")
+			b.ReportMetric(float64(rest.Nanoseconds())/1e3/float64(b.N)/float64(chunks+1), "chunk-us")
+		})
+	}
+}
+
+func itoa(n int) string {
+	if n == 1 {
+		return "1"
+	}
+	return "64"
+}
