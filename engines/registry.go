@@ -46,6 +46,26 @@ func (r *Registry) Register(m Model) (*Entry, error) {
 	return e, nil
 }
 
+// Remove takes the named model out of the registry, as if it had never been registered: it leaves
+// RepositoryIndex and requests for it get NOT_FOUND. Requests already running finish. It reports
+// whether the model was there.
+func (r *Registry) Remove(name string) bool {
+	r.mu.Lock()
+	e, ok := r.entries[name]
+	if ok {
+		delete(r.entries, name)
+		r.order = slices.DeleteFunc(r.order, func(n string) bool { return n == name })
+	}
+	r.mu.Unlock()
+	if ok {
+		e.ready.Store(false)
+		if e.seq != nil {
+			e.seq.reset()
+		}
+	}
+	return ok
+}
+
 // Lookup returns the entry named name whatever its state, or nil.
 func (r *Registry) Lookup(name string) *Entry {
 	r.mu.RLock()

@@ -257,3 +257,38 @@ func TestRemoteModelConfigErrors(t *testing.T) {
 	_, err := engines.NewRemoteModel(&tensorv1.TensorModelConfig{Name: "m", Outputs: out}, nil)
 	assert.EqualError(t, err, "engines: remote model has no ExecuteFunc")
 }
+
+// TestRegistryRemove: a removed model leaves RepositoryIndex and is unknown to requests, and its
+// name can be registered again (a backend whose lease expired and that registers anew).
+func TestRegistryRemove(t *testing.T) {
+	desc := &tensorv1.TensorModelConfig{Name: "echo",
+		Inputs:  []*tensorv1.TensorMetadata{{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}}},
+		Outputs: []*tensorv1.TensorMetadata{{Name: "text_output", Datatype: "BYTES", Shape: []int64{1}}}}
+	m, err := engines.NewRemoteModel(desc, echoText)
+	require.NoError(t, err)
+	srv := gatewaytest.Start(t, gateway.Config{}, m)
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := inference.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+
+	require.True(t, srv.Registry.Remove("echo"))
+	require.False(t, srv.Registry.Remove("echo"))
+	idx, err := c.RepositoryIndex(ctx, &inference.RepositoryIndexRequest{})
+	require.NoError(t, err)
+	for _, m := range idx.GetModels() {
+		assert.NotEqual(t, "echo", m.GetName())
+	}
+	_, err = c.ModelMetadata(ctx, &inference.ModelMetadataRequest{Name: "echo"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	assert.Equal(t, "Request for unknown model: 'echo' is not found", status.Convert(err).Message())
+
+	_, err = srv.Registry.RegisterRemote(desc, echoText)
+	require.NoError(t, err)
+	in, raw := bytesInput("text_input", []int64{1}, "back")
+	out, err := c.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "echo",
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{in}, RawInputContents: [][]byte{raw}})
+	require.NoError(t, err)
+	assert.Equal(t, raw, out.GetRawOutputContents()[0])
+}

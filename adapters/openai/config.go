@@ -35,6 +35,12 @@ type Endpoint struct {
 	Headers map[string]string `yaml:"headers"`
 	// Models, when set, is an allow-list: only these discovered models are routed to the endpoint.
 	Models []string `yaml:"models"`
+	// SkipDiscovery serves exactly Models, without listing the upstream's models (for servers
+	// without a model listing, and for backends that registered their models).
+	SkipDiscovery bool `yaml:"skip_discovery"`
+	// Kind says what the endpoint's models do: chat, completions or embeddings; empty means any.
+	// The KServe bridge gives every model a text_input KServe model unless its kind is embeddings.
+	Kind string `yaml:"kind"`
 	// Aliases maps a public model name to the name this endpoint serves it under; the request's
 	// model value is replaced in place, the rest of the body is forwarded byte for byte.
 	Aliases map[string]string `yaml:"aliases"`
@@ -46,6 +52,13 @@ const (
 	TypeOpenAI = "openai"
 	TypeOllama = "ollama"
 	TypeKServe = "kserve"
+)
+
+// Endpoint kinds.
+const (
+	KindChat        = "chat"
+	KindCompletions = "completions"
+	KindEmbeddings  = "embeddings"
 )
 
 // resolved is an endpoint with defaults applied, URLs parsed and headers expanded.
@@ -109,6 +122,14 @@ func resolve(id string, ep Endpoint) (resolved, []error) {
 		bad("type", "required (vllm, openai, ollama or kserve)")
 	default:
 		bad("type", "%q is not one of vllm, openai, ollama, kserve", ep.Type)
+	}
+	switch ep.Kind {
+	case "", KindChat, KindCompletions, KindEmbeddings:
+	default:
+		bad("kind", "%q is not one of chat, completions, embeddings", ep.Kind)
+	}
+	if ep.SkipDiscovery && len(ep.Models) == 0 {
+		bad("models", "required with skip_discovery: the endpoint serves exactly these models")
 	}
 	if ep.Priority < 0 {
 		bad("priority", "must be >= 0, got %d", ep.Priority)

@@ -12,6 +12,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	ttft     *prometheus.HistogramVec
+	itl      *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	tokens   *prometheus.CounterVec
@@ -34,6 +35,11 @@ func newMetrics() *metrics {
 			Help:    "Streaming requests: time from request received to the first response chunk written.",
 			Buckets: lat,
 		}, []string{"model", "endpoint"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "infergate_openai_inter_token_latency_seconds",
+			Help:    "Streaming requests: time between two consecutive response chunks arriving from the upstream.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"model", "endpoint"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "infergate_openai_in_flight_requests",
 			Help: "Requests being proxied now.",
@@ -44,13 +50,13 @@ func newMetrics() *metrics {
 		}, []string{"endpoint", "type"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infergate_openai_tokens_total",
-			Help: "Tokens reported in upstream usage objects (streaming responses with usage chunks only; non-streaming bodies are not decoded).",
+			Help: "Tokens reported in upstream usage objects: a response's own, or a stream's last usage chunk (sent when the client asks for stream_options.include_usage).",
 		}, []string{"model", "endpoint", "direction"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.latency, m.ttft, m.inflight, m.healthy, m.tokens}
+	return []prometheus.Collector{m.requests, m.latency, m.ttft, m.itl, m.inflight, m.healthy, m.tokens}
 }
 
 // codeLabel avoids strconv for the common codes.

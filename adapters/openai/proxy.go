@@ -10,6 +10,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,21 +34,26 @@ type Options struct {
 	DiscoveryInterval time.Duration
 	// Ready, when set, makes /health report 503 once it returns false (the gateway draining).
 	Ready func() bool
+	// OnModelsChanged, when set, is called after the set of served model names changed (an
+	// endpoint's discovery found other models, an endpoint was added or removed). It must not block.
+	OnModelsChanged func()
 }
 
 // Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
 // Collectors on the gateway's metrics registry.
 type Proxy struct {
-	opts      Options
-	log       *slog.Logger
-	endpoints []*endpoint
-	table     atomic.Pointer[table]
-	m         *metrics
-	rr        atomic.Uint32 // rotates ties in least-outstanding picks
+	opts  Options
+	log   *slog.Logger
+	eps   atomic.Pointer[[]*endpoint] // copy-on-write under mu
+	table atomic.Pointer[table]
+	m     *metrics
+	rr    atomic.Uint32 // rotates ties in least-outstanding picks
 
-	mu     sync.Mutex // guards table rebuilds
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu      sync.Mutex // guards endpoint changes and table rebuilds
+	ctx     context.Context
+	cancel  context.CancelFunc
+	started bool
+	wg      sync.WaitGroup
 }
 
 // table maps each public model name to the endpoints serving it, highest priority first.
@@ -65,6 +71,7 @@ type route struct {
 	inflight prometheus.Gauge
 	latency  prometheus.Observer
 	ttft     prometheus.Observer
+	itl      prometheus.Observer
 }
 
 // New validates the endpoints and builds a proxy. It does no I/O; Start begins health checks.
@@ -83,16 +90,112 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics()}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	var eps []*endpoint
 	for _, c := range cfgs {
 		if c.Type == TypeKServe {
-			p.log.Warn("kserve upstreams are not yet supported; endpoint skipped", "endpoint", c.Name, "url", c.URL)
-			continue
+			continue // served by the KServe surface, not through OpenAI's API
 		}
-		p.endpoints = append(p.endpoints, newEndpoint(c, p.log))
+		eps = append(eps, p.newEndpoint(c))
 		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
 	}
+	p.eps.Store(&eps)
 	p.table.Store(&table{routes: map[string][]*route{}})
 	return p, nil
+}
+
+func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
+
+// AddEndpoint adds an endpoint at run time (a backend that registered itself): it is checked at
+// once, then like the configured ones, and its models become routable as soon as it is healthy.
+// Names are unique across configured and added endpoints.
+func (p *Proxy) AddEndpoint(ep Endpoint) error {
+	cfg, errs := resolve(ep.Name, ep)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if cfg.Type == TypeKServe {
+		return &FieldError{ep.Name, "type", errors.New("kserve endpoints are served by the KServe surface")}
+	}
+	e := p.newEndpoint(cfg)
+	p.mu.Lock()
+	for _, x := range p.endpoints() {
+		if x.cfg.Name == ep.Name {
+			p.mu.Unlock()
+			e.stop()
+			return &FieldError{ep.Name, "name", errors.New("duplicate endpoint name")}
+		}
+	}
+	eps := append(slices.Clone(p.endpoints()), e)
+	p.eps.Store(&eps)
+	started := p.started
+	p.mu.Unlock()
+	if started {
+		p.run(e)
+	}
+	return nil
+}
+
+// RemoveEndpoint stops routing to the named endpoint and stops its health checks; requests in
+// flight on it finish. It reports whether the endpoint existed.
+func (p *Proxy) RemoveEndpoint(name string) bool {
+	p.mu.Lock()
+	eps := p.endpoints()
+	i := slices.IndexFunc(eps, func(e *endpoint) bool { return e.cfg.Name == name })
+	if i < 0 {
+		p.mu.Unlock()
+		return false
+	}
+	e := eps[i]
+	eps = slices.Delete(slices.Clone(eps), i, i+1)
+	p.eps.Store(&eps)
+	p.mu.Unlock()
+	e.stop()
+	e.client.CloseIdleConnections()
+	p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
+	p.rebuild()
+	return true
+}
+
+// run probes an endpoint once, then keeps checking it in the background until it is removed or
+// the proxy closes.
+func (p *Proxy) run(e *endpoint) {
+	p.wg.Go(func() {
+		if e.probe(e.ctx, true) {
+			p.rebuild()
+		}
+		e.loop(e.ctx, p.opts.DiscoveryInterval, p.rebuild)
+	})
+}
+
+func (p *Proxy) newEndpoint(cfg resolved) *endpoint {
+	e := newEndpoint(cfg, p.log)
+	e.ctx, e.stop = context.WithCancel(p.ctx)
+	return e
+}
+
+// ModelInfo describes one served model name.
+type ModelInfo struct {
+	Name string
+	// Kind is the Kind of the endpoints serving it, when they all declare the same one; else empty.
+	Kind string
+}
+
+// Models lists the model names the proxy routes (whatever their endpoints' health), sorted.
+func (p *Proxy) Models() []ModelInfo {
+	t := p.table.Load()
+	out := make([]ModelInfo, 0, len(t.names))
+	for _, name := range t.names {
+		rs := t.routes[name]
+		kind := rs[0].ep.cfg.Kind
+		for _, r := range rs[1:] {
+			if r.ep.cfg.Kind != kind {
+				kind = ""
+			}
+		}
+		out = append(out, ModelInfo{Name: name, Kind: kind})
+	}
+	return out
 }
 
 // Collectors are the proxy's Prometheus metrics, for the gateway's registry.
@@ -101,27 +204,33 @@ func (p *Proxy) Collectors() []prometheus.Collector { return p.m.collectors() }
 // Start checks every endpoint once (concurrently, bounded by their check timeouts) so the first
 // requests can be routed, then keeps checking in the background until Close or ctx ends.
 func (p *Proxy) Start(ctx context.Context) {
-	ctx, p.cancel = context.WithCancel(ctx)
+	stop := context.AfterFunc(ctx, p.cancel)
+	p.wg.Go(func() {
+		<-p.ctx.Done()
+		stop()
+	})
+	p.mu.Lock()
+	p.started = true
+	eps := p.endpoints()
+	p.mu.Unlock()
 	var first sync.WaitGroup
-	for _, e := range p.endpoints {
-		first.Go(func() { e.probe(ctx, true) })
+	for _, e := range eps {
+		first.Go(func() { e.probe(e.ctx, true) })
 	}
 	first.Wait()
 	p.rebuild()
-	for _, e := range p.endpoints {
-		p.wg.Go(func() { e.loop(ctx, p.opts.DiscoveryInterval, p.rebuild) })
+	for _, e := range eps {
+		p.wg.Go(func() { e.loop(e.ctx, p.opts.DiscoveryInterval, p.rebuild) })
 	}
-	p.wg.Go(func() { p.publishHealth(ctx) })
+	p.wg.Go(func() { p.publishHealth(p.ctx) })
 }
 
 // Close stops health checks and closes idle upstream connections. In-flight requests are not
 // touched: the gateway's drain finishes them first.
 func (p *Proxy) Close() {
-	if p.cancel != nil {
-		p.cancel()
-	}
+	p.cancel()
 	p.wg.Wait()
-	for _, e := range p.endpoints {
+	for _, e := range p.endpoints() {
 		e.client.CloseIdleConnections()
 	}
 }
@@ -131,7 +240,7 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		for _, e := range p.endpoints {
+		for _, e := range p.endpoints() {
 			v := 0.0
 			if e.healthy.Load() {
 				v = 1
@@ -149,7 +258,7 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 // rebuild recomputes the routing table from every endpoint's last discovered models.
 func (p *Proxy) rebuild() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	old := p.table.Load()
 	t := &table{routes: map[string][]*route{}}
 	add := func(e *endpoint, public, upstream string, entry json.RawMessage) {
 		t.routes[public] = append(t.routes[public], &route{
@@ -157,9 +266,10 @@ func (p *Proxy) rebuild() {
 			inflight: p.m.inflight.WithLabelValues(public, e.cfg.Name),
 			latency:  p.m.latency.WithLabelValues(public, e.cfg.Name),
 			ttft:     p.m.ttft.WithLabelValues(public, e.cfg.Name),
+			itl:      p.m.itl.WithLabelValues(public, e.cfg.Name),
 		})
 	}
-	for _, e := range p.endpoints {
+	for _, e := range p.endpoints() {
 		mp := e.models.Load()
 		if mp == nil {
 			continue
@@ -181,6 +291,10 @@ func (p *Proxy) rebuild() {
 	}
 	slices.Sort(t.names)
 	p.table.Store(t)
+	p.mu.Unlock()
+	if p.opts.OnModelsChanged != nil && !slices.Equal(old.names, t.names) {
+		p.opts.OnModelsChanged()
+	}
 }
 
 // pick chooses among routes (sorted by priority) the highest tier with a healthy endpoint not yet
@@ -221,8 +335,8 @@ func (p *Proxy) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/embeddings", p.proxy)
 	mux.HandleFunc("GET /health", p.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "", "unknown_url",
-			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path))
+		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
 	})
 }
 
@@ -278,7 +392,7 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	rt, ok := healthyEntry(p.table.Load().routes[name])
 	if !ok {
-		writeModelNotFound(w, name)
+		writeError(w, errModelNotFound(name))
 		return
 	}
 	writeJSON(w, http.StatusOK, entryJSON(rt))
@@ -301,7 +415,8 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 		Endpoints []epState `json:"endpoints"`
 	}{Status: "ok", Endpoints: []epState{}}
 	healthy := 0
-	for _, e := range p.endpoints {
+	eps := p.endpoints()
+	for _, e := range eps {
 		n := 0
 		if m := e.models.Load(); m != nil {
 			n = len(*m)
@@ -316,7 +431,7 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p.opts.Ready != nil && !p.opts.Ready():
 		out.Status, code = "draining", http.StatusServiceUnavailable
-	case len(p.endpoints) > 0 && healthy == 0:
+	case len(eps) > 0 && healthy == 0:
 		out.Status = "degraded"
 	}
 	writeJSON(w, code, out)
@@ -332,25 +447,20 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func newErrorBody(typ, param, code, msg string) errorBody {
-	var e errorBody
-	e.Error.Message, e.Error.Type = msg, typ
-	if param != "" {
-		e.Error.Param = &param
+func newErrorBody(e *Error) errorBody {
+	var b errorBody
+	b.Error.Message, b.Error.Type = e.Message, e.Type
+	if e.Param != "" {
+		b.Error.Param = &e.Param
 	}
-	if code != "" {
-		e.Error.Code = &code
+	if e.Code != "" {
+		b.Error.Code = &e.Code
 	}
-	return e
+	return b
 }
 
-func writeError(w http.ResponseWriter, status int, typ, param, code, msg string) {
-	writeJSON(w, status, newErrorBody(typ, param, code, msg))
-}
-
-func writeModelNotFound(w http.ResponseWriter, model string) {
-	writeError(w, http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
-		fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, newErrorBody(e))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -229,8 +229,11 @@ func TestMetrics(t *testing.T) {
 		`infergate_openai_request_duration_seconds_count{endpoint="a",model="llama"} 2`,
 		`infergate_openai_time_to_first_token_seconds_count{endpoint="a",model="llama"} 1`,
 		`infergate_openai_in_flight_requests{endpoint="a",model="llama"} 0`,
-		`infergate_openai_tokens_total{direction="in",endpoint="a",model="llama"} 7`,
-		`infergate_openai_tokens_total{direction="out",endpoint="a",model="llama"} 4`,
+		// Both requests report usage: the plain one in its body, the stream in its usage chunk.
+		`infergate_openai_tokens_total{direction="in",endpoint="a",model="llama"} 14`,
+		`infergate_openai_tokens_total{direction="out",endpoint="a",model="llama"} 8`,
+		// 4 content chunks, the finish chunk, the usage chunk and [DONE] arrive in up to 7 reads.
+		`infergate_openai_inter_token_latency_seconds_count{endpoint="a",model="llama"}`,
 	} {
 		assert.Contains(t, m, want)
 	}

@@ -22,7 +22,9 @@ type endpoint struct {
 	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
-	kick   chan struct{} // asks the health loop for an early check after a proxy-side failure
+	kick   chan struct{}   // asks the health loop for an early check after a proxy-side failure
+	ctx    context.Context // ends when the endpoint is removed or the proxy closes
+	stop   context.CancelFunc
 }
 
 func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
@@ -148,7 +150,16 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 		e.healthy.Store(false)
 		return false
 	}
-	if !was || discoverDue || e.models.Load() == nil {
+	if e.cfg.SkipDiscovery {
+		if e.models.Load() == nil {
+			models := make(map[string]json.RawMessage, len(e.cfg.Models))
+			for _, m := range e.cfg.Models {
+				models[m], _ = json.Marshal(modelEntry{ID: m, Object: "model", OwnedBy: e.cfg.Name})
+			}
+			e.models.Store(&models)
+			changed = true
+		}
+	} else if !was || discoverDue || e.models.Load() == nil {
 		models, derr := e.discover(ctx)
 		if derr != nil {
 			e.log.Warn("model discovery failed; keeping the last known models", "err", derr)

@@ -1,0 +1,168 @@
+package openai_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCall: internal callers reach upstreams with the routing HTTP clients get.
+func TestCall(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	e := start(t, slowChecks(ep(a, 0)))
+	ctx := context.Background()
+
+	res, err := e.proxy.Call(openai.WithRequestID(ctx, "req-7"), "/v1/completions", []byte(`{"model":"llama","prompt":"hi"}`))
+	require.NoError(t, err)
+	body, err := io.ReadAll(res)
+	require.NoError(t, err)
+	require.NoError(t, res.Close())
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "a", res.Endpoint)
+	assert.False(t, res.Stream)
+	assert.Contains(t, string(body), `"text":"Hello from a"`)
+	assert.Equal(t, "req-7", a.LastHeader().Get(openai.HeaderRequestID))
+	assert.Equal(t, "application/json", a.LastHeader().Get("Content-Type"))
+
+	a.SetStream(3, 0)
+	res, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"llama","prompt":"hi","stream":true}`))
+	require.NoError(t, err)
+	require.True(t, res.Stream)
+	ev := openai.NewEvents(res)
+	var texts []string
+	for {
+		data, err := ev.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		texts = append(texts, string(data))
+	}
+	require.NoError(t, res.Close())
+	require.Len(t, texts, 4, "3 content chunks and the finish chunk; [DONE] ends the events")
+	assert.Contains(t, texts[2], `"text":"tok2 "`)
+
+	_, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"nope"}`))
+	var gwErr *openai.Error
+	require.True(t, errors.As(err, &gwErr), "%v", err)
+	assert.Equal(t, http.StatusNotFound, gwErr.Status)
+	assert.Equal(t, "model_not_found", gwErr.Code)
+	_, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"prompt":"x"}`))
+	require.True(t, errors.As(err, &gwErr), "%v", err)
+	assert.Equal(t, "missing_required_parameter", gwErr.Code)
+
+	// Closing a stream early cancels the upstream request and frees the endpoint.
+	a.SetStream(1000, 10*time.Millisecond)
+	res, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"llama","prompt":"hi","stream":true}`))
+	require.NoError(t, err)
+	_, err = openai.NewEvents(res).Next()
+	require.NoError(t, err)
+	require.NoError(t, res.Close())
+	require.Eventually(t, func() bool { return a.Canceled() == 1 }, 10*time.Second, 5*time.Millisecond)
+	_, m := e.get(t, "/metrics")
+	assert.Contains(t, m, `infergate_openai_in_flight_requests{endpoint="a",model="llama"} 0`)
+	assert.Contains(t, m, `infergate_openai_requests_total{code="499",endpoint="a",model="llama"} 1`)
+	assert.Contains(t, m, `infergate_openai_requests_total{code="200",endpoint="a",model="llama"} 2`)
+}
+
+// TestAddRemoveEndpoint: endpoints added at run time serve their fixed models; removing one takes
+// its models away; the model set's changes are announced.
+func TestAddRemoveEndpoint(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	reg := openaitest.Start(t, "reg", "llama", "mistral")
+	var changes atomic.Int32
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 10))},
+		OnModelsChanged: func() { changes.Add(1) }})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	defer p.Close()
+	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())
+	before := changes.Load()
+
+	added := openai.Endpoint{Name: "reg", URL: reg.URL, Type: openai.TypeVLLM, Priority: 20, Kind: openai.KindChat,
+		SkipDiscovery: true, Models: []string{"llama", "mistral", "unlisted"}, CheckInterval: time.Hour}
+	require.NoError(t, p.AddEndpoint(added))
+	require.Eventually(t, func() bool { return len(p.Models()) > 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}, {Name: "mistral", Kind: "chat"}, {Name: "unlisted", Kind: "chat"}}, p.Models(),
+		"exactly the registered models, whatever the upstream lists; llama's kinds differ")
+	assert.Greater(t, changes.Load(), before)
+
+	res, err := p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody("llama")))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res)
+	res.Close()
+	assert.Equal(t, "reg", res.Endpoint, "the added endpoint's higher priority wins")
+
+	var fe *openai.FieldError
+	require.True(t, errors.As(p.AddEndpoint(added), &fe), "duplicate name")
+	assert.Equal(t, "name", fe.Field)
+	bad := added
+	bad.Name, bad.Kind = "bad", "images"
+	require.True(t, errors.As(p.AddEndpoint(bad), &fe))
+	assert.Equal(t, "kind", fe.Field)
+
+	require.True(t, p.RemoveEndpoint("reg"))
+	require.False(t, p.RemoveEndpoint("reg"))
+	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())
+	res, err = p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody("llama")))
+	require.NoError(t, err)
+	res.Close()
+	assert.Equal(t, "a", res.Endpoint)
+}
+
+func TestEvents(t *testing.T) {
+	in := ": keep-alive\n\ndata: {\"a\":1}\n\nevent: error\ndata: {\"error\":{}}\n\n" +
+		"data: line1\r\ndata: line2\r\n\r\nid: 3\nretry: 10\n\ndata:nospace\n\ndata: " + strings.Repeat("x", 40000) + "\n\ndata: [DONE]\n\ndata: after\n\n"
+	ev := openai.NewEvents(strings.NewReader(in))
+	var got []string
+	for {
+		d, err := ev.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, string(d))
+	}
+	require.Len(t, got, 5)
+	assert.Equal(t, []string{`{"a":1}`, `{"error":{}}`, "line1\nline2", "nospace"}, got[:4])
+	assert.Len(t, got[4], 40000, "a line longer than the buffer arrives whole")
+
+	// A stream cut without a blank line still yields its last event, then EOF.
+	ev = openai.NewEvents(strings.NewReader("data: last"))
+	d, err := ev.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "last", string(d))
+	_, err = ev.Next()
+	assert.Equal(t, io.EOF, err)
+}
+
+// FuzzEvents: any byte stream yields events or an error, never a panic, and no event is longer
+// than the input.
+func FuzzEvents(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": c\r\ndata:x\r\ndata: y\n\n\n"))
+	f.Add([]byte("data"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev := openai.NewEvents(strings.NewReader(string(b)))
+		for range len(b) + 1 {
+			d, err := ev.Next()
+			if err != nil {
+				return
+			}
+			if len(d) > len(b) {
+				t.Fatalf("event of %d bytes from %d bytes of input", len(d), len(b))
+			}
+		}
+		t.Fatalf("more events than input bytes")
+	})
+}

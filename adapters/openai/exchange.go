@@ -1,0 +1,263 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Error is a failure the gateway answers itself, before or instead of an upstream's response:
+// an HTTP status and the fields of OpenAI's error object.
+type Error struct {
+	Status  int
+	Type    string // invalid_request_error, server_error, ...
+	Param   string // the request field at fault, if any
+	Code    string // model_not_found, no_healthy_upstream, ...
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errModelNotFound(model string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
+}
+
+// outbound is one request as the proxy forwards it, whoever sent it.
+type outbound struct {
+	path, rawQuery string
+	header         http.Header // the client's headers (copied, minus hop-by-hop ones); nil for internal calls
+	remoteAddr     string      // the client's address for X-Forwarded-For; empty for internal calls
+	body           []byte
+	rt             routing
+	reqID          string
+	start          time.Time
+}
+
+// exchange is an upstream response being read: it meters the body as it passes (time to first
+// token, inter-token gaps, usage) and, when finished, releases the endpoint and counts the request.
+type exchange struct {
+	p      *Proxy
+	route  *route
+	res    *http.Response
+	ctx    context.Context
+	start  time.Time
+	reqID  string
+	stream bool // an SSE response with status 200: reads are chunks
+
+	reads    int
+	lastRead time.Time
+	eof      bool
+	readErr  error
+	finished bool
+	// tail keeps the body's last bytes: the usage object sits at the end of a response, and at the
+	// end of a stream (in its last usage chunk), so one scan at EOF finds it whatever the read
+	// boundaries were.
+	tail    [tailSize]byte
+	tailLen int
+}
+
+const tailSize = 1024
+
+// roundTrip routes out to the highest healthy tier, failing over to the next endpoint on a
+// connection error or a 5xx before any byte reached the caller (the last endpoint's 5xx is the
+// answer). Gateway-side failures are *Error; a cancelled ctx returns ctx's error.
+func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error) {
+	routes := p.table.Load().routes[out.rt.Model]
+	if len(routes) == 0 {
+		p.m.requests.WithLabelValues("", "", "404").Inc()
+		return nil, errModelNotFound(out.rt.Model)
+	}
+	var tried []*endpoint
+	var lastErr error
+	for {
+		route := p.pick(routes, tried)
+		if route == nil {
+			break
+		}
+		tried = append(tried, route.ep)
+		last := len(tried) == len(routes) || p.pick(routes, tried) == nil
+		x, err := p.attempt(ctx, route, out, last)
+		if err == nil {
+			return x, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			p.m.requests.WithLabelValues(out.rt.Model, route.ep.cfg.Name, "499").Inc()
+			return nil, ctx.Err()
+		}
+	}
+	if lastErr == nil {
+		p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
+		return nil, &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_healthy_upstream",
+			Message: fmt.Sprintf("No healthy endpoint serves model `%s` right now.", out.rt.Model)}
+	}
+	p.m.requests.WithLabelValues(out.rt.Model, "", "502").Inc()
+	return nil, &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+		Message: fmt.Sprintf("Every endpoint serving model `%s` failed: %v", out.rt.Model, lastErr)}
+}
+
+// attempt sends the request to one endpoint. On success the endpoint stays counted as busy until
+// the exchange is finished. A 5xx is an error (so the caller tries the next endpoint) unless last.
+func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last bool) (*exchange, error) {
+	ep := route.ep
+	ep.outstanding.Add(1)
+	route.inflight.Inc()
+	release := func() {
+		ep.outstanding.Add(-1)
+		route.inflight.Dec()
+	}
+
+	body := out.body
+	if route.upstream != route.public {
+		body = replaceModel(body, out.rt, route.upstream)
+	}
+	u := *ep.cfg.base
+	u.Path = ep.cfg.base.Path + out.path
+	u.RawQuery = out.rawQuery
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		release()
+		return nil, err
+	}
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if out.header != nil {
+		copyHeader(req.Header, out.header)
+		req.Header.Del("Content-Length")
+	} else {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(HeaderRequestID, out.reqID)
+	if ip, _, err := net.SplitHostPort(out.remoteAddr); err == nil {
+		if prior := out.header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		req.Header.Set("X-Forwarded-For", ip)
+	}
+	if req.Header.Get("Accept-Encoding") == "" {
+		// Without this Go's transport would leave the header off anyway (DisableCompression), but
+		// an explicit identity keeps upstreams from compressing what the client cannot read.
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	ep.setHeaders(req.Header)
+
+	res, err := ep.client.Do(req)
+	if err != nil {
+		release()
+		if ctx.Err() == nil {
+			ep.failed(err)
+		}
+		return nil, fmt.Errorf("%s: %w", ep.cfg.Name, err)
+	}
+	if res.StatusCode >= 500 && !last {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		res.Body.Close()
+		release()
+		return nil, fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
+	}
+	stream := res.StatusCode == http.StatusOK &&
+		(out.rt.Stream || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
+	return &exchange{p: p, route: route, res: res, ctx: ctx, start: out.start, reqID: out.reqID, stream: stream}, nil
+}
+
+// Read reads the upstream body, metering it.
+func (x *exchange) Read(b []byte) (int, error) {
+	n, err := x.res.Body.Read(b)
+	if n > 0 {
+		now := time.Now()
+		if x.stream {
+			if x.reads == 0 {
+				x.route.ttft.Observe(now.Sub(x.start).Seconds())
+			} else {
+				x.route.itl.Observe(now.Sub(x.lastRead).Seconds())
+			}
+		}
+		x.reads++
+		x.lastRead = now
+		x.keepTail(b[:n])
+	}
+	switch {
+	case err == io.EOF:
+		x.eof = true
+	case err != nil:
+		x.readErr = err
+	}
+	return n, err
+}
+
+func (x *exchange) keepTail(b []byte) {
+	if len(b) >= tailSize {
+		x.tailLen = copy(x.tail[:], b[len(b)-tailSize:])
+		return
+	}
+	if drop := x.tailLen + len(b) - tailSize; drop > 0 {
+		x.tailLen = copy(x.tail[:], x.tail[drop:x.tailLen])
+	}
+	x.tailLen += copy(x.tail[x.tailLen:], b)
+}
+
+// finish releases the endpoint and records the request once. writeErr is the caller's failure to
+// pass the body on (its client went away); the status label says how the request ended: the
+// upstream's status when the body was read to its end, 499 when the caller stopped early or went
+// away, 0 when the upstream failed mid-body.
+func (x *exchange) finish(writeErr error) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	x.res.Body.Close()
+	x.route.ep.outstanding.Add(-1)
+	x.route.inflight.Dec()
+	x.route.latency.Observe(time.Since(x.start).Seconds())
+	status := codeLabel(x.res.StatusCode)
+	switch {
+	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
+		status = "0"
+	case x.readErr != nil || writeErr != nil || !x.eof:
+		status = "499"
+	}
+	x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+	if x.eof && x.res.StatusCode == http.StatusOK {
+		x.p.countUsage(x.route, x.tail[:x.tailLen])
+	}
+}
+
+var usageKey = []byte(`"usage":`)
+
+// countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
+// stream's last usage chunk (sent when the client asks for stream_options.include_usage).
+func (p *Proxy) countUsage(route *route, tail []byte) {
+	i := bytes.LastIndex(tail, usageKey)
+	if i < 0 {
+		return
+	}
+	var u struct {
+		PromptTokens     float64 `json:"prompt_tokens"`
+		CompletionTokens float64 `json:"completion_tokens"`
+	}
+	if json.NewDecoder(bytes.NewReader(tail[i+len(usageKey):])).Decode(&u) != nil {
+		return
+	}
+	if u.PromptTokens > 0 {
+		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "in").Add(u.PromptTokens)
+	}
+	if u.CompletionTokens > 0 {
+		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "out").Add(u.CompletionTokens)
+	}
+}
+
+// upstreamFailed reports whether the exchange ended because the upstream failed mid-body (as
+// opposed to the caller going away).
+func (x *exchange) upstreamFailed() bool {
+	return x.readErr != nil && x.ctx.Err() == nil
+}
+
+var errClosed = errors.New("openai: response already closed")
