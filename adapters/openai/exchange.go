@@ -3,7 +3,6 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -122,34 +121,42 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	u := *ep.cfg.base
 	u.Path = ep.cfg.base.Path + out.path
 	u.RawQuery = out.rawQuery
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		release()
-		return nil, err
-	}
-	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	var h http.Header
 	if out.header != nil {
-		copyHeader(req.Header, out.header)
-		req.Header.Del("Content-Length")
+		h = forwardHeader(out.header)
+		h.Del("Content-Length")
 	} else {
-		req.Header.Set("Content-Type", "application/json")
+		h = http.Header{"Content-Type": {"application/json"}}
 	}
-	req.Header.Set(HeaderRequestID, out.reqID)
+	h.Set(HeaderRequestID, out.reqID)
 	if ip, _, err := net.SplitHostPort(out.remoteAddr); err == nil {
 		if prior := out.header.Values("X-Forwarded-For"); len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		req.Header.Set("X-Forwarded-For", ip)
+		h.Set("X-Forwarded-For", ip)
 	}
-	if req.Header.Get("Accept-Encoding") == "" {
+	if h.Get("Accept-Encoding") == "" {
 		// Without this Go's transport would leave the header off anyway (DisableCompression), but
 		// an explicit identity keeps upstreams from compressing what the client cannot read.
-		req.Header.Set("Accept-Encoding", "identity")
+		h.Set("Accept-Encoding", "identity")
 	}
-	ep.setHeaders(req.Header)
+	ep.setHeaders(h)
+	// The request is built by hand and sent on the transport itself: http.NewRequest would parse
+	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
+	req := (&http.Request{
+		Method:        http.MethodPost,
+		URL:           &u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+		Host:          u.Host,
+	}).WithContext(ctx)
 
-	res, err := ep.client.Do(req)
+	res, err := ep.tr.RoundTrip(req)
 	if err != nil {
 		release()
 		if ctx.Err() == nil {
@@ -233,25 +240,50 @@ func (x *exchange) finish(writeErr error) {
 var usageKey = []byte(`"usage":`)
 
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
-// stream's last usage chunk (sent when the client asks for stream_options.include_usage).
+// stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
+// just the two counts, without a JSON decoder: this runs once per request.
 func (p *Proxy) countUsage(route *route, tail []byte) {
 	i := bytes.LastIndex(tail, usageKey)
 	if i < 0 {
 		return
 	}
-	var u struct {
-		PromptTokens     float64 `json:"prompt_tokens"`
-		CompletionTokens float64 `json:"completion_tokens"`
+	obj := tail[i+len(usageKey):]
+	if end := bytes.IndexByte(obj, '}'); end >= 0 {
+		obj = obj[:end] // usage's counts are plain numbers, before any nested object closes
 	}
-	if json.NewDecoder(bytes.NewReader(tail[i+len(usageKey):])).Decode(&u) != nil {
-		return
+	if n := jsonCount(obj, `"prompt_tokens"`); n > 0 {
+		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "in").Add(float64(n))
 	}
-	if u.PromptTokens > 0 {
-		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "in").Add(u.PromptTokens)
+	if n := jsonCount(obj, `"completion_tokens"`); n > 0 {
+		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "out").Add(float64(n))
 	}
-	if u.CompletionTokens > 0 {
-		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "out").Add(u.CompletionTokens)
+}
+
+// jsonCount reads the non-negative integer after key and a colon in obj; -1 when absent or not an
+// integer.
+func jsonCount(obj []byte, key string) int64 {
+	i := bytes.Index(obj, []byte(key))
+	if i < 0 {
+		return -1
 	}
+	rest := bytes.TrimLeft(obj[i+len(key):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return -1
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	var n int64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' || n > 1<<50 {
+			break
+		}
+		n = n*10 + int64(c-'0')
+		digits++
+	}
+	if digits == 0 {
+		return -1
+	}
+	return n
 }
 
 // upstreamFailed reports whether the exchange ended because the upstream failed mid-body (as

@@ -63,7 +63,10 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 
 	ep := x.route.ep
 	h := w.Header()
-	copyHeader(h, x.res.Header)
+	for k, vv := range x.res.Header {
+		h[k] = vv // the upstream response is ours alone: share its values
+	}
+	removeHopHeaders(h, x.res.Header)
 	h.Set(HeaderRequestID, reqID)
 	h.Set(HeaderEndpoint, ep.cfg.Name)
 	h.Set(HeaderModel, x.route.upstream)
@@ -153,18 +156,23 @@ func replaceModel(body []byte, rt routing, name string) []byte {
 	return append(out, body[rt.ModelEnd:]...)
 }
 
-func copyHeader(dst, src http.Header) {
-	for k, vv := range src {
-		dst[k] = append(dst[k][:0:0], vv...)
+// forwardHeader is a copy of a client's request headers without the hop-by-hop ones.
+func forwardHeader(src http.Header) http.Header {
+	h := src.Clone()
+	removeHopHeaders(h, src)
+	return h
+}
+
+// removeHopHeaders deletes from h the connection-scoped headers, including those src's
+// Connection header names.
+func removeHopHeaders(h, src http.Header) {
+	for _, f := range src["Connection"] {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
 	}
 	for _, k := range hopHeaders {
-		dst.Del(k)
-	}
-	// Headers named in Connection are hop-by-hop too.
-	for _, f := range src.Values("Connection") {
-		for _, k := range strings.Split(f, ",") {
-			dst.Del(strings.TrimSpace(k))
-		}
+		delete(h, k) // already canonical: no need for Del's canonicalization
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // endpoint is one upstream at run time: its pooled transport, health and discovered models.
 type endpoint struct {
 	cfg    resolved
-	client *http.Client // one pooled transport per endpoint
+	client *http.Client    // health checks and discovery
+	tr     *http.Transport // one connection pool per endpoint; proxied requests use it directly
 	log    *slog.Logger
 
 	healthy     atomic.Bool
@@ -49,6 +50,7 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 	}
 	return &endpoint{
 		cfg:    cfg,
+		tr:     tr,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		log:    log.With("endpoint", cfg.Name),
 		kick:   make(chan struct{}, 1),
