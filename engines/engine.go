@@ -10,7 +10,9 @@ import (
 )
 
 // Tensor is one named tensor with its data in KServe raw form: little-endian, row-major, and for
-// BYTES a run of uint32-length-prefixed elements. Data usually aliases the decoded request.
+// BYTES a run of uint32-length-prefixed elements. Data usually aliases the decoded request, whose
+// buffer may be pooled: a model must not keep an input's Data after Execute returns (an output
+// may alias an input; it is sent before the buffer is reused).
 type Tensor struct {
 	Name     string
 	Datatype inference.DataType

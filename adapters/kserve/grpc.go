@@ -8,6 +8,7 @@ import (
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -27,25 +28,39 @@ func (g grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference.
 	if v := metadata.ValueFromIncomingContext(ctx, GRPCErrorHeader); len(v) > 0 {
 		failFast = v[0] == "true"
 	}
-	return g.serveStream(ctx, grpcStream{stream}, failFast)
+	return g.serveStream(ctx, grpcStream{stream, g.codec}, failFast)
 }
 
 type grpcStream struct {
 	grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]
+	codec *tensorCodec
 }
 
-func (s grpcStream) Receive() (*inference.ModelInferRequest, error) { return s.Recv() }
+func (s grpcStream) Receive() (*inference.ModelInferRequest, error) {
+	req, err := s.Recv()
+	// A stream's requests are not pooled: their tensors may be read after the next one arrives.
+	// Claiming only lets the codec forget them; the buffer becomes ordinary garbage.
+	s.codec.claimRequest(req)
+	return req, err
+}
 
 // ServerOptions are the grpc-go options the service needs: the zero-copy tensor codec, Triton's
 // message size limits, and interceptors that turn the service's errors into gRPC statuses.
 func (s *Service) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(newTensorCodec()),
+		grpc.ForceServerCodecV2(s.codec),
+		experimental.BufferPool(s.frames),
 		grpc.MaxRecvMsgSize(s.maxBytes),
 		grpc.MaxSendMsgSize(s.maxBytes),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			held := s.codec.claimRequest(req)
 			resp, err := h(ctx, req)
-			return resp, grpcStatus(err)
+			if err != nil {
+				s.codec.releaseRequest(held, nil)
+				return nil, grpcStatus(err)
+			}
+			s.codec.releaseRequest(held, resp)
+			return resp, nil
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return grpcStatus(h(srv, ss))

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/encoding/gzip" // registers the gzip compressor for grpc-go clients
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -330,4 +333,60 @@ func TestMessageSizeLimitIsConfigurable(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+}
+
+// TestPooledInputBuffersNotReusedEarly: large requests are read into pooled buffers that identity
+// outputs alias. Many concurrent calls with distinct tensors, on connections of their own and on
+// one shared connection, each get exactly their own tensor back: no buffer goes back to the pool
+// while a response still reads from it.
+func TestPooledInputBuffersNotReusedEarly(t *testing.T) {
+	srv := start(t, rawEcho{})
+	// Small flow-control windows keep each response on the wire for many round trips, so the
+	// server receives other requests while it is still sending from a buffer.
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	require.NoError(t, err)
+	defer conn.Close()
+	const n = 1 << 20 // 4 MiB of FP32: above the pool's 1 MiB floor
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 5 {
+				in := make([]float32, n)
+				for j := range in {
+					in[j] = float32(w*1000 + i*10 + j%7)
+				}
+				req := &inference.ModelInferRequest{ModelName: "raw_echo",
+					Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("IN", "FP32", []int64{n})},
+					RawInputContents: [][]byte{tensor.Bytes(in)},
+				}
+				res := new(inference.ModelInferResponse)
+				if err := conn.Invoke(context.Background(), servicePath+"ModelInfer", req, res); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(req.RawInputContents[0], res.RawOutputContents[0]) {
+					t.Errorf("worker %d call %d: the response is not the request's tensor", w, i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// rawEcho answers with its input's bytes themselves, so its output aliases the request buffer
+// whatever the tensor's alignment in the message.
+type rawEcho struct{}
+
+func (rawEcho) Config() *inference.ModelConfig {
+	return &inference.ModelConfig{Name: "raw_echo", Platform: "test",
+		Input:  []*inference.ModelInput{{Name: "IN", DataType: inference.DataType_TYPE_FP32, Dims: []int64{-1}}},
+		Output: []*inference.ModelOutput{{Name: "OUT", DataType: inference.DataType_TYPE_FP32, Dims: []int64{-1}}}}
+}
+
+func (rawEcho) Execute(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
+	in := req.Input("IN")
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: "OUT", Datatype: in.Datatype, Shape: in.Shape, Data: in.Data}}})
 }

@@ -32,6 +32,8 @@ type Service struct {
 	version  string
 	maxBytes int
 	draining atomic.Bool
+	codec    *tensorCodec // the native gRPC transport's codec
+	frames   *framePool   // and its buffer pool
 }
 
 // Option configures a Service.
@@ -49,7 +51,7 @@ func WithMaxMessageBytes(n int) Option { return func(s *Service) { s.maxBytes = 
 
 // NewService returns a service for the models in reg.
 func NewService(reg *engines.Registry, opts ...Option) *Service {
-	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: DefaultMaxMessageBytes}
+	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: DefaultMaxMessageBytes, codec: newTensorCodec(), frames: newFramePool()}
 	for _, o := range opts {
 		o(s)
 	}

@@ -2,14 +2,23 @@ package kserve
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -111,4 +120,108 @@ func TestTimeoutParameterDoesNotOverflow(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Greater(t, opts.timeout, 100*365*24*time.Hour, "a huge timeout stays huge instead of wrapping to nanoseconds")
+}
+
+func TestLargePoolReusesCloseSizesOnly(t *testing.T) {
+	p := newLargePool()
+	a := p.Get(8 << 20)
+	require.Len(t, *a, 8<<20)
+	p.Put(a)
+	b := p.Get(8<<20 - 1000)
+	assert.Same(t, &(*a)[:1][0], &(*b)[:1][0], "a buffer within an eighth of the size is reused")
+	assert.Len(t, *b, 8<<20-1000)
+	p.Put(b)
+	c := p.Get(4 << 20)
+	assert.NotSame(t, &(*a)[:1][0], &(*c)[:1][0], "a buffer twice the size is not handed out")
+	assert.Equal(t, 4<<20, cap(*c))
+	p.Put(c)
+	for range 3 {
+		p.Put(p.Get(16 << 20))
+		x := make([]byte, 32<<20)
+		p.Put(&x)
+	}
+	p.mu.Lock()
+	assert.Len(t, p.idle, largePoolIdle, "idle buffers are bounded")
+	p.mu.Unlock()
+	p.drop()
+	p.mu.Lock()
+	assert.Empty(t, p.idle)
+	p.mu.Unlock()
+}
+
+func TestFramePoolKeepsFrames(t *testing.T) {
+	p := newFramePool()
+	f := p.Get(frameSize)
+	require.Len(t, *f, frameSize)
+	p.Put(f)
+	g := p.Get(9000)
+	assert.Same(t, f, g, "a frame buffer is reused whatever the frame's length")
+	assert.Len(t, *g, 9000)
+	small := p.Get(100)
+	assert.Len(t, *small, 100)
+	p.Put(small)
+	p.mu.Lock()
+	assert.Empty(t, p.free, "small buffers stay in grpc-go's pool")
+	p.mu.Unlock()
+}
+
+// TestCodecForgetsRequests: every decoded large request is claimed by its RPC, unary or streamed,
+// so the codec's maps stay empty between calls.
+func TestCodecForgetsRequests(t *testing.T) {
+	reg := engines.NewRegistry()
+	require.NoError(t, cpu.Register(reg))
+	svc := NewService(reg)
+	srv := grpc.NewServer(svc.ServerOptions()...)
+	inference.RegisterGRPCInferenceServiceServer(srv, svc.GRPCServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := inference.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+
+	req := largeRequest()
+	req.Inputs, req.RawInputContents, req.Outputs = req.Inputs[:1], req.RawInputContents[:1], nil
+	_, err = c.ModelInfer(ctx, req)
+	require.NoError(t, err)
+	bad := largeRequest() // fails validation: the handler returns an error, no response is sent
+	bad.ModelName = "simple"
+	_, err = c.ModelInfer(ctx, bad)
+	require.Error(t, err)
+	s, err := c.ModelStreamInfer(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Send(req))
+	_, err = s.Recv()
+	require.NoError(t, err)
+	require.NoError(t, s.CloseSend())
+	_, err = s.Recv()
+	require.Equal(t, io.EOF, err)
+
+	for _, m := range []*sync.Map{&svc.codec.reading, &svc.codec.writing} {
+		n := 0
+		m.Range(func(any, any) bool { n++; return true })
+		assert.Zero(t, n)
+	}
+}
+
+// TestTensorCodecAlignsFirstTensor: whatever the length of the fields before it, the first raw
+// tensor of a large request lands 8-byte aligned, so typed views of it need no copy.
+func TestTensorCodecAlignsFirstTensor(t *testing.T) {
+	c := newTensorCodec()
+	for pad := range 9 {
+		req := largeRequest()
+		req.Id = strings.Repeat("x", pad)
+		wire, err := proto.Marshal(req)
+		require.NoError(t, err)
+		got := new(inference.ModelInferRequest)
+		require.NoError(t, c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire[:100]), mem.SliceBuffer(wire[100:])}, got))
+		assert.True(t, proto.Equal(req, got))
+		assert.Zero(t, uintptr(unsafe.Pointer(&got.RawInputContents[0][0]))%8, "id of %d bytes", pad)
+		assert.Len(t, tensor.View[float32](got.RawInputContents[0]), 1<<16)
+		assert.Same(t, &got.RawInputContents[0][0], (*byte)(unsafe.Pointer(&tensor.View[float32](got.RawInputContents[0])[0])), "a view, not a copy")
+		c.releaseRequest(c.claimRequest(got), nil)
+	}
 }
