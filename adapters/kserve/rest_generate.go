@@ -203,11 +203,11 @@ func badGenerateShape(name string) error {
 }
 
 // runResponses runs a prepared request and hands each response to send, accounting the request
-// in the model's statistics as the gRPC paths do: a non-decoupled model through inferOnce, a
-// decoupled one response by response, skipping empty (flags-only) finals as Triton's HTTP
+// in the model's statistics as the gRPC paths do: a non-decoupled request through inferOnce, a
+// decoupled one (engines.Entry.RequestDecoupled) response by response, skipping empty (flags-only) finals as Triton's HTTP
 // frontend does.
 func runResponses(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time, send func(*inference.ModelInferResponse) error) error {
-	if !e.Decoupled() {
+	if !e.RequestDecoupled(r) {
 		out, err := inferOnce(ctx, e, r, opts, start)
 		if err != nil {
 			return err
