@@ -224,14 +224,14 @@ func errorObject(raw json.RawMessage) error {
 			code = codeOf(status)
 		}
 	}
-	return connect.NewError(code, fmt.Errorf("upstream error: %s", errorMessage([]byte(`{"error":`+string(raw)+`}`))))
+	return connect.NewError(code, errors.New(errorMessage([]byte(`{"error":`+string(raw)+`}`))))
 }
 
 // upstreamInvalid reports an answer the bridge cannot read (or an error object inside it).
 func upstreamInvalid(res *openai.Response, err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		return connect.NewError(ce.Code(), fmt.Errorf("upstream '%s': %s", res.Endpoint, ce.Message()))
+		return connect.NewError(ce.Code(), fmt.Errorf("upstream '%s' reported an error: %s", res.Endpoint, ce.Message()))
 	}
 	return connect.NewError(connect.CodeInternal, fmt.Errorf("upstream '%s' sent %w", res.Endpoint, err))
 }

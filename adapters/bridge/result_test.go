@@ -39,7 +39,7 @@ func TestFoldOrdersChoices(t *testing.T) {
 	var ce *connect.Error
 	require.True(t, errors.As(err, &ce))
 	assert.Equal(t, connect.CodeUnavailable, ce.Code())
-	assert.Equal(t, "upstream error: boom", ce.Message())
+	assert.Equal(t, "boom", ce.Message())
 }
 
 // TestAccumulatorStream: deltas go out per chunk with finish_reason ""; the finish reasons of
