@@ -69,11 +69,33 @@ type Response struct {
 // Model is anything that can be served: a built-in engine model, an upstream server's model, a
 // registered backend. Config is called once at registration and must not change afterwards.
 //
-// Execute runs one request. A model whose config is not decoupled calls send exactly once; a
-// decoupled model calls it zero or more times. send returns an error when the client is gone,
-// and Execute should then stop. Errors are returned as *connect.Error to choose their code;
-// any other error is reported as INTERNAL.
+// Execute runs one request. A model whose config is not decoupled calls send exactly once (unless
+// it is a RequestDecoupler and the request asks to stream); a decoupled model calls it zero or
+// more times. send returns an error when the client is gone, and Execute should then stop. Errors
+// are returned as *connect.Error to choose their code; any other error is reported as INTERNAL.
 type Model interface {
 	Config() *inference.ModelConfig
 	Execute(ctx context.Context, req *Request, send func(*Response) error) error
+}
+
+// RequestDecoupler is implemented by a model whose config is not decoupled but that answers some
+// requests the way a decoupled model does, with zero or more responses, the last marked Final: an
+// LLM whose request asks to stream. Its config stays non-decoupled, so one-response endpoints
+// (ModelInfer, REST infer) serve its other requests.
+type RequestDecoupler interface {
+	Model
+	// RequestDecoupled reports whether the validated request req is to be answered as a decoupled
+	// model answers. Adapters serve such a request only where a stream of responses can go
+	// (ModelStreamInfer, REST generate_stream) and refuse it elsewhere.
+	RequestDecoupled(req *Request) bool
+}
+
+// InputReshaper is implemented by a model that also accepts inputs in a shape equivalent to the
+// declared one (an LLM's text_input as [1,1] as well as [1], as Dynamo's frontend accepts it).
+// Validate calls ReshapeInputs after checking input names and before checking shapes; it may set
+// an input's Shape to the declared one (assigning a new slice: the old one may alias the wire
+// request). Validate still checks the data against the new shape.
+type InputReshaper interface {
+	Model
+	ReshapeInputs(req *Request)
 }

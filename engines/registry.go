@@ -213,6 +213,17 @@ func (e *Entry) Ready() bool { return e.ready.Load() }
 // Decoupled reports whether the model may send zero or many responses per request.
 func (e *Entry) Decoupled() bool { return e.cfg.GetModelTransactionPolicy().GetDecoupled() }
 
+// RequestDecoupled reports whether r is answered as a decoupled model answers (zero or more
+// responses, the last one final): always for a decoupled model, and for a RequestDecoupler when r
+// asks for it.
+func (e *Entry) RequestDecoupled(r *Request) bool {
+	if e.Decoupled() {
+		return true
+	}
+	d, ok := e.model.(RequestDecoupler)
+	return ok && d.RequestDecoupled(r)
+}
+
 // OutputIndex returns the position of the named output in the config, or -1.
 func (e *Entry) OutputIndex(name string) int {
 	if i, ok := e.outputs[name]; ok {

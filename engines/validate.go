@@ -41,6 +41,9 @@ func (e *Entry) Validate(req *Request) error {
 			}
 		}
 	}
+	if rs, ok := e.model.(InputReshaper); ok {
+		rs.ReshapeInputs(req)
+	}
 	for i := range req.Inputs {
 		t := &req.Inputs[i]
 		for _, d := range t.Shape {

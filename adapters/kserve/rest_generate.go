@@ -28,10 +28,11 @@ import (
 // that way. "id" is the request id. Response: model_name, model_version, id when set, response
 // parameters, and each output by name: a scalar when it has one element, else an array.
 //
-// /generate answers exactly one response. As in Triton, a decoupled model must produce exactly one
-// (a flags-only final does not count): for any other number the request fails with Triton's
-// message, rather than returning the first or last of them. /generate_stream sends each response
-// as a server-sent event as the model produces it.
+// /generate answers exactly one response. As in Triton, a decoupled model (or a request that an
+// engines.RequestDecoupler answers as decoupled, such as an LLM asked to stream) must produce
+// exactly one (a flags-only final does not count): for any other number the request fails with
+// Triton's message, rather than returning the first or last of them. /generate_stream sends each
+// response as a server-sent event as the model produces it.
 
 // errGenerateOne is Triton's message for /generate on a model that did not answer exactly once.
 const errGenerateOne = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses"
@@ -203,11 +204,11 @@ func badGenerateShape(name string) error {
 }
 
 // runResponses runs a prepared request and hands each response to send, accounting the request
-// in the model's statistics as the gRPC paths do: a non-decoupled model through inferOnce, a
-// decoupled one response by response, skipping empty (flags-only) finals as Triton's HTTP
+// in the model's statistics as the gRPC paths do: a non-decoupled request through inferOnce, a
+// decoupled one (engines.Entry.RequestDecoupled) response by response, skipping empty (flags-only) finals as Triton's HTTP
 // frontend does.
 func runResponses(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time, send func(*inference.ModelInferResponse) error) error {
-	if !e.Decoupled() {
+	if !e.RequestDecoupled(r) {
 		out, err := inferOnce(ctx, e, r, opts, start)
 		if err != nil {
 			return err

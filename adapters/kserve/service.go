@@ -218,6 +218,11 @@ const (
 	errDecoupledHTTP = "HTTP end point doesn't support models with decoupled transaction policy"
 )
 
+// errStreamingUnary refuses, on a one-response endpoint, a request that asks a model which decides
+// per request (engines.RequestDecoupler) to stream: Dynamo's words for an LLM asked to stream
+// through ModelInfer.
+const errStreamingUnary = "Streaming is not supported for this endpoint"
+
 // resolveUnary finds the model a one-request-one-response call names and refuses a decoupled one
 // (UNIMPLEMENTED) with the protocol's message.
 func (s *Service) resolveUnary(name, version, decoupledMsg string) (*engines.Entry, error) {
@@ -233,9 +238,12 @@ func (s *Service) resolveUnary(name, version, decoupledMsg string) (*engines.Ent
 
 // inferUnary decodes, validates and runs req on e: the path gRPC ModelInfer and the REST infer
 // endpoint share, so the same bad request fails with the same message on both and both count in
-// the model's statistics.
+// the model's statistics. A request that asks to stream is INVALID_ARGUMENT here.
 func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, start time.Time) (*inference.ModelInferResponse, error) {
 	r, opts, err := prepare(e, req)
+	if err == nil && e.RequestDecoupled(r) {
+		err = invalid(errStreamingUnary)
+	}
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
 		return nil, err

@@ -50,8 +50,9 @@ type inferStream interface {
 }
 
 // streamSession is one ModelStreamInfer call. Requests for non-decoupled models run in the receive
-// loop, so their responses leave in request order; decoupled requests run concurrently and their
-// responses interleave, told apart by id.
+// loop, so their responses leave in request order; decoupled requests (to decoupled models, or
+// asking an engines.RequestDecoupler to stream) run concurrently and their responses interleave,
+// told apart by id.
 type streamSession struct {
 	svc      *Service
 	stream   inferStream
@@ -187,7 +188,7 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 		e.Stats.RecordFailure(start, time.Now())
 		return ss.report(req.GetId(), err)
 	}
-	if e.Decoupled() {
+	if e.RequestDecoupled(r) {
 		select {
 		case ss.slots <- struct{}{}:
 		case <-ctx.Done():

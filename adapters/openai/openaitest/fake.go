@@ -34,6 +34,7 @@ type Upstream struct {
 	gate     chan struct{}
 	lastBody []byte
 	lastHdr  http.Header
+	reply    string
 
 	requests atomic.Int64 // POSTs to /v1/*
 	canceled atomic.Int64 // requests whose client went away before the response ended
@@ -107,6 +108,15 @@ func (u *Upstream) Restart(tb testing.TB) {
 func (u *Upstream) SetStream(chunks int, gap time.Duration) {
 	u.mu.Lock()
 	u.chunks, u.gap = chunks, gap
+	u.mu.Unlock()
+}
+
+// SetReply makes answers carry text: a non-streaming answer as its content, a stream spelled out
+// over its content chunks (so the chunks concatenate to the non-streaming answer). "" restores
+// the defaults, "Hello from <name>" and chunks "tok<i> ".
+func (u *Upstream) SetReply(text string) {
+	u.mu.Lock()
+	u.reply = text
 	u.mu.Unlock()
 }
 
@@ -208,6 +218,19 @@ func (u *Upstream) models(w http.ResponseWriter, r *http.Request) {
 type knobs struct {
 	chunks, failWith, dieAfter int
 	gap                        time.Duration
+	reply                      string
+}
+
+// piece is the content of stream chunk i of n: "tok<i> ", or the i-th of n nearly equal parts of
+// the reply, as a JSON string.
+func (k knobs) piece(i int) []byte {
+	s := fmt.Sprintf("tok%d ", i)
+	if k.reply != "" {
+		r := []rune(k.reply)
+		s = string(r[i*len(r)/k.chunks : (i+1)*len(r)/k.chunks])
+	}
+	b, _ := json.Marshal(s)
+	return b
 }
 
 type request struct {
@@ -224,7 +247,7 @@ func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, b
 	body, _ = io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.lastBody, u.lastHdr = body, r.Header.Clone()
-	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter = u.chunks, u.gap, u.failWith, u.dieAfter
+	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply
 	gate := u.gate
 	u.mu.Unlock()
 	select {
@@ -281,11 +304,15 @@ func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		text := "Hello from " + u.Name
+		if k.reply != "" {
+			text = k.reply
+		}
+		textJSON, _ := json.Marshal(text)
 		var b []byte
 		if chat {
-			b = fmt.Appendf(nil, `{"id":"chat%s","object":"chat.completion","created":1700000000,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4},"prompt_logprobs":null}`, id, req.Model, text)
+			b = fmt.Appendf(nil, `{"id":"chat%s","object":"chat.completion","created":1700000000,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%s,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4},"prompt_logprobs":null}`, id, req.Model, textJSON)
 		} else {
-			b = fmt.Appendf(nil, `{"id":%q,"object":"text_completion","created":1700000000,"model":%q,"choices":[{"index":0,"text":%q,"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}`, id, req.Model, text)
+			b = fmt.Appendf(nil, `{"id":%q,"object":"text_completion","created":1700000000,"model":%q,"choices":[{"index":0,"text":%s,"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}`, id, req.Model, textJSON)
 		}
 		if k.dieAfter >= 0 {
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -329,9 +356,9 @@ func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
 		}
 		buf = buf[:0]
 		if chat {
-			buf = fmt.Appendf(buf, `data: {"id":"chat%s","object":"chat.completion.chunk","created":1700000000,"model":%q,"choices":[{"index":0,"delta":{"content":"tok%d "},"logprobs":null,"finish_reason":null}]}`+"\n\n", id, req.Model, i)
+			buf = fmt.Appendf(buf, `data: {"id":"chat%s","object":"chat.completion.chunk","created":1700000000,"model":%q,"choices":[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null}]}`+"\n\n", id, req.Model, k.piece(i))
 		} else {
-			buf = fmt.Appendf(buf, `data: {"id":%q,"object":"text_completion","created":1700000000,"model":%q,"choices":[{"index":0,"text":"tok%d ","logprobs":null,"finish_reason":null}]}`+"\n\n", id, req.Model, i)
+			buf = fmt.Appendf(buf, `data: {"id":%q,"object":"text_completion","created":1700000000,"model":%q,"choices":[{"index":0,"text":%s,"logprobs":null,"finish_reason":null}]}`+"\n\n", id, req.Model, k.piece(i))
 		}
 		if _, err := w.Write(buf); err != nil {
 			u.canceled.Add(1)
