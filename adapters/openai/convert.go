@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -17,7 +18,7 @@ import (
 
 // chatBody is the JSON body of a chat completion request.
 func chatBody(r *openaiv1.CreateChatCompletionRequest, stream bool) ([]byte, error) {
-	var w jsonWriter
+	w := newJSONWriter(r)
 	w.begin('{')
 	w.model(r.GetModel())
 	if stream {
@@ -72,7 +73,7 @@ func chatBody(r *openaiv1.CreateChatCompletionRequest, stream bool) ([]byte, err
 
 // completionBody is the JSON body of a (legacy) completion request.
 func completionBody(r *openaiv1.CreateCompletionRequest, stream bool) ([]byte, error) {
-	var w jsonWriter
+	w := newJSONWriter(r)
 	w.begin('{')
 	w.model(r.GetModel())
 	if stream {
@@ -104,7 +105,7 @@ func completionBody(r *openaiv1.CreateCompletionRequest, stream bool) ([]byte, e
 
 // embeddingBody is the JSON body of an embedding request.
 func embeddingBody(r *openaiv1.CreateEmbeddingRequest) ([]byte, error) {
-	var w jsonWriter
+	w := newJSONWriter(r)
 	w.begin('{')
 	w.model(r.GetModel())
 	w.textOrTokens("input", r.GetInput(), "input_token_ids", r.GetInputTokenIds())
@@ -386,6 +387,13 @@ type jsonWriter struct {
 	err   *rpcError
 }
 
+// newJSONWriter sizes the buffer from the request's protobuf size, which its JSON rarely exceeds
+// by much: a large prompt or base64 image is then copied once.
+func newJSONWriter(m proto.Message) *jsonWriter {
+	n := proto.Size(m)
+	return &jsonWriter{b: make([]byte, 0, n+n/8+256), top: make([]string, 0, 24)}
+}
+
 func (w *jsonWriter) result() ([]byte, error) {
 	if w.err != nil {
 		return nil, w.err
@@ -404,9 +412,6 @@ func (w *jsonWriter) notFinite(field string) {
 }
 
 func (w *jsonWriter) begin(c byte) {
-	if w.b == nil {
-		w.b = make([]byte, 0, 512)
-	}
 	w.b = append(w.b, c)
 	w.first = true
 	w.depth++

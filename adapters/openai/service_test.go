@@ -518,6 +518,34 @@ func TestServiceCancel(t *testing.T) {
 			cancel()
 			require.Eventually(t, func() bool { return a.Canceled() == before+1 }, 10*time.Second, 5*time.Millisecond)
 			require.Eventually(t, func() bool { return a.InFlight() == 0 }, 10*time.Second, 5*time.Millisecond)
+
+			// Cancelled while the upstream has not answered yet: the upstream request is cancelled
+			// too, not left waiting.
+			release := a.Hold()
+			defer release()
+			for len(a.Started()) > 0 {
+				<-a.Started()
+			}
+			ctx, cancel = context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.chat(ctx, hi("llama"))
+				errc <- err
+			}()
+			select {
+			case <-a.Started():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request did not reach the upstream")
+			}
+			cancel()
+			require.Eventually(t, func() bool { return a.Canceled() == before+2 }, 10*time.Second, 5*time.Millisecond)
+			select {
+			case err := <-errc:
+				assert.Equal(t, connect.CodeCanceled.String(), codeOf(err).String(), "%v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the call did not return")
+			}
+			release()
 		})
 	}
 }
