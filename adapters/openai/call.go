@@ -84,6 +84,7 @@ func requestIDFrom(ctx context.Context) string {
 type Events struct {
 	r    *bufio.Reader
 	data []byte
+	done bool
 }
 
 // NewEvents reads events from r.
@@ -113,7 +114,7 @@ func (e *Events) Next() ([]byte, error) {
 		}
 		if err != nil && !(err == io.EOF && len(line) > 0) {
 			if err == io.EOF && have {
-				return e.done()
+				return e.end()
 			}
 			return nil, err
 		}
@@ -121,7 +122,7 @@ func (e *Events) Next() ([]byte, error) {
 		switch {
 		case len(line) == 0:
 			if have {
-				return e.done()
+				return e.end()
 			}
 		case line[0] == ':': // a comment, such as a keep-alive
 		default:
@@ -137,15 +138,19 @@ func (e *Events) Next() ([]byte, error) {
 		}
 		if err == io.EOF {
 			if have {
-				return e.done()
+				return e.end()
 			}
 			return nil, io.EOF
 		}
 	}
 }
 
-func (e *Events) done() ([]byte, error) {
+// Done reports whether the events ended with the "[DONE]" event, rather than with the body.
+func (e *Events) Done() bool { return e.done }
+
+func (e *Events) end() ([]byte, error) {
 	if string(e.data) == "[DONE]" {
+		e.done = true
 		return nil, io.EOF
 	}
 	return e.data, nil

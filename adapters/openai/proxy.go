@@ -5,6 +5,9 @@
 //
 // The hot path reads only "model" and "stream" from a request body (scan.go) and forwards the body
 // and every response byte unchanged; streams are flushed chunk by chunk as they arrive.
+//
+// The same API is served as infergate.openai.v1.OpenAIService to gRPC, gRPC-Web and Connect
+// clients (service.go): requests become OpenAI JSON bodies and go through the same routing.
 package openai
 
 import (
@@ -326,8 +329,10 @@ func (p *Proxy) pick(routes []*route, tried []*endpoint) *route {
 	return nil
 }
 
-// Mount registers the OpenAI routes on mux; its signature fits gateway.Config.Services.
-func (p *Proxy) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+// Mount registers the OpenAI routes and the OpenAIService Connect handler (Connect, gRPC-Web) on
+// mux, and the OpenAIService gRPC server on grpcSrv; its signature fits gateway.Config.Services.
+func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
+	(&service{p: p}).mount(mux, grpcSrv)
 	mux.HandleFunc("GET /v1/models", p.listModels)
 	mux.HandleFunc("GET /v1/models/{model...}", p.getModel)
 	mux.HandleFunc("POST /v1/chat/completions", p.proxy)
@@ -373,17 +378,27 @@ func entryJSON(r *route) json.RawMessage {
 	return b
 }
 
+// healthyRoutes returns, for each model name a healthy endpoint serves, the route whose entry
+// lists it, sorted by name.
+func (p *Proxy) healthyRoutes() []*route {
+	t := p.table.Load()
+	var out []*route
+	for _, name := range t.names {
+		if rt, ok := healthyEntry(t.routes[name]); ok {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
 // listModels answers with the union of the healthy endpoints' models, in OpenAI's list shape.
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
-	t := p.table.Load()
 	list := struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
-	for _, name := range t.names {
-		if rt, ok := healthyEntry(t.routes[name]); ok {
-			list.Data = append(list.Data, entryJSON(rt))
-		}
+	for _, rt := range p.healthyRoutes() {
+		list.Data = append(list.Data, entryJSON(rt))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
