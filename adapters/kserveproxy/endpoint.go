@@ -89,6 +89,12 @@ func newEndpoint(ep openai.Endpoint, opts Options, log *slog.Logger) (*endpoint,
 		switch {
 		case strings.HasPrefix(key, "grpc-"), key == "content-type", key == "te", key == "user-agent", key == kserve.GRPCErrorHeader:
 			return nil, bad("headers", "%q is set by the gRPC client itself", name)
+		case strings.IndexFunc(key, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+		}) >= 0:
+			return nil, bad("headers", "%q is not a valid gRPC metadata key (letters, digits, - _ .)", name)
+		case !strings.HasSuffix(key, "-bin") && strings.IndexFunc(value, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0:
+			return nil, bad("headers."+name, "a gRPC metadata value must be printable ASCII (or the key end in -bin)")
 		}
 		if e.md == nil {
 			e.md = metadata.MD{}

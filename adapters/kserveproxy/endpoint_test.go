@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/kserveproxy"
 	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
@@ -35,10 +37,12 @@ func TestConfigErrors(t *testing.T) {
 		ep   openai.Endpoint
 		want string
 	}{
-		"path":        {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001/v2"}, `endpoint "x": url: "http://h:8001/v2" has a path`},
-		"grpc header": {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Grpc-Timeout": "1S"}}, `endpoint "x": headers: "Grpc-Timeout" is set by the gRPC client itself`},
-		"unset env":   {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Authorization": "${INFERGATE_UNSET_KSP}"}}, "INFERGATE_UNSET_KSP is not set"},
-		"no url":      {openai.Endpoint{Name: "x", Type: "kserve"}, `endpoint "x": url: required`},
+		"path":           {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001/v2"}, `endpoint "x": url: "http://h:8001/v2" has a path`},
+		"grpc header":    {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Grpc-Timeout": "1S"}}, `endpoint "x": headers: "Grpc-Timeout" is set by the gRPC client itself`},
+		"unset env":      {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Authorization": "${INFERGATE_UNSET_KSP}"}}, "INFERGATE_UNSET_KSP is not set"},
+		"metadata key":   {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X!": "v"}}, `"X!" is not a valid gRPC metadata key`},
+		"metadata value": {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X": "caf\xe9"}}, "printable ASCII"},
+		"no url":         {openai.Endpoint{Name: "x", Type: "kserve"}, `endpoint "x": url: required`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Endpoints: []openai.Endpoint{tc.ep}})
@@ -174,7 +178,9 @@ func TestIncompatibleConfigNotRouted(t *testing.T) {
 
 // plainKServe is a KServe v2 server without Triton's repository and model_configuration
 // extensions (KServe's Python server, say): RepositoryIndex and ModelConfig are UNIMPLEMENTED.
-type plainKServe struct{ inference.GRPCInferenceServiceServer }
+type plainKServe struct {
+	inference.GRPCInferenceServiceServer
+}
 
 func (plainKServe) RepositoryIndex(context.Context, *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "unknown method RepositoryIndex")
@@ -210,6 +216,10 @@ func TestPlainKServeUpstream(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, proto.Equal(want, md), "the metadata the config was built from comes back\nfront:    %v\nupstream: %v", md, want)
 
+	// An allow-listed model the server stops knowing (NOT_FOUND) leaves the front.
+	require.True(t, reg.Remove("simple_string"))
+	f.waitGone(t, "simple_string")
+
 	// Without an allow-list there is nothing to serve.
 	f2 := startFront(t, fast(ep("plain", ln.Addr().String(), 0)))
 	assert.True(t, f2.status("plain").Healthy)
@@ -229,7 +239,9 @@ func TestTLS(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gw := gateway.New(reg, gateway.Config{Logger: quiet()})
-	go func() { _ = gw.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})) }()
+	go func() {
+		_ = gw.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}))
+	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -254,4 +266,71 @@ func TestTLS(t *testing.T) {
 	plain := startFront(t, fast(ep("plain", addr, 0)))
 	assert.False(t, untrusted.status("tls").Healthy)
 	assert.False(t, plain.status("plain").Healthy)
+}
+
+// reshaping is an upstream that answers ModelInfer its own way: typed contents instead of raw,
+// outputs out of order, or wrongly.
+type reshaping struct {
+	inference.GRPCInferenceServiceServer
+	mode *atomic.Value
+}
+
+func (r reshaping) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
+	res, err := r.GRPCInferenceServiceServer.ModelInfer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	switch r.mode.Load().(string) {
+	case "typed": // KServe's Python server answers in typed contents, and any order will do
+		for i, o := range res.Outputs {
+			c, ok := tensor.ToContents(tensor.ParseDatatype(o.Datatype), res.RawOutputContents[i])
+			if !ok {
+				return nil, status.Error(codes.Internal, "no typed form")
+			}
+			o.Contents = c
+		}
+		res.RawOutputContents = nil
+		slices.Reverse(res.Outputs)
+	case "short":
+		res.RawOutputContents = res.RawOutputContents[:1]
+	case "unknown":
+		res.Outputs[0].Name = "EXTRA"
+	case "datatype":
+		res.Outputs[0].Datatype = "INT33"
+	}
+	return res, nil
+}
+
+// TestUpstreamResponses: typed-contents answers in any order come back raw in config order; an
+// answer that does not fit the model's config is INTERNAL, naming the endpoint.
+func TestUpstreamResponses(t *testing.T) {
+	reg := engines.NewRegistry()
+	require.NoError(t, cpu.Register(reg))
+	svc := kserve.NewService(reg)
+	srv := grpc.NewServer(svc.ServerOptions()...)
+	mode := &atomic.Value{}
+	mode.Store("typed")
+	inference.RegisterGRPCInferenceServiceServer(srv, reshaping{svc.GRPCServer(), mode})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	f := startFront(t, fast(ep("odd", ln.Addr().String(), 0)))
+	ctx := context.Background()
+
+	res, err := f.client.ModelInfer(ctx, simpleRequest("simple", ""))
+	require.NoError(t, err)
+	assert.Equal(t, "OUTPUT0", res.Outputs[0].Name)
+	checkSimple(t, res)
+
+	for m, want := range map[string]string{
+		"short":    "upstream 'odd' answered model 'simple' wrongly: 1 raw_output_contents for 2 outputs",
+		"unknown":  "upstream 'odd' answered model 'simple' wrongly: output 'EXTRA' is not in the model's config",
+		"datatype": "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' has datatype 'INT33'",
+	} {
+		mode.Store(m)
+		_, err := f.client.ModelInfer(ctx, simpleRequest("simple", ""))
+		assert.Equal(t, codes.Internal, status.Code(err), m)
+		assert.Equal(t, want, status.Convert(err).Message())
+	}
 }

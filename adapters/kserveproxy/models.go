@@ -76,7 +76,13 @@ func (p *Proxy) rebuildLocked() {
 			}
 		}
 	}
-	for public, cs := range cands {
+	publics := make([]string, 0, len(cands))
+	for public := range cands {
+		publics = append(publics, public)
+	}
+	slices.Sort(publics) // registration order is listing order: keep it stable
+	for _, public := range publics {
+		cs := cands[public]
 		// Stable: equal priorities keep configuration order.
 		slices.SortStableFunc(cs, func(a, b candidate) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
 		chosen := cs[0]

@@ -7,6 +7,20 @@
 // healthy priority tier and, inside it, the endpoint with the fewest outstanding requests:
 // ModelInfer for ordinary models, one ModelStreamInfer call per request for decoupled ones, with
 // failover to the next endpoint on UNAVAILABLE until a response has been relayed.
+//
+// Choices a user may want to know about:
+//   - Health is gRPC ServerReady unless health_check_url is set; then it is an HTTP GET of that
+//     URL answering 2xx (Triton's /v2/health/ready on its HTTP port, say). model_url is unused.
+//   - Each upstream model is served as version 1 and forwarded without a version, so the upstream
+//     serves its default (latest) version.
+//   - Configured headers become gRPC metadata on every call; the client's own metadata and
+//     per-input tensor parameters are not forwarded. Reserved request parameters the gateway
+//     consumed are set again from the request (sequence flags) or become the call's deadline
+//     (timeout); custom parameters pass as they are.
+//   - A sequence's requests all go to the endpoint its START went to.
+//   - A model stays registered while any endpoint's last discovery lists it, healthy or not;
+//     with none healthy its requests fail UNAVAILABLE. A name the registry already holds (a
+//     built-in) is not taken over: an alias can serve the upstream's model under another name.
 package kserveproxy
 
 import (
@@ -166,6 +180,7 @@ func (p *Proxy) Remove(name string) bool {
 	e := eps[i]
 	eps = slices.Delete(slices.Clone(eps), i, i+1)
 	p.eps.Store(&eps)
+	e.healthy.Store(false) // requests that loaded the old routes pass it by
 	p.rebuildLocked()
 	e.stop()
 	p.m.healthy.DeleteLabelValues(e.cfg.Name)

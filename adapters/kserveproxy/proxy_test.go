@@ -104,13 +104,21 @@ func TestValidationAtFront(t *testing.T) {
 	direct := client(t, upstream(t).Addr) // another upstream: the proxied one must see nothing
 
 	for name, mutate := range map[string]func(*inference.ModelInferRequest){
-		"shape":     func(r *inference.ModelInferRequest) { r.Inputs[0].Shape = []int64{1, 15} },
-		"datatype":  func(r *inference.ModelInferRequest) { r.Inputs[1].Datatype = "FP32" },
-		"missing":   func(r *inference.ModelInferRequest) { r.Inputs, r.RawInputContents = r.Inputs[:1], r.RawInputContents[:1] },
-		"raw size":  func(r *inference.ModelInferRequest) { r.RawInputContents[0] = r.RawInputContents[0][4:] },
-		"batch":     func(r *inference.ModelInferRequest) { r.Inputs[0].Shape, r.Inputs[1].Shape = []int64{9, 16}, []int64{9, 16} },
-		"output":    func(r *inference.ModelInferRequest) { r.Outputs = []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "NOPE"}} },
-		"reserved":  func(r *inference.ModelInferRequest) { r.Parameters = map[string]*inference.InferParameter{"triton_x": {}} },
+		"shape":    func(r *inference.ModelInferRequest) { r.Inputs[0].Shape = []int64{1, 15} },
+		"datatype": func(r *inference.ModelInferRequest) { r.Inputs[1].Datatype = "FP32" },
+		"missing": func(r *inference.ModelInferRequest) {
+			r.Inputs, r.RawInputContents = r.Inputs[:1], r.RawInputContents[:1]
+		},
+		"raw size": func(r *inference.ModelInferRequest) { r.RawInputContents[0] = r.RawInputContents[0][4:] },
+		"batch": func(r *inference.ModelInferRequest) {
+			r.Inputs[0].Shape, r.Inputs[1].Shape = []int64{9, 16}, []int64{9, 16}
+		},
+		"output": func(r *inference.ModelInferRequest) {
+			r.Outputs = []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "NOPE"}}
+		},
+		"reserved": func(r *inference.ModelInferRequest) {
+			r.Parameters = map[string]*inference.InferParameter{"triton_x": {}}
+		},
 		"unknown":   func(r *inference.ModelInferRequest) { r.ModelName = "nope" },
 		"version":   func(r *inference.ModelInferRequest) { r.ModelVersion = "2" },
 		"decoupled": func(r *inference.ModelInferRequest) { r.ModelName = "repeat_int32" },
