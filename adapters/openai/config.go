@@ -18,18 +18,21 @@ type Endpoint struct {
 	Name string `yaml:"name"`
 	// URL is the server's base URL, without /v1: requests go to URL + the client's path.
 	URL string `yaml:"url"`
-	// Type is vllm, openai or ollama (all speak OpenAI's /v1 API); kserve is accepted but not yet served.
+	// Type is vllm, openai or ollama (all speak OpenAI's /v1 API), or kserve: a KServe v2 gRPC
+	// server such as Triton, served through the KServe surface by adapters/kserveproxy (url
+	// http:// is cleartext gRPC, https:// TLS).
 	Type string `yaml:"type"`
 	// Priority: higher is preferred; a lower tier is used only when no higher one is healthy.
 	Priority int `yaml:"priority"`
 	// HealthCheckURL is a path joined to URL or an absolute URL; default by type (vllm /health,
-	// openai /v1/models, ollama /).
+	// openai /v1/models, ollama /; kserve: none, health is gRPC ServerReady).
 	HealthCheckURL string `yaml:"health_check_url"`
 	// CheckInterval between health checks (default 5 s); failures back off up to 8x, at most 60 s.
 	CheckInterval time.Duration `yaml:"check_interval"`
 	// CheckTimeout bounds one health check or model listing (default 2 s).
 	CheckTimeout time.Duration `yaml:"check_timeout"`
-	// ModelURL lists the served models in OpenAI's shape; default /v1/models.
+	// ModelURL lists the served models in OpenAI's shape; default /v1/models. Not used by kserve
+	// endpoints, whose models come from RepositoryIndex.
 	ModelURL string `yaml:"model_url"`
 	// Headers are added to every upstream request (replacing the client's); values expand ${ENV}.
 	Headers map[string]string `yaml:"headers"`
@@ -151,25 +154,32 @@ func resolve(id string, ep Endpoint) (resolved, []error) {
 		base.RawPath = ""
 		r.base = base
 	}
+	// A kserve endpoint is checked and listed over gRPC (ServerReady, RepositoryIndex): it gets
+	// no HTTP defaults, and model_url means nothing to it.
 	if r.HealthCheckURL == "" {
 		switch ep.Type {
 		case TypeOpenAI:
 			r.HealthCheckURL = "/v1/models"
 		case TypeOllama:
 			r.HealthCheckURL = "/"
+		case TypeKServe:
 		default:
 			r.HealthCheckURL = "/health"
 		}
 	}
-	if r.ModelURL == "" {
+	if r.ModelURL == "" && ep.Type != TypeKServe {
 		r.ModelURL = "/v1/models"
 	}
 	if r.base != nil {
-		if r.health, err = join(r.base, r.HealthCheckURL); err != nil {
-			bad("health_check_url", "%v", err)
+		if r.HealthCheckURL != "" {
+			if r.health, err = join(r.base, r.HealthCheckURL); err != nil {
+				bad("health_check_url", "%v", err)
+			}
 		}
-		if r.models, err = join(r.base, r.ModelURL); err != nil {
-			bad("model_url", "%v", err)
+		if r.ModelURL != "" {
+			if r.models, err = join(r.base, r.ModelURL); err != nil {
+				bad("model_url", "%v", err)
+			}
 		}
 	}
 	if r.CheckInterval == 0 {

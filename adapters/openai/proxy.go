@@ -303,30 +303,15 @@ func (p *Proxy) rebuild() {
 // pick chooses among routes (sorted by priority) the highest tier with a healthy endpoint not yet
 // tried, and in it the endpoint with the fewest outstanding requests; ties rotate.
 func (p *Proxy) pick(routes []*route, tried []*endpoint) *route {
-	for i := 0; i < len(routes); {
-		j := i
-		for j < len(routes) && routes[j].ep.cfg.Priority == routes[i].ep.cfg.Priority {
-			j++
-		}
-		tier := routes[i:j]
-		var best *route
-		var bestN int64
-		off := int(p.rr.Add(1))
-		for k := range tier {
-			r := tier[(k+off)%len(tier)]
-			if !r.ep.healthy.Load() || slices.Contains(tried, r.ep) {
-				continue
-			}
-			if n := r.ep.outstanding.Load(); best == nil || n < bestN {
-				best, bestN = r, n
-			}
-		}
-		if best != nil {
-			return best
-		}
-		i = j
+	i := Pick(len(routes),
+		func(i int) int { return routes[i].ep.cfg.Priority },
+		func(i int) bool { return routes[i].ep.healthy.Load() && !slices.Contains(tried, routes[i].ep) },
+		func(i int) int64 { return routes[i].ep.outstanding.Load() },
+		p.rr.Add(1))
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return routes[i]
 }
 
 // Mount registers the OpenAI routes and the OpenAIService Connect handler (Connect, gRPC-Web) on

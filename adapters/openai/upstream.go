@@ -190,49 +190,12 @@ func sameKeys(a, b map[string]json.RawMessage) bool {
 	return true
 }
 
-// backoff is the wait after n consecutive failures: the interval times 1, 2, 4, then 8, never
-// above 60 s unless the configured interval itself is longer.
-func backoff(interval time.Duration, n int) time.Duration {
-	if n <= 0 {
-		return interval
-	}
-	d := interval << min(n-1, 3)
-	return max(min(d, 60*time.Second), interval)
-}
-
 // loop checks the endpoint until ctx ends; onChange is called when the model set changed.
 func (e *endpoint) loop(ctx context.Context, discoveryInterval time.Duration, onChange func()) {
-	failures := 0
-	lastDiscovery := time.Now()
-	for {
-		wait := backoff(e.cfg.CheckInterval, failures)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-e.kick:
-			t.Stop()
-			// A proxy-side failure: re-check after the backoff's first step, not at once, so a
-			// dead upstream is not hammered by every failing request.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff(e.cfg.CheckInterval, failures+1) / 2):
-			}
-		}
-		due := time.Since(lastDiscovery) >= discoveryInterval
+	HealthLoop(ctx, e.cfg.CheckInterval, discoveryInterval, e.kick, func(ctx context.Context, due bool) bool {
 		if e.probe(ctx, due) {
 			onChange()
 		}
-		if e.healthy.Load() {
-			failures = 0
-			if due {
-				lastDiscovery = time.Now()
-			}
-		} else {
-			failures++
-		}
-	}
+		return e.healthy.Load()
+	})
 }

@@ -1,0 +1,319 @@
+// Package kserveproxy serves the models of KServe v2 gRPC upstreams (Triton, another infergate, any
+// inference.GRPCInferenceService) through infergate's own KServe surface. Each upstream is an
+// openai.Endpoint of type kserve: health-checked (gRPC ServerReady, or an HTTP health_check_url),
+// its models discovered (RepositoryIndex, then ModelConfig per model) and registered in the
+// gateway's engines.Registry as remote models whose config is the upstream's own, returned
+// verbatim by ModelConfig. Requests are validated by the gateway, then forwarded to the highest
+// healthy priority tier and, inside it, the endpoint with the fewest outstanding requests:
+// ModelInfer for ordinary models, one ModelStreamInfer call per request for decoupled ones, with
+// failover to the next endpoint on UNAVAILABLE until a response has been relayed.
+//
+// Choices a user may want to know about:
+//   - Health is gRPC ServerReady unless health_check_url is set; then it is an HTTP GET of that
+//     URL answering 2xx (Triton's /v2/health/ready on its HTTP port, say). model_url is unused.
+//   - Each upstream model is served as version 1 and forwarded without a version, so the upstream
+//     serves its default (latest) version.
+//   - Configured headers become gRPC metadata on every call; the client's own metadata and
+//     per-input tensor parameters are not forwarded. Reserved request parameters the gateway
+//     consumed are set again from the request (sequence flags) or become the call's deadline
+//     (timeout); custom parameters pass as they are.
+//   - A sequence's requests all go to the endpoint its START went to.
+//   - A model stays registered while any endpoint's last discovery lists it, healthy or not;
+//     with none healthy its requests fail UNAVAILABLE. A name the registry already holds (a
+//     built-in) is not taken over: an alias can serve the upstream's model under another name.
+package kserveproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/engines"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+)
+
+// Options configures a Proxy.
+type Options struct {
+	// Endpoints are the configured upstreams; those whose Type is not kserve are ignored (the
+	// OpenAI proxy serves them), so the whole upstreams list can be passed.
+	Endpoints []openai.Endpoint
+	// Registry receives the upstreams' models. Required.
+	Registry *engines.Registry
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// DiscoveryInterval is how often each healthy endpoint's models are listed again; default 30 s.
+	DiscoveryInterval time.Duration
+	// MaxMessageBytes limits one message to or from an upstream; default
+	// kserve.DefaultMaxMessageBytes, as the gateway's own.
+	MaxMessageBytes int
+	// DialOptions are added to every endpoint's gRPC client (custom TLS roots, a test dialer).
+	DialOptions []grpc.DialOption
+}
+
+// Proxy is the pool of KServe upstreams. Create it with New, call Start, register Collectors on
+// the gateway's metrics registry, and Close it after the gateway drained.
+type Proxy struct {
+	opts Options
+	log  *slog.Logger
+	reg  *engines.Registry
+	m    *metrics
+	eps  atomic.Pointer[[]*endpoint] // copy-on-write under mu
+	rr   atomic.Uint32               // rotates ties in least-outstanding picks
+
+	mu      sync.Mutex // guards endpoint changes, models and skipped
+	models  map[string]*model
+	skipped map[string]bool // public names held by someone else, warned about once
+	ctx     context.Context
+	cancel  context.CancelFunc
+	started bool
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// New validates the kserve endpoints among opts.Endpoints and builds a proxy. It does no I/O;
+// Start checks the endpoints and registers their models.
+func New(opts Options) (*Proxy, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("kserveproxy: Options.Registry is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.DiscoveryInterval <= 0 {
+		opts.DiscoveryInterval = 30 * time.Second
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = kserve.DefaultMaxMessageBytes
+	}
+	p := &Proxy{opts: opts, log: opts.Logger, reg: opts.Registry, m: newMetrics(),
+		models: map[string]*model{}, skipped: map[string]bool{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	var (
+		eps  []*endpoint
+		errs []error
+		seen = map[string]bool{}
+	)
+	for _, ep := range opts.Endpoints {
+		if ep.Type != openai.TypeKServe {
+			continue
+		}
+		if seen[ep.Name] {
+			errs = append(errs, &openai.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")})
+			continue
+		}
+		seen[ep.Name] = true
+		e, err := p.newEndpoint(ep)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		eps = append(eps, e)
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range eps {
+			e.close()
+		}
+		return nil, err
+	}
+	p.eps.Store(&eps)
+	return p, nil
+}
+
+func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
+
+func (p *Proxy) newEndpoint(ep openai.Endpoint) (*endpoint, error) {
+	e, err := newEndpoint(ep, p.opts, p.log)
+	if err != nil {
+		return nil, err
+	}
+	e.ctx, e.stop = context.WithCancel(p.ctx)
+	p.m.healthy.WithLabelValues(e.cfg.Name).Set(0)
+	return e, nil
+}
+
+// Add adds a kserve endpoint at run time (a backend that registered itself): it is checked at
+// once, then like the configured ones, and its models are registered as soon as it is healthy.
+// Names are unique across configured and added endpoints.
+func (p *Proxy) Add(ep openai.Endpoint) error {
+	if ep.Type != openai.TypeKServe {
+		return &openai.FieldError{Endpoint: ep.Name, Field: "type", Err: fmt.Errorf("%q is not kserve", ep.Type)}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("kserveproxy: Add after Close")
+	}
+	if slices.ContainsFunc(p.endpoints(), func(x *endpoint) bool { return x.cfg.Name == ep.Name }) {
+		return &openai.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
+	}
+	e, err := p.newEndpoint(ep)
+	if err != nil {
+		return err
+	}
+	eps := append(slices.Clone(p.endpoints()), e)
+	p.eps.Store(&eps)
+	if p.started {
+		p.run(e, true)
+	}
+	return nil
+}
+
+// Remove stops routing to the named endpoint and closes its connection once requests in flight
+// on it finish; models only it served leave the registry. It reports whether the endpoint existed.
+func (p *Proxy) Remove(name string) bool {
+	p.mu.Lock()
+	eps := p.endpoints()
+	i := slices.IndexFunc(eps, func(e *endpoint) bool { return e.cfg.Name == name })
+	if i < 0 {
+		p.mu.Unlock()
+		return false
+	}
+	e := eps[i]
+	eps = slices.Delete(slices.Clone(eps), i, i+1)
+	p.eps.Store(&eps)
+	e.healthy.Store(false) // requests that loaded the old routes pass it by
+	p.rebuildLocked()
+	e.stop()
+	p.m.healthy.DeleteLabelValues(e.cfg.Name)
+	if p.closed {
+		e.close()
+	} else {
+		p.wg.Go(func() { e.closeWhenIdle(p.ctx) })
+	}
+	p.mu.Unlock()
+	return true
+}
+
+// Start checks every endpoint once (concurrently, bounded by their check timeouts) and registers
+// the models of the healthy ones, so the first requests can be served; then it keeps checking in
+// the background until Close or ctx ends.
+func (p *Proxy) Start(ctx context.Context) {
+	stop := context.AfterFunc(ctx, p.cancel)
+	p.wg.Go(func() {
+		<-p.ctx.Done()
+		stop()
+	})
+	p.mu.Lock()
+	p.started = true
+	eps := p.endpoints()
+	p.mu.Unlock()
+	var first sync.WaitGroup
+	for _, e := range eps {
+		first.Go(func() { e.probe(e.ctx, true) })
+	}
+	first.Wait()
+	p.rebuild()
+	p.mu.Lock()
+	for _, e := range eps {
+		p.run(e, false)
+	}
+	p.mu.Unlock()
+	p.wg.Go(func() { p.publishHealth(p.ctx) })
+}
+
+// run keeps checking e in the background; probeFirst checks it at once first. Called with mu held.
+func (p *Proxy) run(e *endpoint, probeFirst bool) {
+	p.wg.Go(func() {
+		if probeFirst && e.probe(e.ctx, true) {
+			p.rebuild()
+		}
+		openai.HealthLoop(e.ctx, e.cfg.CheckInterval, p.opts.DiscoveryInterval, e.kick, func(ctx context.Context, due bool) bool {
+			if e.probe(ctx, due) {
+				p.rebuild()
+			}
+			return e.healthy.Load()
+		})
+	})
+}
+
+// Close stops health checks, takes the proxy's models out of the registry and closes the
+// upstream connections. Call it after the gateway drained: requests still running fail.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	for name, m := range p.models {
+		p.unregister(name, m)
+	}
+	p.mu.Unlock()
+	for _, e := range p.endpoints() {
+		e.close()
+	}
+}
+
+// Collectors are the proxy's Prometheus metrics, for the gateway's registry.
+func (p *Proxy) Collectors() []prometheus.Collector { return p.m.collectors() }
+
+// EndpointStatus is one endpoint's state, for /health-like listings.
+type EndpointStatus struct {
+	Name        string   `json:"name"`
+	URL         string   `json:"url"`
+	Priority    int      `json:"priority"`
+	Healthy     bool     `json:"healthy"`
+	Outstanding int64    `json:"outstanding"`
+	Models      []string `json:"models"` // the public names it serves, sorted
+}
+
+// Status lists the endpoints in configuration order.
+func (p *Proxy) Status() []EndpointStatus {
+	p.mu.Lock()
+	served := map[*endpoint][]string{}
+	for name, m := range p.models {
+		for _, r := range *m.routes.Load() {
+			served[r.ep] = append(served[r.ep], name)
+		}
+	}
+	p.mu.Unlock()
+	out := []EndpointStatus{}
+	for _, e := range p.endpoints() {
+		names := served[e]
+		sort.Strings(names)
+		out = append(out, EndpointStatus{Name: e.cfg.Name, URL: e.cfg.URL, Priority: e.cfg.Priority,
+			Healthy: e.healthy.Load(), Outstanding: e.outstanding.Load(), Models: append([]string{}, names...)})
+	}
+	return out
+}
+
+// Models lists the public names of the models the proxy has registered, sorted.
+func (p *Proxy) Models() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.models))
+	for name := range p.models {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// publishHealth mirrors endpoint health into the gauge.
+func (p *Proxy) publishHealth(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		for _, e := range p.endpoints() {
+			v := 0.0
+			if e.healthy.Load() {
+				v = 1
+			}
+			p.m.healthy.WithLabelValues(e.cfg.Name).Set(v)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
