@@ -224,17 +224,28 @@ func (x *exchange) finish(writeErr error) {
 	x.route.ep.outstanding.Add(-1)
 	x.route.inflight.Dec()
 	x.route.latency.Observe(time.Since(x.start).Seconds())
+	// A stream is complete once its [DONE] event has been read, even if the body's own end has
+	// not been (reading on could wait on a server that keeps the body open).
+	complete := x.eof || x.stream && x.readErr == nil && endsWithDone(x.tail[:x.tailLen])
 	status := codeLabel(x.res.StatusCode)
 	switch {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
 		status = "0"
-	case x.readErr != nil || writeErr != nil || !x.eof:
+	case x.readErr != nil || writeErr != nil || !complete:
 		status = "499"
 	}
 	x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
-	if x.eof && x.res.StatusCode == http.StatusOK {
+	if complete && x.res.StatusCode == http.StatusOK {
 		x.p.countUsage(x.route, x.tail[:x.tailLen])
 	}
+}
+
+// endsWithDone reports whether the last event in tail is OpenAI's "data: [DONE]".
+func endsWithDone(tail []byte) bool {
+	tail = bytes.TrimRight(tail, "\r\n")
+	i := bytes.LastIndexByte(tail, '\n') + 1
+	data, ok := bytes.CutPrefix(tail[i:], []byte("data:"))
+	return ok && string(bytes.TrimSpace(data)) == "[DONE]"
 }
 
 var usageKey = []byte(`"usage":`)

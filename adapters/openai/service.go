@@ -183,10 +183,8 @@ func stream[T proto.Message](ctx context.Context, s *service, path string, body 
 		data, err := ev.Next()
 		switch {
 		case err == io.EOF && ev.Done():
-			// The stream's logical end: the request counts as complete even if the body's own end
-			// has not been read yet (reading on could wait on a server that keeps it open).
-			res.x.eof = true
-			return nil
+			return nil // the stream's logical end; the exchange counts it complete
+
 		case err == io.EOF && sawFinish:
 			return nil
 		case err == io.EOF:
