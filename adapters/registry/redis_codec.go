@@ -40,8 +40,9 @@ func parseChange(msg string) (change, error) {
 	if !ok {
 		return change{}, errors.New("registry: change message has no sequence number")
 	}
+	// Strictly as Lua's %d writes it: digits, no sign, no leading zero.
 	n, err := strconv.ParseInt(seq, 10, 64)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || seq[0] < '1' || seq[0] > '9' {
 		return change{}, fmt.Errorf("registry: change message has bad sequence number %q", seq)
 	}
 	c.seq = n

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,19 +46,17 @@ func clients(t *testing.T, srv *gatewaytest.Server) []client {
 }
 
 // grpcClient adapts the grpc-go client to the Connect client's interface, errors as connect errors.
-type grpcClient struct{ c registryv1.RegistryServiceClient }
+type grpcClient struct {
+	c registryv1.RegistryServiceClient
+}
 
 func grpcErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	st := status.Convert(err)
-	return connect.NewError(connect.Code(st.Code()), errString(st.Message()))
+	return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 }
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
 
 func (g grpcClient) Register(ctx context.Context, r *registryv1.RegisterRequest) (*registryv1.RegisterResponse, error) {
 	res, err := g.c.Register(ctx, r)
@@ -90,18 +89,11 @@ func startService(t *testing.T, store Store, opts ServiceOptions) *gatewaytest.S
 func codeOf(err error) connect.Code { return connect.CodeOf(err) }
 
 func messageOf(err error) string {
-	if ce := new(connect.Error); err != nil && asConnect(err, &ce) {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
 		return ce.Message()
 	}
 	return ""
-}
-
-func asConnect(err error, target **connect.Error) bool {
-	ce, ok := err.(*connect.Error)
-	if ok {
-		*target = ce
-	}
-	return ok
 }
 
 // tensorDesc describes a model echoing a BYTES input.
