@@ -6,17 +6,68 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/infergate/infergate/adapters/openai"
 	"go.yaml.in/yaml/v3"
 )
 
 // fileConfig is the YAML file -config names. Unknown keys are errors, so a typo does not silently
-// turn a feature off.
+// turn a feature off. Every scalar setting outside the upstreams list can also be set from the
+// environment (see applyEnv), which wins over the file.
 type fileConfig struct {
-	// Upstreams are the servers behind the OpenAI surface (vLLM, OpenAI, Ollama; kserve later).
+	// BuiltinModels serves Triton's example models (simple, repeat_int32, ...); default true.
+	BuiltinModels *bool `yaml:"builtin_models"`
+	// Upstreams are the servers behind the gateway: vLLM, OpenAI and Ollama behind the OpenAI API
+	// (and, through the bridge, the KServe surface), Triton/KServe servers behind the KServe surface.
 	Upstreams []openai.Endpoint `yaml:"upstreams"`
+	// Redis, when its address is set, shares state between gateway replicas.
+	Redis redisConfig `yaml:"redis"`
+	// Registry is the RegistryService where backends register themselves.
+	Registry registryConfig `yaml:"registry"`
+}
+
+type redisConfig struct {
+	// Addr is host:port of the Redis server; empty means no Redis (in-process state only).
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	// Password is best given as INFERGATE_REDIS_PASSWORD rather than written in the file.
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+	// Prefix starts every key and channel, so several gateways can share one Redis; default
+	// "infergate".
+	Prefix string `yaml:"prefix"`
+	// DialTimeout bounds connecting to Redis at start-up; default 5 s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+}
+
+type registryConfig struct {
+	// Disabled turns the RegistryService off.
+	Disabled bool `yaml:"disabled"`
+	// Store is memory (this process only) or redis (every replica sharing the Redis); default
+	// redis when redis.addr is set, else memory.
+	Store string `yaml:"store"`
+	// DefaultTTL, MinTTL and MaxTTL are the lease bounds; defaults 10 s, 1 s and 5 min.
+	DefaultTTL time.Duration `yaml:"default_ttl"`
+	MinTTL     time.Duration `yaml:"min_ttl"`
+	MaxTTL     time.Duration `yaml:"max_ttl"`
+}
+
+// builtins reports whether the built-in models are served.
+func (c *fileConfig) builtins() bool { return c.BuiltinModels == nil || *c.BuiltinModels }
+
+// registryStore is the store the registry uses, defaults applied.
+func (c *fileConfig) registryStore() string {
+	if c.Registry.Store != "" {
+		return c.Registry.Store
+	}
+	if c.Redis.Addr != "" {
+		return "redis"
+	}
+	return "memory"
 }
 
 func loadConfig(path string) (*fileConfig, error) {
@@ -27,8 +78,8 @@ func loadConfig(path string) (*fileConfig, error) {
 	return parseConfig(path, data)
 }
 
-// parseConfig decodes and validates one config document; every error names the file, and
-// validation errors the endpoint and field too, one per line.
+// parseConfig decodes, overrides from the environment and validates one config document; every
+// error names the file, and validation errors the endpoint and field too, one per line.
 func parseConfig(name string, data []byte) (*fileConfig, error) {
 	var c fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -36,11 +87,25 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if err := applyEnv(&c, os.LookupEnv); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	var lines []string
 	if err := openai.ValidateEndpoints(c.Upstreams); err != nil {
-		var lines []string
 		for _, e := range unjoin(err) {
 			lines = append(lines, fmt.Sprintf("%s: upstreams: %v", name, e))
 		}
+	}
+	switch s := c.Registry.Store; s {
+	case "", "memory":
+	case "redis":
+		if c.Redis.Addr == "" {
+			lines = append(lines, fmt.Sprintf("%s: registry.store: redis needs redis.addr", name))
+		}
+	default:
+		lines = append(lines, fmt.Sprintf("%s: registry.store: %q is not one of memory, redis", name, s))
+	}
+	if len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
 	return &c, nil
@@ -51,4 +116,77 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// envPrefix starts every variable applyEnv reads.
+const envPrefix = "INFERGATE_"
+
+// applyEnv sets each scalar field of c (strings, booleans, integers, durations) from the
+// environment variable named by its YAML path: INFERGATE_ + the keys joined by "_", upper-cased,
+// e.g. redis.addr is INFERGATE_REDIS_ADDR and builtin_models INFERGATE_BUILTIN_MODELS. Lists (the
+// upstreams) are left to the file, whose header values expand ${ENV} themselves.
+func applyEnv(c *fileConfig, lookup func(string) (string, bool)) error {
+	var errs []error
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if key == "" || key == "-" {
+				continue
+			}
+			name := path + strings.ToUpper(key)
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct {
+				walk(fv, name+"_")
+				continue
+			}
+			raw, ok := lookup(envPrefix + name)
+			if !ok {
+				continue
+			}
+			if err := setScalar(fv, raw); err != nil {
+				errs = append(errs, fmt.Errorf("%s%s=%q: %w", envPrefix, name, raw, err))
+			}
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	return errors.Join(errs...)
+}
+
+func setScalar(v reflect.Value, raw string) error {
+	if v.Kind() == reflect.Pointer {
+		p := reflect.New(v.Type().Elem())
+		if err := setScalar(p.Elem(), raw); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
+	}
+	switch {
+	case v.Type() == reflect.TypeFor[time.Duration]():
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return err
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(raw)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return err
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Int:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return err
+		}
+		v.SetInt(int64(n))
+	default:
+		return fmt.Errorf("cannot be set from the environment (%s)", v.Type())
+	}
+	return nil
 }

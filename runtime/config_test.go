@@ -22,9 +22,12 @@ func TestParseConfig(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "k2")
 	c, err := loadConfig("infergate.example.yaml")
 	require.NoError(t, err)
-	require.Len(t, c.Upstreams, 3)
+	require.Len(t, c.Upstreams, 4)
 	assert.Equal(t, "vllm-a", c.Upstreams[0].Name)
 	assert.Equal(t, 5*time.Second, c.Upstreams[0].CheckInterval)
+	assert.Equal(t, "kserve", c.Upstreams[3].Type)
+	assert.True(t, c.builtins())
+	assert.Equal(t, "memory", c.registryStore())
 
 	c, err = parseConfig("empty.yaml", nil)
 	require.NoError(t, err, "an empty file is the zero config")
@@ -37,6 +40,9 @@ func TestParseConfig(t *testing.T) {
 		{"upstreams:\n  - name: a\n    type: vllm\n  - name: b\n    url: http://h\n", "bad.yaml: upstreams: endpoint \"a\": url: required\nbad.yaml: upstreams: endpoint \"b\": type: required"},
 		{"upstreams:\n  - name: a\n    url: http://h\n    type: vllm\n    headers: {Authorization: \"Bearer ${INFERGATE_NOPE}\"}\n", "bad.yaml: upstreams: endpoint \"a\": headers.Authorization: environment variable INFERGATE_NOPE is not set"},
 		{"upstreams: {", "bad.yaml: yaml:"},
+		{"registry: {store: etcd}", "bad.yaml: registry.store: \"etcd\" is not one of memory, redis"},
+		{"registry: {store: redis}", "bad.yaml: registry.store: redis needs redis.addr"},
+		{"redis: {adress: x}", "field adress not found"},
 	} {
 		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
 		require.Error(t, err, tc.yaml)
@@ -44,6 +50,27 @@ func TestParseConfig(t *testing.T) {
 	}
 	_, err = loadConfig("does-not-exist.yaml")
 	require.ErrorContains(t, err, "does-not-exist.yaml")
+}
+
+// TestEnvOverrides: every scalar setting can come from an INFERGATE_* variable, which wins over
+// the file; a value that does not parse names the variable.
+func TestEnvOverrides(t *testing.T) {
+	t.Setenv("INFERGATE_REDIS_ADDR", "127.0.0.1:6390")
+	t.Setenv("INFERGATE_REDIS_DB", "3")
+	t.Setenv("INFERGATE_BUILTIN_MODELS", "false")
+	t.Setenv("INFERGATE_REGISTRY_DEFAULT_TTL", "3s")
+	c, err := parseConfig("f.yaml", []byte("redis: {addr: file:1, prefix: p}\nregistry: {default_ttl: 9s}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:6390", c.Redis.Addr, "the environment wins")
+	assert.Equal(t, "p", c.Redis.Prefix, "the file's value stays where no variable is set")
+	assert.Equal(t, 3, c.Redis.DB)
+	assert.False(t, c.builtins())
+	assert.Equal(t, 3*time.Second, c.Registry.DefaultTTL)
+	assert.Equal(t, "redis", c.registryStore(), "redis.addr makes Redis the registry's default store")
+
+	t.Setenv("INFERGATE_REDIS_DB", "three")
+	_, err = parseConfig("f.yaml", nil)
+	require.ErrorContains(t, err, `f.yaml: INFERGATE_REDIS_DB="three": strconv.Atoi`)
 }
 
 // FuzzParseConfig: any bytes give a config or an error, never a panic.

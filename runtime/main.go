@@ -19,9 +19,6 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -42,7 +39,7 @@ func run(args []string) error {
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests and streams")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
-	configPath := fs.String("config", "", "YAML config file (upstreams for the OpenAI API); none: built-in models only")
+	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,42 +55,31 @@ func run(args []string) error {
 	}
 	logger := slog.New(handler)
 
-	cfg := &fileConfig{}
+	var cfg *fileConfig
+	var err error
 	if *configPath != "" {
-		var err error
-		if cfg, err = loadConfig(*configPath); err != nil {
-			return err
-		}
+		cfg, err = loadConfig(*configPath)
+	} else {
+		cfg, err = parseConfig("environment", nil) // zero config, INFERGATE_* variables applied
+	}
+	if err != nil {
+		return err
 	}
 
-	reg := engines.NewRegistry()
-	if err := cpu.Register(reg); err != nil {
-		return fmt.Errorf("registering built-in models: %w", err)
-	}
-	gwCfg := gateway.Config{
+	gw, closeAll, err := build(cfg, gateway.Config{
 		ServerName:      *serverName,
 		Version:         version,
 		MaxMessageBytes: *maxMsg,
 		DrainTimeout:    *drain,
 		Logger:          logger,
-	}
-	var gw *gateway.Gateway
-	var proxy *openai.Proxy
-	if len(cfg.Upstreams) > 0 {
-		var err error
-		proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: logger,
-			Ready: func() bool { return gw.Ready() }})
-		if err != nil {
+	})
+	if err != nil {
+		if *configPath != "" {
 			return fmt.Errorf("%s: %w", *configPath, err)
 		}
-		gwCfg.Services = append(gwCfg.Services, proxy.Mount)
+		return err
 	}
-	gw = gateway.New(reg, gwCfg)
-	if proxy != nil {
-		gw.Metrics().MustRegister(proxy.Collectors()...)
-		proxy.Start(context.Background())
-		defer proxy.Close() // after the drain: in-flight proxied requests finish first
-	}
+	defer closeAll() // after the drain: in-flight proxied requests finish first
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -104,7 +90,7 @@ func run(args []string) error {
 
 	served := make(chan error, 1)
 	go func() { served <- gw.Serve(ln) }()
-	logger.Info("models ready", "count", len(reg.Entries()))
+	logger.Info("serving", "addr", ln.Addr().String())
 
 	select {
 	case err := <-served:

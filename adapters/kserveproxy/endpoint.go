@@ -42,6 +42,7 @@ type endpoint struct {
 	log     *slog.Logger
 
 	healthy     atomic.Bool
+	checked     atomic.Bool // the first health check ran
 	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model name -> its config.
 	models atomic.Pointer[map[string]*upstreamModel]
@@ -205,12 +206,15 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 	err := e.check(ctx)
 	was := e.healthy.Load()
 	if err != nil {
-		if was {
+		// Warn when a healthy endpoint fails, and on the very first check, so an upstream that is
+		// unreachable from the start is not silent.
+		if was || !e.checked.Swap(true) {
 			e.log.Warn("upstream unhealthy", "err", err)
 		}
 		e.healthy.Store(false)
 		return false
 	}
+	e.checked.Store(true)
 	if !was || discoverDue || e.models.Load() == nil {
 		models, derr := e.discover(ctx)
 		if derr != nil {

@@ -20,6 +20,7 @@ type endpoint struct {
 	log    *slog.Logger
 
 	healthy     atomic.Bool
+	checked     atomic.Bool // the first health check ran
 	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
@@ -146,12 +147,15 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 	err := e.check(ctx)
 	was := e.healthy.Load()
 	if err != nil {
-		if was {
+		// Warn when a healthy endpoint fails, and on the very first check, so an upstream that is
+		// unreachable from the start is not silent.
+		if was || !e.checked.Swap(true) {
 			e.log.Warn("upstream unhealthy", "err", err)
 		}
 		e.healthy.Store(false)
 		return false
 	}
+	e.checked.Store(true)
 	if e.cfg.SkipDiscovery {
 		if e.models.Load() == nil {
 			models := make(map[string]json.RawMessage, len(e.cfg.Models))
