@@ -159,7 +159,7 @@ func (p *Proxy) newEndpoint(ep openai.Endpoint) (*endpoint, error) {
 // is never asked for its repository or configs, only for its health. Add fails, adding nothing,
 // when a config cannot be served (engines.NewRemoteModel refuses it, or names a model another
 // config names) or names a model the registry holds for something other than this proxy (a
-// built-in: AlreadyExists); endpoint.models must then be empty.
+// built-in: AlreadyExists). With configs, ep.Models and ep.SkipDiscovery must be unset.
 func (p *Proxy) Add(ep openai.Endpoint, configs ...*tensorv1.TensorModelConfig) error {
 	if ep.Type != openai.TypeKServe {
 		return &openai.FieldError{Endpoint: ep.Name, Field: "type", Err: fmt.Errorf("%q is not kserve", ep.Type)}

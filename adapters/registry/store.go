@@ -11,9 +11,9 @@
 //	store := registry.NewMemoryStore()                        // or NewRedisStore(client, opts)
 //	svc := registry.NewService(store, registry.ServiceOptions{})
 //	cfg.Services = append(cfg.Services, svc.Mount)            // gateway.Config
-//	pool, _ := kserveproxy.New(kserveproxy.Options{Registry: reg}) // reg: the gateway's engines.Registry
-//	pool.Start(ctx)
-//	tensors := registry.KServeTensors{Pool: pool}
+//	pool, err := kserveproxy.New(kserveproxy.Options{Endpoints: upstreams, Registry: reg}) // the
+//	pool.Start(ctx)                                           // configured kserve upstreams' pool
+//	tensors := registry.KServeTensors{Pool: pool}             // reg: the gateway's engines.Registry
 //	ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: tensors})
 //	go ap.Run(ctx, store)                                     // until ctx ends
 //
