@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
@@ -46,9 +47,11 @@ type endpoint struct {
 	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model name -> its config.
 	models atomic.Pointer[map[string]*upstreamModel]
-	kick   chan struct{}   // asks the health loop for an early check after a failed request
-	ctx    context.Context // ends when the endpoint is removed or the proxy closes
-	stop   context.CancelFunc
+	// supplied, when set, is the endpoint's fixed model set, given to Add instead of discovered.
+	supplied map[string]*upstreamModel
+	kick     chan struct{}   // asks the health loop for an early check after a failed request
+	ctx      context.Context // ends when the endpoint is removed or the proxy closes
+	stop     context.CancelFunc
 }
 
 // upstreamModel is one model as an endpoint describes it.
@@ -250,6 +253,9 @@ func sameModels(a, b map[string]*upstreamModel) bool {
 // model's config. A model whose config cannot be fetched for a reason other than NOT_FOUND keeps
 // the config it had, so one slow call does not take a model out of service.
 func (e *endpoint) discover(ctx context.Context) (map[string]*upstreamModel, error) {
+	if e.supplied != nil {
+		return e.supplied, nil
+	}
 	var names []string
 	if e.cfg.SkipDiscovery {
 		names = e.cfg.Models
@@ -358,15 +364,44 @@ func (e *endpoint) configFromMetadata(ctx context.Context, name string) (*infere
 		return out
 	}
 	desc.Inputs, desc.Outputs = conv(md.GetInputs()), conv(md.GetOutputs())
-	m, err := engines.NewRemoteModel(desc, func(context.Context, *engines.Request, func(*engines.Response) error) error { return nil })
+	cfg, err := servedConfig(desc)
 	if err != nil {
 		return nil, fmt.Errorf("ModelMetadata of '%s': %w", name, err)
 	}
-	cfg := m.Config()
 	if md.GetPlatform() != "" {
 		cfg.Platform = md.GetPlatform()
 	}
 	return cfg, nil
+}
+
+// servedConfig is the config a model described by desc is served with: engines.NewRemoteModel's,
+// so a described model looks the same whichever way it reaches the gateway.
+func servedConfig(desc *tensorv1.TensorModelConfig) (*inference.ModelConfig, error) {
+	m, err := engines.NewRemoteModel(desc, func(context.Context, *engines.Request, func(*engines.Response) error) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	return m.Config(), nil
+}
+
+// suppliedModels are the models of an endpoint whose configs were given, as a discovery would
+// have found them.
+func suppliedModels(configs []*tensorv1.TensorModelConfig) (map[string]*upstreamModel, error) {
+	out := make(map[string]*upstreamModel, len(configs))
+	for _, desc := range configs {
+		cfg, err := servedConfig(desc)
+		if err != nil {
+			return nil, err
+		}
+		name := cfg.GetName()
+		if _, dup := out[name]; dup {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("two configs describe model '%s'", name))
+		}
+		if out[name], err = newUpstreamModel(cfg); err != nil {
+			return nil, fmt.Errorf("model '%s': %w", name, err)
+		}
+	}
+	return out, nil
 }
 
 // closeWhenIdle closes the connection once no request runs on it (or at once when ctx ends).

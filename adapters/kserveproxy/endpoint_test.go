@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,6 +298,24 @@ func (r reshaping) ModelInfer(ctx context.Context, req *inference.ModelInferRequ
 		res.Outputs[0].Name = "EXTRA"
 	case "datatype":
 		res.Outputs[0].Datatype = "INT33"
+	case "bytes":
+		res.RawOutputContents[0] = res.RawOutputContents[0][:7]
+	case "huge":
+		res.Outputs[0].Shape = []int64{1 << 40, 1 << 30}
+	case "negative":
+		res.Outputs[0].Shape = []int64{-1}
+	case "both":
+		res.Outputs[0].Contents = &inference.InferTensorContents{IntContents: make([]int32, 16)}
+	case "contents":
+		res.RawOutputContents = nil
+		res.Outputs[0].Contents = &inference.InferTensorContents{Fp32Contents: make([]float32, 16)}
+		res.Outputs[1].Contents = &inference.InferTensorContents{IntContents: make([]int32, 16)}
+	case "missing":
+		res.RawOutputContents = nil
+	case "framing":
+		res.RawOutputContents[0] = []byte{9, 0, 0, 0, 'a'}
+	case "count":
+		res.RawOutputContents[0] = tensor.AppendBytes(nil, []byte("a"))
 	}
 	return res, nil
 }
@@ -323,14 +342,47 @@ func TestUpstreamResponses(t *testing.T) {
 	assert.Equal(t, "OUTPUT0", res.Outputs[0].Name)
 	checkSimple(t, res)
 
+	// Shapes and bytes are checked against each other: nothing after the proxy may trust them.
 	for m, want := range map[string]string{
 		"short":    "upstream 'odd' answered model 'simple' wrongly: 1 raw_output_contents for 2 outputs",
 		"unknown":  "upstream 'odd' answered model 'simple' wrongly: output 'EXTRA' is not in the model's config",
 		"datatype": "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' has datatype 'INT33'",
+		"bytes":    "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' of shape [1 16] has 7 bytes",
+		"huge":     "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' has shape [1099511627776 1073741824]",
+		"negative": "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' has shape [-1]",
+		"both":     "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' has both contents and raw_output_contents",
+		"contents": "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0': unexpected explicit tensor data of type 'FP32'",
+		"missing":  "upstream 'odd' answered model 'simple' wrongly: output 'OUTPUT0' of shape [1 16] has 0 bytes",
 	} {
 		mode.Store(m)
 		_, err := f.client.ModelInfer(ctx, simpleRequest("simple", ""))
 		assert.Equal(t, codes.Internal, status.Code(err), m)
-		assert.Equal(t, want, status.Convert(err).Message())
+		assert.Equal(t, want, status.Convert(err).Message(), m)
+	}
+	for _, m := range []string{"framing", "count"} {
+		mode.Store(m)
+		_, err := f.client.ModelInfer(ctx, stringRequest())
+		assert.Equal(t, codes.Internal, status.Code(err), m)
+		assert.Equal(t, "upstream 'odd' answered model 'simple_string' wrongly: output 'OUTPUT0' of shape [1 16] does not hold 16 framed BYTES elements",
+			status.Convert(err).Message(), m)
+	}
+	mode.Store("as is")
+	res, err = f.client.ModelInfer(ctx, stringRequest())
+	require.NoError(t, err)
+	sums, err := tensor.SplitBytes(res.RawOutputContents[0])
+	require.NoError(t, err)
+	assert.Len(t, sums, 16, "a consistent BYTES answer passes")
+}
+
+// stringRequest is `simple_string`'s request: INPUT0 = "0".."15", INPUT1 = "1"s, BYTES [1,16].
+func stringRequest() *inference.ModelInferRequest {
+	var in0, in1 []byte
+	for i := range 16 {
+		in0 = tensor.AppendBytes(in0, []byte(strconv.Itoa(i)))
+		in1 = tensor.AppendBytes(in1, []byte("1"))
+	}
+	return &inference.ModelInferRequest{ModelName: "simple_string",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{rawInput("INPUT0", "BYTES", 1, 16), rawInput("INPUT1", "BYTES", 1, 16)},
+		RawInputContents: [][]byte{in0, in1},
 	}
 }

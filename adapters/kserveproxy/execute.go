@@ -280,6 +280,8 @@ func (m *model) response(ep *endpoint, res *inference.ModelInferResponse) (*engi
 			sorted = false
 		}
 		switch {
+		case len(raw) > 0 && o.GetContents() != nil:
+			return nil, false, bad("output '%s' has both contents and raw_output_contents", t.Name)
 		case len(raw) > 0:
 			t.Data = raw[i]
 		case o.GetContents() != nil:
@@ -288,6 +290,21 @@ func (m *model) response(ep *endpoint, res *inference.ModelInferResponse) (*engi
 				return nil, false, bad("output '%s': %v", t.Name, err)
 			}
 			t.Data = data
+		}
+		// The upstream is not trusted to be consistent: whatever reads the outputs next (the
+		// REST encoder, a client) relies on shape and bytes agreeing.
+		n, ok := tensor.ElementCount(t.Shape)
+		switch {
+		case !ok:
+			return nil, false, bad("output '%s' has shape %v", t.Name, t.Shape)
+		case t.Datatype == inference.DataType_TYPE_STRING:
+			if got, err := tensor.CountBytes(t.Data); err != nil || int64(got) != n {
+				return nil, false, bad("output '%s' of shape %v does not hold %d framed BYTES elements", t.Name, t.Shape, n)
+			}
+		default:
+			if size := int64(tensor.ElementSize(t.Datatype)); n > int64(len(t.Data))/size || n*size != int64(len(t.Data)) {
+				return nil, false, bad("output '%s' of shape %v has %d bytes", t.Name, t.Shape, len(t.Data))
+			}
 		}
 	}
 	if !sorted {

@@ -36,3 +36,12 @@ func newMetrics() *metrics {
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.latency, m.inflight, m.healthy}
 }
+
+// forget drops an endpoint's series.
+func (m *metrics) forget(endpoint string) {
+	l := prometheus.Labels{"endpoint": endpoint}
+	m.requests.DeletePartialMatch(l)
+	m.latency.DeletePartialMatch(l)
+	m.inflight.DeletePartialMatch(l)
+	m.healthy.DeletePartialMatch(l)
+}

@@ -21,6 +21,13 @@
 //   - A model stays registered while any endpoint's last discovery lists it, healthy or not;
 //     with none healthy its requests fail UNAVAILABLE. A name the registry already holds (a
 //     built-in) is not taken over: an alias can serve the upstream's model under another name.
+//   - An endpoint added with its models' configs (Add with TensorModelConfigs: a backend that
+//     registered itself) is not discovered: it serves exactly those models, once its first health
+//     check passes, and is routed, failed over and removed like any other endpoint.
+//   - When endpoints offer one name with different configs, discovered or supplied alike, the
+//     served config is that of the highest-priority endpoint offering it (a healthy one if any;
+//     among equals, the first configured or added), and endpoints whose config differs from it in
+//     tensors, batching, decoupling or sequence controls are not routed to (logged) until it goes.
 package kserveproxy
 
 import (
@@ -34,9 +41,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
+	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
@@ -140,12 +149,30 @@ func (p *Proxy) newEndpoint(ep openai.Endpoint) (*endpoint, error) {
 	return e, nil
 }
 
-// Add adds a kserve endpoint at run time (a backend that registered itself): it is checked at
-// once, then like the configured ones, and its models are registered as soon as it is healthy.
-// Names are unique across configured and added endpoints.
-func (p *Proxy) Add(ep openai.Endpoint) error {
+// Add adds a kserve endpoint at run time: it is checked at once, then like the configured ones,
+// and its models are registered as soon as it is healthy. Names are unique across configured and
+// added endpoints.
+//
+// Without configs the endpoint's models are discovered like a configured endpoint's. With configs
+// (a backend that registered itself with its models' descriptions) the endpoint serves exactly
+// those models, each with the config engines.NewRemoteModel builds from its TensorModelConfig, and
+// is never asked for its repository or configs, only for its health. Add fails, adding nothing,
+// when a config cannot be served (engines.NewRemoteModel refuses it, or names a model another
+// config names) or names a model the registry holds for something other than this proxy (a
+// built-in: AlreadyExists). With configs, ep.Models and ep.SkipDiscovery must be unset.
+func (p *Proxy) Add(ep openai.Endpoint, configs ...*tensorv1.TensorModelConfig) error {
 	if ep.Type != openai.TypeKServe {
 		return &openai.FieldError{Endpoint: ep.Name, Field: "type", Err: fmt.Errorf("%q is not kserve", ep.Type)}
+	}
+	var supplied map[string]*upstreamModel
+	if len(configs) > 0 {
+		if len(ep.Models) > 0 || ep.SkipDiscovery {
+			return &openai.FieldError{Endpoint: ep.Name, Field: "models", Err: errors.New("must be empty when the models' configs are supplied")}
+		}
+		var err error
+		if supplied, err = suppliedModels(configs); err != nil {
+			return fmt.Errorf("kserveproxy: endpoint %q: %w", ep.Name, err)
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -155,10 +182,17 @@ func (p *Proxy) Add(ep openai.Endpoint) error {
 	if slices.ContainsFunc(p.endpoints(), func(x *endpoint) bool { return x.cfg.Name == ep.Name }) {
 		return &openai.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
 	}
+	for name := range supplied {
+		if held := p.reg.Lookup(name); held != nil && (p.models[name] == nil || p.models[name].entry != held) {
+			return connect.NewError(connect.CodeAlreadyExists,
+				fmt.Errorf("kserveproxy: endpoint %q: model '%s' is already served by the gateway, not by a KServe upstream", ep.Name, name))
+		}
+	}
 	e, err := p.newEndpoint(ep)
 	if err != nil {
 		return err
 	}
+	e.supplied = supplied
 	eps := append(slices.Clone(p.endpoints()), e)
 	p.eps.Store(&eps)
 	if p.started {
@@ -168,7 +202,8 @@ func (p *Proxy) Add(ep openai.Endpoint) error {
 }
 
 // Remove stops routing to the named endpoint and closes its connection once requests in flight
-// on it finish; models only it served leave the registry. It reports whether the endpoint existed.
+// on it finish; models only it served leave the registry, and its metric series are dropped. It
+// reports whether the endpoint existed.
 func (p *Proxy) Remove(name string) bool {
 	p.mu.Lock()
 	eps := p.endpoints()
@@ -183,7 +218,7 @@ func (p *Proxy) Remove(name string) bool {
 	e.healthy.Store(false) // requests that loaded the old routes pass it by
 	p.rebuildLocked()
 	e.stop()
-	p.m.healthy.DeleteLabelValues(e.cfg.Name)
+	p.m.forget(e.cfg.Name) // added endpoints come and go (one per registration): their series must too
 	if p.closed {
 		e.close()
 	} else {

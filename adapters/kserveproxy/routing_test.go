@@ -65,6 +65,7 @@ func TestFailoverUnavailable(t *testing.T) {
 	assert.Equal(t, uint64(1), inferences(b.Registry, "flaky"))
 	assert.Equal(t, uint64(1), a.Registry.Lookup("flaky").Stats.Fail.Count(), "a was tried first")
 	assert.True(t, f.status("a").Healthy, "a server's UNAVAILABLE does not take a live connection out")
+	assert.Equal(t, 1.0, metric(t, f, `infergate_kserve_upstream_requests_total{code="ok",endpoint="b",model="flaky"}`))
 
 	// Only a is left: its UNAVAILABLE passes through, code and message.
 	require.True(t, f.proxy.Remove("b"))
@@ -73,9 +74,11 @@ func TestFailoverUnavailable(t *testing.T) {
 	assert.Equal(t, "model 'flaky' is warming up", status.Convert(err).Message())
 
 	assert.Equal(t, 2.0, metric(t, f, `infergate_kserve_upstream_requests_total{code="unavailable",endpoint="a",model="flaky"}`))
-	assert.Equal(t, 1.0, metric(t, f, `infergate_kserve_upstream_requests_total{code="ok",endpoint="b",model="flaky"}`))
 	assert.Equal(t, 1.0, metric(t, f, `infergate_kserve_upstream_healthy{endpoint="a"}`))
 	assert.Equal(t, -1.0, metric(t, f, `infergate_kserve_upstream_healthy{endpoint="b"}`), "a removed endpoint leaves the gauge")
+	assert.Equal(t, -1.0, metric(t, f, `infergate_kserve_upstream_requests_total{code="ok",endpoint="b",model="flaky"}`),
+		"and its other series: registered endpoints come and go, their series must not pile up")
+	assert.Equal(t, -1.0, metric(t, f, `infergate_kserve_upstream_request_duration_seconds_count{endpoint="b",model="flaky"}`))
 	assert.Equal(t, 0.0, metric(t, f, `infergate_kserve_upstream_in_flight_requests{endpoint="a",model="flaky"}`))
 }
 

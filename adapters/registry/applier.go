@@ -17,7 +17,7 @@ type OpenAIEndpoints interface {
 	RemoveEndpoint(name string) bool
 }
 
-// TensorBackends is where tensor registrations go: RemoteTensors, or a KServe upstream pool.
+// TensorBackends is where tensor registrations go: KServeTensors.
 // Add and Remove are called from one goroutine, once per lease each (an updated lease is removed,
 // then added again).
 type TensorBackends interface {
@@ -98,7 +98,7 @@ func (a *Applier) add(id string, b *registryv1.Backend) {
 			return
 		}
 		err := a.opts.Tensors.Add(TensorBackend{LeaseID: id, Model: b.GetModelName(), URL: b.GetUrl(),
-			Priority: int(b.GetPriority()), Config: b.GetTensorModelConfig()})
+			Priority: int(b.GetPriority()), Config: tensorConfig(b)})
 		if err != nil {
 			log.Warn("registry: cannot serve registered tensor model", "err", err)
 			return

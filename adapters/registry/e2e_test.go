@@ -12,6 +12,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/kserveproxy"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/tensor"
@@ -32,9 +33,10 @@ import (
 )
 
 // replica is one gateway as the runtime wires it: its own OpenAI proxy, store (its own rueidis
-// client), registry service, applier and registered tensor models.
+// client), registry service, applier and KServe pool for registered tensor models.
 type replica struct {
 	srv      *gatewaytest.Server
+	pool     *kserveproxy.Proxy
 	registry registryv1connect.RegistryServiceClient
 	kserve   inference.GRPCInferenceServiceClient
 }
@@ -47,8 +49,7 @@ func startReplica(t *testing.T, store Store) *replica {
 	t.Cleanup(p.Close)
 	svc := NewService(store, ServiceOptions{MinTTL: 100 * time.Millisecond, Logger: quiet()})
 	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount, svc.Mount}})
-	tensors := NewRemoteTensors(srv.Registry, quiet())
-	t.Cleanup(tensors.Close)
+	pool, tensors := newPool(t, srv.Registry)
 	ap := NewApplier(ApplierOptions{OpenAI: p, Tensors: tensors, CheckInterval: 50 * time.Millisecond, CheckTimeout: time.Second, Logger: quiet()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -63,7 +64,7 @@ func startReplica(t *testing.T, store Store) *replica {
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return &replica{srv: srv, registry: registryv1connect.NewRegistryServiceClient(http.DefaultClient, srv.URL),
+	return &replica{srv: srv, pool: pool, registry: registryv1connect.NewRegistryServiceClient(http.DefaultClient, srv.URL),
 		kserve: inference.NewGRPCInferenceServiceClient(conn)}
 }
 
@@ -196,20 +197,33 @@ func bytesRequest(model string, elems ...string) *inference.ModelInferRequest {
 		RawInputContents: [][]byte{raw}}
 }
 
-// A tensor backend (a gateway serving a model over KServe gRPC) registered on A shows in B's
-// RepositoryIndex, metadata and config, answers ModelInfer through B, and disappears from both
-// when its lease expires.
+// serving lists the pool's endpoints that are healthy and serve model.
+func (r *replica) serving(model string) []string {
+	var out []string
+	for _, s := range r.pool.Status() {
+		if s.Healthy && slices.Contains(s.Models, model) {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// Tensor backends (gateways serving a model over KServe gRPC) registered on A and on B show in
+// both replicas' RepositoryIndex, metadata and config, share ModelInfer through either replica,
+// and leave both when their leases expire: the model stays while one lease lives.
 func TestTwoReplicasTensorBackend(t *testing.T) {
 	redis := redistest.Start(t)
 	a := startReplica(t, newRedisReplica(t, redis))
 	b := startReplica(t, newRedisReplica(t, redis))
 	backend := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "echo_registered"))
+	backend2 := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "echo_registered"))
 
 	lease := register(t, a, &registryv1.Backend{ModelName: "echo_registered", ModelType: registryv1.ModelType_MODEL_TYPE_TENSOR,
 		Url: backend.URL, TensorModelConfig: tensorDesc("")}, 300*time.Millisecond)
 	require.Eventually(t, func() bool { return b.index(t)["echo_registered"] == "READY" }, wait, 10*time.Millisecond,
 		"the tensor model registered on A shows in B's RepositoryIndex")
 	assert.Equal(t, "READY", a.index(t)["echo_registered"])
+	assert.Equal(t, []string{EndpointName(lease.id)}, b.serving("echo_registered"))
 	ctx := context.Background()
 
 	meta, err := b.kserve.ModelMetadata(ctx, &inference.ModelMetadataRequest{Name: "echo_registered"})
@@ -240,7 +254,37 @@ func TestTwoReplicasTensorBackend(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.Equal(t, uint64(1), ran.Stats.Inferences(), "a bad request never reaches the backend")
 
+	// A second backend of the model, registered on B: both replicas route to both.
+	lease2 := register(t, b, &registryv1.Backend{ModelName: "echo_registered", ModelType: registryv1.ModelType_MODEL_TYPE_TENSOR,
+		Url: backend2.URL, TensorModelConfig: tensorDesc("echo_registered")}, 300*time.Millisecond)
+	both := []string{EndpointName(lease.id), EndpointName(lease2.id)}
+	slices.Sort(both)
+	require.Eventually(t, func() bool {
+		return slices.Equal(both, sorted(a.serving("echo_registered"))) && slices.Equal(both, sorted(b.serving("echo_registered")))
+	}, wait, 10*time.Millisecond)
+	ran2 := backend2.Registry.Lookup("echo_registered")
+	for _, r := range []*replica{a, b} {
+		for range 2 {
+			_, err := r.kserve.ModelInfer(ctx, bytesRequest("echo_registered", "x"))
+			require.NoError(t, err)
+		}
+	}
+	assert.Equal(t, uint64(3), ran.Stats.Inferences(), "each replica shares its requests between the backends")
+	assert.Equal(t, uint64(2), ran2.Stats.Inferences())
+
+	// The first lease expires: the model stays, served by the second backend.
 	lease.stop()
+	require.Eventually(t, func() bool {
+		return slices.Equal([]string{EndpointName(lease2.id)}, a.serving("echo_registered")) &&
+			slices.Equal([]string{EndpointName(lease2.id)}, b.serving("echo_registered"))
+	}, wait, 10*time.Millisecond)
+	assert.Equal(t, "READY", a.index(t)["echo_registered"])
+	_, err = a.kserve.ModelInfer(ctx, bytesRequest("echo_registered", "x"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), ran2.Stats.Inferences())
+	assert.Equal(t, uint64(3), ran.Stats.Inferences())
+
+	lease2.stop()
 	require.Eventually(t, func() bool {
 		_, inA := a.index(t)["echo_registered"]
 		_, inB := b.index(t)["echo_registered"]
@@ -249,4 +293,11 @@ func TestTwoReplicasTensorBackend(t *testing.T) {
 	_, err = b.kserve.ModelInfer(ctx, bytesRequest("echo_registered", "x"))
 	assert.Equal(t, codes.NotFound, status.Code(err))
 	assert.Equal(t, "Request for unknown model: 'echo_registered' is not found", status.Convert(err).Message())
+	assert.Empty(t, a.pool.Status(), "no endpoint is left behind")
+	assert.Empty(t, b.pool.Status())
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
 }

@@ -2,18 +2,22 @@
 // RegistryService (schema/infergate/registry/v1), the stores that hold registrations under leases
 // renewed by heartbeats (MemoryStore in-process, RedisStore shared by every gateway replica), and
 // the Applier that turns registrations into served models: OpenAI endpoints of an openai.Proxy for
-// chat, completions and embeddings models, and KServe models (RemoteTensors) for tensor models.
+// chat, completions and embeddings models, and endpoints of a kserveproxy.Proxy (KServeTensors)
+// for tensor models. Either way a lease is an endpoint named EndpointName(lease), balanced and
+// failed over with the others serving its model.
 //
 // Wiring, per gateway replica:
 //
 //	store := registry.NewMemoryStore()                        // or NewRedisStore(client, opts)
 //	svc := registry.NewService(store, registry.ServiceOptions{})
 //	cfg.Services = append(cfg.Services, svc.Mount)            // gateway.Config
-//	tensors := registry.NewRemoteTensors(reg, logger)         // reg: the gateway's engines.Registry
+//	pool, err := kserveproxy.New(kserveproxy.Options{Endpoints: upstreams, Registry: reg}) // the
+//	pool.Start(ctx)                                           // configured kserve upstreams' pool
+//	tensors := registry.KServeTensors{Pool: pool}             // reg: the gateway's engines.Registry
 //	ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: tensors})
 //	go ap.Run(ctx, store)                                     // until ctx ends
 //
-// and at shutdown: cancel ctx, tensors.Close(), store.Close().
+// and at shutdown: cancel ctx, pool.Close() (after the gateway drained), store.Close().
 package registry
 
 import (

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/kserveproxy"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -20,21 +23,53 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// front is a gateway serving registered tensor models through RemoteTensors.
+// front is a gateway serving registered tensor models through a kserveproxy pool, as the runtime
+// wires it.
 type front struct {
 	srv     *gatewaytest.Server
-	tensors *RemoteTensors
+	pool    *kserveproxy.Proxy
+	tensors KServeTensors
 	kserve  inference.GRPCInferenceServiceClient
+}
+
+var _ KServePool = (*kserveproxy.Proxy)(nil)
+
+// newPool is a started pool filling reg, with the TensorBackends on it (quick health checks).
+func newPool(t *testing.T, reg *engines.Registry) (*kserveproxy.Proxy, KServeTensors) {
+	t.Helper()
+	pool, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Logger: quiet()})
+	require.NoError(t, err)
+	pool.Start(context.Background())
+	t.Cleanup(pool.Close)
+	return pool, KServeTensors{Pool: pool, CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}
 }
 
 func startFront(t *testing.T) *front {
 	srv := gatewaytest.Start(t, gateway.Config{})
-	tensors := NewRemoteTensors(srv.Registry, quiet())
-	t.Cleanup(tensors.Close)
+	pool, tensors := newPool(t, srv.Registry)
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return &front{srv: srv, tensors: tensors, kserve: inference.NewGRPCInferenceServiceClient(conn)}
+	return &front{srv: srv, pool: pool, tensors: tensors, kserve: inference.NewGRPCInferenceServiceClient(conn)}
+}
+
+// waitReady waits until the front serves model (its backend passed a health check).
+func (f *front) waitReady(t *testing.T, model string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		res, err := f.kserve.ModelReady(context.Background(), &inference.ModelReadyRequest{Name: model})
+		return err == nil && res.Ready
+	}, wait, 10*time.Millisecond, "model %s never served", model)
+}
+
+// endpoint is the pool's status of a lease's endpoint; Name is empty when there is none.
+func (f *front) endpoint(leaseID string) kserveproxy.EndpointStatus {
+	for _, s := range f.pool.Status() {
+		if s.Name == EndpointName(leaseID) {
+			return s
+		}
+	}
+	return kserveproxy.EndpointStatus{}
 }
 
 func outputText(t *testing.T, res *inference.ModelInferResponse) []string {
@@ -50,7 +85,7 @@ func outputText(t *testing.T, res *inference.ModelInferResponse) []string {
 }
 
 // A decoupled backend's responses stream through the gateway one by one, then the final flag.
-func TestRemoteTensorsDecoupled(t *testing.T) {
+func TestTensorLeaseDecoupled(t *testing.T) {
 	desc := tensorDesc("words")
 	desc.Decoupled = true
 	m, err := engines.NewRemoteModel(desc, func(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
@@ -70,11 +105,12 @@ func TestRemoteTensorsDecoupled(t *testing.T) {
 	backend := gatewaytest.Start(t, gateway.Config{}, m)
 	f := startFront(t)
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: newLeaseID(), Model: "words", URL: backend.URL, Config: desc}))
+	f.waitReady(t, "words")
 
 	st, err := f.kserve.ModelStreamInfer(context.Background())
 	require.NoError(t, err)
 	req := bytesRequest("words", "a", "b", "c")
-	req.Parameters = map[string]*inference.InferParameter{paramEmptyFinal: {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}
+	req.Parameters = map[string]*inference.InferParameter{"triton_enable_empty_final_response": {ParameterChoice: &inference.InferParameter_BoolParam{BoolParam: true}}}
 	require.NoError(t, st.Send(req))
 	require.NoError(t, st.CloseSend())
 	var words []string
@@ -99,7 +135,7 @@ func TestRemoteTensorsDecoupled(t *testing.T) {
 }
 
 // The backend's errors reach the client with their code and message.
-func TestRemoteTensorsBackendErrors(t *testing.T) {
+func TestTensorLeaseBackendErrors(t *testing.T) {
 	m, err := engines.NewRemoteModel(tensorDesc("picky"), func(context.Context, *engines.Request, func(*engines.Response) error) error {
 		return connect.NewError(connect.CodeResourceExhausted, errors.New("backend is full"))
 	})
@@ -107,6 +143,7 @@ func TestRemoteTensorsBackendErrors(t *testing.T) {
 	backend := gatewaytest.Start(t, gateway.Config{}, m)
 	f := startFront(t)
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: newLeaseID(), Model: "picky", URL: backend.URL, Config: tensorDesc("picky")}))
+	f.waitReady(t, "picky")
 	_, err = f.kserve.ModelInfer(context.Background(), bytesRequest("picky", "x"))
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, "backend is full", status.Convert(err).Message())
@@ -117,15 +154,20 @@ func TestRemoteTensorsBackendErrors(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 }
 
-// One lease serves a model at a time; when it ends, the next lease for the name takes over. A
-// name the gateway already serves is not taken over, nor removed.
-func TestRemoteTensorsLeasesOfOneModel(t *testing.T) {
+// Every lease of a model serves it: requests are shared, a stopped backend's requests fail over
+// to the others, a higher priority takes them all, and a lease's end takes only its endpoint away;
+// the last one's takes the model. A name the gateway already serves is not taken over, nor removed.
+func TestTensorLeasesOfOneModel(t *testing.T) {
 	first := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "shared"))
 	second := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "shared"))
 	f := startFront(t)
 	l1, l2 := newLeaseID(), newLeaseID()
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l1, Model: "shared", URL: first.URL, Config: tensorDesc("shared")}))
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l2, Model: "shared", URL: second.URL, Config: tensorDesc("shared")}))
+	require.Eventually(t, func() bool { return f.endpoint(l1).Healthy && f.endpoint(l2).Healthy }, wait, 10*time.Millisecond)
+	assert.Equal(t, []string{"shared"}, f.endpoint(l1).Models)
+	assert.Equal(t, []string{"shared"}, f.endpoint(l2).Models)
+	assert.Equal(t, first.URL, f.endpoint(l1).URL)
 	ctx := context.Background()
 	infer := func() {
 		t.Helper()
@@ -133,14 +175,36 @@ func TestRemoteTensorsLeasesOfOneModel(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"x"}, outputText(t, res))
 	}
+	ran := func(s *gatewaytest.Server) uint64 { return s.Registry.Lookup("shared").Stats.Inferences() }
+	for range 4 {
+		infer()
+	}
+	assert.Equal(t, uint64(2), ran(first), "both leases serve, in turn")
+	assert.Equal(t, uint64(2), ran(second))
+
+	// A higher priority lease takes every request while it is healthy.
+	third := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "shared"))
+	l3 := newLeaseID()
+	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l3, Model: "shared", URL: third.URL, Priority: 1, Config: tensorDesc("shared")}))
+	require.Eventually(t, func() bool { return f.endpoint(l3).Healthy }, wait, 10*time.Millisecond)
+	assert.Equal(t, 1, f.endpoint(l3).Priority)
 	infer()
-	assert.Equal(t, uint64(1), first.Registry.Lookup("shared").Stats.Inferences())
-	assert.Equal(t, uint64(0), second.Registry.Lookup("shared").Stats.Inferences())
+	infer()
+	assert.Equal(t, uint64(2), ran(third))
+	f.tensors.Remove(l3)
+	assert.Empty(t, f.endpoint(l3).Name, "its endpoint is gone")
+
+	// A backend that went away: its requests go to the other lease.
+	require.NoError(t, first.Stop(5e9))
+	for range 4 {
+		infer()
+	}
+	assert.Equal(t, uint64(6), ran(second), "failed over")
 
 	f.tensors.Remove(l1)
+	assert.Empty(t, f.endpoint(l1).Name)
 	infer()
-	assert.Equal(t, uint64(1), first.Registry.Lookup("shared").Stats.Inferences())
-	assert.Equal(t, uint64(1), second.Registry.Lookup("shared").Stats.Inferences(), "the second lease took over")
+	assert.Equal(t, uint64(7), ran(second))
 
 	f.tensors.Remove(l2)
 	_, err := f.kserve.ModelInfer(ctx, bytesRequest("shared", "x"))
@@ -148,74 +212,43 @@ func TestRemoteTensorsLeasesOfOneModel(t *testing.T) {
 	assert.Nil(t, f.srv.Registry.Lookup("shared"))
 
 	// "simple" is a built-in of every gateway.
-	err = f.tensors.Add(TensorBackend{LeaseID: newLeaseID(), Model: "simple", URL: first.URL, Config: tensorDesc("simple")})
+	l4 := newLeaseID()
+	err = f.tensors.Add(TensorBackend{LeaseID: l4, Model: "simple", URL: second.URL, Config: tensorDesc("simple")})
 	assert.Equal(t, connect.CodeAlreadyExists, connect.CodeOf(err), "%v", err)
+	assert.Empty(t, f.endpoint(l4).Name, "nothing added")
 	builtin := f.srv.Registry.Lookup("simple")
 	require.NotNil(t, builtin)
 	assert.Equal(t, "infergate_cpu", builtin.Config().GetPlatform())
 }
 
-// Requests go to the backend as KServe requests: tensors and parameters as they came, sequence
-// flags as Triton's parameters, and no control inputs (the backend's sequence batcher adds its own).
-func TestForwarderRequest(t *testing.T) {
-	f := &forwarder{model: "seq"}
-	f.configure(&inference.ModelConfig{SchedulingChoice: &inference.ModelConfig_SequenceBatching{SequenceBatching: &inference.ModelSequenceBatching{
-		ControlInput: []*inference.ModelSequenceBatching_ControlInput{{Name: "START"}, {Name: "READY"}}}}})
-	req := &engines.Request{ID: "r1",
-		Inputs: []engines.Tensor{
-			{Name: "INPUT", Datatype: inference.DataType_TYPE_INT32, Shape: []int64{1}, Data: []byte{1, 0, 0, 0}},
-			{Name: "START", Datatype: inference.DataType_TYPE_INT32, Shape: []int64{1}, Data: []byte{1, 0, 0, 0}},
-			{Name: "READY", Datatype: inference.DataType_TYPE_INT32, Shape: []int64{1}, Data: []byte{1, 0, 0, 0}},
-		},
-		Outputs:    []string{"OUTPUT"},
-		Parameters: map[string]*inference.InferParameter{"custom": {ParameterChoice: &inference.InferParameter_StringParam{StringParam: "v"}}},
-		Sequence:   engines.Sequence{ID: engines.CorrelationID{Uint: 7}, Start: true},
+// The Applier turns a tensor lease's events into the pool's endpoint: added (the config named for
+// the lease's model), moved to a new URL on update, removed with the model on removal.
+func TestApplierTensorLease(t *testing.T) {
+	first := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "applied"))
+	second := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "applied"))
+	f := startFront(t)
+	ap := NewApplier(ApplierOptions{Tensors: f.tensors, Logger: quiet()})
+	id := newLeaseID()
+	backend := func(url string) *registryv1.Backend {
+		return &registryv1.Backend{ModelName: "applied", ModelType: registryv1.ModelType_MODEL_TYPE_TENSOR, Url: url,
+			TensorModelConfig: tensorDesc("")}
 	}
-	w := f.request(req)
-	assert.Equal(t, "seq", w.ModelName)
-	assert.Equal(t, "r1", w.Id)
-	require.Len(t, w.Inputs, 1)
-	assert.Equal(t, "INPUT", w.Inputs[0].Name)
-	assert.Equal(t, "INT32", w.Inputs[0].Datatype)
-	assert.Equal(t, [][]byte{{1, 0, 0, 0}}, w.RawInputContents)
-	require.Len(t, w.Outputs, 1)
-	assert.Equal(t, "OUTPUT", w.Outputs[0].Name)
-	assert.Equal(t, "v", w.Parameters["custom"].GetStringParam())
-	assert.Equal(t, int64(7), w.Parameters[paramSequenceID].GetInt64Param())
-	assert.True(t, w.Parameters[paramSequenceStart].GetBoolParam())
-	assert.False(t, w.Parameters[paramSequenceEnd].GetBoolParam())
-}
-
-// A backend's response is checked against the bytes it carries before anything uses it.
-func TestForwarderRejectsInconsistentOutputs(t *testing.T) {
-	f := &forwarder{model: "m"}
-	out := func(dt string, shape ...int64) *inference.ModelInferResponse_InferOutputTensor {
-		return &inference.ModelInferResponse_InferOutputTensor{Name: "o", Datatype: dt, Shape: shape}
-	}
-	for _, tc := range []struct {
-		name string
-		outs []*inference.ModelInferResponse_InferOutputTensor
-		raw  [][]byte
-		msg  string
-	}{
-		{"short raw", []*inference.ModelInferResponse_InferOutputTensor{out("FP32", 2)}, [][]byte{make([]byte, 7)}, "output 'o' of shape [2] has 7 bytes"},
-		{"huge shape", []*inference.ModelInferResponse_InferOutputTensor{out("FP64", 1<<40, 1<<30)}, [][]byte{make([]byte, 8)}, "output 'o' has shape [1099511627776 1073741824]"},
-		{"negative dim", []*inference.ModelInferResponse_InferOutputTensor{out("INT8", -1)}, [][]byte{{1}}, "output 'o' has shape [-1]"},
-		{"bad datatype", []*inference.ModelInferResponse_InferOutputTensor{out("FP9", 1)}, [][]byte{{1}}, "output 'o' has datatype 'FP9'"},
-		{"raw count", []*inference.ModelInferResponse_InferOutputTensor{out("INT8", 1), out("INT8", 1)}, [][]byte{{1}}, "it has 2 outputs but 1 raw_output_contents"},
-		{"bytes framing", []*inference.ModelInferResponse_InferOutputTensor{out("BYTES", 1)}, [][]byte{{9, 0, 0, 0, 'a'}}, "does not hold 1 framed BYTES elements"},
-		{"bytes count", []*inference.ModelInferResponse_InferOutputTensor{out("BYTES", 2)}, [][]byte{tensor.AppendBytes(nil, []byte("a"))}, "does not hold 2 framed BYTES elements"},
-		{"wrong contents", []*inference.ModelInferResponse_InferOutputTensor{{Name: "o", Datatype: "INT32", Shape: []int64{1},
-			Contents: &inference.InferTensorContents{Fp32Contents: []float32{1}}}}, nil, "unexpected explicit tensor data of type 'FP32'"},
-	} {
-		_, err := f.response(tc.outs, tc.raw)
-		assert.Equal(t, connect.CodeInternal, connect.CodeOf(err), tc.name)
-		assert.Contains(t, err.Error(), "backend of model 'm' sent an invalid response", tc.name)
-		assert.Contains(t, err.Error(), tc.msg, tc.name)
-	}
-	// Typed contents are accepted and become raw bytes.
-	res, err := f.response([]*inference.ModelInferResponse_InferOutputTensor{{Name: "o", Datatype: "INT32", Shape: []int64{2},
-		Contents: &inference.InferTensorContents{IntContents: []int32{1, 2}}}}, nil)
+	ctx := context.Background()
+	ap.Apply(Event{Type: Added, LeaseID: id, Backend: backend(first.URL)})
+	f.waitReady(t, "applied")
+	_, err := f.kserve.ModelInfer(ctx, bytesRequest("applied", "x"))
 	require.NoError(t, err)
-	assert.Equal(t, []byte{1, 0, 0, 0, 2, 0, 0, 0}, res.Outputs[0].Data)
+	assert.Equal(t, uint64(1), first.Registry.Lookup("applied").Stats.Inferences())
+
+	ap.Apply(Event{Type: Updated, LeaseID: id, Backend: backend(second.URL)})
+	require.Equal(t, second.URL, f.endpoint(id).URL, "the lease's endpoint now points at the new URL")
+	f.waitReady(t, "applied")
+	_, err = f.kserve.ModelInfer(ctx, bytesRequest("applied", "x"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), second.Registry.Lookup("applied").Stats.Inferences())
+	assert.Equal(t, uint64(1), first.Registry.Lookup("applied").Stats.Inferences())
+
+	ap.Apply(Event{Type: Removed, LeaseID: id})
+	assert.Nil(t, f.srv.Registry.Lookup("applied"))
+	assert.Empty(t, f.pool.Status())
 }
