@@ -20,6 +20,7 @@ import (
 	"github.com/infergate/infergate/gen/inference"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -164,6 +165,25 @@ upstreams:
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	assert.Contains(t, string(b), "Hello from registered")
+
+	// A tensor backend registers a KServe model by its tensors: the upstream infergate's
+	// identity_fp32, reached through the gateway's KServe surface.
+	_, err = registryv1.NewRegistryServiceClient(conn).Register(ctx, &registryv1.RegisterRequest{
+		Backend: &registryv1.Backend{ModelName: "identity_fp32", ModelType: registryv1.ModelType_MODEL_TYPE_TENSOR,
+			ModelInput: registryv1.ModelInput_MODEL_INPUT_TENSOR, Url: "http://" + triton.Addr, BackendType: registryv1.BackendType_BACKEND_TYPE_KSERVE,
+			TensorModelConfig: &tensorv1.TensorModelConfig{Name: "identity_fp32",
+				Inputs:  []*tensorv1.TensorMetadata{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{-1}}},
+				Outputs: []*tensorv1.TensorMetadata{{Name: "OUTPUT0", Datatype: "FP32", Shape: []int64{-1}}}}},
+		Ttl: durationpb.New(time.Minute)})
+	require.NoError(t, err)
+	var echoed *inference.ModelInferResponse
+	require.Eventually(t, func() bool {
+		echoed, err = kc.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "identity_fp32",
+			Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{3}}},
+			RawInputContents: [][]byte{tensor.Bytes([]float32{1.5, 2, -3})}})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the registered tensor model answers: %v", err)
+	assert.Equal(t, []float32{1.5, 2, -3}, tensor.View[float32](echoed.GetRawOutputContents()[0]))
 }
 
 // TestBinaryReplicasShareRegistry: two gateway processes sharing one redis-server see each other's

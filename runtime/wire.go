@@ -90,9 +90,8 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	closers = append(closers, kp.Close)
 	br.Load().Sync()
 	if store != nil {
-		tensors := registry.NewRemoteTensors(reg, log)
-		closers = append(closers, tensors.Close)
-		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: tensors, Logger: log})
+		// Registered tensor backends join the KServe upstream pool, routed like configured ones.
+		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: registry.KServeTensors{Pool: kp}, Logger: log})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
