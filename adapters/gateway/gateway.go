@@ -48,6 +48,11 @@ type Config struct {
 	// protoc-gen-infergate's Mount<Service> returns: each is called once, with the HTTP mux
 	// (Connect, gRPC-Web) and the native gRPC server.
 	Services []func(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar)
+	// HTTPMiddleware wraps the HTTP handler (every protocol but native gRPC), first one outermost.
+	HTTPMiddleware []func(http.Handler) http.Handler
+	// GRPCOptions are added to the native gRPC server's, after the KServe service's own (so its
+	// interceptors run inside the service's).
+	GRPCOptions []grpc.ServerOption
 }
 
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
@@ -104,15 +109,19 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	mux.Handle("/v2", rest)
 	mux.Handle("/v2/", rest)
 	g.handler = mux
+	for i := len(cfg.HTTPMiddleware) - 1; i >= 0; i-- {
+		g.handler = cfg.HTTPMiddleware[i](g.handler)
+	}
 
-	g.grpcSrv = grpc.NewServer(append(g.svc.ServerOptions(),
+	grpcOpts := append(g.svc.ServerOptions(),
 		// Large tensors: windows of this size keep a 64 MiB message from stalling on updates.
 		grpc.InitialWindowSize(16<<20),
 		grpc.InitialConnWindowSize(32<<20),
 		grpc.MaxConcurrentStreams(1000),
 		grpc.ReadBufferSize(64<<10),
 		grpc.WriteBufferSize(64<<10),
-	)...)
+	)
+	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
 	inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, g.svc.GRPCServer())
 	g.grpcHealth = health.NewServer()
 	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
