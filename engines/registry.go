@@ -21,6 +21,22 @@ type Registry struct {
 	mu      sync.RWMutex
 	entries map[string]*Entry
 	order   []string // registration order, for stable listings
+	admit   atomic.Pointer[Admission]
+}
+
+// Admission decides whether a request may run on a model now: the guard's API key permissions,
+// rate limits and load shedding. It returns the context the request runs with, and done, called
+// once with the request's outcome (nil on success) after the model answered; or an error (a
+// *connect.Error choosing the code) refusing the request.
+type Admission func(ctx context.Context, e *Entry, r *Request) (context.Context, func(error), error)
+
+// SetAdmission makes every request on every model pass a (nil: none).
+func (r *Registry) SetAdmission(a Admission) {
+	if a == nil {
+		r.admit.Store(nil)
+		return
+	}
+	r.admit.Store(&a)
 }
 
 // NewRegistry returns an empty registry.
@@ -36,6 +52,7 @@ func (r *Registry) Register(m Model) (*Entry, error) {
 		return nil, errors.New("engines: model config has no name")
 	}
 	e := newEntry(m, cfg)
+	e.reg = r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.entries[cfg.GetName()]; ok {
@@ -166,6 +183,7 @@ type Entry struct {
 	required int            // number of non-optional inputs
 	ready    atomic.Bool
 	seq      *sequencer
+	reg      *Registry
 	Stats    Stats
 }
 
@@ -232,8 +250,18 @@ func (e *Entry) OutputIndex(name string) int {
 	return -1
 }
 
-// Execute runs a validated request: sequence models get their control tensors, then the model runs.
-func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) error) error {
+// Execute runs a validated request: it passes the registry's Admission, sequence models get their
+// control tensors, then the model runs.
+func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) error) (err error) {
+	if e.reg != nil {
+		if a := e.reg.admit.Load(); a != nil {
+			var done func(error)
+			if ctx, done, err = (*a)(ctx, e, req); err != nil {
+				return err
+			}
+			defer func() { done(err) }()
+		}
+	}
 	if e.seq != nil {
 		if err := e.seq.admit(req, time.Now()); err != nil {
 			return err

@@ -57,15 +57,32 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 			resp, err := h(ctx, req)
 			if err != nil {
 				s.codec.releaseRequest(held, nil)
+				setErrorTrailer(ctx, err)
 				return nil, grpcStatus(err)
 			}
 			s.codec.releaseRequest(held, resp)
 			return resp, nil
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return grpcStatus(h(srv, ss))
+			err := h(srv, ss)
+			setErrorTrailer(ss.Context(), err)
+			return grpcStatus(err)
 		}),
 	}
+}
+
+// setErrorTrailer sends the metadata a *connect.Error carries (the guard's retry-after) as gRPC
+// trailers, as connect-go does for Connect and gRPC-Web clients.
+func setErrorTrailer(ctx context.Context, err error) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || len(ce.Meta()) == 0 {
+		return
+	}
+	md := metadata.MD{}
+	for k, vv := range ce.Meta() {
+		md.Append(k, vv...)
+	}
+	_ = grpc.SetTrailer(ctx, md)
 }
 
 // grpcStatus converts an error from the service to a grpc-go status error with the same code and

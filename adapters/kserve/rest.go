@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/protobuf/proto"
@@ -70,9 +71,21 @@ func restMethod(method string, h restFunc) http.Handler {
 			return
 		}
 		if err := h(w, r); err != nil {
+			copyErrorMeta(w.Header(), err)
 			writeRESTError(w, restStatus(err), restMessage(err))
 		}
 	})
+}
+
+// copyErrorMeta passes on the headers a *connect.Error carries (the guard's Retry-After and
+// X-RateLimit-* on a refusal).
+func copyErrorMeta(h http.Header, err error) {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for k, vv := range ce.Meta() {
+			h[k] = vv
+		}
+	}
 }
 
 // writeRESTError writes the KServe error body {"error": "..."}.

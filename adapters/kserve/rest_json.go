@@ -315,7 +315,8 @@ type restError struct {
 func (e *restError) Error() string { return e.msg }
 
 // restStatus maps an error to Triton's HTTP status: INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503,
-// UNIMPLEMENTED 501, everything else 400.
+// UNIMPLEMENTED 501, everything else 400; and the guard's refusals (which Triton does not have) to
+// 401, 403 and 429.
 func restStatus(err error) int {
 	var re *restError
 	if errors.As(err, &re) {
@@ -330,6 +331,12 @@ func restStatus(err error) int {
 		return 503
 	case connect.CodeUnimplemented:
 		return 501
+	case connect.CodeUnauthenticated:
+		return 401
+	case connect.CodePermissionDenied:
+		return 403
+	case connect.CodeResourceExhausted:
+		return 429
 	}
 	return 400
 }
