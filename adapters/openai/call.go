@@ -36,11 +36,19 @@ func (p *Proxy) Call(ctx context.Context, path string, body []byte) (*Response, 
 		p.m.requests.WithLabelValues("", "", codeLabel(rerr.Status)).Inc()
 		return nil, rerr
 	}
+	adm, aerr := p.admit(ctx, rt.Model, body)
+	if aerr != nil {
+		return nil, aerr
+	}
 	reqID := requestIDFrom(ctx)
-	x, err := p.roundTrip(ctx, &outbound{path: path, body: body, rt: rt, reqID: reqID, start: start})
+	x, err := p.roundTrip(adm.Context, &outbound{path: path, body: body, rt: rt, reqID: reqID, start: start})
 	if err != nil {
+		if adm.Done != nil {
+			adm.Done(Usage{})
+		}
 		return nil, err
 	}
+	x.done = adm.Done
 	return &Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Endpoint: x.route.ep.cfg.Name,
 		Model: x.route.upstream, Stream: x.stream, x: x}, nil
 }

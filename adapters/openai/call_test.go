@@ -6,14 +6,18 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 )
 
 // TestCall: internal callers reach upstreams with the routing HTTP clients get.
@@ -165,4 +169,51 @@ func FuzzEvents(f *testing.F) {
 		}
 		t.Fatalf("more events than input bytes")
 	})
+}
+
+// TestAdmission: the proxy asks Admit before every request, HTTP and Call alike; a refusal
+// answers with its status, error object and headers and never reaches the upstream; an admitted
+// request's headers reach the client and its Done gets the upstream's usage.
+func TestAdmission(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	var usage []openai.Usage
+	var mu sync.Mutex
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
+		Admit: func(ctx context.Context, model string, body []byte) (openai.Admitted, error) {
+			if strings.Contains(string(body), "deny") {
+				return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+					Message: "slow down " + model, Header: http.Header{"Retry-After": {"2"}}}
+			}
+			return openai.Admitted{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"9"}}, Done: func(u openai.Usage) {
+				mu.Lock()
+				usage = append(usage, u)
+				mu.Unlock()
+			}}, nil
+		}})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	defer p.Close()
+	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
+	e := &env{srv: srv, proxy: p, URL: srv.URL}
+
+	res, body := e.post(t, "/v1/chat/completions", `{"model":"llama","user":"deny"}`)
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, "2", res.Header.Get("Retry-After"))
+	assert.JSONEq(t, `{"error":{"message":"slow down llama","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, body)
+	assert.Zero(t, a.Requests(), "a refused request never reaches the upstream")
+	_, err = p.Call(context.Background(), "/v1/completions", []byte(`{"model":"llama","user":"deny"}`))
+	var gwErr *openai.Error
+	require.True(t, errors.As(err, &gwErr))
+	assert.Equal(t, http.StatusTooManyRequests, gwErr.Status)
+
+	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "9", res.Header.Get("X-Ratelimit-Remaining-Requests"))
+	cr, err := p.Call(context.Background(), "/v1/completions", []byte(`{"model":"llama","prompt":"x"}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, cr)
+	cr.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []openai.Usage{{PromptTokens: 7, CompletionTokens: 4}, {PromptTokens: 7, CompletionTokens: 4}}, usage)
 }

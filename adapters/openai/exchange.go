@@ -20,6 +20,8 @@ type Error struct {
 	Param   string // the request field at fault, if any
 	Code    string // model_not_found, no_healthy_upstream, ...
 	Message string
+	// Header is added to the response (Retry-After, X-RateLimit-* on a refusal).
+	Header http.Header
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -50,6 +52,7 @@ type exchange struct {
 	start  time.Time
 	reqID  string
 	stream bool // an SSE response with status 200: reads are chunks
+	done   func(Usage)
 
 	reads    int
 	lastRead time.Time
@@ -235,8 +238,12 @@ func (x *exchange) finish(writeErr error) {
 		status = "499"
 	}
 	x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+	var usage Usage
 	if complete && x.res.StatusCode == http.StatusOK {
-		x.p.countUsage(x.route, x.tail[:x.tailLen])
+		usage = x.p.countUsage(x.route, x.tail[:x.tailLen])
+	}
+	if x.done != nil {
+		x.done(usage)
 	}
 }
 
@@ -253,21 +260,25 @@ var usageKey = []byte(`"usage":`)
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
 // just the two counts, without a JSON decoder: this runs once per request.
-func (p *Proxy) countUsage(route *route, tail []byte) {
+func (p *Proxy) countUsage(route *route, tail []byte) Usage {
 	i := bytes.LastIndex(tail, usageKey)
 	if i < 0 {
-		return
+		return Usage{}
 	}
 	obj := tail[i+len(usageKey):]
 	if end := bytes.IndexByte(obj, '}'); end >= 0 {
 		obj = obj[:end] // usage's counts are plain numbers, before any nested object closes
 	}
+	var u Usage
 	if n := jsonCount(obj, `"prompt_tokens"`); n > 0 {
 		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "in").Add(float64(n))
+		u.PromptTokens = n
 	}
 	if n := jsonCount(obj, `"completion_tokens"`); n > 0 {
 		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "out").Add(float64(n))
+		u.CompletionTokens = n
 	}
+	return u
 }
 
 // jsonCount reads the non-negative integer after key and a colon in obj; -1 when absent or not an

@@ -47,18 +47,30 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, rerr)
 		return
 	}
+	adm, aerr := p.admit(r.Context(), rt.Model, body)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	reqID := r.Header.Get(HeaderRequestID)
 	if reqID == "" {
 		reqID = newRequestID()
 	}
-	x, err := p.roundTrip(r.Context(), &outbound{path: r.URL.Path, rawQuery: r.URL.RawQuery, header: r.Header,
+	x, err := p.roundTrip(adm.Context, &outbound{path: r.URL.Path, rawQuery: r.URL.RawQuery, header: r.Header,
 		remoteAddr: r.RemoteAddr, body: body, rt: rt, reqID: reqID, start: start})
 	if err != nil {
+		if adm.Done != nil {
+			adm.Done(Usage{})
+		}
 		var gwErr *Error
 		if errors.As(err, &gwErr) {
 			writeError(w, gwErr)
 		}
 		return // otherwise the client went away: nobody to answer
+	}
+	x.done = adm.Done
+	for k, vv := range adm.Header {
+		w.Header()[k] = vv
 	}
 
 	ep := x.route.ep

@@ -40,6 +40,49 @@ type Options struct {
 	// OnModelsChanged, when set, is called after the set of served model names changed (an
 	// endpoint's discovery found other models, an endpoint was added or removed). It must not block.
 	OnModelsChanged func()
+	// Admit, when set, decides whether each request may go upstream (the guard).
+	Admit Admission
+}
+
+// Admission decides whether a request for model may go upstream now. It returns what to proceed
+// with, or an error that refuses the request: an *Error chooses the response (status, OpenAI
+// error object, headers such as Retry-After); any other error is a 500.
+type Admission func(ctx context.Context, model string, body []byte) (Admitted, error)
+
+// Admitted is an admitted request.
+type Admitted struct {
+	// Context is what the request proceeds with (nil: the request's own).
+	Context context.Context
+	// Header is added to the response (X-RateLimit-*).
+	Header http.Header
+	// Done, when set, is called once when the request ended, with the tokens the upstream
+	// reported (zero when it reported none or the request failed).
+	Done func(Usage)
+}
+
+// Usage is what an upstream's usage object reported.
+type Usage struct {
+	PromptTokens, CompletionTokens int64
+}
+
+// admit runs the Admission, if any.
+func (p *Proxy) admit(ctx context.Context, model string, body []byte) (Admitted, *Error) {
+	if p.opts.Admit == nil {
+		return Admitted{Context: ctx}, nil
+	}
+	a, err := p.opts.Admit(ctx, model, body)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			e = &Error{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()}
+		}
+		p.m.requests.WithLabelValues("", "", codeLabel(e.Status)).Inc()
+		return a, e
+	}
+	if a.Context == nil {
+		a.Context = ctx
+	}
+	return a, nil
 }
 
 // Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
@@ -460,6 +503,9 @@ func newErrorBody(e *Error) errorBody {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
+	for k, vv := range e.Header {
+		w.Header()[k] = vv
+	}
 	writeJSON(w, e.Status, newErrorBody(e))
 }
 
