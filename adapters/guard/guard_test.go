@@ -1,0 +1,169 @@
+package guard_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/adapters/bridge"
+	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/gen/inference"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// guarded is a gateway with API keys and the guard on both hooks, in front of the built-in
+// models and a fake vLLM serving llama and qwen (llama also bridged into KServe).
+type guarded struct {
+	srv  *gatewaytest.Server
+	up   *openaitest.Upstream
+	conn *grpc.ClientConn
+}
+
+func startGuarded(t *testing.T, shed guard.ShedderConfig) *guarded {
+	t.Helper()
+	keys, err := guard.NewStaticKeys([]guard.KeyConfig{{Name: "user", SHA256: guard.HashKey(userKey), Models: []string{"llama", "simple"}}})
+	require.NoError(t, err)
+	auth := guard.NewAuth(keys, nil)
+	g := guard.New(guard.Options{Shedder: guard.NewShedder(shed)})
+	up := openaitest.Start(t, "up", "llama", "qwen")
+	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour}},
+		Admit: g.OpenAI()})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	t.Cleanup(p.Close)
+	srv := gatewaytest.Start(t, gateway.Config{
+		Services:       []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount},
+		HTTPMiddleware: []func(http.Handler) http.Handler{auth.HTTP},
+		GRPCOptions:    []grpc.ServerOption{grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(auth.StreamInterceptor())},
+	})
+	srv.Registry.SetAdmission(g.KServe())
+	bridge.New(srv.Registry, p).Sync()
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return &guarded{srv: srv, up: up, conn: conn}
+}
+
+func userCtx() context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+userKey)
+}
+
+func simpleRequest(model string) *inference.ModelInferRequest {
+	in := make([]int32, 16)
+	return &inference.ModelInferRequest{ModelName: model,
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}},
+			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}},
+		},
+		RawInputContents: [][]byte{tensor.Bytes(in), tensor.Bytes(in)}}
+}
+
+func (g *guarded) post(t *testing.T, path, body string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.srv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+userKey)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+// An API key's model allow-list holds on every surface.
+func TestGuardModelAllowList(t *testing.T) {
+	g := startGuarded(t, guard.ShedderConfig{})
+	c := inference.NewGRPCInferenceServiceClient(g.conn)
+	_, err := c.ModelInfer(userCtx(), simpleRequest("simple"))
+	require.NoError(t, err)
+	int8s := simpleRequest("simple_int8")
+	for i, in := range int8s.Inputs {
+		in.Datatype = "INT8"
+		int8s.RawInputContents[i] = make([]byte, 16)
+	}
+	_, err = c.ModelInfer(userCtx(), int8s)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err))
+	assert.Equal(t, "the API key 'user' may not use model 'simple_int8'", status.Convert(err).Message())
+
+	res, body := g.post(t, "/v2/models/simple_int8/infer", `{"inputs":[]}`)
+	assert.Equal(t, http.StatusBadRequest, res.StatusCode, "validation (Triton's) comes before admission: %s", body)
+	req := `{"inputs":[{"name":"INPUT0","datatype":"INT8","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]},{"name":"INPUT1","datatype":"INT8","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}`
+	res, body = g.post(t, "/v2/models/simple_int8/infer", req)
+	assert.Equal(t, http.StatusForbidden, res.StatusCode)
+	assert.JSONEq(t, `{"error":"the API key 'user' may not use model 'simple_int8'"}`, body)
+
+	res, body = g.post(t, "/v1/chat/completions", `{"model":"qwen","messages":[]}`)
+	assert.Equal(t, http.StatusForbidden, res.StatusCode)
+	assert.JSONEq(t, `{"error":{"message":"the API key 'user' may not use model 'qwen'","type":"invalid_request_error","param":null,"code":"model_not_allowed"}}`, body)
+	assert.Zero(t, g.up.Requests(), "refused before the upstream")
+	res, _ = g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+}
+
+// With every slot busy and no queue, requests are refused at once with a retry hint, on every
+// surface; a request through the KServe bridge takes one slot, not two.
+func TestGuardShedsLoad(t *testing.T) {
+	g := startGuarded(t, guard.ShedderConfig{MaxInFlight: 1, QueueTimeout: time.Second})
+	c := inference.NewGRPCInferenceServiceClient(g.conn)
+
+	text := append(binary.LittleEndian.AppendUint32(nil, 2), "hi"...)
+	bridged := &inference.ModelInferRequest{ModelName: "llama",
+		Inputs:           []*inference.ModelInferRequest_InferInputTensor{{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}}},
+		RawInputContents: [][]byte{text}}
+	out, err := c.ModelInfer(userCtx(), bridged)
+	require.NoError(t, err, "the bridge's inner OpenAI call does not need a second slot")
+	assert.Equal(t, "Hello from up", string(out.GetRawOutputContents()[0][4:]))
+
+	for len(g.up.Started()) > 0 {
+		<-g.up.Started() // the bridged request's
+	}
+	release := g.up.Hold()
+	defer release()
+	held := make(chan error, 1)
+	go func() {
+		res, body := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("held request: %d %s", res.StatusCode, body)
+		}
+		held <- nil
+	}()
+	select {
+	case <-g.up.Started():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the upstream")
+	}
+
+	res, body := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, "1", res.Header.Get("Retry-After"))
+	assert.JSONEq(t, `{"error":{"message":"the gateway is overloaded; retry later","type":"server_error","param":null,"code":"overloaded"}}`, body)
+
+	var trailer metadata.MD
+	_, err = c.ModelInfer(userCtx(), simpleRequest("simple"), grpc.Trailer(&trailer))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, []string{"1"}, trailer.Get("retry-after"))
+
+	res, _ = g.post(t, "/v2/models/simple/infer", `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]},{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}`)
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, "1", res.Header.Get("Retry-After"))
+
+	release()
+	<-held
+	_, err = c.ModelInfer(userCtx(), simpleRequest("simple"))
+	require.NoError(t, err, "the slot came back")
+}
