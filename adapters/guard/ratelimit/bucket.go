@@ -44,18 +44,21 @@ func clamp(t, burst float64) float64 {
 }
 
 // take spends cost tokens from b at now if it holds them. It returns the tokens left, whether
-// the request is allowed, and whether the bucket changed and must be stored (tokens were
-// spent; a refusal or a cost of 0 leaves the stored state as it was, which stays exact because
-// level is a function of the stored state and now).
+// the request is allowed, and whether the bucket must be stored: when tokens were spent, and
+// when the clock went backwards, so that refill resumes from the new reading instead of waiting
+// for the clock to pass the old one again (an empty bucket would be refused until then).
+// Otherwise the stored state stays as it was, which is exact: level depends only on it and now.
 func take(b bucket, now float64, l Limit, cost float64) (tokens float64, allowed, changed bool) {
-	t := level(b, now, l)
-	if cost <= t {
+	tokens = level(b, now, l)
+	changed = now < b.ts
+	if cost <= tokens {
+		allowed = true
 		if cost > 0 {
-			return t - cost, true, true
+			tokens -= cost
+			changed = true
 		}
-		return t, true, false
 	}
-	return t, false, false
+	return tokens, allowed, changed
 }
 
 // adjust applies delta (a charge if positive, a refund if negative) to b at now and returns
@@ -64,9 +67,10 @@ func adjust(b bucket, now float64, l Limit, delta float64) float64 {
 	return clamp(level(b, now, l)-delta, l.Burst)
 }
 
-// maxTTLms bounds a stored bucket's expiry (about 31 years): a bucket that takes longer to
-// refill is forgotten (full) then, instead of asking Redis for an expiry it rejects.
-const maxTTLms = 1e12
+// maxTTLms bounds a stored bucket's expiry (about 31,700 years, far beyond any clock reading a
+// process sees, yet a valid PEXPIRE): a bucket that would take longer to refill is forgotten
+// (full) then.
+const maxTTLms = 1e15
 
 // ttlMillis is how long a bucket holding tokens must be kept: the time it takes to refill to
 // Burst, rounded up to the millisecond, plus a second of margin. After that, a missing bucket

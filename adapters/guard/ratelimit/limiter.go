@@ -69,7 +69,7 @@ type Decision struct {
 	// Remaining is the tokens left in the bucket after this decision, in [0, Limit.Burst].
 	Remaining float64
 	// RetryAfter, when the request was refused and is not TooLarge, is how long until the
-	// bucket holds cost tokens (if nobody else spends them meanwhile). 0 when allowed.
+	// bucket holds cost tokens (if nobody else spends them meanwhile); > 0. 0 when allowed.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
@@ -145,7 +145,9 @@ func decision(l Limit, cost, tokens float64, allowed bool) Decision {
 		if cost > l.Burst {
 			d.TooLarge = true
 		} else {
-			d.RetryAfter = seconds((cost - tokens) / l.Rate)
+			// At least 1 ns: a refused request always has something to wait for, even when
+			// the shortfall over the rate underflows.
+			d.RetryAfter = max(seconds((cost-tokens)/l.Rate), 1)
 		}
 	}
 	return d

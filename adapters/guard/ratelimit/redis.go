@@ -137,7 +137,7 @@ if e > 0 then
   local r = tokens + e / 1000000 * rate
   if r < burst then tokens = r else tokens = burst end
 end
-local allowed, changed = 0, false
+local allowed, changed = 0, e < 0
 if ARGV[4] == 'a' then
   tokens = tokens - n
   if not (tokens >= 0) then tokens = 0 end
@@ -155,7 +155,7 @@ if changed then
     redis.call('DEL', KEYS[1])
   else
     local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
-    if not (ttl < 1e12) then ttl = 1e12 end
+    if not (ttl < 1e15) then ttl = 1e15 end
     redis.call('SET', KEYS[1], string.format('%.17g %.17g', tokens, now), 'PX', string.format('%d', ttl))
   end
 end
