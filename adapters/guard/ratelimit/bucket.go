@@ -4,8 +4,8 @@ import "math"
 
 // The bucket arithmetic. Local runs these functions; the Lua script in redis.go performs the
 // same operations in the same order on the same IEEE doubles, so both give bit-identical tokens
-// for the same inputs (lua_test.go checks it). Time is in microseconds held in a float64: exact
-// up to 2^53 µs (285 years), so Redis TIME (µs since 1970) fits without rounding.
+// for the same inputs (fuzz_test.go checks it). Time is in whole microseconds held in a float64:
+// exact up to 2^53 µs (285 years), so Redis TIME (µs since 1970) fits without rounding.
 
 // bucket is a stored bucket: it held tokens at time ts (µs). A missing bucket is full.
 type bucket struct {

@@ -93,10 +93,10 @@ func (l *Local) Len() int {
 	return n
 }
 
-// now reads the clock in µs since l.base. Callers hold the shard's mutex, so the updates of one
-// bucket see non-decreasing readings of a real clock.
+// now reads the clock in whole µs since l.base, the resolution of Redis TIME. Callers hold the
+// shard's mutex, so the updates of one bucket see non-decreasing readings of a real clock.
 func (l *Local) now() float64 {
-	return float64(l.clock().Sub(l.base)) / 1e3
+	return float64(l.clock().Sub(l.base).Microseconds())
 }
 
 func (l *Local) shard(key string) *shard {

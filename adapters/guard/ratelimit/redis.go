@@ -150,16 +150,17 @@ elseif n <= tokens then
     changed = true
   end
 end
+local tk = string.format('%.17g', tokens)
 if changed then
   if tokens >= burst then
     redis.call('DEL', KEYS[1])
   else
     local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
     if not (ttl < 1e15) then ttl = 1e15 end
-    redis.call('SET', KEYS[1], string.format('%.17g %.17g', tokens, now), 'PX', string.format('%d', ttl))
+    redis.call('SET', KEYS[1], tk .. ' ' .. string.format('%d', now), 'PX', string.format('%d', ttl))
   end
 end
-return {allowed, string.format('%.17g', tokens)}
+return {allowed, tk}
 `
 
 var luaScript = rueidis.NewLuaScript(luaClock + luaBucket)
