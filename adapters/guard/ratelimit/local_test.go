@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -98,4 +99,22 @@ func TestLocalExtremes(t *testing.T) {
 	assert.False(t, d.Allowed)
 	assert.Equal(t, time.Duration(1<<63-1), d.RetryAfter, "saturates")
 	assert.Equal(t, time.Duration(1<<63-1), d.ResetAfter, "saturates")
+}
+
+func TestLocalMetrics(t *testing.T) {
+	m := NewMetrics()
+	l := NewLocal(LocalOptions{Metrics: m})
+	ctx := context.Background()
+	lim := Limit{Rate: slow, Burst: 1}
+	for _, cost := range []float64{1, 1, 2} {
+		_, err := l.Allow(ctx, "k", lim, cost)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1.0, m.count(t, storeLocal, resultAllowed))
+	assert.Equal(t, 1.0, m.count(t, storeLocal, resultDenied))
+	assert.Equal(t, 1.0, m.count(t, storeLocal, resultTooLarge))
+	reg := prometheus.NewRegistry()
+	for _, c := range m.Collectors() {
+		require.NoError(t, reg.Register(c))
+	}
 }
