@@ -45,6 +45,11 @@ type Limiter interface {
 	Adjust(ctx context.Context, key string, l Limit, delta float64) error
 }
 
+var (
+	_ Limiter = (*Local)(nil)
+	_ Limiter = (*Redis)(nil)
+)
+
 // Limit is a token bucket's shape.
 type Limit struct {
 	// Rate is how many tokens the bucket regains per second; finite and > 0.

@@ -40,7 +40,7 @@ func TestRedisReplicasShareBucket(t *testing.T) {
 	a, b := newRedis(t, srv, RedisOptions{}), newRedis(t, srv, RedisOptions{})
 	l := Limit{Rate: 10, Burst: 20}
 	ctx := context.Background()
-	var admitted [2]atomic.Int64
+	var admitted, calls [2]atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -51,6 +51,7 @@ func TestRedisReplicasShareBucket(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
+				calls[g%2].Add(1)
 				if d.Allowed {
 					admitted[g%2].Add(1)
 				}
@@ -60,11 +61,20 @@ func TestRedisReplicasShareBucket(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	total := admitted[0].Load() + admitted[1].Load()
-	t.Logf("admitted %d + %d in %v", admitted[0].Load(), admitted[1].Load(), elapsed)
-	assert.Positive(t, admitted[0].Load(), "replica a admitted some")
-	assert.Positive(t, admitted[1].Load(), "replica b admitted some")
+	t.Logf("admitted %d + %d of %d + %d calls in %v", admitted[0].Load(), admitted[1].Load(), calls[0].Load(), calls[1].Load(), elapsed)
+	assert.Positive(t, calls[0].Load())
+	assert.Positive(t, calls[1].Load())
 	assert.GreaterOrEqual(t, total, int64(20), "the burst")
 	assert.LessOrEqual(t, float64(total), 20+l.Rate*elapsed.Seconds(), "burst + refill, shared")
+
+	// What one replica spends, the other sees.
+	slowL := Limit{Rate: slow, Burst: 20}
+	d, err := a.Allow(ctx, "seen", slowL, 15)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	d, err = b.Allow(ctx, "seen", slowL, 0)
+	require.NoError(t, err)
+	assert.InDelta(t, 5, d.Remaining, 1e-3)
 }
 
 // The bucket lives in <prefix>:{<key>}, expires when it would be full again, and holds Redis
@@ -92,7 +102,7 @@ func TestRedisKeyLayoutAndExpiry(t *testing.T) {
 	require.NoError(t, err)
 	// 4 tokens at 1/s refill in 4 s, plus a second of margin.
 	assert.LessOrEqual(t, pttl, int64(5000))
-	assert.Greater(t, pttl, int64(4000))
+	assert.Greater(t, pttl, int64(2000)) // less the time since, on a busy machine
 
 	v, err := client.Do(ctx, client.B().Get().Key(lim.Key(key)).Build()).ToString()
 	require.NoError(t, err)
@@ -302,9 +312,11 @@ func TestRedisStuckFailOpen(t *testing.T) {
 
 	blocker, probe := srv.NewClient(t), srv.NewClient(t)
 	blocked := make(chan error, 1)
-	go func() { blocked <- luaBusy.Exec(ctx, blocker, nil, []string{"3000000"}).Error() }()
+	// 4 s: below Redis's busy-reply-threshold (5 s), after which it would answer BUSY errors.
+	go func() { blocked <- luaBusy.Exec(ctx, blocker, nil, []string{"4000000"}).Error() }()
 	require.Eventually(t, func() bool {
-		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		// An idle Redis answers a PING well within 500 ms, even on a busy machine.
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
 		return probe.Do(pctx, probe.B().Ping().Build()).Error() != nil
 	}, wait, 10*time.Millisecond, "Redis busy")
