@@ -82,8 +82,9 @@ func median(lat []time.Duration) float64 {
 
 // BenchmarkRedisLimiter measures Redis decisions against a plain PING on the same client
 // (infergate vs baseline), with 64 concurrent callers (decisions/s, auto-pipelined) and with one
-// (median latency). c=1/infergate also alternates PINGs with its decisions and reports the
-// ratio of the medians (x-ping), both measured under the same load. baseline-script is the
+// (median latency). c=1/infergate also alternates its decisions with PINGs and plain script
+// calls, and reports the ratios of the medians to PING's (x-ping, script-x-ping), all measured
+// under the same load. baseline-script is the
 // plain token bucket script of reference/deps.md §3, for the cost of this one's extras. Limits are large so most
 // decisions are admissions, which write.
 func BenchmarkRedisLimiter(b *testing.B) {
@@ -123,24 +124,29 @@ func BenchmarkRedisLimiter(b *testing.B) {
 	})
 	b.Run("c=1", func(b *testing.B) {
 		b.Run("infergate", func(b *testing.B) {
-			allows, pings := make([]time.Duration, b.N), make([]time.Duration, b.N)
+			allows, pings, plains := make([]time.Duration, b.N), make([]time.Duration, b.N), make([]time.Duration, b.N)
 			b.ResetTimer()
 			for i := range b.N {
-				start := time.Now()
+				t0 := time.Now()
 				if err := allow(i); err != nil {
 					b.Fatal(err)
 				}
-				mid := time.Now()
+				t1 := time.Now()
 				if err := ping(i); err != nil {
 					b.Fatal(err)
 				}
-				allows[i], pings[i] = mid.Sub(start), time.Since(mid)
+				t2 := time.Now()
+				if err := plain(i); err != nil {
+					b.Fatal(err)
+				}
+				allows[i], pings[i], plains[i] = t1.Sub(t0), t2.Sub(t1), time.Since(t2)
 			}
 			b.StopTimer()
-			allowUS, pingUS := median(allows), median(pings)
+			allowUS, pingUS, plainUS := median(allows), median(pings), median(plains)
 			b.ReportMetric(allowUS, "p50-us")
 			b.ReportMetric(pingUS, "ping-p50-us")
 			b.ReportMetric(allowUS/pingUS, "x-ping")
+			b.ReportMetric(plainUS/pingUS, "script-x-ping")
 		})
 		b.Run("baseline", func(b *testing.B) { b.ReportMetric(p50(b, ping), "p50-us") })
 		b.Run("baseline-script", func(b *testing.B) { b.ReportMetric(p50(b, plain), "p50-us") })
