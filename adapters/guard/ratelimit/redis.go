@@ -28,10 +28,11 @@ import (
 // and a refund that fills a bucket deletes it.
 //
 // When a call fails or takes longer than Timeout, the failure policy decides (FailOpen: the
-// fallback in-process buckets decide, so limits still hold per replica; FailClosed: ErrUnavailable)
-// and Redis is considered down: for RetryInterval every decision takes the policy's path at once
-// without waiting on Redis, then one call at a time probes Redis again, and the first success
-// sends decisions back to Redis.
+// fallback in-process buckets decide, so limits still hold per replica; FailClosed: ErrUnavailable).
+// When Redis did not answer (connection lost, timeout) it is considered down: for RetryInterval
+// every decision takes the policy's path at once without waiting on Redis, then one call at a
+// time probes Redis again, and the first success sends decisions back to Redis. An error reply
+// (say, a key of another type under a bucket's name) applies the policy to that call only.
 type Redis struct {
 	client   rueidis.Client
 	opts     RedisOptions
@@ -247,6 +248,11 @@ func (r *Redis) do(ctx context.Context, key string, l Limit, n float64, op strin
 		}
 	case ctx.Err() != nil:
 		// The caller gave up: says nothing about Redis.
+	case isReply(err):
+		// Redis answered with an error (a key of another type under our name, out of memory):
+		// the policy decides this call, but Redis is reachable, so others still go to it.
+		// Counted in the errors metric; logged at debug level, as it may repeat on every call.
+		r.opts.Logger.Debug("ratelimit: redis refused the script", "key", r.Key(key), "err", err)
 	default:
 		if timedOut {
 			err = fmt.Errorf("no answer within %v: %w", r.opts.Timeout, err)
@@ -257,6 +263,12 @@ func (r *Redis) do(ctx context.Context, key string, l Limit, n float64, op strin
 		}
 	}
 	return tokens, allowed, err
+}
+
+// isReply reports an error Redis answered, as opposed to no answer.
+func isReply(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && re != rueidis.Nil
 }
 
 func parseReply(res rueidis.RedisResult) (tokens float64, allowed bool, err error) {

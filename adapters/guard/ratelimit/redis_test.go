@@ -346,3 +346,36 @@ func TestRedisCallerCanceled(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 }
+
+// A key Redis refuses to use (another type under the bucket's name) gets the failure policy;
+// the other keys still go to Redis.
+func TestRedisErrorReply(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.NewClient(t)
+	ctx := context.Background()
+	l := Limit{Rate: slow, Burst: 1}
+	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			m := NewMetrics()
+			lim := newRedis(t, srv, RedisOptions{Failure: policy, Metrics: m, Prefix: policy.String()})
+			require.NoError(t, client.Do(ctx, client.B().Hset().Key(lim.Key("broken")).FieldValue().FieldValue("a", "b").Build()).Error())
+			d, err := lim.Allow(ctx, "broken", l, 1)
+			if policy == FailOpen {
+				require.NoError(t, err)
+				assert.True(t, d.Allowed, "decided by the fallback bucket")
+				assert.Equal(t, 1.0, m.count(t, storeFallback, resultAllowed))
+			} else {
+				assert.ErrorIs(t, err, ErrUnavailable)
+				assert.ErrorContains(t, err, "WRONGTYPE")
+			}
+			assert.Zero(t, lim.downUntil.Load(), "Redis answered: not down")
+			assert.Equal(t, 1.0, value(t, m.failed))
+			for range 2 {
+				d, err = lim.Allow(ctx, "fine", l, 1)
+				require.NoError(t, err)
+			}
+			assert.False(t, d.Allowed, "other keys are decided by Redis")
+			assert.Equal(t, 1.0, m.count(t, storeRedis, resultDenied))
+		})
+	}
+}
