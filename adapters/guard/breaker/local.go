@@ -13,12 +13,12 @@ import (
 // Done on a closed, healthy endpoint are a map read and a few atomic operations, no lock and no
 // allocation; the lock is taken for failures and for transitions.
 type Local struct {
-	s      Settings
-	n      *notifier
-	clock  func() time.Time
-	base   time.Time
-	mu     sync.Mutex // serializes writers of eps
-	eps    atomic.Pointer[map[string]*lendpoint]
+	s     Settings
+	n     *notifier
+	clock func() time.Time
+	base  time.Time
+	mu    sync.Mutex // serializes writers of eps
+	eps   atomic.Pointer[map[string]*lendpoint]
 }
 
 // NewLocal returns an in-process breaker.
