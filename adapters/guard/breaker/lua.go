@@ -13,8 +13,9 @@ import (
 // endpoint in its own Cluster slot; every script touches one key), with fields
 //
 //	st    state: 0 closed, 1 open, 2 half-open
-//	gen   generation: max(gen+1, now) at every transition, so it only grows, even across a Redis
-//	      restart or the key's expiry (a missing key reads as gen = now, closed)
+//	gen   generation: max(gen+1, now) at every transition, so it grows even across a Redis
+//	      restart or the key's expiry; a missing key reads as gen 0, closed (a replica that
+//	      knew a later generation takes that as "Redis lost the state", see rentry.apply)
 //	dl    deadline (ms): open -> may go half-open; half-open -> the round times out
 //	cool  cooldown (429) until (ms)
 //	cf    consecutive failures (closed)
@@ -35,7 +36,6 @@ local h = {}
 local raw = redis.call('HGETALL', key)
 for i = 1, #raw, 2 do h[raw[i]] = tonumber(raw[i + 1]) end
 local fresh = h.gen == nil
-if fresh then h.gen = now end
 local function get(f) return h[f] or 0 end
 local dirty, publish = false, false
 local function fmt(x) return string.format('%d', x) end

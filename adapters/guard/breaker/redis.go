@@ -51,6 +51,7 @@ type Redis struct {
 	modeMu   sync.Mutex // serializes switching into and out of degraded mode
 	degraded atomic.Bool
 
+	flushMu  sync.Mutex // one flush at a time: Flush returns once earlier outcomes are in Redis
 	flushNow chan struct{}
 	syncNow  chan struct{}
 	cancel   context.CancelFunc
@@ -253,12 +254,13 @@ func (b *Redis) entry(ctx context.Context, name string) *rentry {
 	b.mu.Unlock()
 	if !b.degraded.Load() {
 		// Another replica may have opened it already.
+		seen := e.updates.Load()
 		cctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
 		r, err := b.call(cctx, "sync", luaRead, e.key, b.args(e))
 		cancel()
 		switch {
 		case err == nil:
-			e.apply(r, false)
+			e.apply(r, false, seen)
 		case ctx.Err() == nil: // not the caller giving up: Redis failed
 			b.fail("sync", err)
 		}
@@ -283,6 +285,7 @@ func (e *rentry) allowSlow(ctx context.Context, v *view) (Ticket, error) {
 	case v.state == Open && now < v.until, v.state == HalfOpen && v.full && now < v.until:
 		return Ticket{}, b.n.refuse(&OpenError{Endpoint: e.name, State: v.state, RetryAfter: time.Duration(v.until - now)})
 	}
+	seen := e.updates.Load()
 	cctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
 	r, err := b.call(cctx, "acquire", luaAcquire, e.key, append(b.args(e), b.probes, b.openMs))
 	cancel()
@@ -293,7 +296,7 @@ func (e *rentry) allowSlow(ctx context.Context, v *view) (Ticket, error) {
 		b.fail("acquire", err)
 		return e.fb.allow()
 	}
-	e.apply(r, r.admit == 0 && r.state == HalfOpen)
+	e.apply(r, r.admit == 0 && r.state == HalfOpen, seen)
 	switch r.admit {
 	case 1:
 		return Ticket{rec: e, gen: r.gen}, nil
@@ -384,18 +387,34 @@ func (b *Redis) probeDone(e *rentry, gen uint64, o Outcome, cool time.Duration) 
 	if cool > 0 {
 		coolMs = ms(cool)
 	}
+	seen := e.updates.Load()
 	r, err := b.call(ctx, "probe", luaProbe, e.key,
 		append(b.args(e), strconv.FormatUint(gen, 10), code, b.need, b.openMs, coolMs))
 	if err != nil {
 		b.fail("probe", err)
 		return
 	}
-	e.apply(r, false)
+	e.apply(r, false, seen)
 }
+
+// noReset is apply's seen for a state that may not reset the cache (a change message).
+const noReset = ^uint64(0)
 
 // apply takes a state read from Redis (a reply or a change message) into the cache when it is
 // not older than what the cache holds. full: a half-open round refused this replica's probe.
-func (e *rentry) apply(r reply, full bool) {
+//
+// Generation 0 is a key Redis does not have: never tripped, expired, or lost in a restart. A
+// cache that knows a later generation is reset to it only when it has not changed since the
+// call was sent (seen: e.updates then), so a late reply from before the first trip cannot undo
+// the trip's change message that overtook it.
+func (e *rentry) apply(r reply, full bool, seen uint64) {
+	if r.gen == 0 && e.view.Load().gen != 0 {
+		if seen != e.updates.Load() {
+			return
+		}
+		e.reset(r, seen)
+		return
+	}
 	now := e.b.now()
 	nv := view{state: r.state, gen: r.gen, full: full}
 	if r.state != Closed {
@@ -417,10 +436,12 @@ func (e *rentry) apply(r reply, full bool) {
 				return
 			}
 		}
+		// Counted before the swap: a reset that checked the count before it compares against the
+		// view it loaded before that, and fails.
+		e.updates.Add(1)
 		if e.view.CompareAndSwap(cur, &next) {
-			e.updates.Add(1)
-			if nv.gen != cur.gen {
-				// Outcomes counted in the old period say nothing about the new one.
+			if nv.gen != cur.gen && next.state != Closed {
+				// Redis would drop them: closed-state outcomes count only while closed.
 				e.takeCounts()
 			}
 			if !e.b.degraded.Load() {
@@ -428,6 +449,25 @@ func (e *rentry) apply(r reply, full bool) {
 			}
 			return
 		}
+	}
+}
+
+// reset replaces the cache with Redis's generation-0 state, unless it changed since seen.
+func (e *rentry) reset(r reply, seen uint64) {
+	nv := &view{state: r.state}
+	if r.coolMs > 0 {
+		nv.cool = e.b.now() + r.coolMs*int64(time.Millisecond)
+	}
+	cur := e.view.Load()
+	if e.updates.Load() != seen {
+		return
+	}
+	e.updates.Add(1)
+	if !e.view.CompareAndSwap(cur, nv) {
+		return
+	}
+	if !e.b.degraded.Load() {
+		e.b.n.changed(e.name, cur.state, nv.state)
 	}
 }
 
@@ -439,8 +479,8 @@ func (e *rentry) update(f func(*view) bool) {
 		if !f(&next) {
 			return
 		}
+		e.updates.Add(1)
 		if e.view.CompareAndSwap(cur, &next) {
-			e.updates.Add(1)
 			return
 		}
 	}
@@ -498,11 +538,14 @@ func (b *Redis) flushLoop(ctx context.Context) {
 // Flush sends the closed-state outcomes counted so far in one pipeline, and takes the replies'
 // states into the cache. It does nothing while Redis is unreachable.
 func (b *Redis) Flush(ctx context.Context) error {
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
 	if b.degraded.Load() {
 		return nil
 	}
 	var (
 		entries []*rentry
+		seen    []uint64
 		execs   []rueidis.LuaExec
 	)
 	for _, e := range *b.eps.Load() {
@@ -518,6 +561,7 @@ func (b *Redis) Flush(ctx context.Context) error {
 			saw = "1"
 		}
 		entries = append(entries, e)
+		seen = append(seen, e.updates.Load())
 		execs = append(execs, rueidis.LuaExec{Keys: []string{e.key}, Args: append(b.args(e),
 			strconv.FormatUint(e.view.Load().gen, 10),
 			strconv.FormatInt(c.succ, 10), strconv.FormatInt(c.fail, 10), strconv.FormatInt(c.trail, 10), saw,
@@ -536,7 +580,7 @@ func (b *Redis) Flush(ctx context.Context) error {
 			firstErr = cmpOr(firstErr, err)
 			continue
 		}
-		entries[i].apply(rep, false)
+		entries[i].apply(rep, false, seen[i])
 	}
 	if firstErr != nil {
 		b.fail("flush", firstErr)
@@ -597,7 +641,7 @@ func (b *Redis) handle(msg string) {
 		return
 	}
 	if e := (*b.eps.Load())[c.endpoint]; e != nil {
-		e.apply(c.r, false)
+		e.apply(c.r, false, noReset)
 	}
 }
 
@@ -647,9 +691,11 @@ func (b *Redis) sync(ctx context.Context) error {
 		return b.client.Do(ctx, b.client.B().Ping().Build()).Error()
 	}
 	entries := make([]*rentry, 0, len(eps))
+	seen := make([]uint64, 0, len(eps))
 	execs := make([]rueidis.LuaExec, 0, len(eps))
 	for _, e := range eps {
 		entries = append(entries, e)
+		seen = append(seen, e.updates.Load())
 		execs = append(execs, rueidis.LuaExec{Keys: []string{e.key}, Args: b.args(e)})
 	}
 	for i, r := range luaRead.multi(ctx, b.client, execs) {
@@ -657,7 +703,7 @@ func (b *Redis) sync(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		entries[i].apply(rep, false)
+		entries[i].apply(rep, false, seen[i])
 	}
 	return nil
 }
