@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -35,6 +36,13 @@ import (
 // RetryInterval; once Redis answers, it resyncs and shares again (the outcomes counted while
 // degraded are not sent). No call waits for Redis longer than Timeout. Generations only grow
 // (see lua.go) as long as Redis's clock does not go back across a restart.
+//
+// Replicas sharing a Redis and prefix should use the same Settings: each script applies the
+// Settings of the replica that runs it. State reports what this replica knows: an endpoint it
+// has never been asked about is Closed until its first Allow, which reads the shared state.
+//
+// Endpoint names are not bounded by the breaker: callers name configured upstreams, never
+// anything a client chose, and Remove the ones they drop.
 type Redis struct {
 	client  rueidis.Client
 	opts    RedisOptions
@@ -582,7 +590,7 @@ func (b *Redis) Flush(ctx context.Context) error {
 		}
 		entries[i].apply(rep, false, seen[i])
 	}
-	if firstErr != nil {
+	if firstErr != nil && !errors.Is(ctx.Err(), context.Canceled) { // not a shutdown
 		b.fail("flush", firstErr)
 	}
 	return firstErr
@@ -599,8 +607,10 @@ func cmpOr(a, b error) error {
 // resync, since changes published while unsubscribed are only in the data.
 func (b *Redis) subscribeLoop(ctx context.Context) {
 	msgs := make(chan string, 1024)
+	var lost atomic.Bool // logged once per outage, not once per retry
 	subCtx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
 		if s.Kind == "subscribe" {
+			lost.Store(false)
 			b.kickSync()
 		}
 	})
@@ -629,7 +639,9 @@ func (b *Redis) subscribeLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.log.Warn("breaker: change subscription lost; resubscribing", "err", err)
+		if !lost.Swap(true) {
+			b.log.Warn("breaker: change subscription lost; resubscribing", "err", err)
+		}
 		sleep(ctx, b.opts.RetryInterval)
 	}
 }
