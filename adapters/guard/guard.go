@@ -1,15 +1,19 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
 )
@@ -18,9 +22,74 @@ import (
 type Options struct {
 	// Shedder bounds requests in flight; nil admits any number.
 	Shedder *Shedder
+	// Limiter keeps the token buckets of Limits: in-process, or shared through Redis. Nil: no
+	// rate limits.
+	Limiter ratelimit.Limiter
+	Limits  Limits
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// Budget is a rate limit: requests and tokens per minute (each with a burst of a minute's worth).
+// Zero means no limit.
+type Budget struct {
+	RequestsPerMinute float64 `yaml:"requests_per_minute"`
+	TokensPerMinute   float64 `yaml:"tokens_per_minute"`
+}
+
+// Limits are the budgets a request spends from: its API key's (callers without a key share
+// "anonymous"), its model's (all callers together) and its route's (openai or kserve).
+type Limits struct {
+	// PerKey is every API key's budget; Keys overrides it by key name.
+	PerKey Budget            `yaml:"per_key"`
+	Keys   map[string]Budget `yaml:"keys"`
+	// PerModel is every model's budget; Models overrides it by model name.
+	PerModel Budget            `yaml:"per_model"`
+	Models   map[string]Budget `yaml:"models"`
+	// Routes are budgets for all of a surface's traffic: "openai" (the OpenAI API, HTTP and
+	// gRPC) and "kserve" (every KServe transport).
+	Routes map[string]Budget `yaml:"routes"`
+	// DefaultMaxTokens is the completion length a token estimate assumes for a request that names
+	// no max_tokens; default 256. Estimates are settled against the upstream's usage.
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
+}
+
+// Validate checks that every budget is a finite, non-negative number.
+func (l Limits) Validate() error {
+	var errs []error
+	check := func(where string, b Budget) {
+		for _, v := range []float64{b.RequestsPerMinute, b.TokensPerMinute} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				errs = append(errs, fmt.Errorf("%s: budgets must be finite and >= 0", where))
+				return
+			}
+		}
+	}
+	check("per_key", l.PerKey)
+	check("per_model", l.PerModel)
+	for k, b := range l.Keys {
+		check("keys."+k, b)
+	}
+	for m, b := range l.Models {
+		check("models."+m, b)
+	}
+	for r, b := range l.Routes {
+		if r != RouteOpenAI && r != RouteKServe {
+			errs = append(errs, fmt.Errorf("routes.%s: routes are %s and %s", r, RouteOpenAI, RouteKServe))
+		}
+		check("routes."+r, b)
+	}
+	if l.DefaultMaxTokens < 0 {
+		errs = append(errs, errors.New("default_max_tokens must be >= 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// The routes budgets are kept per.
+const (
+	RouteOpenAI = "openai"
+	RouteKServe = "kserve"
+)
 
 // Guard admits or refuses each request for a model, whatever surface it came in on: the API key's
 // model allow-list (403 / PERMISSION_DENIED) and load shedding (429 / RESOURCE_EXHAUSTED when
@@ -65,10 +134,15 @@ type refusal struct {
 	errCode    string // OpenAI's error code
 	msg        string
 	retryAfter time.Duration
+	limit      *ratelimit.Decision // the refusing budget, for X-RateLimit-*
 }
 
 func (r *refusal) header() http.Header {
 	h := http.Header{}
+	if r.limit != nil {
+		r.limit.SetHeaders(h)
+		return h
+	}
 	if r.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((r.retryAfter+time.Second-1)/time.Second)))
 	}
@@ -90,26 +164,190 @@ func (r *refusal) openAIError() *openai.Error {
 // ticket is an admitted request.
 type ticket struct {
 	ctx     context.Context
+	header  http.Header // X-RateLimit-*
 	release func()
+	tokens  []ratelimit.Reservation
+}
+
+// done ends an admitted request: its shed slot is freed and its token estimates are settled
+// against what the upstream reported (kept as charged when it reported nothing).
+func (t *ticket) done(used float64) {
+	t.release()
+	if used <= 0 {
+		return
+	}
+	for _, r := range t.tokens {
+		if err := r.Settle(context.WithoutCancel(t.ctx), used); err != nil && !errors.Is(err, context.Canceled) {
+			slog.Default().Debug("settling a token estimate failed", "err", err)
+		}
+	}
 }
 
 var noRelease = func() {}
 
-// admit decides on one request for model.
-func (g *Guard) admit(ctx context.Context, model string) (*ticket, *refusal) {
+// admit decides on one request for model coming in on route, estimated at tokens (0: the route
+// has no token cost).
+func (g *Guard) admit(ctx context.Context, model, route string, tokens float64) (*ticket, *refusal) {
 	if ctx.Value(admittedKey{}) != nil {
 		return &ticket{ctx: ctx, release: noRelease}, nil
 	}
-	if p := PrincipalFrom(ctx); p != nil && !p.MayUse(model) {
+	p := PrincipalFrom(ctx)
+	if p != nil && !p.MayUse(model) {
 		return nil, &refusal{code: connect.CodePermissionDenied, status: http.StatusForbidden,
 			errType: "invalid_request_error", errCode: "model_not_allowed",
 			msg: fmt.Sprintf("the API key '%s' may not use model '%s'", p.Name, model)}
 	}
+	t := &ticket{release: noRelease}
+	if g.opts.Limiter != nil {
+		keyName := "anonymous"
+		if p != nil {
+			keyName = p.Name
+		}
+		if r := g.limit(ctx, t, keyName, model, route, tokens); r != nil {
+			return nil, r
+		}
+	}
 	release, err := g.opts.Shedder.Acquire(ctx, model, priorityOf(ctx))
 	if err != nil {
+		t.refund(ctx)
 		return nil, g.shedRefusal(ctx, err)
 	}
-	return &ticket{ctx: context.WithValue(ctx, admittedKey{}, true), release: release}, nil
+	t.release = release
+	t.ctx = context.WithValue(ctx, admittedKey{}, true)
+	return t, nil
+}
+
+// check is one bucket a request spends from.
+type check struct {
+	key    string
+	scope  string // what the message names: API key 'x', model 'y', route 'z'
+	limit  ratelimit.Limit
+	cost   float64
+	tokens bool
+	d      ratelimit.Decision
+	res    ratelimit.Reservation // for a token budget, to settle against the actual usage
+	err    error
+}
+
+// spend asks the limiter for c's cost.
+func (c *check) spend(ctx context.Context, lim ratelimit.Limiter) {
+	if c.tokens {
+		c.d, c.res, c.err = ratelimit.ReserveTokens(ctx, lim, c.key, c.limit, c.cost)
+		return
+	}
+	c.d, c.err = lim.Allow(ctx, c.key, c.limit, c.cost)
+}
+
+func (g *Guard) checks(keyName, model, route string, tokens float64) []check {
+	var cs []check
+	add := func(id, scope string, b Budget) {
+		if b.RequestsPerMinute > 0 {
+			cs = append(cs, check{key: id + ":req", scope: scope, limit: ratelimit.PerMinute(b.RequestsPerMinute), cost: 1})
+		}
+		if b.TokensPerMinute > 0 && tokens > 0 {
+			cs = append(cs, check{key: id + ":tok", scope: scope, limit: ratelimit.PerMinute(b.TokensPerMinute), cost: tokens, tokens: true})
+		}
+	}
+	l := &g.opts.Limits
+	kb, ok := l.Keys[keyName]
+	if !ok {
+		kb = l.PerKey
+	}
+	add("key:"+keyName, fmt.Sprintf("API key '%s'", keyName), kb)
+	mb, ok := l.Models[model]
+	if !ok {
+		mb = l.PerModel
+	}
+	add("model:"+model, fmt.Sprintf("model '%s'", model), mb)
+	add("route:"+route, fmt.Sprintf("the %s API", route), l.Routes[route])
+	return cs
+}
+
+// limit spends the request's budgets, all or nothing. The buckets are asked at once, so with
+// Redis the decision costs one round trip (auto-pipelined), whatever the number of budgets.
+func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route string, tokens float64) *refusal {
+	cs := g.checks(keyName, model, route, tokens)
+	if len(cs) == 0 {
+		return nil
+	}
+	lim := g.opts.Limiter
+	if len(cs) == 1 {
+		cs[0].spend(ctx, lim)
+	} else {
+		var wg sync.WaitGroup
+		for i := range cs[1:] {
+			c := &cs[i+1]
+			wg.Go(func() { c.spend(ctx, lim) })
+		}
+		cs[0].spend(ctx, lim)
+		wg.Wait()
+	}
+	var refused *check
+	var failed error
+	for i := range cs {
+		c := &cs[i]
+		switch {
+		case c.err != nil:
+			failed = c.err
+		case !c.d.Allowed && (refused == nil || c.d.RetryAfter > refused.d.RetryAfter):
+			refused = c
+		}
+	}
+	if failed != nil || refused != nil {
+		// Give back what the other buckets spent on a request that will not run.
+		for i := range cs {
+			if c := &cs[i]; c.err == nil && c.d.Allowed {
+				_ = lim.Adjust(context.WithoutCancel(ctx), c.key, c.limit, -c.cost)
+			}
+		}
+	}
+	switch {
+	case failed != nil && ctx.Err() != nil:
+		return &refusal{code: connect.CodeCanceled, status: 499, errType: "server_error", msg: ctx.Err().Error()}
+	case failed != nil:
+		g.log.Warn("rate limiter failed; request refused (fail-closed)", "err", failed)
+		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, errType: "server_error",
+			errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
+	case refused != nil:
+		r := &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, errType: "requests",
+			errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: &refused.d}
+		what := "requests"
+		if refused.tokens {
+			r.errType, what = "tokens", "tokens"
+		}
+		per := refused.limit.Burst
+		if refused.d.TooLarge {
+			r.msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope, refused.cost, per)
+		} else {
+			r.msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope, per, what, ceil(refused.d.RetryAfter))
+		}
+		return r
+	}
+	// X-RateLimit-* describe the budget closest to running out.
+	tightest := &cs[0]
+	for i := range cs {
+		if cs[i].tokens {
+			t.tokens = append(t.tokens, cs[i].res)
+		}
+		if cs[i].d.Remaining/cs[i].limit.Burst < tightest.d.Remaining/tightest.limit.Burst {
+			tightest = &cs[i]
+		}
+	}
+	t.header = http.Header{}
+	tightest.d.SetHeaders(t.header)
+	t.ctx = ctx
+	return nil
+}
+
+// refund gives back a ticket's token estimates in full (the request did not run).
+func (t *ticket) refund(ctx context.Context) {
+	for _, r := range t.tokens {
+		_ = r.Settle(context.WithoutCancel(ctx), 0)
+	}
+}
+
+func ceil(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 func (g *Guard) shedRefusal(ctx context.Context, err error) *refusal {
@@ -128,21 +366,71 @@ func (g *Guard) shedRefusal(ctx context.Context, err error) *refusal {
 // KServe is the model registry's Admission: every KServe request, on every transport.
 func (g *Guard) KServe() engines.Admission {
 	return func(ctx context.Context, e *engines.Entry, _ *engines.Request) (context.Context, func(error), error) {
-		t, r := g.admit(ctx, e.Name())
+		t, r := g.admit(ctx, e.Name(), RouteKServe, 0)
 		if r != nil {
 			return nil, nil, r.connectError()
 		}
-		return t.ctx, func(error) { t.release() }, nil
+		return t.ctx, func(error) { t.done(0) }, nil
 	}
 }
 
 // OpenAI is the OpenAI proxy's Admission: every request of its HTTP API and OpenAIService.
 func (g *Guard) OpenAI() openai.Admission {
-	return func(ctx context.Context, model string, _ []byte) (openai.Admitted, error) {
-		t, r := g.admit(ctx, model)
+	return func(ctx context.Context, path, model string, body []byte) (openai.Admitted, error) {
+		var tokens float64
+		if g.opts.Limiter != nil {
+			tokens = g.estimate(path, body)
+		}
+		t, r := g.admit(ctx, model, RouteOpenAI, tokens)
 		if r != nil {
 			return openai.Admitted{}, r.openAIError()
 		}
-		return openai.Admitted{Context: t.ctx, Done: func(openai.Usage) { t.release() }}, nil
+		return openai.Admitted{Context: t.ctx, Header: t.header, Done: func(u openai.Usage) {
+			t.done(float64(u.PromptTokens + u.CompletionTokens))
+		}}, nil
 	}
+}
+
+// estimate is a request's token cost before it runs: its body's length at about 4 bytes a token
+// (the prompt, plus the JSON around it, which errs high) and the completion it may generate.
+// Embeddings generate nothing.
+func (g *Guard) estimate(path string, body []byte) float64 {
+	maxTokens := 0
+	if path != "/v1/embeddings" {
+		maxTokens = g.opts.Limits.DefaultMaxTokens
+		if maxTokens == 0 {
+			maxTokens = 256
+		}
+		for _, k := range []string{`"max_completion_tokens"`, `"max_tokens"`} {
+			if n, ok := jsonInt(body, k); ok {
+				maxTokens = n
+				break
+			}
+		}
+	}
+	return ratelimit.EstimateTokens(len(body), maxTokens)
+}
+
+// jsonInt reads the integer after the first occurrence of key and a colon; the proxy never
+// decodes the body, and a misread (the key inside a string) only skews an estimate that the
+// upstream's usage settles.
+func jsonInt(body []byte, key string) (int, bool) {
+	i := bytes.Index(body, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	n, digits := 0, 0
+	for _, c := range rest {
+		if c < '0' || c > '9' || n > 1<<40 {
+			break
+		}
+		n = n*10 + int(c-'0')
+		digits++
+	}
+	return n, digits > 0
 }

@@ -35,11 +35,18 @@ type guarded struct {
 }
 
 func startGuarded(t *testing.T, shed guard.ShedderConfig) *guarded {
+	return startGuardedWith(t, guard.Options{Shedder: guard.NewShedder(shed)})
+}
+
+func startGuardedWith(t *testing.T, opts guard.Options) *guarded {
 	t.Helper()
-	keys, err := guard.NewStaticKeys([]guard.KeyConfig{{Name: "user", SHA256: guard.HashKey(userKey), Models: []string{"llama", "simple"}}})
+	keys, err := guard.NewStaticKeys([]guard.KeyConfig{
+		{Name: "user", SHA256: guard.HashKey(userKey), Models: []string{"llama", "simple"}},
+		{Name: "other", SHA256: guard.HashKey(otherKey)},
+	})
 	require.NoError(t, err)
 	auth := guard.NewAuth(keys, nil)
-	g := guard.New(guard.Options{Shedder: guard.NewShedder(shed)})
+	g := guard.New(opts)
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour}},
 		Admit: g.OpenAI()})
@@ -59,6 +66,8 @@ func startGuarded(t *testing.T, shed guard.ShedderConfig) *guarded {
 	return &guarded{srv: srv, up: up, conn: conn}
 }
 
+const otherKey = "sk-other-0123456789"
+
 func userCtx() context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+userKey)
 }
@@ -74,10 +83,14 @@ func simpleRequest(model string) *inference.ModelInferRequest {
 }
 
 func (g *guarded) post(t *testing.T, path, body string) (*http.Response, string) {
+	return g.postAs(t, userKey, path, body)
+}
+
+func (g *guarded) postAs(t *testing.T, key, path, body string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, g.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+userKey)
+	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()

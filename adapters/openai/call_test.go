@@ -179,7 +179,7 @@ func TestAdmission(t *testing.T) {
 	var usage []openai.Usage
 	var mu sync.Mutex
 	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
-		Admit: func(ctx context.Context, model string, body []byte) (openai.Admitted, error) {
+		Admit: func(ctx context.Context, _, model string, body []byte) (openai.Admitted, error) {
 			if strings.Contains(string(body), "deny") {
 				return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 					Message: "slow down " + model, Header: http.Header{"Retry-After": {"2"}}}

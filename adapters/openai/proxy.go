@@ -44,10 +44,11 @@ type Options struct {
 	Admit Admission
 }
 
-// Admission decides whether a request for model may go upstream now. It returns what to proceed
+// Admission decides whether a request for model may go upstream now; path is the API's
+// (/v1/chat/completions, /v1/completions, /v1/embeddings). It returns what to proceed
 // with, or an error that refuses the request: an *Error chooses the response (status, OpenAI
 // error object, headers such as Retry-After); any other error is a 500.
-type Admission func(ctx context.Context, model string, body []byte) (Admitted, error)
+type Admission func(ctx context.Context, path, model string, body []byte) (Admitted, error)
 
 // Admitted is an admitted request.
 type Admitted struct {
@@ -66,11 +67,11 @@ type Usage struct {
 }
 
 // admit runs the Admission, if any.
-func (p *Proxy) admit(ctx context.Context, model string, body []byte) (Admitted, *Error) {
+func (p *Proxy) admit(ctx context.Context, path, model string, body []byte) (Admitted, *Error) {
 	if p.opts.Admit == nil {
 		return Admitted{Context: ctx}, nil
 	}
-	a, err := p.opts.Admit(ctx, model, body)
+	a, err := p.opts.Admit(ctx, path, model, body)
 	if err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
