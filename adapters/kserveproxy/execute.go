@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
@@ -57,10 +58,20 @@ func (m *model) execute(ctx context.Context, req *engines.Request, send func(*en
 		if r == nil {
 			break
 		}
+		var ticket breaker.Ticket
+		if b := m.p.opts.Breaker; b != nil {
+			var berr error
+			if ticket, berr = b.Allow(ctx, r.ep.cfg.Name); berr != nil {
+				tried = append(tried, r.ep) // open or cooling down: the next endpoint
+				lastErr = connect.NewError(connect.CodeUnavailable, berr)
+				continue
+			}
+		}
 		if sequence && req.Sequence.Start {
 			m.seq.set(seqID, r.ep)
 		}
 		relayed, err := m.attempt(ctx, r, req, send)
+		ticket.Done(outcome(ctx, err))
 		if err == nil {
 			if sequence && req.Sequence.End {
 				m.seq.del(seqID)
@@ -90,7 +101,8 @@ func (m *model) pick(routes []*route, tried []*endpoint, only *endpoint) *route 
 		func(i int) int { return routes[i].ep.cfg.Priority },
 		func(i int) bool {
 			e := routes[i].ep
-			return e.healthy.Load() && (only == nil || e == only) && !slices.Contains(tried, e)
+			return e.healthy.Load() && (only == nil || e == only) && !slices.Contains(tried, e) &&
+				(m.p.opts.Breaker == nil || m.p.opts.Breaker.State(e.cfg.Name) != breaker.Open)
 		},
 		func(i int) int64 { return routes[i].ep.outstanding.Load() },
 		m.p.rr.Add(1))
@@ -186,6 +198,25 @@ func (m *model) stream(ctx context.Context, ep *endpoint, wire *inference.ModelI
 			return true, nil
 		}
 	}
+}
+
+// outcome is what a forwarded request says of its endpoint's health.
+func outcome(ctx context.Context, err error) breaker.Outcome {
+	if err == nil {
+		return breaker.Success
+	}
+	if ctx.Err() != nil {
+		return breaker.Ignored // the client went away
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.DataLoss:
+		return breaker.Failure
+	case codes.ResourceExhausted:
+		return breaker.Throttled
+	case codes.Canceled:
+		return breaker.Ignored
+	}
+	return breaker.Success // the endpoint answered: the request itself was at fault
 }
 
 // wireRequest is req as the upstream gets it: model renamed, tensors in raw form aliasing the

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
@@ -66,6 +67,10 @@ type Options struct {
 	MaxMessageBytes int
 	// DialOptions are added to every endpoint's gRPC client (custom TLS roots, a test dialer).
 	DialOptions []grpc.DialOption
+	// Breaker, when set, guards every endpoint: an open endpoint is skipped, and each request's
+	// outcome is reported (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL and UNKNOWN are failures;
+	// RESOURCE_EXHAUSTED cools the endpoint down).
+	Breaker breaker.Breaker
 }
 
 // Proxy is the pool of KServe upstreams. Create it with New, call Start, register Collectors on
@@ -219,6 +224,9 @@ func (p *Proxy) Remove(name string) bool {
 	p.rebuildLocked()
 	e.stop()
 	p.m.forget(e.cfg.Name) // added endpoints come and go (one per registration): their series must too
+	if r, ok := p.opts.Breaker.(interface{ Remove(string) }); ok {
+		r.Remove(e.cfg.Name)
+	}
 	if p.closed {
 		e.close()
 	} else {

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
@@ -290,4 +292,38 @@ func metric(t *testing.T, f *front, sample string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestBreakerSkipsFailingEndpoint: an endpoint whose model keeps failing with INTERNAL is cut off
+// by the breaker after the configured failures; validation-like errors (the endpoint answered)
+// are not failures.
+func TestBreakerSkipsFailingEndpoint(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	flaky := func(ctx context.Context, r *engines.Request, send func(*engines.Response) error) error {
+		if failing.Load() {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("GPU fell off the bus"))
+		}
+		return echo(ctx, r, send)
+	}
+	a := upstream(t, &testModel{name: "m", exec: flaky})
+	b := upstream(t, &testModel{name: "m", exec: echo})
+	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1, OpenTimeout: time.Hour}})
+	opts := fast(slowChecks(ep("a", a.Addr, 10)), slowChecks(ep("b", b.Addr, 0)))
+	opts.Breaker = br
+	f := startFront(t, opts)
+	f.waitModel(t, "m")
+	ctx := context.Background()
+	for range 2 {
+		_, err := f.client.ModelInfer(ctx, testRequest("m", 1))
+		assert.Equal(t, codes.Internal, status.Code(err), "an INTERNAL answer is the client's: not retried")
+	}
+	assert.Equal(t, breaker.Open, br.State("a"))
+	for range 3 {
+		res, err := f.client.ModelInfer(ctx, testRequest("m", 5))
+		require.NoError(t, err, "a is cut off: b serves")
+		assert.Equal(t, []int32{5}, int32s(res.RawOutputContents[0]))
+	}
+	assert.Equal(t, uint64(2), a.Registry.Lookup("m").Stats.Fail.Count(), "nothing more reached a")
+	assert.Equal(t, uint64(3), inferences(b.Registry, "m"))
 }

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/adapters/guard/breaker"
 )
 
 // Error is a failure the gateway answers itself, before or instead of an upstream's response:
@@ -53,6 +56,7 @@ type exchange struct {
 	reqID  string
 	stream bool // an SSE response with status 200: reads are chunks
 	done   func(Usage)
+	ticket breaker.Ticket
 
 	reads    int
 	lastRead time.Time
@@ -101,6 +105,15 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 		return nil, &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_healthy_upstream",
 			Message: fmt.Sprintf("No healthy endpoint serves model `%s` right now.", out.rt.Model)}
 	}
+	var open *breaker.OpenError
+	if errors.As(lastErr, &open) {
+		// Only breakers stood in the way (each endpoint tried was open or cooling down).
+		p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
+		h := http.Header{}
+		h.Set("Retry-After", strconv.Itoa(max(1, int((open.RetryAfter+time.Second-1)/time.Second))))
+		return nil, &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_circuit_open", Header: h,
+			Message: fmt.Sprintf("Every endpoint serving model `%s` is failing and temporarily cut off; retry later.", out.rt.Model)}
+	}
 	p.m.requests.WithLabelValues(out.rt.Model, "", "502").Inc()
 	return nil, &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 		Message: fmt.Sprintf("Every endpoint serving model `%s` failed: %v", out.rt.Model, lastErr)}
@@ -110,6 +123,13 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 // the exchange is finished. A 5xx is an error (so the caller tries the next endpoint) unless last.
 func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last bool) (*exchange, error) {
 	ep := route.ep
+	var ticket breaker.Ticket
+	if p.opts.Breaker != nil {
+		var err error
+		if ticket, err = p.opts.Breaker.Allow(ctx, ep.cfg.Name); err != nil {
+			return nil, err // open or cooling down: the next endpoint, without counting a failure
+		}
+	}
 	ep.outstanding.Add(1)
 	route.inflight.Inc()
 	release := func() {
@@ -164,6 +184,9 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		release()
 		if ctx.Err() == nil {
 			ep.failed(err)
+			ticket.Done(breaker.Failure)
+		} else {
+			ticket.Done(breaker.Ignored)
 		}
 		return nil, fmt.Errorf("%s: %w", ep.cfg.Name, err)
 	}
@@ -171,11 +194,12 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 		res.Body.Close()
 		release()
+		ticket.Done(breaker.Failure)
 		return nil, fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
 	}
 	stream := res.StatusCode == http.StatusOK &&
 		(out.rt.Stream || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
-	return &exchange{p: p, route: route, res: res, ctx: ctx, start: out.start, reqID: out.reqID, stream: stream}, nil
+	return &exchange{p: p, route: route, res: res, ctx: ctx, start: out.start, reqID: out.reqID, stream: stream, ticket: ticket}, nil
 }
 
 // Read reads the upstream body, metering it.
@@ -238,6 +262,16 @@ func (x *exchange) finish(writeErr error) {
 		status = "499"
 	}
 	x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+	switch {
+	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
+		x.ticket.Done(breaker.Failure) // the upstream failed mid-body
+	case x.res.StatusCode == http.StatusTooManyRequests:
+		x.ticket.Throttle(retryAfter(x.res.Header))
+	case x.readErr != nil || writeErr != nil || !complete:
+		x.ticket.Done(breaker.Ignored) // the caller went away: says nothing of the upstream
+	default:
+		x.ticket.Done(breaker.Classify(x.res.StatusCode, nil))
+	}
 	var usage Usage
 	if complete && x.res.StatusCode == http.StatusOK {
 		usage = x.p.countUsage(x.route, x.tail[:x.tailLen])
@@ -245,6 +279,15 @@ func (x *exchange) finish(writeErr error) {
 	if x.done != nil {
 		x.done(usage)
 	}
+}
+
+// retryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }
 
 // endsWithDone reports whether the last event in tail is OpenAI's "data: [DONE]".

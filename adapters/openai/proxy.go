@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
@@ -42,6 +43,10 @@ type Options struct {
 	OnModelsChanged func()
 	// Admit, when set, decides whether each request may go upstream (the guard).
 	Admit Admission
+	// Breaker, when set, guards every endpoint: an open endpoint is skipped by routing, and each
+	// request's outcome (connection errors, 5xx and a stream cut short are failures; a 429 cools
+	// the endpoint down) is reported to it.
+	Breaker breaker.Breaker
 }
 
 // Admission decides whether a request for model may go upstream now; path is the API's
@@ -198,6 +203,9 @@ func (p *Proxy) RemoveEndpoint(name string) bool {
 	p.eps.Store(&eps)
 	p.mu.Unlock()
 	e.stop()
+	if r, ok := p.opts.Breaker.(interface{ Remove(string) }); ok {
+		r.Remove(e.cfg.Name)
+	}
 	e.client.CloseIdleConnections()
 	p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
 	p.rebuild()
@@ -349,7 +357,10 @@ func (p *Proxy) rebuild() {
 func (p *Proxy) pick(routes []*route, tried []*endpoint) *route {
 	i := Pick(len(routes),
 		func(i int) int { return routes[i].ep.cfg.Priority },
-		func(i int) bool { return routes[i].ep.healthy.Load() && !slices.Contains(tried, routes[i].ep) },
+		func(i int) bool {
+			e := routes[i].ep
+			return e.healthy.Load() && !slices.Contains(tried, e) && (p.opts.Breaker == nil || p.opts.Breaker.State(e.cfg.Name) != breaker.Open)
+		},
 		func(i int) int64 { return routes[i].ep.outstanding.Load() },
 		p.rr.Add(1))
 	if i < 0 {

@@ -11,10 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 )
 
 func TestFailoverEndpointDownBeforeRequest(t *testing.T) {
@@ -244,4 +248,42 @@ func TestMetrics(t *testing.T) {
 	res, body := e.get(t, "/health")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, body, fmt.Sprintf(`{"name":"a","type":"vllm","priority":0,"healthy":true`))
+}
+
+// TestBreakerSkipsFailingEndpoint: with a circuit breaker, an endpoint answering 5xx is cut off
+// after the configured failures (its requests failed over meanwhile), gets one probe after the
+// open timeout and serves again once it succeeds; a 429 cools it down without a failure.
+func TestBreakerSkipsFailingEndpoint(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	b := openaitest.Start(t, "b", "llama")
+	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1,
+		OpenTimeout: 300 * time.Millisecond, Cooldown: time.Hour}})
+	p, err := openai.New(openai.Options{Logger: quiet(), Breaker: br,
+		Endpoints: []openai.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	defer p.Close()
+	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
+	e := &env{srv: srv, proxy: p, URL: srv.URL}
+
+	a.FailWith(http.StatusInternalServerError)
+	for range 4 {
+		assert.Equal(t, "b", e.servedBy(t, "llama"), "a's 500s fail over to b")
+	}
+	assert.EqualValues(t, 2, a.Requests(), "after 2 failures the breaker keeps requests off a")
+	assert.Equal(t, breaker.Open, br.State("a"))
+
+	a.FailWith(0)
+	require.Eventually(t, func() bool { return br.State("a") == breaker.HalfOpen }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "a", e.servedBy(t, "llama"), "the half-open probe goes to a")
+	assert.Equal(t, breaker.Closed, br.State("a"), "and its success closes the breaker")
+	assert.Equal(t, "a", e.servedBy(t, "llama"))
+
+	a.FailWith(http.StatusTooManyRequests)
+	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a 4xx is the answer, not retried")
+	before := a.Requests()
+	assert.Equal(t, "b", e.servedBy(t, "llama"), "a cools down after its 429")
+	assert.Equal(t, before, a.Requests())
+	assert.Equal(t, breaker.Closed, br.State("a"), "a 429 is not a failure")
 }
