@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"go.yaml.in/yaml/v3"
 )
@@ -28,6 +30,52 @@ type fileConfig struct {
 	Redis redisConfig `yaml:"redis"`
 	// Registry is the RegistryService where backends register themselves.
 	Registry registryConfig `yaml:"registry"`
+	// Auth requires API keys; with none configured every caller is let in.
+	Auth authConfig `yaml:"auth"`
+	// Limits are rate limits per API key, model and route.
+	Limits limitsConfig `yaml:"limits"`
+	// Shedding bounds the requests in flight.
+	Shedding guard.ShedderConfig `yaml:"shedding"`
+	// Breaker cuts off failing upstream endpoints.
+	Breaker breakerConfig `yaml:"breaker"`
+}
+
+type authConfig struct {
+	// Keys are API keys, kept as SHA-256 hashes.
+	Keys []guard.KeyConfig `yaml:"keys"`
+	// RedisKeys also accepts the keys stored in Redis (<redis.prefix>:{keys}); needs redis.addr.
+	RedisKeys bool `yaml:"redis_keys"`
+}
+
+type limitsConfig struct {
+	guard.Limits `yaml:",inline"`
+	// Failure is what happens while Redis cannot be reached: open (decide with a local bucket,
+	// the default) or closed (refuse with 503).
+	Failure string `yaml:"failure"`
+	// RedisTimeout bounds one decision's Redis call; default 50 ms.
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
+}
+
+type breakerConfig struct {
+	// Disabled turns circuit breaking off.
+	Disabled         bool `yaml:"disabled"`
+	breaker.Settings `yaml:",inline"`
+}
+
+// limited reports whether any rate limit is configured.
+func (c *limitsConfig) limited() bool {
+	nonzero := func(b guard.Budget) bool { return b.RequestsPerMinute > 0 || b.TokensPerMinute > 0 }
+	if nonzero(c.PerKey) || nonzero(c.PerModel) {
+		return true
+	}
+	for _, m := range []map[string]guard.Budget{c.Keys, c.Models, c.Routes} {
+		for _, b := range m {
+			if nonzero(b) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type redisConfig struct {
@@ -105,6 +153,24 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 	default:
 		lines = append(lines, fmt.Sprintf("%s: registry.store: %q is not one of memory, redis", name, s))
 	}
+	if _, err := guard.NewStaticKeys(c.Auth.Keys); err != nil {
+		for _, e := range unjoin(err) {
+			lines = append(lines, fmt.Sprintf("%s: auth.%v", name, e))
+		}
+	}
+	if c.Auth.RedisKeys && c.Redis.Addr == "" {
+		lines = append(lines, fmt.Sprintf("%s: auth.redis_keys needs redis.addr", name))
+	}
+	if err := c.Limits.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			lines = append(lines, fmt.Sprintf("%s: limits.%v", name, e))
+		}
+	}
+	switch c.Limits.Failure {
+	case "", "open", "closed":
+	default:
+		lines = append(lines, fmt.Sprintf("%s: limits.failure: %q is not one of open, closed", name, c.Limits.Failure))
+	}
 	if len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
@@ -132,12 +198,16 @@ func applyEnv(c *fileConfig, lookup func(string) (string, bool)) error {
 		t := v.Type()
 		for i := range t.NumField() {
 			f := t.Field(i)
-			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			fv := v.Field(i)
+			if opts == "inline" {
+				walk(fv, path)
+				continue
+			}
 			if key == "" || key == "-" {
 				continue
 			}
 			name := path + strings.ToUpper(key)
-			fv := v.Field(i)
 			if fv.Kind() == reflect.Struct {
 				walk(fv, name+"_")
 				continue
@@ -185,6 +255,12 @@ func setScalar(v reflect.Value, raw string) error {
 			return err
 		}
 		v.SetInt(int64(n))
+	case v.Kind() == reflect.Float64:
+		x, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return err
+		}
+		v.SetFloat(x)
 	default:
 		return fmt.Errorf("cannot be set from the environment (%s)", v.Type())
 	}

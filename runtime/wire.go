@@ -6,22 +6,29 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/adapters/bridge"
 	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/kserveproxy"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
 )
 
 // build assembles the gateway from the config: one model registry behind every surface, the
-// OpenAI proxy and its KServe bridge, the KServe upstream pool, and the backend registry with its
-// store. closeAll stops what build started, in reverse order; call it after the gateway drained.
+// OpenAI proxy and its KServe bridge, the KServe upstream pool, the backend registry with its
+// store, and the guard (API keys, rate limits, load shedding, circuit breakers) in front of all of
+// it. closeAll stops what build started, in reverse order; call it after the gateway drained.
 func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll func(), err error) {
 	log := gwCfg.Logger
 	var closers []func()
@@ -38,6 +45,16 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	ctx, cancel := context.WithCancel(context.Background())
 	closers = append(closers, cancel)
 
+	// One Redis client serves every shared component, auto-pipelining their calls together.
+	var rdb rueidis.Client
+	if cfg.Redis.Addr != "" {
+		if rdb, err = newRedis(ctx, cfg.Redis); err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, rdb.Close)
+	}
+	var collectors []prometheus.Collector
+
 	reg := engines.NewRegistry()
 	if cfg.builtins() {
 		if err := cpu.Register(reg); err != nil {
@@ -45,31 +62,67 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 		}
 	}
 
+	br, brCollectors := newBreaker(cfg, rdb, log, &closers)
+	collectors = append(collectors, brCollectors...)
+
 	// The bridge gives every LLM the proxy routes a KServe model; the proxy announces its model set
 	// changing before the bridge exists, so the callback looks the bridge up.
-	var br atomic.Pointer[bridge.Bridge]
-	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log,
+	var bridged atomic.Pointer[bridge.Bridge]
+	var admit openai.Admission // the guard's, set below: the proxy is built before the guard
+	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br,
 		Ready: func() bool { return gw.Ready() },
 		OnModelsChanged: func() {
-			if b := br.Load(); b != nil {
+			if b := bridged.Load(); b != nil {
 				b.Sync()
 			}
+		},
+		Admit: func(ctx context.Context, path, model string, body []byte) (openai.Admitted, error) {
+			return admit(ctx, path, model, body)
 		}})
 	if err != nil {
 		return nil, nil, err
 	}
-	br.Store(bridge.New(reg, proxy, bridge.WithLogger(log)))
+	bridged.Store(bridge.New(reg, proxy, bridge.WithLogger(log)))
 	kp, err := kserveproxy.New(kserveproxy.Options{Endpoints: cfg.Upstreams, Registry: reg, Logger: log,
-		MaxMessageBytes: gwCfg.MaxMessageBytes})
+		MaxMessageBytes: gwCfg.MaxMessageBytes, Breaker: br})
 	if err != nil {
 		return nil, nil, err
 	}
-	gwCfg.Services = append(gwCfg.Services, proxy.Mount)
+
+	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	collectors = append(collectors, limCollectors...)
+	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
+		Breaker: br, Logger: log,
+		Endpoints: func() []string {
+			names := proxy.EndpointNames()
+			for _, s := range kp.Status() {
+				names = append(names, s.Name)
+			}
+			return names
+		}})
+	reg.SetAdmission(g.KServe())
+	admit = g.OpenAI()
+	collectors = append(collectors, g.Collectors()...)
+
+	auth, err := newAuth(cfg, rdb, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if auth != nil {
+		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
+		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
+			grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(auth.StreamInterceptor()))
+	}
+	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+		mux.Handle("GET /admin/guard", g.AdminHandler())
+	})
 
 	var store registry.Store
 	if !cfg.Registry.Disabled {
-		store, err = newStore(ctx, cfg, log, &closers)
-		if err != nil {
+		if store, err = newStore(cfg, rdb, log, &closers); err != nil {
 			return nil, nil, err
 		}
 		svc := registry.NewService(store, registry.ServiceOptions{Logger: log,
@@ -82,13 +135,14 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	gw = gateway.New(reg, gwCfg)
 	gw.Metrics().MustRegister(proxy.Collectors()...)
 	gw.Metrics().MustRegister(kp.Collectors()...)
+	gw.Metrics().MustRegister(collectors...)
 
 	// Upstreams are checked once before serving, so the first requests find their models.
 	proxy.Start(ctx)
 	closers = append(closers, proxy.Close)
 	kp.Start(ctx)
 	closers = append(closers, kp.Close)
-	br.Load().Sync()
+	bridged.Load().Sync()
 	if store != nil {
 		// Registered tensor backends join the KServe upstream pool, routed like configured ones.
 		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: registry.KServeTensors{Pool: kp}, Logger: log})
@@ -104,19 +158,84 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	return gw, closeAll, nil
 }
 
+// newAuth returns the API key check, or nil (with a warning) when no keys are configured.
+func newAuth(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (*guard.Auth, error) {
+	static, err := guard.NewStaticKeys(cfg.Auth.Keys)
+	if err != nil {
+		return nil, err
+	}
+	var keys guard.Keys
+	if static.Len() > 0 {
+		keys = append(keys, static)
+	}
+	if cfg.Auth.RedisKeys {
+		keys = append(keys, guard.NewRedisKeys(rdb, guard.RedisKeysOptions{Prefix: cfg.Redis.Prefix}))
+	}
+	if len(keys) == 0 {
+		log.Warn("API keys are OFF: anyone who can reach this port may call every model, register backends and read /admin/guard; configure auth.keys")
+		return nil, nil
+	}
+	log.Info("API keys required", "configured", static.Len(), "redis", cfg.Auth.RedisKeys)
+	return guard.NewAuth(keys, log), nil
+}
+
+// newLimiter returns the rate limiter the configured limits need: shared through Redis when
+// there is one, else in-process; nil without limits.
+func newLimiter(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (ratelimit.Limiter, []prometheus.Collector, error) {
+	if !cfg.Limits.limited() {
+		return nil, nil, nil
+	}
+	m := ratelimit.NewMetrics()
+	if rdb == nil {
+		return ratelimit.NewLocal(ratelimit.LocalOptions{Metrics: m}), m.Collectors(), nil
+	}
+	policy := ratelimit.FailOpen
+	if cfg.Limits.Failure == "closed" {
+		policy = ratelimit.FailClosed
+	}
+	l, err := ratelimit.NewRedis(rdb, ratelimit.RedisOptions{Prefix: redisPrefix(cfg) + ":rl", Timeout: cfg.Limits.RedisTimeout,
+		Failure: policy, Metrics: m, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("rate limits shared through Redis", "failure", map[ratelimit.FailurePolicy]string{ratelimit.FailOpen: "open", ratelimit.FailClosed: "closed"}[policy])
+	return l, m.Collectors(), nil
+}
+
+// newBreaker returns the circuit breaker: shared through Redis when there is one, else
+// in-process; nil when disabled.
+func newBreaker(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (breaker.Breaker, []prometheus.Collector) {
+	if cfg.Breaker.Disabled {
+		return nil, nil
+	}
+	opts := breaker.Options{Settings: cfg.Breaker.Settings,
+		OnStateChange: func(endpoint string, from, to breaker.State) {
+			log.Warn("circuit breaker", "endpoint", endpoint, "from", from.String(), "to", to.String())
+		}}
+	if rdb == nil {
+		b := breaker.NewLocal(opts)
+		return b, b.Collectors()
+	}
+	b := breaker.NewRedis(rdb, breaker.RedisOptions{Options: opts, Prefix: redisPrefix(cfg), Logger: log})
+	*closers = append(*closers, b.Close)
+	return b, b.Collectors()
+}
+
+func redisPrefix(cfg *fileConfig) string {
+	if cfg.Redis.Prefix != "" {
+		return cfg.Redis.Prefix
+	}
+	return "infergate"
+}
+
 // newStore opens the registry's store: in-process, or shared through Redis.
-func newStore(ctx context.Context, cfg *fileConfig, log *slog.Logger, closers *[]func()) (registry.Store, error) {
+func newStore(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (registry.Store, error) {
 	if cfg.registryStore() == "memory" {
 		s := registry.NewMemoryStore()
 		*closers = append(*closers, s.Close)
 		return s, nil
 	}
-	client, err := newRedis(ctx, cfg.Redis)
-	if err != nil {
-		return nil, err
-	}
-	*closers = append(*closers, client.Close)
-	s := registry.NewRedisStore(client, registry.RedisOptions{Prefix: cfg.Redis.Prefix, Logger: log})
+	s := registry.NewRedisStore(rdb, registry.RedisOptions{Prefix: cfg.Redis.Prefix, Logger: log})
 	*closers = append(*closers, s.Close)
 	log.Info("backend registry shared through Redis", "addr", cfg.Redis.Addr)
 	return s, nil
@@ -130,7 +249,7 @@ func newRedis(ctx context.Context, c redisConfig) (rueidis.Client, error) {
 	}
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{c.Addr}, Username: c.Username, Password: c.Password, SelectDB: c.DB,
-		Dialer: netDialer(timeout), DisableCache: true,
+		Dialer: net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}, DisableCache: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redis %s: %w", c.Addr, err)
@@ -142,8 +261,4 @@ func newRedis(ctx context.Context, c redisConfig) (rueidis.Client, error) {
 		return nil, fmt.Errorf("redis %s: %w", c.Addr, err)
 	}
 	return client, nil
-}
-
-func netDialer(timeout time.Duration) net.Dialer {
-	return net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 }

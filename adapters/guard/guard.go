@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configures a Guard.
@@ -26,6 +28,9 @@ type Options struct {
 	// rate limits.
 	Limiter ratelimit.Limiter
 	Limits  Limits
+	// Breaker and Endpoints, when set, let the admin endpoint list every endpoint's breaker state.
+	Breaker   breaker.Breaker
+	Endpoints func() []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -97,9 +102,22 @@ const (
 // model registry and the OpenAI proxy; a request that passes one (an LLM reached through the
 // KServe bridge) is not counted again by the other.
 type Guard struct {
-	opts Options
-	log  *slog.Logger
+	opts      Options
+	log       *slog.Logger
+	decisions *prometheus.CounterVec
+
+	mu      sync.Mutex
+	buckets map[string]bucketUse // the last decision of recently used buckets, for the admin endpoint
 }
+
+// bucketUse is what the admin endpoint shows of a bucket.
+type bucketUse struct {
+	d    ratelimit.Decision
+	used time.Time
+}
+
+// maxTrackedBuckets bounds the admin endpoint's view of recently used buckets.
+const maxTrackedBuckets = 1000
 
 // New returns a guard.
 func New(opts Options) *Guard {
@@ -109,7 +127,24 @@ func New(opts Options) *Guard {
 	if opts.Shedder == nil {
 		opts.Shedder = NewShedder(ShedderConfig{})
 	}
-	return &Guard{opts: opts, log: opts.Logger}
+	return &Guard{opts: opts, log: opts.Logger, buckets: map[string]bucketUse{},
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_guard_decisions_total",
+			Help: "Requests the guard decided on, by route (openai, kserve) and result: admitted, forbidden (model not allowed for the key), rate_limited, too_large (more tokens than a whole budget), overloaded, queue_timeout, limiter_unavailable, canceled.",
+		}, []string{"route", "result"})}
+}
+
+// Collectors are the guard's metrics: decisions, and the shedder's load.
+func (g *Guard) Collectors() []prometheus.Collector {
+	s := g.opts.Shedder
+	gauge := func(name, help string, v func(ShedderStats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v(s.Stats())) })
+	}
+	return []prometheus.Collector{g.decisions,
+		gauge("infergate_guard_in_flight_requests", "Requests holding a load-shedding slot.", func(st ShedderStats) int { return st.InFlight }),
+		gauge("infergate_guard_in_flight_batch_requests", "Batch requests holding a load-shedding slot.", func(st ShedderStats) int { return st.Batch }),
+		gauge("infergate_guard_waiting_requests", "Requests waiting for a load-shedding slot.", func(st ShedderStats) int { return st.Waiting }),
+	}
 }
 
 type admittedKey struct{}
@@ -128,6 +163,7 @@ func priorityOf(ctx context.Context) Priority {
 
 // refusal is why a request was refused, in terms every surface can render.
 type refusal struct {
+	result     string // the metric's label
 	code       connect.Code
 	status     int
 	errType    string // OpenAI's error type
@@ -186,14 +222,24 @@ func (t *ticket) done(used float64) {
 var noRelease = func() {}
 
 // admit decides on one request for model coming in on route, estimated at tokens (0: the route
-// has no token cost).
+// has no token cost), and counts the decision.
 func (g *Guard) admit(ctx context.Context, model, route string, tokens float64) (*ticket, *refusal) {
 	if ctx.Value(admittedKey{}) != nil {
 		return &ticket{ctx: ctx, release: noRelease}, nil
 	}
+	t, r := g.decide(ctx, model, route, tokens)
+	result := "admitted"
+	if r != nil {
+		result = r.result
+	}
+	g.decisions.WithLabelValues(route, result).Inc()
+	return t, r
+}
+
+func (g *Guard) decide(ctx context.Context, model, route string, tokens float64) (*ticket, *refusal) {
 	p := PrincipalFrom(ctx)
 	if p != nil && !p.MayUse(model) {
-		return nil, &refusal{code: connect.CodePermissionDenied, status: http.StatusForbidden,
+		return nil, &refusal{code: connect.CodePermissionDenied, status: http.StatusForbidden, result: "forbidden",
 			errType: "invalid_request_error", errCode: "model_not_allowed",
 			msg: fmt.Sprintf("the API key '%s' may not use model '%s'", p.Name, model)}
 	}
@@ -282,6 +328,7 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 		cs[0].spend(ctx, lim)
 		wg.Wait()
 	}
+	g.track(cs)
 	var refused *check
 	var failed error
 	for i := range cs {
@@ -303,20 +350,21 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 	}
 	switch {
 	case failed != nil && ctx.Err() != nil:
-		return &refusal{code: connect.CodeCanceled, status: 499, errType: "server_error", msg: ctx.Err().Error()}
+		return &refusal{code: connect.CodeCanceled, status: 499, result: "canceled", errType: "server_error", msg: ctx.Err().Error()}
 	case failed != nil:
 		g.log.Warn("rate limiter failed; request refused (fail-closed)", "err", failed)
 		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, errType: "server_error",
-			errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
+			result: "limiter_unavailable", errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
 	case refused != nil:
 		r := &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, errType: "requests",
-			errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: &refused.d}
+			result: "rate_limited", errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: &refused.d}
 		what := "requests"
 		if refused.tokens {
 			r.errType, what = "tokens", "tokens"
 		}
 		per := refused.limit.Burst
 		if refused.d.TooLarge {
+			r.result = "too_large"
 			r.msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope, refused.cost, per)
 		} else {
 			r.msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope, per, what, ceil(refused.d.RetryAfter))
@@ -339,6 +387,28 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 	return nil
 }
 
+// track remembers the buckets' last decisions for the admin endpoint.
+func (g *Guard) track(cs []check) {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range cs {
+		if cs[i].err != nil {
+			continue
+		}
+		if _, ok := g.buckets[cs[i].key]; !ok && len(g.buckets) >= maxTrackedBuckets {
+			var lru string
+			for k, u := range g.buckets {
+				if lru == "" || u.used.Before(g.buckets[lru].used) {
+					lru = k
+				}
+			}
+			delete(g.buckets, lru)
+		}
+		g.buckets[cs[i].key] = bucketUse{d: cs[i].d, used: now}
+	}
+}
+
 // refund gives back a ticket's token estimates in full (the request did not run).
 func (t *ticket) refund(ctx context.Context) {
 	for _, r := range t.tokens {
@@ -353,14 +423,14 @@ func ceil(d time.Duration) time.Duration {
 func (g *Guard) shedRefusal(ctx context.Context, err error) *refusal {
 	switch {
 	case errors.Is(err, ErrOverloaded):
-		return &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests,
+		return &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, result: "overloaded",
 			errType: "server_error", errCode: "overloaded", msg: err.Error(), retryAfter: g.opts.Shedder.RetryAfter()}
 	case errors.Is(err, ErrQueueTimeout):
-		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable,
+		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, result: "queue_timeout",
 			errType: "server_error", errCode: "queue_timeout", msg: err.Error(), retryAfter: g.opts.Shedder.RetryAfter()}
 	}
 	// The caller went away while waiting: nobody reads the answer, but keep it truthful.
-	return &refusal{code: connect.CodeCanceled, status: 499, errType: "server_error", msg: ctx.Err().Error()}
+	return &refusal{code: connect.CodeCanceled, status: 499, result: "canceled", errType: "server_error", msg: ctx.Err().Error()}
 }
 
 // KServe is the model registry's Admission: every KServe request, on every transport.

@@ -29,17 +29,17 @@ var (
 // ShedderConfig bounds the requests in flight. Zero values mean no bound.
 type ShedderConfig struct {
 	// MaxInFlight bounds the requests being served at once, all models together.
-	MaxInFlight int
+	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxInFlightPerModel bounds each model's requests in flight; Models overrides it per model.
-	MaxInFlightPerModel int
-	Models              map[string]int
+	MaxInFlightPerModel int            `yaml:"max_in_flight_per_model"`
+	Models              map[string]int `yaml:"models"`
 	// MaxQueue bounds the requests waiting for a slot; beyond it requests are refused at once.
 	// Zero means requests never wait.
-	MaxQueue int
+	MaxQueue int `yaml:"max_queue"`
 	// QueueTimeout bounds one request's wait; default 1 s.
-	QueueTimeout time.Duration
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// BatchShare is the part of MaxInFlight batch requests may hold together; default 0.5.
-	BatchShare float64
+	BatchShare float64 `yaml:"batch_share"`
 }
 
 // Shedder admits requests while capacity lasts, queues a bounded number for a bounded time, and

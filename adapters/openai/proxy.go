@@ -530,3 +530,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
+
+// EndpointNames lists the endpoints' names, configured and added.
+func (p *Proxy) EndpointNames() []string {
+	eps := p.endpoints()
+	names := make([]string, len(eps))
+	for i, e := range eps {
+		names[i] = e.cfg.Name
+	}
+	return names
+}

@@ -182,28 +182,28 @@ func (t Ticket) Probe() bool { return t.probe }
 // default; a negative value disables a rule where said.
 type Settings struct {
 	// ConsecutiveFailures in a row trip the breaker; default 5; negative: this rule is off.
-	ConsecutiveFailures int
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
 	// ErrorRate in (0, 1]: the share of failures over Window that trips the breaker once at
 	// least MinRequests outcomes were counted; default 0.5; negative: this rule is off.
-	ErrorRate float64
+	ErrorRate float64 `yaml:"error_rate"`
 	// Window the error rate is measured over, in 10 buckets (so outcomes leave it in steps of
 	// Window/10); default 10 s.
-	Window time.Duration
+	Window time.Duration `yaml:"window"`
 	// MinRequests: fewer outcomes in the window never trip on the error rate; default 20.
-	MinRequests int
+	MinRequests int `yaml:"min_requests"`
 	// OpenTimeout: how long an open breaker refuses before going half-open, and how long a
 	// half-open round may wait for its probes; default 30 s.
-	OpenTimeout time.Duration
+	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// HalfOpenProbes: requests admitted in one half-open round, across all replicas for the
 	// Redis breaker; default 1.
-	HalfOpenProbes int
+	HalfOpenProbes int `yaml:"half_open_probes"`
 	// SuccessesToClose: probe successes that close the breaker; default and maximum
 	// HalfOpenProbes.
-	SuccessesToClose int
+	SuccessesToClose int `yaml:"successes_to_close"`
 	// Cooldown after a 429 (Throttled); default 5 s.
-	Cooldown time.Duration
+	Cooldown time.Duration `yaml:"cooldown"`
 	// MaxCooldown bounds a cooldown asked for by Ticket.Throttle; default 60 s.
-	MaxCooldown time.Duration
+	MaxCooldown time.Duration `yaml:"max_cooldown"`
 }
 
 // withDefaults fills in the defaults and clamps what cannot work.

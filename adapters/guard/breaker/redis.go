@@ -245,22 +245,8 @@ func (b *Redis) entry(ctx context.Context, name string) *rentry {
 	if e := (*b.eps.Load())[name]; e != nil {
 		return e
 	}
-	b.mu.Lock()
-	old := *b.eps.Load()
-	if e := old[name]; e != nil {
-		b.mu.Unlock()
-		return e
-	}
-	e := &rentry{name: name, key: b.prefix + "{" + name + "}", b: b, fb: b.local.endpoint(name)}
-	e.view.Store(&view{})
-	eps := make(map[string]*rentry, len(old)+1)
-	for k, v := range old {
-		eps[k] = v
-	}
-	eps[name] = e
-	b.eps.Store(&eps)
-	b.mu.Unlock()
-	if !b.degraded.Load() {
+	e, created := b.track(name)
+	if created && !b.degraded.Load() {
 		// Another replica may have opened it already.
 		seen := e.updates.Load()
 		cctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
@@ -274,6 +260,25 @@ func (b *Redis) entry(ctx context.Context, name string) *rentry {
 		}
 	}
 	return e
+}
+
+// track returns the endpoint's entry, creating it when this replica did not know it yet.
+func (b *Redis) track(name string) (e *rentry, created bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.eps.Load()
+	if e := old[name]; e != nil {
+		return e, false
+	}
+	e = &rentry{name: name, key: b.prefix + "{" + name + "}", b: b, fb: b.local.endpoint(name)}
+	e.view.Store(&view{})
+	eps := make(map[string]*rentry, len(old)+1)
+	for k, v := range old {
+		eps[k] = v
+	}
+	eps[name] = e
+	b.eps.Store(&eps)
+	return e, true
 }
 
 // allowSlow decides for an endpoint that is not plainly closed: from the cache when it can,
@@ -652,9 +657,10 @@ func (b *Redis) handle(msg string) {
 		b.log.Warn("breaker: ignoring a malformed change message", "err", err)
 		return
 	}
-	if e := (*b.eps.Load())[c.endpoint]; e != nil {
-		e.apply(c.r, false, noReset)
-	}
+	// An endpoint this replica has not used yet is tracked from now on, so its State (which
+	// routing and the admin endpoint read) is the shared one before its first request.
+	e, _ := b.track(c.endpoint)
+	e.apply(c.r, false, noReset)
 }
 
 func (b *Redis) kickSync() {

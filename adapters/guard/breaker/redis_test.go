@@ -44,6 +44,15 @@ func TestRedisOneReplicasFailuresOpenTheOther(t *testing.T) {
 	_, err = c.Allow(ctx, "up")
 	require.ErrorIs(t, err, ErrOpen)
 
+	// A replica that never used an endpoint still follows its announced changes, so its State
+	// (what routing and the admin endpoint read) is right before its first request.
+	for range s.ConsecutiveFailures {
+		tk, err := a.Allow(ctx, "unused-by-b")
+		require.NoError(t, err)
+		tk.Done(Failure)
+	}
+	require.Eventually(t, func() bool { return b.State("unused-by-b") == Open }, 5*time.Second, time.Millisecond)
+
 	// A 429 on one replica cools the endpoint down on the other.
 	tk, err = a.Allow(ctx, "limited")
 	require.NoError(t, err)
