@@ -43,14 +43,17 @@ func (g *Guard) AdminHandler() http.Handler {
 			}
 		}
 		now := time.Now()
-		g.mu.Lock()
-		for k, u := range g.buckets {
-			// The bucket refilled since its last decision, at its rate, up to its burst.
-			left := math.Min(u.d.Limit.Burst, u.d.Remaining+now.Sub(u.used).Seconds()*u.d.Limit.Rate)
-			reset := max(0, u.d.ResetAfter-now.Sub(u.used))
-			out.Buckets = append(out.Buckets, bucket{k, u.d.Limit.Burst, math.Floor(left), reset.Round(time.Second).String(), u.used.UTC().Format(time.RFC3339)})
+		for i := range g.tracked {
+			s := &g.tracked[i]
+			s.Lock()
+			for k, u := range s.buckets {
+				// The bucket refilled since its last decision, at its rate, up to its burst.
+				left := math.Min(u.d.Limit.Burst, u.d.Remaining+now.Sub(u.used).Seconds()*u.d.Limit.Rate)
+				reset := max(0, u.d.ResetAfter-now.Sub(u.used))
+				out.Buckets = append(out.Buckets, bucket{k, u.d.Limit.Burst, math.Floor(left), reset.Round(time.Second).String(), u.used.UTC().Format(time.RFC3339)})
+			}
+			s.Unlock()
 		}
-		g.mu.Unlock()
 		slices.SortFunc(out.Buckets, func(a, b bucket) int {
 			if a.Bucket < b.Bucket {
 				return -1

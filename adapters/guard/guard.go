@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"net/http"
@@ -106,8 +107,12 @@ type Guard struct {
 	log       *slog.Logger
 	decisions *prometheus.CounterVec
 
-	mu      sync.Mutex
-	buckets map[string]bucketUse // the last decision of recently used buckets, for the admin endpoint
+	// The last decision of recently used buckets, for the admin endpoint, in shards so that
+	// concurrent requests rarely wait for each other.
+	tracked [16]struct {
+		sync.Mutex
+		buckets map[string]bucketUse
+	}
 }
 
 // bucketUse is what the admin endpoint shows of a bucket.
@@ -116,8 +121,8 @@ type bucketUse struct {
 	used time.Time
 }
 
-// maxTrackedBuckets bounds the admin endpoint's view of recently used buckets.
-const maxTrackedBuckets = 1000
+// maxTrackedBuckets bounds the admin endpoint's view of recently used buckets, per shard.
+const maxTrackedBuckets = 256
 
 // New returns a guard.
 func New(opts Options) *Guard {
@@ -127,11 +132,15 @@ func New(opts Options) *Guard {
 	if opts.Shedder == nil {
 		opts.Shedder = NewShedder(ShedderConfig{})
 	}
-	return &Guard{opts: opts, log: opts.Logger, buckets: map[string]bucketUse{},
+	g := &Guard{opts: opts, log: opts.Logger,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infergate_guard_decisions_total",
 			Help: "Requests the guard decided on, by route (openai, kserve) and result: admitted, forbidden (model not allowed for the key), rate_limited, too_large (more tokens than a whole budget), overloaded, queue_timeout, limiter_unavailable, canceled.",
 		}, []string{"route", "result"})}
+	for i := range g.tracked {
+		g.tracked[i].buckets = map[string]bucketUse{}
+	}
+	return g
 }
 
 // Collectors are the guard's metrics: decisions, and the shedder's load.
@@ -200,7 +209,8 @@ func (r *refusal) openAIError() *openai.Error {
 // ticket is an admitted request.
 type ticket struct {
 	ctx     context.Context
-	header  http.Header // X-RateLimit-*
+	limit   ratelimit.Decision // of the budget closest to running out, for X-RateLimit-*
+	limited bool
 	release func()
 	tokens  []ratelimit.Reservation
 }
@@ -266,7 +276,8 @@ func (g *Guard) decide(ctx context.Context, model, route string, tokens float64)
 // check is one bucket a request spends from.
 type check struct {
 	key    string
-	scope  string // what the message names: API key 'x', model 'y', route 'z'
+	kind   string // key, model or route: what a refusal names
+	name   string // the key's, model's or route's name
 	limit  ratelimit.Limit
 	cost   float64
 	tokens bool
@@ -284,14 +295,14 @@ func (c *check) spend(ctx context.Context, lim ratelimit.Limiter) {
 	c.d, c.err = lim.Allow(ctx, c.key, c.limit, c.cost)
 }
 
-func (g *Guard) checks(keyName, model, route string, tokens float64) []check {
-	var cs []check
-	add := func(id, scope string, b Budget) {
+// checks appends to cs the buckets a request spends from.
+func (g *Guard) checks(cs []check, keyName, model, route string, tokens float64) []check {
+	add := func(kind, name string, b Budget) {
 		if b.RequestsPerMinute > 0 {
-			cs = append(cs, check{key: id + ":req", scope: scope, limit: ratelimit.PerMinute(b.RequestsPerMinute), cost: 1})
+			cs = append(cs, check{key: kind + ":" + name + ":req", kind: kind, name: name, limit: ratelimit.PerMinute(b.RequestsPerMinute), cost: 1})
 		}
 		if b.TokensPerMinute > 0 && tokens > 0 {
-			cs = append(cs, check{key: id + ":tok", scope: scope, limit: ratelimit.PerMinute(b.TokensPerMinute), cost: tokens, tokens: true})
+			cs = append(cs, check{key: kind + ":" + name + ":tok", kind: kind, name: name, limit: ratelimit.PerMinute(b.TokensPerMinute), cost: tokens, tokens: true})
 		}
 	}
 	l := &g.opts.Limits
@@ -299,34 +310,54 @@ func (g *Guard) checks(keyName, model, route string, tokens float64) []check {
 	if !ok {
 		kb = l.PerKey
 	}
-	add("key:"+keyName, fmt.Sprintf("API key '%s'", keyName), kb)
+	add("key", keyName, kb)
 	mb, ok := l.Models[model]
 	if !ok {
 		mb = l.PerModel
 	}
-	add("model:"+model, fmt.Sprintf("model '%s'", model), mb)
-	add("route:"+route, fmt.Sprintf("the %s API", route), l.Routes[route])
+	add("model", model, mb)
+	add("route", route, l.Routes[route])
 	return cs
 }
 
+// scope is what a refusal names.
+func (c *check) scope() string {
+	switch c.kind {
+	case "key":
+		return fmt.Sprintf("API key '%s'", c.name)
+	case "model":
+		return fmt.Sprintf("model '%s'", c.name)
+	}
+	return fmt.Sprintf("the %s API", c.name)
+}
+
 // limit spends the request's budgets, all or nothing. The buckets are asked at once, so with
-// Redis the decision costs one round trip (auto-pipelined), whatever the number of budgets.
+// Redis the decision costs one round trip (pipelined), whatever the number of budgets.
 func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route string, tokens float64) *refusal {
-	cs := g.checks(keyName, model, route, tokens)
+	var buf [6]check // every bucket a request can spend from: no allocation for the list
+	cs := g.checks(buf[:0], keyName, model, route, tokens)
 	if len(cs) == 0 {
 		return nil
 	}
 	lim := g.opts.Limiter
-	if len(cs) == 1 {
+	switch batch, ok := lim.(ratelimit.BatchLimiter); {
+	case len(cs) == 1:
 		cs[0].spend(ctx, lim)
-	} else {
-		var wg sync.WaitGroup
-		for i := range cs[1:] {
-			c := &cs[i+1]
-			wg.Go(func() { c.spend(ctx, lim) })
+	case ok:
+		reqs := make([]ratelimit.Request, len(cs))
+		for i := range cs {
+			reqs[i] = ratelimit.Request{Key: cs[i].key, Limit: cs[i].limit, Cost: cs[i].cost}
 		}
-		cs[0].spend(ctx, lim)
-		wg.Wait()
+		for i, r := range batch.AllowAll(ctx, reqs) {
+			cs[i].d, cs[i].err = r.Decision, r.Err
+			if cs[i].tokens && r.Err == nil && r.Decision.Allowed {
+				cs[i].res = ratelimit.Reserved(lim, cs[i].key, cs[i].limit, cs[i].cost)
+			}
+		}
+	default:
+		for i := range cs {
+			cs[i].spend(ctx, lim)
+		}
 	}
 	g.track(cs)
 	var refused *check
@@ -357,7 +388,7 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 			result: "limiter_unavailable", errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
 	case refused != nil:
 		r := &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, errType: "requests",
-			result: "rate_limited", errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: &refused.d}
+			result: "rate_limited", errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: ptr(refused.d)}
 		what := "requests"
 		if refused.tokens {
 			r.errType, what = "tokens", "tokens"
@@ -365,9 +396,9 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 		per := refused.limit.Burst
 		if refused.d.TooLarge {
 			r.result = "too_large"
-			r.msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope, refused.cost, per)
+			r.msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope(), refused.cost, per)
 		} else {
-			r.msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope, per, what, ceil(refused.d.RetryAfter))
+			r.msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope(), per, what, ceil(refused.d.RetryAfter))
 		}
 		return r
 	}
@@ -381,33 +412,35 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 			tightest = &cs[i]
 		}
 	}
-	t.header = http.Header{}
-	tightest.d.SetHeaders(t.header)
-	t.ctx = ctx
+	t.limit = tightest.d
+	t.limited = true
 	return nil
 }
 
 // track remembers the buckets' last decisions for the admin endpoint.
 func (g *Guard) track(cs []check) {
 	now := time.Now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	for i := range cs {
 		if cs[i].err != nil {
 			continue
 		}
-		if _, ok := g.buckets[cs[i].key]; !ok && len(g.buckets) >= maxTrackedBuckets {
+		s := &g.tracked[maphash.String(trackSeed, cs[i].key)%uint64(len(g.tracked))]
+		s.Lock()
+		if _, ok := s.buckets[cs[i].key]; !ok && len(s.buckets) >= maxTrackedBuckets {
 			var lru string
-			for k, u := range g.buckets {
-				if lru == "" || u.used.Before(g.buckets[lru].used) {
+			for k, u := range s.buckets {
+				if lru == "" || u.used.Before(s.buckets[lru].used) {
 					lru = k
 				}
 			}
-			delete(g.buckets, lru)
+			delete(s.buckets, lru)
 		}
-		g.buckets[cs[i].key] = bucketUse{d: cs[i].d, used: now}
+		s.buckets[cs[i].key] = bucketUse{d: cs[i].d, used: now}
+		s.Unlock()
 	}
 }
+
+var trackSeed = maphash.MakeSeed()
 
 // refund gives back a ticket's token estimates in full (the request did not run).
 func (t *ticket) refund(ctx context.Context) {
@@ -455,7 +488,12 @@ func (g *Guard) OpenAI() openai.Admission {
 		if r != nil {
 			return openai.Admitted{}, r.openAIError()
 		}
-		return openai.Admitted{Context: t.ctx, Header: t.header, Done: func(u openai.Usage) {
+		var h http.Header
+		if t.limited {
+			h = http.Header{}
+			t.limit.SetHeaders(h)
+		}
+		return openai.Admitted{Context: t.ctx, Header: h, Done: func(u openai.Usage) {
 			t.done(float64(u.PromptTokens + u.CompletionTokens))
 		}}, nil
 	}
@@ -504,3 +542,6 @@ func jsonInt(body []byte, key string) (int, bool) {
 	}
 	return n, digits > 0
 }
+
+// ptr is a copy of v on the heap, so the original may stay on the stack.
+func ptr[T any](v T) *T { return &v }

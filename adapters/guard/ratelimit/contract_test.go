@@ -394,3 +394,30 @@ func TestEstimateTokens(t *testing.T) {
 func TestPerMinute(t *testing.T) {
 	assert.Equal(t, Limit{Rate: 1, Burst: 60}, PerMinute(60))
 }
+
+// TestContractAllowAll: a batch decides each bucket as Allow would, in order, and reports a bad
+// request in its own slot without failing the others.
+func TestContractAllowAll(t *testing.T) {
+	limiters(t, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		lim := h.replica().(BatchLimiter)
+		one := Limit{Rate: slow, Burst: 1}
+		three := Limit{Rate: slow, Burst: 3}
+		reqs := []Request{{"batch-a", one, 1}, {"batch-b", three, 2}, {"batch-c", Limit{Rate: -1, Burst: 1}, 1}, {"batch-d", one, 5}}
+		res := lim.AllowAll(ctx, reqs)
+		require.Len(t, res, 4)
+		require.NoError(t, res[0].Err)
+		assert.True(t, res[0].Decision.Allowed)
+		require.NoError(t, res[1].Err)
+		assert.True(t, res[1].Decision.Allowed)
+		assert.InDelta(t, 1, res[1].Decision.Remaining, 1e-3)
+		assert.ErrorIs(t, res[2].Err, ErrInvalid)
+		require.NoError(t, res[3].Err)
+		assert.True(t, res[3].Decision.TooLarge)
+
+		res = lim.AllowAll(ctx, reqs[:2])
+		assert.False(t, res[0].Decision.Allowed, "batch-a is spent")
+		assert.False(t, res[1].Decision.Allowed, "batch-b holds 1 token, the request costs 2")
+		assert.InDelta(t, 1, res[1].Decision.Remaining, 1e-3, "a refused request spends nothing")
+	})
+}

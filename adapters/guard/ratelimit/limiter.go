@@ -46,9 +46,31 @@ type Limiter interface {
 }
 
 var (
-	_ Limiter = (*Local)(nil)
-	_ Limiter = (*Redis)(nil)
+	_ Limiter      = (*Local)(nil)
+	_ BatchLimiter = (*Local)(nil)
+	_ Limiter      = (*Redis)(nil)
+	_ BatchLimiter = (*Redis)(nil)
 )
+
+// BatchLimiter decides several buckets at once: with Redis, in one round trip. Each bucket is
+// decided as Allow would; the caller sees every result and refunds what it does not use.
+type BatchLimiter interface {
+	Limiter
+	AllowAll(ctx context.Context, reqs []Request) []Result
+}
+
+// Request is one bucket of a batch: what Allow takes.
+type Request struct {
+	Key   string
+	Limit Limit
+	Cost  float64
+}
+
+// Result is one bucket's outcome in a batch: what Allow returns.
+type Result struct {
+	Decision Decision
+	Err      error
+}
 
 // Limit is a token bucket's shape.
 type Limit struct {
@@ -221,4 +243,10 @@ func (r Reservation) Estimate() float64 { return r.estimate }
 // Settle refunds.
 func EstimateTokens(promptBytes, maxTokens int) float64 {
 	return math.Ceil(float64(max(promptBytes, 0))/4) + float64(max(maxTokens, 0))
+}
+
+// Reserved is the Reservation of estimate tokens already spent from key's bucket (by Allow or
+// AllowAll), to settle once the actual usage is known.
+func Reserved(lim Limiter, key string, l Limit, estimate float64) Reservation {
+	return Reservation{lim: lim, key: key, limit: l, estimate: estimate}
 }

@@ -158,3 +158,12 @@ func (s *shard) tick(now float64) {
 	s.ops = 0
 	s.nextSweep = max(len(s.buckets), minSweep)
 }
+
+// AllowAll implements BatchLimiter.
+func (l *Local) AllowAll(ctx context.Context, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	for i, q := range reqs {
+		out[i].Decision, out[i].Err = l.Allow(ctx, q.Key, q.Limit, q.Cost)
+	}
+	return out
+}

@@ -180,6 +180,33 @@ func (r *Redis) Allow(ctx context.Context, key string, l Limit, cost float64) (D
 		return Decision{}, err
 	}
 	tokens, allowed, err := r.do(ctx, key, l, cost, opTake)
+	return r.decide(ctx, key, l, cost, tokens, allowed, err)
+}
+
+// AllowAll implements BatchLimiter: every bucket's script in one round trip.
+func (r *Redis) AllowAll(ctx context.Context, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	calls := make([]call, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i, q := range reqs {
+		if err := validateCost(q.Limit, q.Cost); err != nil {
+			out[i].Err = err
+			continue
+		}
+		calls = append(calls, call{key: q.Key, l: q.Limit, n: q.Cost, op: opTake})
+		idx = append(idx, i)
+	}
+	if len(calls) == 0 {
+		return out
+	}
+	for j, c := range r.exec(ctx, calls) {
+		out[idx[j]].Decision, out[idx[j]].Err = r.decide(ctx, c.key, c.l, c.n, c.tokens, c.allowed, c.err)
+	}
+	return out
+}
+
+// decide turns one script's outcome into a Decision, applying the failure policy to an error.
+func (r *Redis) decide(ctx context.Context, key string, l Limit, cost, tokens float64, allowed bool, err error) (Decision, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			return Decision{}, fmt.Errorf("ratelimit: %w", err)
@@ -215,54 +242,98 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, delta float64) 
 	return nil
 }
 
-// do runs the script unless Redis is down, and tracks Redis going down and coming back.
+// do runs the script for one bucket; see exec.
 func (r *Redis) do(ctx context.Context, key string, l Limit, n float64, op string) (float64, bool, error) {
+	out := r.exec(ctx, []call{{key: key, l: l, n: n, op: op}})
+	return out[0].tokens, out[0].allowed, out[0].err
+}
+
+// call is one script run: a bucket and what to do to it.
+type call struct {
+	key     string
+	l       Limit
+	n       float64
+	op      string
+	tokens  float64
+	allowed bool
+	err     error
+}
+
+// exec runs the script once per call, all in one round trip (pipelined), unless Redis is down,
+// and tracks Redis going down and coming back. Each call gets its own result or error.
+func (r *Redis) exec(ctx context.Context, calls []call) []call {
 	probe := false
 	if until := r.downUntil.Load(); until != 0 {
 		if time.Now().UnixNano() < until || !r.probing.CompareAndSwap(false, true) {
-			return 0, false, errDown
+			for i := range calls {
+				calls[i].err = errDown
+			}
+			return calls
 		}
 		probe = true
 		defer r.probing.Store(false)
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	start := time.Now()
-	res := luaScript.Exec(cctx, r.client, []string{r.Key(key)}, []string{
-		strconv.FormatFloat(l.Rate, 'g', -1, 64),
-		strconv.FormatFloat(l.Burst, 'g', -1, 64),
-		strconv.FormatFloat(n, 'g', -1, 64),
-		op,
-	})
-	tokens, allowed, err := parseReply(res)
-	// rueidis may report the deadline through the connection's, a moment before cctx's timer.
-	timedOut := err != nil && ctx.Err() == nil &&
-		(cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded))
+	execs := make([]rueidis.LuaExec, len(calls))
+	for i, c := range calls {
+		execs[i] = rueidis.LuaExec{Keys: []string{r.Key(c.key)}, Args: []string{
+			strconv.FormatFloat(c.l.Rate, 'g', -1, 64),
+			strconv.FormatFloat(c.l.Burst, 'g', -1, 64),
+			strconv.FormatFloat(c.n, 'g', -1, 64),
+			c.op,
+		}}
+	}
+	var res []rueidis.RedisResult
+	if len(execs) == 1 {
+		res = []rueidis.RedisResult{luaScript.Exec(cctx, r.client, execs[0].Keys, execs[0].Args)}
+	} else {
+		res = luaScript.ExecMulti(cctx, r.client, execs...)
+	}
+	var failed error // a failure that says Redis is unreachable, not a refused script
+	timedOut := false
+	for i := range calls {
+		calls[i].tokens, calls[i].allowed, calls[i].err = parseReply(res[i])
+		err := calls[i].err
+		if err == nil || ctx.Err() != nil || isReply(err) {
+			continue
+		}
+		// rueidis may report the deadline through the connection's, a moment before cctx's timer.
+		if cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+			timedOut = true
+			err = fmt.Errorf("no answer within %v: %w", r.opts.Timeout, err)
+			calls[i].err = err
+		}
+		failed = err
+	}
 	cancel()
-	r.metrics.redisCall(time.Since(start), err, timedOut)
+	elapsed := time.Since(start)
+	for i := range calls {
+		r.metrics.redisCall(elapsed, calls[i].err, timedOut && calls[i].err != nil && !isReply(calls[i].err))
+	}
 	switch {
-	case err == nil:
+	case failed == nil && ctx.Err() == nil:
 		if probe || r.downUntil.Load() != 0 {
 			r.downUntil.Store(0)
 			r.metrics.setRedisUp(true)
 			r.opts.Logger.Info("ratelimit: redis is back; decisions go to redis again")
 		}
-	case ctx.Err() != nil:
-		// The caller gave up: says nothing about Redis.
-	case isReply(err):
-		// Redis answered with an error (a key of another type under our name, out of memory):
-		// the policy decides this call, but Redis is reachable, so others still go to it.
-		// Counted in the errors metric; logged at debug level, as it may repeat on every call.
-		r.opts.Logger.Debug("ratelimit: redis refused the script", "key", r.Key(key), "err", err)
-	default:
-		if timedOut {
-			err = fmt.Errorf("no answer within %v: %w", r.opts.Timeout, err)
+		for i := range calls {
+			if isReply(calls[i].err) {
+				// Redis answered with an error (a key of another type under our name, out of
+				// memory): the policy decides this call, but Redis is reachable, so others
+				// still go to it. Counted in the errors metric; logged at debug level, as it may
+				// repeat on every call.
+				r.opts.Logger.Debug("ratelimit: redis refused the script", "key", r.Key(calls[i].key), "err", calls[i].err)
+			}
 		}
+	case failed != nil && ctx.Err() == nil:
 		if r.downUntil.Swap(time.Now().Add(r.opts.RetryInterval).UnixNano()) == 0 {
 			r.metrics.setRedisUp(false)
-			r.opts.Logger.Warn("ratelimit: redis failed; applying the failure policy", "policy", r.opts.Failure.String(), "retry_in", r.opts.RetryInterval, "err", err)
+			r.opts.Logger.Warn("ratelimit: redis failed; applying the failure policy", "policy", r.opts.Failure.String(), "retry_in", r.opts.RetryInterval, "err", failed)
 		}
 	}
-	return tokens, allowed, err
+	return calls
 }
 
 // isReply reports an error Redis answered, as opposed to no answer.

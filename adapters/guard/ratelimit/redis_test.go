@@ -379,3 +379,21 @@ func TestRedisErrorReply(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisAllowAllWhenDown: a batch follows the failure policy like single decisions do.
+func TestRedisAllowAllWhenDown(t *testing.T) {
+	srv := redistest.Start(t)
+	open := newRedis(t, srv, RedisOptions{Timeout: 100 * time.Millisecond})
+	closed := newRedis(t, srv, RedisOptions{Timeout: 100 * time.Millisecond, Failure: FailClosed})
+	l := Limit{Rate: slow, Burst: 2}
+	reqs := []Request{{"down-a", l, 1}, {"down-b", l, 1}}
+	srv.Kill()
+	ctx := context.Background()
+	for _, r := range open.AllowAll(ctx, reqs) {
+		require.NoError(t, r.Err, "fail-open decides locally")
+		assert.True(t, r.Decision.Allowed)
+	}
+	for _, r := range closed.AllowAll(ctx, reqs) {
+		assert.ErrorIs(t, r.Err, ErrUnavailable)
+	}
+}
