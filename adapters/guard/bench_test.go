@@ -189,4 +189,6 @@ func (rawModel) Config() *inference.ModelConfig {
 	return &inference.ModelConfig{Name: "m", Output: []*inference.ModelOutput{{Name: "o", DataType: inference.DataType_TYPE_INT32, Dims: []int64{1}}}}
 }
 
-func (rawModel) Execute(context.Context, *engines.Request, func(*engines.Response) error) error { return nil }
+func (rawModel) Execute(context.Context, *engines.Request, func(*engines.Response) error) error {
+	return nil
+}
