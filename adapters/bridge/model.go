@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 )
@@ -185,22 +186,9 @@ func relay(ctx context.Context, res *openai.Response, n int, send func(*engines.
 func response(texts [][]byte, reasons []string, final bool) *engines.Response {
 	n := int64(len(texts))
 	return &engines.Response{Final: final, Outputs: []engines.Tensor{
-		{Name: outText, Datatype: inference.DataType_TYPE_STRING, Shape: []int64{n}, Data: frame(texts)},
-		{Name: outReason, Datatype: inference.DataType_TYPE_STRING, Shape: []int64{n}, Data: frame(reasons)},
+		{Name: outText, Datatype: inference.DataType_TYPE_STRING, Shape: []int64{n}, Data: tensor.JoinBytes(texts)},
+		{Name: outReason, Datatype: inference.DataType_TYPE_STRING, Shape: []int64{n}, Data: tensor.JoinBytes(reasons)},
 	}}
-}
-
-func frame[E ~[]byte | ~string](elems []E) []byte {
-	size := 0
-	for _, e := range elems {
-		size += 4 + len(e)
-	}
-	out := make([]byte, 0, size)
-	for _, e := range elems {
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(e)))
-		out = append(out, e...)
-	}
-	return out
 }
 
 // firstElement returns the first BYTES element of the named input (nil when the input is absent).
