@@ -20,7 +20,6 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -126,7 +125,7 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
-	inference.RegisterGRPCInferenceServiceServer(g.grpcSrv, g.svc.GRPCServer())
+	g.svc.RegisterGRPC(g.grpcSrv)
 	g.grpcHealth = health.NewServer()
 	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
 	healthgrpc.RegisterHealthServer(g.grpcSrv, g.grpcHealth)

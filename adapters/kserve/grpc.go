@@ -3,6 +3,7 @@ package kserve
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/gen/inference"
@@ -12,6 +13,46 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
+
+// RegisterGRPC registers the service on a grpc-go server (with ServerOptions' codec and
+// interceptors). ModelInfer gets a handler of its own, which claims the pooled buffer a large
+// request was decoded into right after decoding, whatever happens next (the end of the call
+// failing to arrive, a second message, an interceptor refusing the call), so no buffer outlives
+// its call.
+func (s *Service) RegisterGRPC(r grpc.ServiceRegistrar) {
+	desc := inference.GRPCInferenceService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		if desc.Methods[i].MethodName == "ModelInfer" {
+			desc.Methods[i].Handler = s.modelInferHandler
+		}
+	}
+	r.RegisterService(&desc, s.GRPCServer())
+}
+
+// modelInferHandler is the generated ModelInfer handler, with the request's buffer claimed
+// between decoding and the interceptors, and handed to the response (or the pool) at the end.
+func (s *Service) modelInferHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (resp any, err error) {
+	in := new(inference.ModelInferRequest)
+	err = dec(in)
+	held := s.codec.claimRequest(in)
+	defer func() {
+		if err != nil {
+			resp = nil
+		}
+		s.codec.releaseRequest(held, resp)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return srv.(inference.GRPCInferenceServiceServer).ModelInfer(ctx, req.(*inference.ModelInferRequest))
+	}
+	if interceptor == nil {
+		return handler(ctx, in)
+	}
+	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: inference.GRPCInferenceService_ModelInfer_FullMethodName}, handler)
+}
 
 // GRPCServer returns the service for grpc-go's native transport, which serves gRPC clients
 // faster than net/http's HTTP/2 server can. Register it with ServerOptions' interceptors, which
@@ -53,14 +94,11 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(s.maxBytes),
 		grpc.MaxSendMsgSize(s.maxBytes),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			held := s.codec.claimRequest(req)
 			resp, err := h(ctx, req)
 			if err != nil {
-				s.codec.releaseRequest(held, nil)
 				setErrorTrailer(ctx, err)
 				return nil, grpcStatus(err)
 			}
-			s.codec.releaseRequest(held, resp)
 			return resp, nil
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {

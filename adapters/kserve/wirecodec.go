@@ -74,7 +74,11 @@ func (c *tensorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		held.Free()
 		return err
 	}
-	c.reading.Store(req, held)
+	// A message decoded into the same request again (a second message on a unary call) must not
+	// strand the first one's buffer.
+	if old, loaded := c.reading.Swap(req, held); loaded {
+		old.(mem.Buffer).Free()
+	}
 	return nil
 }
 
@@ -119,6 +123,9 @@ func rawOffset(prefix []byte) int {
 // claimRequest takes the pooled buffer a decoded request aliases, if any. Every decoded request
 // must be claimed, or the codec would keep it reachable.
 func (c *tensorCodec) claimRequest(req any) mem.Buffer {
+	if _, ok := req.(*inference.ModelInferRequest); !ok {
+		return nil
+	}
 	if b, ok := c.reading.LoadAndDelete(req); ok {
 		return b.(mem.Buffer)
 	}
