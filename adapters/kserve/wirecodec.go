@@ -236,18 +236,24 @@ func viewOf(r []byte, held mem.Buffer) mem.Buffer {
 
 // largePool pools the buffers large requests are read into. Up to 1 MiB it is grpc-go's own tiered
 // pool. Above, where rounding to a power of two could double a tensor's footprint, it keeps the
-// last few buffers and reuses one whose size fits within an eighth; buffers idle for a minute are
-// dropped, so a burst of large tensors does not pin memory afterwards.
+// last few buffers and reuses one whose size fits within an eighth. A buffer idle for a minute is
+// dropped, and none above largePoolMax is kept, so a burst of huge tensors does not pin memory.
 type largePool struct {
 	small mem.BufferPool
 
 	mu    sync.Mutex
-	idle  [][]byte // most recently returned last
+	idle  []idleBuffer // most recently returned last
 	timer *time.Timer
+}
+
+type idleBuffer struct {
+	b  []byte
+	at time.Time
 }
 
 const (
 	largePoolMin     = 1 << 20
+	largePoolMax     = 256 << 20
 	largePoolIdle    = 2
 	largePoolIdleFor = time.Minute
 )
@@ -260,7 +266,7 @@ func (p *largePool) Get(n int) *[]byte {
 	}
 	p.mu.Lock()
 	for i := len(p.idle) - 1; i >= 0; i-- {
-		if b := p.idle[i]; cap(b) >= n && cap(b)-n <= n/8 {
+		if b := p.idle[i].b; cap(b) >= n && cap(b)-n <= n/8 {
 			p.idle = slices.Delete(p.idle, i, i+1)
 			p.mu.Unlock()
 			b = b[:n]
@@ -277,31 +283,31 @@ func (p *largePool) Put(b *[]byte) {
 		p.small.Put(b)
 		return
 	}
+	if cap(*b) > largePoolMax {
+		return // left to the garbage collector
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.idle) == largePoolIdle {
 		p.idle = slices.Delete(p.idle, 0, 1)
 	}
-	p.idle = append(p.idle, (*b)[:0])
+	p.idle = append(p.idle, idleBuffer{(*b)[:0], time.Now()})
 	if p.timer == nil {
-		p.timer = time.AfterFunc(largePoolIdleFor, p.drop)
-	} else {
-		p.timer.Reset(largePoolIdleFor)
+		p.timer = time.AfterFunc(largePoolIdleFor, p.expire)
 	}
 }
 
-func (p *largePool) drop() {
+// expire drops the buffers idle for largePoolIdleFor and checks again when the next one will be.
+func (p *largePool) expire() {
 	p.mu.Lock()
-	p.idle = nil
-	p.mu.Unlock()
-}
-
-func rawSize(raw [][]byte) int {
-	n := 0
-	for _, r := range raw {
-		n += len(r)
+	defer p.mu.Unlock()
+	now := time.Now()
+	p.idle = slices.DeleteFunc(p.idle, func(b idleBuffer) bool { return now.Sub(b.at) >= largePoolIdleFor })
+	if len(p.idle) == 0 {
+		p.timer = nil
+		return
 	}
-	return n
+	p.timer.Reset(largePoolIdleFor - now.Sub(p.idle[0].at))
 }
 
 // framePool is the transport's buffer pool: grpc-go's default, except that the 16 KiB buffers
@@ -309,13 +315,14 @@ func rawSize(raw [][]byte) int {
 // message arrives as thousands of such frames, all held until the message is complete; a
 // sync.Pool, emptied by every other garbage collection, would let the next message allocate a
 // fresh set while the last one's is still garbage. The list keeps at most framePoolMax buffers and
-// is dropped after a minute without large messages.
+// is dropped after a minute without frames coming back.
 type framePool struct {
 	small mem.BufferPool
 
-	mu    sync.Mutex
-	free  []*[]byte
-	timer *time.Timer
+	mu      sync.Mutex
+	free    []*[]byte
+	lastPut time.Time
+	timer   *time.Timer
 }
 
 const (
@@ -347,20 +354,35 @@ func (p *framePool) Put(b *[]byte) {
 		p.small.Put(b)
 		return
 	}
+	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.free) < framePoolMax {
 		p.free = append(p.free, b)
 	}
+	p.lastPut = now
 	if p.timer == nil {
-		p.timer = time.AfterFunc(largePoolIdleFor, p.drop)
-	} else if len(p.free)%1024 == 0 {
-		p.timer.Reset(largePoolIdleFor) // often enough: resetting a timer per frame costs more
+		p.timer = time.AfterFunc(largePoolIdleFor, p.expire)
 	}
 }
 
-func (p *framePool) drop() {
+// expire drops the free list once no frame came back for largePoolIdleFor, else checks again
+// when that time would be up.
+func (p *framePool) expire() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if idle := time.Since(p.lastPut); idle < largePoolIdleFor {
+		p.timer.Reset(largePoolIdleFor - idle)
+		return
+	}
 	p.free = nil
-	p.mu.Unlock()
+	p.timer = nil
+}
+
+func rawSize(raw [][]byte) int {
+	n := 0
+	for _, r := range raw {
+		n += len(r)
+	}
+	return n
 }

@@ -142,10 +142,19 @@ func TestLargePoolReusesCloseSizesOnly(t *testing.T) {
 	}
 	p.mu.Lock()
 	assert.Len(t, p.idle, largePoolIdle, "idle buffers are bounded")
+	for i := range p.idle {
+		p.idle[i].at = p.idle[i].at.Add(-largePoolIdleFor) // a minute passes
+	}
 	p.mu.Unlock()
-	p.drop()
+	p.expire()
 	p.mu.Lock()
-	assert.Empty(t, p.idle)
+	assert.Empty(t, p.idle, "idle for a minute: dropped")
+	p.mu.Unlock()
+
+	huge := make([]byte, largePoolMax+1)
+	p.Put(&huge)
+	p.mu.Lock()
+	assert.Empty(t, p.idle, "a buffer above the cap is not kept")
 	p.mu.Unlock()
 }
 
@@ -162,6 +171,17 @@ func TestFramePoolKeepsFrames(t *testing.T) {
 	p.Put(small)
 	p.mu.Lock()
 	assert.Empty(t, p.free, "small buffers stay in grpc-go's pool")
+	p.mu.Unlock()
+
+	p.Put(p.Get(frameSize))
+	p.expire()
+	p.mu.Lock()
+	assert.Len(t, p.free, 1, "frames came back just now: kept")
+	p.lastPut = p.lastPut.Add(-largePoolIdleFor)
+	p.mu.Unlock()
+	p.expire()
+	p.mu.Lock()
+	assert.Empty(t, p.free, "no frame came back for a minute: dropped")
 	p.mu.Unlock()
 }
 
