@@ -82,6 +82,7 @@ limits:
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Equal(t, fmt.Sprint(2-i), h.Get("X-RateLimit-Remaining"))
 	}
+	assert.Empty(t, up.LastHeader().Get("Authorization"), "the gateway's API key never reaches the upstream")
 	code, h, body := chat(t, addr, e2eUserKey, "llama")
 	assert.Equal(t, http.StatusTooManyRequests, code)
 	assert.Contains(t, body, "rate limit reached for API key 'user'")

@@ -69,7 +69,12 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	// changing before the bridge exists, so the callback looks the bridge up.
 	var bridged atomic.Pointer[bridge.Bridge]
 	var admit openai.Admission // the guard's, set below: the proxy is built before the guard
-	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br,
+	// With API keys on, a client's Authorization is the gateway's key: never passed upstream.
+	var strip []string
+	if len(cfg.Auth.Keys) > 0 || cfg.Auth.RedisKeys {
+		strip = []string{"Authorization"}
+	}
+	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip,
 		Ready: func() bool { return gw.Ready() },
 		OnModelsChanged: func() {
 			if b := bridged.Load(); b != nil {

@@ -148,6 +148,9 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	if out.header != nil {
 		h = forwardHeader(out.header)
 		h.Del("Content-Length")
+		for _, k := range p.opts.StripHeaders {
+			h.Del(k)
+		}
 	} else {
 		h = http.Header{"Content-Type": {"application/json"}}
 	}

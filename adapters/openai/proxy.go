@@ -43,6 +43,10 @@ type Options struct {
 	OnModelsChanged func()
 	// Admit, when set, decides whether each request may go upstream (the guard).
 	Admit Admission
+	// StripHeaders are client headers never passed upstream: those the gateway itself consumed,
+	// such as Authorization when the guard checks API keys (an endpoint's configured headers are
+	// still sent).
+	StripHeaders []string
 	// Breaker, when set, guards every endpoint: an open endpoint is skipped by routing, and each
 	// request's outcome (connection errors, 5xx and a stream cut short are failures; a 429 cools
 	// the endpoint down) is reported to it.

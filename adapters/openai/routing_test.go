@@ -287,3 +287,28 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 	assert.Equal(t, before, a.Requests())
 	assert.Equal(t, breaker.Closed, br.State("a"), "a 429 is not a failure")
 }
+
+// TestStripHeaders: headers the gateway consumed (its own API key) never reach an upstream; the
+// endpoint's configured credentials still do.
+func TestStripHeaders(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	b := openaitest.Start(t, "b", "llama")
+	epB := slowChecks(ep(b, 0))
+	epB.Headers = map[string]string{"Authorization": "Bearer upstream-secret"}
+	for _, tc := range []struct {
+		up   *openaitest.Upstream
+		ep   openai.Endpoint
+		want string
+	}{{a, slowChecks(ep(a, 0)), ""}, {b, epB, "Bearer upstream-secret"}} {
+		p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{tc.ep}, StripHeaders: []string{"Authorization"}})
+		require.NoError(t, err)
+		p.Start(context.Background())
+		srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
+		e := &env{srv: srv, proxy: p, URL: srv.URL}
+		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), "Authorization", "Bearer gateway-key", "X-Other", "kept")
+		require.Equal(t, http.StatusOK, res.StatusCode, body)
+		assert.Equal(t, tc.want, tc.up.LastHeader().Get("Authorization"))
+		assert.Equal(t, "kept", tc.up.LastHeader().Get("X-Other"))
+		p.Close()
+	}
+}
