@@ -81,8 +81,8 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 				b.Sync()
 			}
 		},
-		Admit: func(ctx context.Context, path, model string, body []byte) (openai.Admitted, error) {
-			return admit(ctx, path, model, body)
+		Admit: func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+			return admit(ctx, r)
 		}})
 	if err != nil {
 		return nil, nil, err

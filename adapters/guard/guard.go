@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -212,19 +212,49 @@ type ticket struct {
 	limit   ratelimit.Decision // of the budget closest to running out, for X-RateLimit-*
 	limited bool
 	release func()
-	tokens  []ratelimit.Reservation
+	lim     ratelimit.Limiter
+	spent   []spent // what the request took from its budgets
 }
 
-// done ends an admitted request: its shed slot is freed and its token estimates are settled
-// against what the upstream reported (kept as charged when it reported nothing).
-func (t *ticket) done(used float64) {
+// spent is what a request took from one budget.
+type spent struct {
+	key    string
+	limit  ratelimit.Limit
+	cost   float64
+	tokens bool
+	res    ratelimit.Reservation
+}
+
+// finish ends an admitted OpenAI request: its slot is freed and its budgets settled against what
+// it used. A request that never reached an upstream gets everything back; one answered with an
+// error status gets its tokens back; otherwise its token estimate becomes the upstream's usage, or
+// the prompt's estimate plus the stream's chunks when the upstream reported none, or stays as
+// charged when nothing is known.
+func (t *ticket) finish(u openai.Usage, promptEstimate float64) {
 	t.release()
-	if used <= 0 {
+	if len(t.spent) == 0 {
 		return
 	}
-	for _, r := range t.tokens {
-		if err := r.Settle(context.WithoutCancel(t.ctx), used); err != nil && !errors.Is(err, context.Canceled) {
-			slog.Default().Debug("settling a token estimate failed", "err", err)
+	ctx := context.WithoutCancel(t.ctx)
+	var used float64
+	switch {
+	case u.Status == 0:
+		t.refund(ctx)
+		return
+	case u.Status >= 400:
+		used = 0
+	case u.PromptTokens+u.CompletionTokens > 0:
+		used = float64(u.PromptTokens + u.CompletionTokens)
+	case u.Chunks > 0:
+		used = promptEstimate + float64(u.Chunks)
+	default:
+		return
+	}
+	for _, s := range t.spent {
+		if s.tokens {
+			if err := s.res.Settle(ctx, used); err != nil && !errors.Is(err, context.Canceled) {
+				slog.Default().Debug("settling a token estimate failed", "err", err)
+			}
 		}
 	}
 }
@@ -334,8 +364,16 @@ func (c *check) scope() string {
 // limit spends the request's budgets, all or nothing. The buckets are asked at once, so with
 // Redis the decision costs one round trip (pipelined), whatever the number of budgets.
 func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route string, tokens float64) *refusal {
+	return g.limitWith(ctx, t, keyName, model, route, tokens, false)
+}
+
+// limitWith is limit, restricted to the token budgets when tokensOnly.
+func (g *Guard) limitWith(ctx context.Context, t *ticket, keyName, model, route string, tokens float64, tokensOnly bool) *refusal {
 	var buf [6]check // every bucket a request can spend from: no allocation for the list
 	cs := g.checks(buf[:0], keyName, model, route, tokens)
+	if tokensOnly {
+		cs = slices.DeleteFunc(cs, func(c check) bool { return !c.tokens })
+	}
 	if len(cs) == 0 {
 		return nil
 	}
@@ -404,10 +442,11 @@ func (g *Guard) limit(ctx context.Context, t *ticket, keyName, model, route stri
 	}
 	// X-RateLimit-* describe the budget closest to running out.
 	tightest := &cs[0]
+	t.lim = lim
+	t.spent = make([]spent, 0, len(cs))
 	for i := range cs {
-		if cs[i].tokens {
-			t.tokens = append(t.tokens, cs[i].res)
-		}
+		c := &cs[i]
+		t.spent = append(t.spent, spent{key: c.key, limit: c.limit, cost: c.cost, tokens: c.tokens, res: c.res})
 		if cs[i].d.Remaining/cs[i].limit.Burst < tightest.d.Remaining/tightest.limit.Burst {
 			tightest = &cs[i]
 		}
@@ -444,8 +483,13 @@ var trackSeed = maphash.MakeSeed()
 
 // refund gives back a ticket's token estimates in full (the request did not run).
 func (t *ticket) refund(ctx context.Context) {
-	for _, r := range t.tokens {
-		_ = r.Settle(context.WithoutCancel(ctx), 0)
+	ctx = context.WithoutCancel(ctx)
+	for _, s := range t.spent {
+		if s.tokens {
+			_ = s.res.Settle(ctx, 0)
+		} else {
+			_ = t.lim.Adjust(ctx, s.key, s.limit, -s.cost)
+		}
 	}
 }
 
@@ -473,18 +517,26 @@ func (g *Guard) KServe() engines.Admission {
 		if r != nil {
 			return nil, nil, r.connectError()
 		}
-		return t.ctx, func(error) { t.done(0) }, nil
+		return t.ctx, func(error) { t.release() }, nil
 	}
 }
 
-// OpenAI is the OpenAI proxy's Admission: every request of its HTTP API and OpenAIService.
+// OpenAI is the OpenAI proxy's Admission: every request of its HTTP API and OpenAIService. A
+// request the KServe side already admitted (an LLM reached through the bridge) holds its slot and
+// request budgets already, but still spends the token budgets: its text reaches the LLM here.
 func (g *Guard) OpenAI() openai.Admission {
-	return func(ctx context.Context, path, model string, body []byte) (openai.Admitted, error) {
-		var tokens float64
+	return func(ctx context.Context, req openai.AdmissionRequest) (openai.Admitted, error) {
+		var tokens, prompt float64
 		if g.opts.Limiter != nil {
-			tokens = g.estimate(path, body)
+			tokens, prompt = g.estimate(req)
 		}
-		t, r := g.admit(ctx, model, RouteOpenAI, tokens)
+		var t *ticket
+		var r *refusal
+		if ctx.Value(admittedKey{}) != nil {
+			t, r = g.admitTokens(ctx, req.Model, tokens)
+		} else {
+			t, r = g.admit(ctx, req.Model, RouteOpenAI, tokens)
+		}
 		if r != nil {
 			return openai.Admitted{}, r.openAIError()
 		}
@@ -493,54 +545,45 @@ func (g *Guard) OpenAI() openai.Admission {
 			h = http.Header{}
 			t.limit.SetHeaders(h)
 		}
-		return openai.Admitted{Context: t.ctx, Header: h, Done: func(u openai.Usage) {
-			t.done(float64(u.PromptTokens + u.CompletionTokens))
-		}}, nil
+		return openai.Admitted{Context: t.ctx, Header: h, Done: func(u openai.Usage) { t.finish(u, prompt) }}, nil
 	}
 }
 
-// estimate is a request's token cost before it runs: its body's length at about 4 bytes a token
-// (the prompt, plus the JSON around it, which errs high) and the completion it may generate.
-// Embeddings generate nothing.
-func (g *Guard) estimate(path string, body []byte) float64 {
+// admitTokens spends only the token budgets of a request already admitted on the KServe side.
+func (g *Guard) admitTokens(ctx context.Context, model string, tokens float64) (*ticket, *refusal) {
+	t := &ticket{ctx: ctx, release: noRelease}
+	if g.opts.Limiter == nil || tokens <= 0 {
+		return t, nil
+	}
+	keyName := "anonymous"
+	if p := PrincipalFrom(ctx); p != nil {
+		keyName = p.Name
+	}
+	r := g.limitWith(ctx, t, keyName, model, RouteOpenAI, tokens, true)
+	result := "admitted"
+	if r != nil {
+		result = r.result
+	}
+	g.decisions.WithLabelValues(RouteOpenAI, result).Inc()
+	return t, r
+}
+
+// estimate is a request's token cost before it runs, and the prompt's part of it: its body's
+// length at about 4 bytes a token (the prompt, plus the JSON around it, which errs high) and the
+// completion it may generate (none for embeddings).
+func (g *Guard) estimate(req openai.AdmissionRequest) (total, prompt float64) {
 	maxTokens := 0
-	if path != "/v1/embeddings" {
-		maxTokens = g.opts.Limits.DefaultMaxTokens
-		if maxTokens == 0 {
-			maxTokens = 256
-		}
-		for _, k := range []string{`"max_completion_tokens"`, `"max_tokens"`} {
-			if n, ok := jsonInt(body, k); ok {
-				maxTokens = n
-				break
+	if req.Path != "/v1/embeddings" {
+		maxTokens = req.MaxTokens
+		if maxTokens < 0 {
+			maxTokens = g.opts.Limits.DefaultMaxTokens
+			if maxTokens == 0 {
+				maxTokens = 256
 			}
 		}
 	}
-	return ratelimit.EstimateTokens(len(body), maxTokens)
-}
-
-// jsonInt reads the integer after the first occurrence of key and a colon; the proxy never
-// decodes the body, and a misread (the key inside a string) only skews an estimate that the
-// upstream's usage settles.
-func jsonInt(body []byte, key string) (int, bool) {
-	i := bytes.Index(body, []byte(key))
-	if i < 0 {
-		return 0, false
-	}
-	rest := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return 0, false
-	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	n, digits := 0, 0
-	for _, c := range rest {
-		if c < '0' || c > '9' || n > 1<<40 {
-			break
-		}
-		n = n*10 + int(c-'0')
-		digits++
-	}
-	return n, digits > 0
+	prompt = ratelimit.EstimateTokens(len(req.Body), 0)
+	return prompt + float64(maxTokens), prompt
 }
 
 // ptr is a copy of v on the heap, so the original may stay on the stack.

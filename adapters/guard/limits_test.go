@@ -7,6 +7,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
+	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/stretchr/testify/assert"
@@ -113,4 +114,79 @@ func TestGuardBudgetSharedByReplicas(t *testing.T) {
 	}
 	// Ten plus whatever refilled during the test (a token every 6 s).
 	assert.InDelta(t, 10, admitted, 1)
+}
+
+// Review fixes: a request refused by the shedder, or that never reached an upstream, gets its
+// budgets back; a stream without a usage chunk is charged its prompt estimate and its chunks; an
+// LLM reached through the KServe bridge spends the token budgets too.
+func TestGuardBudgetsSettleEveryWay(t *testing.T) {
+	t.Run("shed refusal refunds", func(t *testing.T) {
+		g := startGuardedWith(t, guard.Options{Limiter: ratelimit.NewLocal(ratelimit.LocalOptions{}),
+			Shedder: guard.NewShedder(guard.ShedderConfig{MaxInFlight: 1}),
+			Limits:  guard.Limits{PerKey: guard.Budget{RequestsPerMinute: 2}}})
+		for len(g.up.Started()) > 0 {
+			<-g.up.Started()
+		}
+		release := g.up.Hold()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, _ := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+			assert.Equal(t, http.StatusOK, res.StatusCode)
+		}()
+		<-g.up.Started()
+		for range 3 {
+			res, body := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			require.Contains(t, body, "overloaded", "the shedder refuses, not the budget: its token came back")
+		}
+		release()
+		<-done
+		res, body := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+		assert.Equal(t, http.StatusOK, res.StatusCode, body)
+	})
+	t.Run("never sent refunds", func(t *testing.T) {
+		g := startGuardedWith(t, guard.Options{Limiter: ratelimit.NewLocal(ratelimit.LocalOptions{}),
+			Limits: guard.Limits{PerKey: guard.Budget{RequestsPerMinute: 1}}})
+		g.up.Stop()
+		for range 3 {
+			res, body := g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
+			require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, res.StatusCode,
+				"the upstream is down, not the budget spent: %s", body)
+		}
+	})
+	t.Run("stream chunks settle", func(t *testing.T) {
+		g := startGuardedWith(t, guard.Options{Limiter: ratelimit.NewLocal(ratelimit.LocalOptions{}),
+			Limits: guard.Limits{PerKey: guard.Budget{TokensPerMinute: 2000}}})
+		body := `{"model":"llama","stream":true,"max_tokens":500,"messages":[]}`
+		res, _ := g.post(t, "/v1/chat/completions", body)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		prompt := (len(body) + 3) / 4
+		first, _ := strconv.Atoi(res.Header.Get("X-RateLimit-Remaining"))
+		assert.InDelta(t, 2000-prompt-500, first, 1)
+		res, _ = g.post(t, "/v1/chat/completions", body)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		second, _ := strconv.Atoi(res.Header.Get("X-RateLimit-Remaining"))
+		// The first stream (4 content chunks, a finish chunk and [DONE]: 6 events) was settled
+		// to its prompt estimate plus 6.
+		assert.InDelta(t, 2000-(prompt+6)-(prompt+500), second, 2)
+	})
+	t.Run("bridge spends tokens", func(t *testing.T) {
+		g := startGuardedWith(t, guard.Options{Limiter: ratelimit.NewLocal(ratelimit.LocalOptions{}),
+			Limits: guard.Limits{PerKey: guard.Budget{TokensPerMinute: 100}}})
+		c := inference.NewGRPCInferenceServiceClient(g.conn)
+		infer := func(sampling string) error {
+			req := &inference.ModelInferRequest{ModelName: "llama",
+				Inputs: []*inference.ModelInferRequest_InferInputTensor{
+					{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}},
+					{Name: "sampling_parameters", Datatype: "BYTES", Shape: []int64{1}}},
+				RawInputContents: [][]byte{tensor.JoinBytes([]string{"hi"}), tensor.JoinBytes([]string{sampling})}}
+			_, err := c.ModelInfer(userCtx(), req)
+			return err
+		}
+		require.NoError(t, infer(`{"max_tokens":10}`))
+		err := infer(`{"max_tokens":5000}`)
+		require.Error(t, err)
+		assert.Contains(t, status.Convert(err).Message(), "request too large for API key 'user'")
+	})
 }

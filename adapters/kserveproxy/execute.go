@@ -137,7 +137,9 @@ func (m *model) attempt(ctx context.Context, r *route, req *engines.Request, sen
 			var out *engines.Response
 			if out, _, err = m.response(ep, res); err == nil {
 				relayed = true
-				err = send(out)
+				if err = send(out); err != nil {
+					err = &clientGone{err}
+				}
 			}
 		}
 	}
@@ -192,7 +194,7 @@ func (m *model) stream(ctx context.Context, ep *endpoint, wire *inference.ModelI
 		out.Final = final
 		relayed = true
 		if err := send(out); err != nil {
-			return true, err
+			return true, &clientGone{err}
 		}
 		if final {
 			return true, nil
@@ -200,12 +202,20 @@ func (m *model) stream(ctx context.Context, ep *endpoint, wire *inference.ModelI
 	}
 }
 
+// clientGone is a failure to pass a response on to the gateway's own client: it says nothing
+// of the upstream.
+type clientGone struct{ err error }
+
+func (e *clientGone) Error() string { return e.err.Error() }
+func (e *clientGone) Unwrap() error { return e.err }
+
 // outcome is what a forwarded request says of its endpoint's health.
 func outcome(ctx context.Context, err error) breaker.Outcome {
 	if err == nil {
 		return breaker.Success
 	}
-	if ctx.Err() != nil {
+	var gone *clientGone
+	if ctx.Err() != nil || errors.As(err, &gone) {
 		return breaker.Ignored // the client went away
 	}
 	switch status.Code(err) {
@@ -363,6 +373,10 @@ func (m *model) response(ep *endpoint, res *inference.ModelInferResponse) (*engi
 // passThrough gives an upstream's gRPC status to the gateway as an error with the same code and
 // message; other errors (the client's own cancellation, a bad upstream answer) stay as they are.
 func passThrough(err error) error {
+	var gone *clientGone
+	if errors.As(err, &gone) {
+		return gone.err
+	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
 		return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	}

@@ -36,7 +36,7 @@ func (p *Proxy) Call(ctx context.Context, path string, body []byte) (*Response, 
 		p.m.requests.WithLabelValues("", "", codeLabel(rerr.Status)).Inc()
 		return nil, rerr
 	}
-	adm, aerr := p.admit(ctx, path, rt.Model, body)
+	adm, aerr := p.admit(ctx, path, rt, body)
 	if aerr != nil {
 		return nil, aerr
 	}

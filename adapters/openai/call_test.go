@@ -179,7 +179,8 @@ func TestAdmission(t *testing.T) {
 	var usage []openai.Usage
 	var mu sync.Mutex
 	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
-		Admit: func(ctx context.Context, _, model string, body []byte) (openai.Admitted, error) {
+		Admit: func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+			model, body := r.Model, r.Body
 			if strings.Contains(string(body), "deny") {
 				return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 					Message: "slow down " + model, Header: http.Header{"Retry-After": {"2"}}}
@@ -213,7 +214,19 @@ func TestAdmission(t *testing.T) {
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, cr)
 	cr.Close()
+	// A stream without a usage chunk reports its chunks: 4 content chunks, the finish chunk
+	// and [DONE].
+	res, _ = e.post(t, "/v1/chat/completions", `{"model":"llama","stream":true}`)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	// An unknown model is answered without asking Admit; a request that never reached an
+	// upstream reports Status 0.
+	res, _ = e.post(t, "/v1/chat/completions", chatBody("nope"))
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	a.Stop()
+	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	assert.Equal(t, http.StatusBadGateway, res.StatusCode)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, []openai.Usage{{PromptTokens: 7, CompletionTokens: 4}, {PromptTokens: 7, CompletionTokens: 4}}, usage)
+	assert.Equal(t, []openai.Usage{{PromptTokens: 7, CompletionTokens: 4, Status: 200}, {PromptTokens: 7, CompletionTokens: 4, Status: 200},
+		{Chunks: 6, Status: 200}, {}}, usage)
 }

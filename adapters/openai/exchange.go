@@ -59,6 +59,7 @@ type exchange struct {
 	ticket breaker.Ticket
 
 	reads    int
+	chunks   int64 // "data:" lines of a stream, for its usage when it reports none
 	lastRead time.Time
 	eof      bool
 	readErr  error
@@ -220,6 +221,9 @@ func (x *exchange) Read(b []byte) (int, error) {
 		x.reads++
 		x.lastRead = now
 		x.keepTail(b[:n])
+		if x.stream && x.done != nil {
+			x.chunks += int64(bytes.Count(b[:n], dataPrefix))
+		}
 	}
 	switch {
 	case err == io.EOF:
@@ -279,6 +283,10 @@ func (x *exchange) finish(writeErr error) {
 	if complete && x.res.StatusCode == http.StatusOK {
 		usage = x.p.countUsage(x.route, x.tail[:x.tailLen])
 	}
+	if x.stream && usage.PromptTokens == 0 && usage.CompletionTokens == 0 {
+		usage.Chunks = x.chunks
+	}
+	usage.Status = x.res.StatusCode
 	if x.done != nil {
 		x.done(usage)
 	}
@@ -301,7 +309,10 @@ func endsWithDone(tail []byte) bool {
 	return ok && string(bytes.TrimSpace(data)) == "[DONE]"
 }
 
-var usageKey = []byte(`"usage":`)
+var (
+	usageKey   = []byte(`"usage":`)
+	dataPrefix = []byte("data:")
+)
 
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads

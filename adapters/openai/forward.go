@@ -47,7 +47,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, rerr)
 		return
 	}
-	adm, aerr := p.admit(r.Context(), r.URL.Path, rt.Model, body)
+	adm, aerr := p.admit(r.Context(), r.URL.Path, rt, body)
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -53,11 +53,22 @@ type Options struct {
 	Breaker breaker.Breaker
 }
 
-// Admission decides whether a request for model may go upstream now; path is the API's
-// (/v1/chat/completions, /v1/completions, /v1/embeddings). It returns what to proceed
-// with, or an error that refuses the request: an *Error chooses the response (status, OpenAI
-// error object, headers such as Retry-After); any other error is a 500.
-type Admission func(ctx context.Context, path, model string, body []byte) (Admitted, error)
+// Admission decides whether a request may go upstream now. It returns what to proceed with, or
+// an error that refuses the request: an *Error chooses the response (status, OpenAI error object,
+// headers such as Retry-After); any other error is a 500. It is asked only for a model the proxy
+// routes.
+type Admission func(ctx context.Context, r AdmissionRequest) (Admitted, error)
+
+// AdmissionRequest is what an Admission decides on.
+type AdmissionRequest struct {
+	// Path is the API's: /v1/chat/completions, /v1/completions or /v1/embeddings.
+	Path  string
+	Model string
+	Body  []byte
+	// MaxTokens is the body's top-level max_completion_tokens, else max_tokens; -1 when it names
+	// neither as a plain integer.
+	MaxTokens int
+}
 
 // Admitted is an admitted request.
 type Admitted struct {
@@ -70,17 +81,27 @@ type Admitted struct {
 	Done func(Usage)
 }
 
-// Usage is what an upstream's usage object reported.
+// Usage is what an admitted request used, as far as the proxy knows.
 type Usage struct {
+	// PromptTokens and CompletionTokens are the upstream's usage object's, when it sent one.
 	PromptTokens, CompletionTokens int64
+	// Chunks, for a stream without a usage object, counts its events: about one per generated
+	// token (PromptTokens and CompletionTokens are then 0).
+	Chunks int64
+	// Status is the upstream's HTTP status; 0 when the request never reached one (no healthy
+	// endpoint, every one failing), so it used nothing.
+	Status int
 }
 
 // admit runs the Admission, if any.
-func (p *Proxy) admit(ctx context.Context, path, model string, body []byte) (Admitted, *Error) {
+func (p *Proxy) admit(ctx context.Context, path string, rt routing, body []byte) (Admitted, *Error) {
 	if p.opts.Admit == nil {
 		return Admitted{Context: ctx}, nil
 	}
-	a, err := p.opts.Admit(ctx, path, model, body)
+	if len(p.table.Load().routes[rt.Model]) == 0 {
+		return Admitted{Context: ctx}, nil // roundTrip answers 404; nothing to spend on it
+	}
+	a, err := p.opts.Admit(ctx, AdmissionRequest{Path: path, Model: rt.Model, Body: body, MaxTokens: rt.MaxTokens})
 	if err != nil {
 		var e *Error
 		if !errors.As(err, &e) {

@@ -7,13 +7,18 @@ import (
 	"unicode/utf8"
 )
 
-// routing is what the proxy reads from a request body: the two fields it routes on.
+// routing is what the proxy reads from a request body: the two fields it routes on, and the
+// completion length the guard's token estimate needs.
 type routing struct {
 	Model string
 	// ModelStart and ModelEnd delimit the model's JSON string, quotes included, so an alias can be
 	// replaced in place without re-encoding the body.
 	ModelStart, ModelEnd int
 	Stream               bool
+	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
+	// non-negative integer; -1 otherwise.
+	MaxTokens           int
+	maxTokens, maxCompl int // each key's value, -1 when absent
 }
 
 var errNotObject = errors.New("request body must be a JSON object")
@@ -23,7 +28,17 @@ var errNotObject = errors.New("request body must be a JSON object")
 // last value wins, escaped keys match, and null leaves a field unset. It rejects malformed JSON it
 // walks over, so a bad body is a 400 from the gateway, not a round trip to the upstream.
 func scanRouting(b []byte) (routing, error) {
-	var r routing
+	r, err := scanTop(b)
+	r.MaxTokens = r.maxCompl
+	if r.MaxTokens < 0 {
+		r.MaxTokens = r.maxTokens
+	}
+	return r, err
+}
+
+// scanTop walks the body's top level for scanRouting.
+func scanTop(b []byte) (routing, error) {
+	r := routing{MaxTokens: -1, maxTokens: -1, maxCompl: -1}
 	s := scanner{b: b}
 	s.ws()
 	if !s.eat('{') {
@@ -46,7 +61,7 @@ func scanRouting(b []byte) (routing, error) {
 		}
 		s.ws()
 		vs := s.i
-		switch keyIs(key, "model", "stream") {
+		switch keyIs(key, "model", "stream", "max_tokens", "max_completion_tokens") {
 		case 0:
 			if s.lit("null") {
 				r.Model, r.ModelStart, r.ModelEnd = "", 0, 0
@@ -71,6 +86,16 @@ func scanRouting(b []byte) (routing, error) {
 				r.Stream = false
 			default:
 				return r, s.errorf("\"stream\" must be a boolean")
+			}
+		case 2, 3:
+			if err := s.value(0); err != nil {
+				return r, err
+			}
+			n := wholeNumber(b[vs:s.i])
+			if keyIs(key, "max_tokens") == 0 {
+				r.maxTokens = n
+			} else {
+				r.maxCompl = n
 			}
 		default:
 			if err := s.value(0); err != nil {
@@ -311,4 +336,20 @@ func (s *scanner) number() error {
 		}
 	}
 	return nil
+}
+
+// wholeNumber is the value of a JSON number token that is a non-negative integer that fits an
+// int, else -1 (the upstream judges other values; the estimate ignores them).
+func wholeNumber(tok []byte) int {
+	if len(tok) == 0 || len(tok) > 15 {
+		return -1
+	}
+	n := 0
+	for _, c := range tok {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

@@ -174,3 +174,26 @@ func TestJSONCountHuge(t *testing.T) {
 		t.Fatalf("got %d", got)
 	}
 }
+
+// The token estimate reads max_completion_tokens, else max_tokens, at the top level only: a
+// nested decoy does not shrink it, and a value that is not a plain integer is ignored.
+func TestScanMaxTokens(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"model":"m"}`, -1},
+		{`{"model":"m","max_tokens":200}`, 200},
+		{`{"max_tokens":200,"max_completion_tokens":50,"model":"m"}`, 50},
+		{`{"metadata":{"max_tokens":1},"model":"m","messages":[{"max_tokens":2}]}`, -1},
+		{`{"model":"m","max_tokens":1.5}`, -1},
+		{`{"model":"m","max_tokens":-3}`, -1},
+		{`{"model":"m","max_tokens":"9"}`, -1},
+		{`{"model":"m","max_tokens":null}`, -1},
+		{`{"model":"m","max_tokens":99999999999999999999}`, -1},
+	} {
+		r, err := scanRouting([]byte(tc.body))
+		require.NoError(t, err, tc.body)
+		assert.Equal(t, tc.want, r.MaxTokens, tc.body)
+	}
+}
