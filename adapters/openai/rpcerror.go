@@ -12,7 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -22,6 +24,9 @@ import (
 type rpcError struct {
 	code connect.Code
 	obj  *openaiv1.Error
+	// header is sent along: as response headers to Connect and gRPC-Web clients, as trailers to
+	// gRPC clients (the guard's Retry-After and X-RateLimit-*).
+	header http.Header
 }
 
 func (e *rpcError) Error() string { return e.obj.GetMessage() }
@@ -45,22 +50,32 @@ func connectError(err error) error {
 	if d, derr := connect.NewErrorDetail(e.obj); derr == nil {
 		ce.AddDetail(d)
 	}
+	for k, vv := range e.header {
+		ce.Meta()[k] = vv
+	}
 	return ce
 }
 
 func invalidArgument(param, msg string) *rpcError {
-	return &rpcError{connect.CodeInvalidArgument, &openaiv1.Error{Message: msg, Type: "invalid_request_error", Param: param}}
+	return &rpcError{code: connect.CodeInvalidArgument, obj: &openaiv1.Error{Message: msg, Type: "invalid_request_error", Param: param}}
 }
 
 func serverError(code connect.Code, errCode, msg string) *rpcError {
-	return &rpcError{code, &openaiv1.Error{Message: msg, Type: "server_error", Code: errCode}}
+	return &rpcError{code: code, obj: &openaiv1.Error{Message: msg, Type: "server_error", Code: errCode}}
 }
 
 // fromGatewayError converts what Proxy.Call returns before an upstream answered.
 func fromGatewayError(ctx context.Context, err error) *rpcError {
 	var gw *Error
 	if errors.As(err, &gw) {
-		return &rpcError{codeForStatus(gw.Status), &openaiv1.Error{Message: gw.Message, Type: gw.Type, Param: gw.Param, Code: gw.Code}}
+		if len(gw.Header) > 0 {
+			md := metadata.MD{}
+			for k, vv := range gw.Header {
+				md.Append(k, vv...)
+			}
+			_ = grpc.SetTrailer(ctx, md) // a no-op outside grpc-go's transport
+		}
+		return &rpcError{codeForStatus(gw.Status), &openaiv1.Error{Message: gw.Message, Type: gw.Type, Param: gw.Param, Code: gw.Code}, gw.Header}
 	}
 	return fromContext(ctx, err)
 }
@@ -216,5 +231,5 @@ func eventError(data []byte) *rpcError {
 	if n, err := strconv.Atoi(obj.GetCode()); err == nil && n >= 400 && n <= 599 {
 		code = codeForStatus(n)
 	}
-	return &rpcError{code, obj}
+	return &rpcError{code: code, obj: obj}
 }

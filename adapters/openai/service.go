@@ -127,7 +127,7 @@ func (s *service) embedding(ctx context.Context, req *openaiv1.CreateEmbeddingRe
 // *rpcError. The caller closes the response.
 func (s *service) call(ctx context.Context, path string, body []byte) (*Response, error) {
 	if limit := s.p.opts.MaxBodyBytes; int64(len(body)) > limit {
-		return nil, &rpcError{connect.CodeResourceExhausted, &openaiv1.Error{Type: "invalid_request_error", Code: "request_too_large",
+		return nil, &rpcError{code: connect.CodeResourceExhausted, obj: &openaiv1.Error{Type: "invalid_request_error", Code: "request_too_large",
 			Message: fmt.Sprintf("Request body exceeds %d bytes.", limit)}}
 	}
 	reqID := incomingRequestID(ctx)
@@ -140,7 +140,7 @@ func (s *service) call(ctx context.Context, path string, body []byte) (*Response
 		defer res.Close()
 		b, _ := io.ReadAll(io.LimitReader(res, 64<<10))
 		obj, _ := parseErrorBody(res.StatusCode, b)
-		return nil, &rpcError{codeForStatus(res.StatusCode), obj}
+		return nil, &rpcError{code: codeForStatus(res.StatusCode), obj: obj}
 	}
 	return res, nil
 }

@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -600,4 +603,34 @@ func TestServiceReflection(t *testing.T) {
 		"infergate.openai.v1.OpenAIService/CreateChatCompletion")
 	assert.Contains(t, out, `"content": "Hello from a"`)
 	assert.Equal(t, `{"model":"llama","messages":[{"role":"user","content":"hi"}],"top_k":5}`, string(a.LastBody()))
+}
+
+// TestServiceRefusalHeaders: a refusal's headers (the guard's Retry-After) reach Connect clients
+// as response headers and gRPC clients as trailers.
+func TestServiceRefusalHeaders(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
+		Admit: func(context.Context, openai.AdmissionRequest) (openai.Admitted, error) {
+			return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+				Message: "slow down", Header: http.Header{"Retry-After": {"7"}}}
+		}})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	defer p.Close()
+	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
+
+	cc := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, srv.URL)
+	_, err = cc.CreateChatCompletion(context.Background(), hi("llama"))
+	var ce *connect.Error
+	require.True(t, errors.As(err, &ce), "%v", err)
+	assert.Equal(t, connect.CodeResourceExhausted, ce.Code())
+	assert.Equal(t, "7", ce.Meta().Get("Retry-After"))
+
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	var trailer metadata.MD
+	_, err = openaiv1.NewOpenAIServiceClient(conn).CreateChatCompletion(context.Background(), hi("llama"), grpc.Trailer(&trailer))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, []string{"7"}, trailer.Get("retry-after"))
 }
