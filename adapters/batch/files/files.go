@@ -1,0 +1,42 @@
+// Package files stores the files of OpenAI's Files API (batch inputs, outputs and errors): a
+// Store interface, ready for an object store, and Dir, a directory (a shared volume when batch
+// workers run on several machines).
+package files
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// File describes a stored file, as OpenAI's file object does.
+type File struct {
+	ID        string `json:"id"`
+	Bytes     int64  `json:"bytes"`
+	CreatedAt int64  `json:"created_at"`
+	Filename  string `json:"filename"`
+	Purpose   string `json:"purpose"`
+}
+
+// Errors of stores.
+var (
+	ErrNotFound = errors.New("files: no such file")
+	// ErrTooLarge: the content passed the size limit given to Put; nothing is stored.
+	ErrTooLarge = errors.New("files: file too large")
+)
+
+// Store keeps files. Every method is safe for concurrent use, across processes sharing the store.
+type Store interface {
+	// Put stores r's content under f.ID, replacing any file of that id whole (readers see the old
+	// or the new content, never a mix), and returns f with Bytes set. More than limit bytes
+	// (when limit > 0) is ErrTooLarge.
+	Put(ctx context.Context, f File, r io.Reader, limit int64) (File, error)
+	// Get returns the file's description; ErrNotFound if there is none.
+	Get(ctx context.Context, id string) (File, error)
+	// Open returns the file's content; ErrNotFound if there is none.
+	Open(ctx context.Context, id string) (io.ReadCloser, error)
+	// Delete removes the file; ErrNotFound if there is none.
+	Delete(ctx context.Context, id string) error
+	// List returns the files, newest first (ids sort by creation time), with purpose if not "".
+	List(ctx context.Context, purpose string) ([]File, error)
+}
