@@ -89,8 +89,13 @@ type Batch struct {
 	// when the batch is dispatched (Update may set it; Update never changes the others).
 	Counts Counts `json:"counts"`
 
-	// Claim is the finalizer that owns assembling the output files (its id and a deadline in
-	// Unix ms), so exactly one replica writes them and another takes over if it dies.
+	// Dispatched is set once every line of the batch was published to the bus; until then a
+	// replica whose claim expired dispatches it again (lines already recorded are not run twice).
+	Dispatched bool `json:"dispatched,omitempty"`
+
+	// Claim is the replica that owns the batch's next step (validating and dispatching it, or
+	// assembling its files), as its id and a deadline in Unix ms, so exactly one replica does it
+	// and another takes over if it dies.
 	Claim      string `json:"claim,omitempty"`
 	ClaimUntil int64  `json:"claim_until,omitempty"`
 }
