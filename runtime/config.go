@@ -38,6 +38,8 @@ type fileConfig struct {
 	Shedding guard.ShedderConfig `yaml:"shedding"`
 	// Breaker cuts off failing upstream endpoints.
 	Breaker breakerConfig `yaml:"breaker"`
+	// Batch is the Files and Batches API and its workers.
+	Batch batchConfig `yaml:"batch"`
 }
 
 type authConfig struct {
@@ -171,6 +173,9 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 	default:
 		lines = append(lines, fmt.Sprintf("%s: limits.failure: %q is not one of open, closed", name, c.Limits.Failure))
 	}
+	for _, l := range c.Batch.validate("", c.Redis.Addr) {
+		lines = append(lines, fmt.Sprintf("%s: %s", name, l))
+	}
 	if len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
@@ -255,6 +260,15 @@ func setScalar(v reflect.Value, raw string) error {
 			return err
 		}
 		v.SetInt(int64(n))
+	case v.Type() == reflect.TypeFor[[]string]():
+		// A list from the environment is comma-separated (batch.kafka.brokers, say).
+		var vs []string
+		for _, s := range strings.Split(raw, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				vs = append(vs, s)
+			}
+		}
+		v.Set(reflect.ValueOf(vs))
 	case v.Kind() == reflect.Float64:
 		x, err := strconv.ParseFloat(raw, 64)
 		if err != nil {

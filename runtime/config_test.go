@@ -28,6 +28,8 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, "kserve", c.Upstreams[3].Type)
 	assert.True(t, c.builtins())
 	assert.Equal(t, "memory", c.registryStore())
+	assert.Equal(t, 64, c.Batch.Concurrency)
+	assert.True(t, c.Batch.worker(), "gateways run batch lines unless told not to")
 
 	c, err = parseConfig("empty.yaml", nil)
 	require.NoError(t, err, "an empty file is the zero config")
@@ -43,6 +45,8 @@ func TestParseConfig(t *testing.T) {
 		{"registry: {store: etcd}", "bad.yaml: registry.store: \"etcd\" is not one of memory, redis"},
 		{"registry: {store: redis}", "bad.yaml: registry.store: redis needs redis.addr"},
 		{"redis: {adress: x}", "field adress not found"},
+		{"batch: {concurrency: -1}", "bad.yaml: batch: counts and sizes must not be negative"},
+		{"batch: {kafka: {brokers: a:9092}}", "cannot unmarshal !!str `a:9092` into []string"},
 	} {
 		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
 		require.Error(t, err, tc.yaml)
@@ -67,6 +71,11 @@ func TestEnvOverrides(t *testing.T) {
 	assert.False(t, c.builtins())
 	assert.Equal(t, 3*time.Second, c.Registry.DefaultTTL)
 	assert.Equal(t, "redis", c.registryStore(), "redis.addr makes Redis the registry's default store")
+
+	t.Setenv("INFERGATE_BATCH_KAFKA_BROKERS", "k1:9092, k2:9092,")
+	c, err = parseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"k1:9092", "k2:9092"}, c.Batch.Kafka.Brokers, "a list from the environment is comma-separated")
 
 	t.Setenv("INFERGATE_REDIS_DB", "three")
 	_, err = parseConfig("f.yaml", nil)
@@ -155,4 +164,9 @@ func TestBadConfigFailsStartup(t *testing.T) {
 	err := run([]string{"-listen", "127.0.0.1:0", "-config", cfg})
 	require.Error(t, err)
 	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, openai, ollama, kserve`, err.Error())
+
+	err = run([]string{"-listen", "127.0.0.1:0", "-role", "batch-worker"})
+	require.EqualError(t, err, "-role batch-worker needs batch.kafka.brokers and redis.addr, shared with the gateways")
+	err = run([]string{"-listen", "127.0.0.1:0", "-role", "janitor"})
+	require.EqualError(t, err, `bad -role "janitor": gateway or batch-worker`)
 }

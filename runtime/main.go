@@ -14,11 +14,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -40,6 +42,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
+	role := fs.String("role", roleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,8 +68,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *role != roleGateway && *role != roleBatchWorker {
+		return fmt.Errorf("bad -role %q: gateway or batch-worker", *role)
+	}
+	if lines := cfg.Batch.validate(*role, cfg.Redis.Addr); len(lines) > 0 {
+		return errors.New(strings.Join(lines, "\n"))
+	}
 
-	gw, closeAll, err := build(cfg, gateway.Config{
+	gw, closeAll, err := build(cfg, *role, gateway.Config{
 		ServerName:      *serverName,
 		Version:         version,
 		MaxMessageBytes: *maxMsg,
@@ -89,7 +98,13 @@ func run(args []string) error {
 	defer stop()
 
 	served := make(chan error, 1)
-	go func() { served <- gw.Serve(ln) }()
+	if *role == roleBatchWorker {
+		srv := workerServer(gw)
+		go func() { served <- srv.Serve(ln) }()
+		defer srv.Close()
+	} else {
+		go func() { served <- gw.Serve(ln) }()
+	}
 	logger.Info("serving", "addr", ln.Addr().String())
 
 	select {
@@ -99,6 +114,9 @@ func run(args []string) error {
 	}
 	stop() // a second signal kills the process the default way
 	logger.Info("shutdown requested")
+	if *role == roleBatchWorker {
+		return nil // closeAll hands the lines in flight back to the bus
+	}
 	if err := gw.Shutdown(context.Background()); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -107,4 +125,15 @@ func run(args []string) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// workerServer serves a batch worker's /metrics and /health: a worker takes no traffic of its own.
+func workerServer(gw *gateway.Gateway) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gw.Metrics(), promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok","role":"batch-worker"}` + "\n"))
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }

@@ -29,7 +29,7 @@ import (
 // OpenAI proxy and its KServe bridge, the KServe upstream pool, the backend registry with its
 // store, and the guard (API keys, rate limits, load shedding, circuit breakers) in front of all of
 // it. closeAll stops what build started, in reverse order; call it after the gateway drained.
-func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll func(), err error) {
+func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll func(), err error) {
 	log := gwCfg.Logger
 	var closers []func()
 	closeAll = func() {
@@ -56,7 +56,7 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 	var collectors []prometheus.Collector
 
 	reg := engines.NewRegistry()
-	if cfg.builtins() {
+	if cfg.builtins() && role != roleBatchWorker {
 		if err := cpu.Register(reg); err != nil {
 			return nil, nil, fmt.Errorf("registering built-in models: %w", err)
 		}
@@ -137,6 +137,17 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 		log.Info("backend registry disabled")
 	}
 
+	bp, err := newBatch(cfg, role, rdb, proxy, log, &closers)
+	if err != nil {
+		return nil, nil, err
+	}
+	if bp != nil {
+		if bp.service != nil {
+			gwCfg.Services = append(gwCfg.Services, bp.service.Mount)
+		}
+		collectors = append(collectors, bp.collectors()...)
+	}
+
 	gw = gateway.New(reg, gwCfg)
 	gw.Metrics().MustRegister(proxy.Collectors()...)
 	gw.Metrics().MustRegister(kp.Collectors()...)
@@ -159,6 +170,11 @@ func build(cfg *fileConfig, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll
 			}
 		}()
 		closers = append(closers, func() { cancel(); <-done })
+	}
+	if bp != nil {
+		// Started last, so it stops first: lines in flight go back to the bus while the proxy
+		// they run through still works.
+		bp.start(ctx, log, &closers)
 	}
 	return gw, closeAll, nil
 }

@@ -5,6 +5,7 @@
 package openaitest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +36,8 @@ type Upstream struct {
 	lastBody []byte
 	lastHdr  http.Header
 	reply    string
+	latency  time.Duration
+	failOn   map[string]int // body substring -> status
 
 	requests atomic.Int64 // POSTs to /v1/*
 	canceled atomic.Int64 // requests whose client went away before the response ended
@@ -125,6 +128,28 @@ func (u *Upstream) FailWith(status int) {
 	u.mu.Lock()
 	u.failWith = status
 	u.mu.Unlock()
+}
+
+// SetLatency makes every /v1 POST wait d before it is answered (a model's compute time).
+func (u *Upstream) SetLatency(d time.Duration) {
+	u.mu.Lock()
+	u.latency = d
+	u.mu.Unlock()
+}
+
+// FailBodiesContaining makes /v1 POSTs whose body contains substr answer status with a
+// vLLM-style error body (one bad request among good ones); status 0 removes the rule.
+func (u *Upstream) FailBodiesContaining(substr string, status int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.failOn == nil {
+		u.failOn = map[string]int{}
+	}
+	if status == 0 {
+		delete(u.failOn, substr)
+		return
+	}
+	u.failOn[substr] = status
 }
 
 // SetHealthy sets whether /health answers 200 or 503.
@@ -248,11 +273,26 @@ func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, b
 	u.mu.Lock()
 	u.lastBody, u.lastHdr = body, r.Header.Clone()
 	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply
-	gate := u.gate
+	gate, latency := u.gate, u.latency
+	for substr, status := range u.failOn {
+		if bytes.Contains(body, []byte(substr)) {
+			knobs.failWith = status
+		}
+	}
 	u.mu.Unlock()
 	select {
 	case u.started <- struct{}{}:
 	default:
+	}
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			u.canceled.Add(1)
+			return req, nil, knobs, false
+		}
 	}
 	if gate != nil {
 		select {

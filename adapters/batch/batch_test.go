@@ -1,0 +1,558 @@
+package batch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/infergate/infergate/adapters/batch"
+	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/batch/bus/bustest"
+	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/internal/redistest"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The official SDK's files and batches calls, end to end: upload, create, poll, list, download
+// the output, delete.
+func TestSDKFilesAndBatches(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	c := e.sdk()
+	ctx := context.Background()
+
+	f, err := c.Files.New(ctx, oai.FileNewParams{File: oai.File(strings.NewReader(chatLines(50, "m1")), "in.jsonl", "application/jsonl"),
+		Purpose: oai.FilePurposeBatch})
+	require.NoError(t, err)
+	require.Equal(t, "in.jsonl", f.Filename)
+	require.EqualValues(t, len(chatLines(50, "m1")), f.Bytes)
+	got, err := c.Files.Get(ctx, f.ID)
+	require.NoError(t, err)
+	require.Equal(t, f.ID, got.ID)
+
+	b, err := c.Batches.New(ctx, oai.BatchNewParams{InputFileID: f.ID, Endpoint: oai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: oai.BatchNewParamsCompletionWindow24h, Metadata: map[string]string{"team": "search"}})
+	require.NoError(t, err)
+	require.Equal(t, oai.BatchStatusValidating, b.Status)
+	require.Equal(t, "search", b.Metadata["team"])
+
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Status != oai.BatchStatusCompleted {
+		require.True(t, time.Now().Before(deadline), "batch still %s", b.Status)
+		time.Sleep(20 * time.Millisecond)
+		b, err = c.Batches.Get(ctx, b.ID)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 50, b.RequestCounts.Total)
+	require.EqualValues(t, 50, b.RequestCounts.Completed)
+	require.EqualValues(t, 0, b.RequestCounts.Failed)
+	require.NotZero(t, b.CompletedAt)
+	require.NotZero(t, b.InProgressAt)
+	require.Empty(t, b.ErrorFileID, "no line failed")
+
+	res, err := c.Files.Content(ctx, b.OutputFileID)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	lines := bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
+	require.Len(t, lines, 50)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		var o outputLine
+		require.NoError(t, json.Unmarshal(l, &o))
+		require.False(t, seen[o.CustomID], "custom_id %s twice", o.CustomID)
+		seen[o.CustomID] = true
+		require.Nil(t, o.Error)
+		require.Equal(t, 200, o.Response.StatusCode)
+		require.True(t, strings.HasPrefix(o.ID, "batch_req_"), o.ID)
+		var cc oai.ChatCompletion
+		require.NoError(t, json.Unmarshal(o.Response.Body, &cc))
+		require.Equal(t, "Hello from vllm-a", cc.Choices[0].Message.Content)
+	}
+	require.EqualValues(t, 50, e.up.Requests(), "one upstream request per line")
+
+	page, err := c.Batches.List(ctx, oai.BatchListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	require.Equal(t, b.ID, page.Data[0].ID)
+
+	out, err := c.Files.Get(ctx, b.OutputFileID)
+	require.NoError(t, err)
+	require.Equal(t, "batch_output", string(out.Purpose))
+	del, err := c.Files.Delete(ctx, f.ID)
+	require.NoError(t, err)
+	require.True(t, del.Deleted)
+	_, err = c.Files.Get(ctx, f.ID)
+	var apiErr *oai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+}
+
+// Batches list newest first, a page at a time with the after cursor.
+func TestListBatchesPagination(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	file := e.upload(t, chatLines(1, "m1"))
+	var ids []string
+	for range 5 {
+		ids = append(ids, e.create(t, file, "24h"))
+	}
+	type page struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+		HasMore bool    `json:"has_more"`
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		var p page
+		require.Equal(t, http.StatusOK, e.do(t, http.MethodGet, "/v1/batches?limit=2&after="+after, "", &p))
+		for _, d := range p.Data {
+			got = append(got, d.ID)
+		}
+		if !p.HasMore {
+			break
+		}
+		after = *p.LastID
+	}
+	require.Equal(t, []string{ids[4], ids[3], ids[2], ids[1], ids[0]}, got)
+	require.Equal(t, http.StatusBadRequest, e.do(t, http.MethodGet, "/v1/batches?limit=0", "", nil))
+}
+
+// A file with any bad line fails validation as a whole, with line-numbered errors, and nothing
+// runs.
+func TestValidationFails(t *testing.T) {
+	good := func(id string) string {
+		return `{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[]}}`
+	}
+	cases := []struct {
+		name, input string
+		code        string
+		line        int
+		maxLines    int
+		maxLineSize int
+	}{
+		{"malformed JSON", good("a") + "\n{not json\n", "invalid_json_line", 2, 0, 0},
+		{"duplicate custom_id", good("a") + "\n" + good("b") + "\n" + good("a") + "\n", "duplicate_custom_id", 3, 0, 0},
+		{"wrong url", strings.Replace(good("a"), "/v1/chat/completions", "/v1/embeddings", 1), "invalid_url", 1, 0, 0},
+		{"mixed models", good("a") + "\n" + strings.Replace(good("b"), `"m1"`, `"m2"`, 1), "mismatched_model", 2, 0, 0},
+		{"no model", strings.Replace(good("a"), `"model":"m1",`, "", 1), "missing_required_parameter", 1, 0, 0},
+		{"no custom_id", strings.Replace(good("a"), `"custom_id":"a",`, "", 1), "missing_required_parameter", 1, 0, 0},
+		{"GET", strings.Replace(good("a"), `"POST"`, `"GET"`, 1), "invalid_value", 1, 0, 0},
+		{"streaming", strings.Replace(good("a"), `"messages":[]`, `"messages":[],"stream":true`, 1), "invalid_value", 1, 0, 0},
+		{"body not an object", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":[1]}`, "invalid_value", 1, 0, 0},
+		{"too many lines", good("a") + "\n" + good("b") + "\n" + good("c") + "\n", "too_many_requests", 3, 2, 0},
+		{"empty", "\n\n", "empty_file", 0, 0, 0},
+		{"line too long", good("a") + "\n" + good(strings.Repeat("b", 200)) + "\n", "line_too_long", 2, 0, 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEnv(t, envOptions{service: func(o *batch.Options) { o.MaxLines, o.MaxLineBytes = tc.maxLines, tc.maxLineSize }})
+			id := e.create(t, e.upload(t, tc.input), "24h")
+			b := e.waitStatus(t, id, 10*time.Second, "failed", "in_progress", "completed")
+			require.Equal(t, "failed", b.Status)
+			require.NotNil(t, b.Errors)
+			require.NotEmpty(t, b.Errors.Data)
+			got := b.Errors.Data[0]
+			require.Equal(t, tc.code, got.Code, got.Message)
+			if tc.line > 0 {
+				require.NotNil(t, got.Line)
+				require.Equal(t, tc.line, *got.Line, got.Message)
+			}
+			require.Nil(t, b.OutputFileID)
+			require.Zero(t, e.up.Requests(), "nothing runs when validation fails")
+		})
+	}
+}
+
+// Creating a batch checks its parameters and its file before anything is stored.
+func TestCreateBatchErrors(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	file := e.upload(t, chatLines(1, "m1"))
+	cases := []struct {
+		body   string
+		status int
+		param  string
+	}{
+		{`{"endpoint":"/v1/chat/completions","completion_window":"24h"}`, 400, "input_file_id"},
+		{`{"input_file_id":"` + file + `","endpoint":"/v1/images","completion_window":"24h"}`, 400, "endpoint"},
+		{`{"input_file_id":"` + file + `","endpoint":"/v1/chat/completions","completion_window":"forever"}`, 400, "completion_window"},
+		{`{"input_file_id":"file-nope","endpoint":"/v1/chat/completions","completion_window":"24h"}`, 404, "input_file_id"},
+		{`{"input_file_id":`, 400, ""},
+	}
+	for _, tc := range cases {
+		var er struct {
+			Error struct {
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Message string  `json:"message"`
+			} `json:"error"`
+		}
+		require.Equal(t, tc.status, e.do(t, http.MethodPost, "/v1/batches", tc.body, &er), tc.body)
+		require.Equal(t, "invalid_request_error", er.Error.Type)
+		require.NotEmpty(t, er.Error.Message)
+		if tc.param != "" {
+			require.NotNil(t, er.Error.Param, tc.body)
+			require.Equal(t, tc.param, *er.Error.Param)
+		}
+	}
+	var list struct{ Data []any }
+	e.do(t, http.MethodGet, "/v1/batches", "", &list)
+	require.Empty(t, list.Data, "no refused batch was stored")
+	require.Equal(t, http.StatusNotFound, e.do(t, http.MethodGet, "/v1/batches/batch_nope", "", nil))
+	require.Equal(t, http.StatusNotFound, e.do(t, http.MethodPost, "/v1/batches/batch_nope/cancel", "", nil))
+}
+
+// Upload errors: not multipart, no file, a wrong purpose, a file over the limit (nothing kept).
+func TestUploadErrors(t *testing.T) {
+	e := startEnv(t, envOptions{service: func(o *batch.Options) { o.MaxFileBytes = 1000 }})
+	require.Equal(t, http.StatusBadRequest, e.do(t, http.MethodPost, "/v1/files", `{"purpose":"batch"}`, nil))
+
+	post := func(purpose, content string) int {
+		var body bytes.Buffer
+		fmt.Fprintf(&body, "--X\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n%s\r\n", purpose)
+		if content != "" {
+			fmt.Fprintf(&body, "--X\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n%s\r\n", content)
+		}
+		body.WriteString("--X--\r\n")
+		res, err := http.Post(e.URL+"/v1/files", "multipart/form-data; boundary=X", &body)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusBadRequest, post("batch", ""))
+	require.Equal(t, http.StatusBadRequest, post("fine-tune", "x"))
+	require.Equal(t, http.StatusRequestEntityTooLarge, post("batch", strings.Repeat("x", 1001)))
+	require.Equal(t, http.StatusOK, post("batch", strings.Repeat("x", 1000)))
+	var list struct {
+		Data []struct {
+			Bytes int64 `json:"bytes"`
+		} `json:"data"`
+	}
+	e.do(t, http.MethodGet, "/v1/files", "", &list)
+	require.Len(t, list.Data, 1, "only the accepted upload is kept")
+	require.EqualValues(t, 1000, list.Data[0].Bytes)
+}
+
+// Lines the upstream refuses go to the error file with the upstream's status and body; lines
+// that keep failing with a retryable status are retried, then go to the error file and the
+// dead-letter topic; the rest go to the output file.
+func TestErrorFileRetriesAndDeadLetter(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Attempts = 3 }})
+	dead, err := e.bus.Subscribe(t.Context(), batch.DefaultTopics().DeadLetter, "test")
+	require.NoError(t, err)
+	input := chatLines(20, "m1")
+	input = strings.Replace(input, `"line 3"`, `"line 3 reject-me"`, 1)
+	input = strings.Replace(input, `"line 7"`, `"line 7 overload-me"`, 1)
+	e.up.FailBodiesContaining("reject-me", http.StatusBadRequest)
+	e.up.FailBodiesContaining("overload-me", http.StatusServiceUnavailable)
+	id := e.create(t, e.upload(t, input), "24h")
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 20, b.RequestCounts.Total)
+	require.EqualValues(t, 18, b.RequestCounts.Completed)
+	require.EqualValues(t, 2, b.RequestCounts.Failed)
+
+	out, errs := e.content(t, b.OutputFileID), e.content(t, b.ErrorFileID)
+	require.Len(t, out, 18)
+	require.Len(t, errs, 2)
+	counts := byCustomID(out, errs)
+	require.Len(t, counts, 20)
+	for id, n := range counts {
+		require.Equal(t, 1, n, id)
+	}
+	byID := map[string]outputLine{}
+	for _, l := range errs {
+		byID[l.CustomID] = l
+	}
+	require.Equal(t, 400, byID["req-3"].Response.StatusCode)
+	require.Contains(t, string(byID["req-3"].Response.Body), "injected failure")
+	require.Equal(t, 503, byID["req-7"].Response.StatusCode, "the last answer after the retries")
+
+	// 1 try for each good line and the 400, 3 for the 503.
+	require.EqualValues(t, 18+1+3, e.up.Requests())
+
+	select {
+	case m := <-dead:
+		m.Ack()
+		var d struct {
+			Batch    string          `json:"batch"`
+			CustomID string          `json:"custom_id"`
+			Attempts int             `json:"attempts"`
+			Body     json.RawMessage `json:"body"`
+			Error    string          `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(m.Payload, &d))
+		require.Equal(t, id, d.Batch)
+		require.Equal(t, "req-7", d.CustomID)
+		require.Equal(t, 3, d.Attempts)
+		require.Contains(t, string(d.Body), "overload-me")
+		require.Contains(t, d.Error, "503")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dead letter")
+	}
+	select {
+	case m := <-dead:
+		t.Fatalf("a second dead letter: %s", m.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// An upstream that fails for a while: lines are retried with backoff and all complete once it
+// recovers.
+func TestRetriesRideOutAnOutage(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Attempts = 10; o.RetryBackoff = 50 * time.Millisecond }})
+	e.up.FailWith(http.StatusServiceUnavailable)
+	id := e.create(t, e.upload(t, chatLines(10, "m1")), "24h")
+	e.waitStatus(t, id, 10*time.Second, "in_progress")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.up.Requests() < 20 { // every line tried at least twice
+		require.True(t, time.Now().Before(deadline), "lines are not retried")
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.up.FailWith(0)
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 10, b.RequestCounts.Completed)
+	require.EqualValues(t, 0, b.RequestCounts.Failed)
+	require.Nil(t, b.ErrorFileID)
+}
+
+// Cancelling mid-batch: cancelling, then cancelled; the lines that completed are kept in the
+// output file, the requests in flight are cancelled upstream, and no further request is sent.
+func TestCancelMidBatch(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Concurrency = 4 },
+		service: func(o *batch.Options) { o.ChunkLines = 1 }})
+	e.up.SetLatency(50 * time.Millisecond)
+	id := e.create(t, e.upload(t, chatLines(10, "m1")), "24h")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.waitStatus(t, id, 10*time.Second, "in_progress", "completed").RequestCounts.Completed < 2 {
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Hold every later request, let a few lines complete first.
+	release := e.up.Hold()
+	defer release()
+	deadline = time.Now().Add(10 * time.Second)
+	for e.up.InFlight() < 4 {
+		require.True(t, time.Now().Before(deadline), "the worker does not fill its concurrency")
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := e.waitStatus(t, id, time.Second, "in_progress").RequestCounts.Completed
+
+	var b batchView
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", "", &b))
+	require.Equal(t, "cancelling", b.Status)
+	b = e.waitStatus(t, id, 10*time.Second, "cancelled")
+	require.NotNil(t, b.CancelledAt)
+	sent := e.up.Requests()
+	require.Less(t, sent, int64(10), "not every line ran")
+	// The held requests can only end by being cancelled: the gate is still closed.
+	deadline = time.Now().Add(5 * time.Second)
+	for e.up.InFlight() > 0 {
+		require.True(t, time.Now().Before(deadline), "the requests in flight were not cancelled upstream")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Positive(t, e.up.Canceled())
+	out := e.content(t, b.OutputFileID)
+	require.Len(t, out, int(b.RequestCounts.Completed))
+	require.GreaterOrEqual(t, b.RequestCounts.Completed, done)
+	require.Positive(t, b.RequestCounts.Completed, "the partial output is kept")
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, sent, e.up.Requests(), "no request after the batch was cancelled")
+
+	// A cancelled batch cannot be cancelled into anything else; a completed one refuses.
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", "", nil))
+	release()
+	id2 := e.create(t, e.upload(t, chatLines(1, "m1")), "24h")
+	e.waitStatus(t, id2, 10*time.Second, "completed")
+	require.Equal(t, http.StatusConflict, e.do(t, http.MethodPost, "/v1/batches/"+id2+"/cancel", "", nil))
+}
+
+// A batch whose completion window ends: expired, with the completed lines in the output file and
+// every other line in the error file as batch_expired.
+func TestExpiry(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Concurrency = 2 }})
+	e.up.SetLatency(300 * time.Millisecond)
+	id := e.create(t, e.upload(t, chatLines(30, "m1")), "1s")
+	b := e.waitStatus(t, id, 15*time.Second, "expired")
+	require.NotNil(t, b.ExpiredAt)
+	require.EqualValues(t, 30, b.RequestCounts.Total)
+	out, errs := e.content(t, b.OutputFileID), e.content(t, b.ErrorFileID)
+	require.NotEmpty(t, out, "lines done before the window ended are kept")
+	require.NotEmpty(t, errs)
+	require.Len(t, byCustomID(out, errs), 30, "every line in one of the files")
+	require.Equal(t, 30, len(out)+len(errs))
+	for _, l := range errs {
+		require.NotNil(t, l.Error, l.CustomID)
+		require.Equal(t, "batch_expired", l.Error.Code)
+	}
+	require.EqualValues(t, len(errs), b.RequestCounts.Failed)
+}
+
+// Progress moves while a batch runs and ends at 100%.
+func TestProgress(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Concurrency = 1 },
+		service: func(o *batch.Options) { o.ChunkLines = 2 }})
+	e.up.SetLatency(20 * time.Millisecond)
+	id := e.create(t, e.upload(t, chatLines(20, "m1")), "24h")
+	var seen []int64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var b batchView
+		e.do(t, http.MethodGet, "/v1/batches/"+id, "", &b)
+		if len(seen) == 0 || seen[len(seen)-1] != b.Progress.Done {
+			seen = append(seen, b.Progress.Done)
+		}
+		if b.Status == "completed" {
+			assert.InDelta(t, 100, b.Progress.Percent, 0.001)
+			break
+		}
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Greater(t, len(seen), 3, "counts move while the batch runs: %v", seen)
+}
+
+// Online requests during a large batch keep their share of the gateway: with load shedding on,
+// batch work never holds more than its share of the slots (the rest of it waits, without failing),
+// so online requests are admitted at once and all succeed, and the batch still completes.
+func TestOnlineTrafficKeepsPriority(t *testing.T) {
+	sh := guard.NewShedder(guard.ShedderConfig{MaxInFlight: 8, BatchShare: 0.5, MaxQueue: 10000, QueueTimeout: 100 * time.Millisecond})
+	g := guard.New(guard.Options{Shedder: sh, Logger: quiet()})
+	e := startEnv(t, envOptions{admit: g.OpenAI(), worker: func(o *batch.WorkerOptions) { o.Concurrency = 32; o.Attempts = 1 }})
+	e.up.SetLatency(10 * time.Millisecond)
+	id := e.create(t, e.upload(t, chatLines(300, "m1")), "24h")
+
+	var maxBatch, maxInFlight atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st := sh.Stats()
+			if int64(st.Batch) > maxBatch.Load() {
+				maxBatch.Store(int64(st.Batch))
+			}
+			if int64(st.InFlight) > maxInFlight.Load() {
+				maxInFlight.Store(int64(st.InFlight))
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	require.Eventually(t, func() bool { return sh.Stats().Batch == 4 }, 10*time.Second, time.Millisecond, "the batch fills its share")
+	c := e.sdk()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 10 {
+		for range 4 {
+			wg.Go(func() {
+				_, err := c.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "m1",
+					Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("online")}})
+				if err != nil {
+					failed.Add(1)
+					t.Log(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	require.Zero(t, failed.Load(), "every online request is admitted")
+	b := e.waitStatus(t, id, 60*time.Second, "completed")
+	close(stop)
+	<-sampled
+	require.EqualValues(t, 300, b.RequestCounts.Completed, "batch lines wait for slots, they do not fail (one attempt allowed)")
+	require.EqualValues(t, 4, maxBatch.Load(), "batch work holds its share, never more")
+	require.LessOrEqual(t, maxInFlight.Load(), int64(8))
+}
+
+// A chunk delivered again after its batch finished (at-least-once delivery) runs nothing.
+func TestRedeliveredChunkOfAFinishedBatchRunsNothing(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	id := e.create(t, e.upload(t, chatLines(3, "m1")), "24h")
+	e.waitStatus(t, id, 10*time.Second, "completed")
+	require.EqualValues(t, 3, e.up.Requests())
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"batch":"`+id+`","endpoint":"/v1/chat/completions","model":"m1","lines":[`+
+		`{"custom_id":"req-0","body":{"model":"m1","messages":[]}},{"custom_id":"req-1","body":{"model":"m1","messages":[]}}]}`))
+	require.NoError(t, e.bus.Publish(batch.DefaultTopics().Requests, msg))
+	// A chunk of a batch that is still running does run: the worker is listening.
+	id2 := e.create(t, e.upload(t, chatLines(2, "m1")), "24h")
+	e.waitStatus(t, id2, 10*time.Second, "completed")
+	require.EqualValues(t, 5, e.up.Requests(), "the stale chunk made no request")
+	b := e.waitStatus(t, id, time.Second, "completed")
+	require.EqualValues(t, 3, b.RequestCounts.Completed)
+}
+
+// A 10,000-line batch, some of whose lines the upstream refuses, on each bus and state store:
+// every custom_id ends up exactly once in the output or the error file, and the counts agree.
+func TestTenThousandLinesExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 requests")
+	}
+	stacks := map[string]func(t *testing.T) envOptions{
+		"gochannel+memory": func(t *testing.T) envOptions { return envOptions{} },
+		"kafka+redis": func(t *testing.T) envOptions {
+			k := bustest.StartKafka(t)
+			kb, err := bus.NewKafka(bus.KafkaConfig{Brokers: k.Addrs(), Partitions: 8}, quiet())
+			require.NoError(t, err)
+			r := redistest.Start(t)
+			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Addr}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(rc.Close)
+			return envOptions{bus: kb, state: batchstate.NewRedis(rc, batchstate.RedisOptions{Prefix: "t"})}
+		},
+	}
+	for name, stack := range stacks {
+		t.Run(name, func(t *testing.T) {
+			eo := stack(t)
+			eo.service = func(o *batch.Options) { o.ChunkLines = 64 }
+			e := startEnv(t, eo)
+			const n = 10_000
+			input := chatLines(n, "m1")
+			for i := 0; i < n; i += 97 {
+				input = strings.Replace(input, fmt.Sprintf(`"line %d"`, i), fmt.Sprintf(`"line %d refuse"`, i), 1)
+			}
+			e.up.FailBodiesContaining("refuse", http.StatusBadRequest)
+			id := e.create(t, e.upload(t, input), "24h")
+			b := e.waitStatus(t, id, 120*time.Second, "completed")
+			failed := (n + 96) / 97
+			require.EqualValues(t, n, b.RequestCounts.Total)
+			require.EqualValues(t, failed, b.RequestCounts.Failed)
+			require.EqualValues(t, n-failed, b.RequestCounts.Completed)
+			out, errs := e.content(t, b.OutputFileID), e.content(t, b.ErrorFileID)
+			require.Len(t, out, n-failed)
+			require.Len(t, errs, failed)
+			counts := byCustomID(out, errs)
+			require.Len(t, counts, n)
+			for cid, c := range counts {
+				require.Equal(t, 1, c, cid)
+			}
+			for _, l := range out {
+				require.Equal(t, 200, l.Response.StatusCode)
+			}
+			for _, l := range errs {
+				require.Equal(t, 400, l.Response.StatusCode)
+			}
+		})
+	}
+}

@@ -1,0 +1,463 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/files"
+	"github.com/infergate/infergate/adapters/openai"
+	"google.golang.org/grpc"
+)
+
+// Mount serves the Files and Batches API on mux (the grpc registrar is unused: the API is
+// HTTP only, as OpenAI's).
+func (s *Service) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+	mux.HandleFunc("POST /v1/files", s.uploadFile)
+	mux.HandleFunc("GET /v1/files", s.listFiles)
+	mux.HandleFunc("GET /v1/files/{id}", s.getFile)
+	mux.HandleFunc("GET /v1/files/{id}/content", s.fileContent)
+	mux.HandleFunc("DELETE /v1/files/{id}", s.deleteFile)
+	mux.HandleFunc("POST /v1/batches", s.createBatch)
+	mux.HandleFunc("GET /v1/batches", s.listBatches)
+	mux.HandleFunc("GET /v1/batches/{id}", s.getBatch)
+	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.cancelBatch)
+}
+
+func invalid(param, format string, args ...any) *openai.Error {
+	return &openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
+		Message: fmt.Sprintf(format, args...)}
+}
+
+func notFound(what, id string) *openai.Error {
+	return &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "id",
+		Message: fmt.Sprintf("No such %s object: %s", what, id)}
+}
+
+func (s *Service) internal(w http.ResponseWriter, what string, err error) {
+	s.log.Error(what, "err", err)
+	(&openai.Error{Status: http.StatusInternalServerError, Type: "server_error",
+		Message: "The server had an error while processing your request."}).Write(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		(&openai.Error{Status: http.StatusInternalServerError, Type: "server_error", Message: "encoding the response failed"}).Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// fileObject is OpenAI's file object.
+type fileObject struct {
+	files.File
+	Object string `json:"object"`
+	Status string `json:"status"`
+}
+
+func fileView(f files.File) fileObject {
+	return fileObject{File: f, Object: "file", Status: "processed"}
+}
+
+// uploadFile stores a multipart upload's "file" part (purpose "batch"), streaming it to the
+// store with the size limit enforced as the bytes arrive.
+func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+		invalid("", "Expected a multipart/form-data body with the fields 'file' and 'purpose'.").Write(w)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxFileBytes+1<<20)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		invalid("", "Malformed multipart body: %v.", err).Write(w)
+		return
+	}
+	var (
+		purpose string
+		stored  *files.File
+	)
+	drop := func() {
+		if stored != nil {
+			_ = s.o.Files.Delete(ctx, stored.ID)
+		}
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			drop()
+			invalid("", "Malformed multipart body: %v.", err).Write(w)
+			return
+		}
+		switch part.FormName() {
+		case "purpose":
+			b, _ := io.ReadAll(io.LimitReader(part, 64))
+			purpose = string(b)
+		case "file":
+			if stored != nil {
+				drop()
+				invalid("file", "Only one file may be uploaded at a time.").Write(w)
+				return
+			}
+			name := part.FileName()
+			if name == "" {
+				name = "upload.jsonl"
+			}
+			f, err := s.o.Files.Put(ctx, files.File{ID: files.NewID("file-"), CreatedAt: s.now().Unix(),
+				Filename: name, Purpose: "batch"}, part, s.o.MaxFileBytes)
+			if errors.Is(err, files.ErrTooLarge) {
+				(&openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: "file",
+					Message: fmt.Sprintf("The file is larger than %d bytes.", s.o.MaxFileBytes)}).Write(w)
+				return
+			}
+			if err != nil {
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					invalid("file", "The request body is too large.").Write(w)
+					return
+				}
+				s.internal(w, "storing an uploaded file", err)
+				return
+			}
+			stored = &f
+		}
+		part.Close()
+	}
+	switch {
+	case stored == nil:
+		invalid("file", "Missing required parameter: 'file'.").Write(w)
+	case purpose != "batch":
+		drop()
+		invalid("purpose", "Invalid purpose %q: this server stores files for batches only ('batch').", purpose).Write(w)
+	default:
+		writeJSON(w, http.StatusOK, fileView(*stored))
+	}
+}
+
+func (s *Service) listFiles(w http.ResponseWriter, r *http.Request) {
+	fs, err := s.o.Files.List(r.Context(), r.URL.Query().Get("purpose"))
+	if err != nil {
+		s.internal(w, "listing files", err)
+		return
+	}
+	data := make([]fileObject, len(fs))
+	for i, f := range fs {
+		data[i] = fileView(f)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": false})
+}
+
+// file looks up the file the path names, answering 404 when there is none.
+func (s *Service) file(w http.ResponseWriter, r *http.Request) (files.File, bool) {
+	id := r.PathValue("id")
+	f, err := s.o.Files.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, files.ErrNotFound):
+		notFound("File", id).Write(w)
+		return f, false
+	case err != nil:
+		s.internal(w, "reading a file", err)
+		return f, false
+	}
+	return f, true
+}
+
+func (s *Service) getFile(w http.ResponseWriter, r *http.Request) {
+	if f, ok := s.file(w, r); ok {
+		writeJSON(w, http.StatusOK, fileView(f))
+	}
+}
+
+func (s *Service) fileContent(w http.ResponseWriter, r *http.Request) {
+	f, ok := s.file(w, r)
+	if !ok {
+		return
+	}
+	rc, err := s.o.Files.Open(r.Context(), f.ID)
+	if errors.Is(err, files.ErrNotFound) {
+		notFound("File", f.ID).Write(w)
+		return
+	}
+	if err != nil {
+		s.internal(w, "opening a file", err)
+		return
+	}
+	defer rc.Close()
+	// No Content-Length from f: the file may have been replaced between Get and Open.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = io.Copy(w, rc)
+}
+
+func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := s.o.Files.Delete(r.Context(), id)
+	switch {
+	case errors.Is(err, files.ErrNotFound):
+		notFound("File", id).Write(w)
+	case err != nil:
+		s.internal(w, "deleting a file", err)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+	}
+}
+
+// Completion windows: OpenAI's "24h", or (an infergate extension) any duration from 1 s to 7 days.
+const maxWindow = 7 * 24 * time.Hour
+
+func parseWindow(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(s)
+	return d, err == nil && d >= time.Second && d <= maxWindow
+}
+
+type createBatchRequest struct {
+	InputFileID      string            `json:"input_file_id"`
+	Endpoint         string            `json:"endpoint"`
+	CompletionWindow string            `json:"completion_window"`
+	Metadata         map[string]string `json:"metadata"`
+}
+
+func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req createBatchRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err := dec.Decode(&req); err != nil {
+		invalid("", "The body is not a valid JSON object: %v.", jsonProblem(err)).Write(w)
+		return
+	}
+	window, windowOK := parseWindow(req.CompletionWindow)
+	switch {
+	case req.InputFileID == "":
+		invalid("input_file_id", "Missing required parameter: 'input_file_id'.").Write(w)
+		return
+	case !endpoints[req.Endpoint]:
+		invalid("endpoint", "Invalid endpoint %q: one of /v1/chat/completions, /v1/completions, /v1/embeddings.", req.Endpoint).Write(w)
+		return
+	case !windowOK:
+		invalid("completion_window", "Invalid completion_window %q: '24h' (or a duration from 1s to 168h).", req.CompletionWindow).Write(w)
+		return
+	case len(req.Metadata) > 16:
+		invalid("metadata", "metadata holds at most 16 pairs.").Write(w)
+		return
+	}
+	for k, v := range req.Metadata {
+		if len(k) > 64 || len(v) > 512 {
+			invalid("metadata", "metadata keys are at most 64 characters and values at most 512.").Write(w)
+			return
+		}
+	}
+	f, err := s.o.Files.Get(ctx, req.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		(&openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input_file_id",
+			Message: fmt.Sprintf("No such File object: %s", req.InputFileID)}).Write(w)
+		return
+	}
+	if err != nil {
+		s.internal(w, "reading a batch's input file", err)
+		return
+	}
+	if f.Purpose != "batch" {
+		invalid("input_file_id", "The file %s has purpose %q; a batch's input needs purpose 'batch'.", f.ID, f.Purpose).Write(w)
+		return
+	}
+	now := s.now()
+	// Rounded up to the second, so a window is never cut short.
+	expires := now.Add(window + time.Second - 1).Unix()
+	b := &batchstate.Batch{ID: files.NewID("batch_"), Endpoint: req.Endpoint, InputFileID: req.InputFileID,
+		CompletionWindow: req.CompletionWindow, Status: batchstate.Validating, CreatedAt: now.Unix(),
+		ExpiresAt: expires, Metadata: req.Metadata,
+		Claim: s.o.ID, ClaimUntil: now.Add(s.o.ClaimTTL).UnixMilli()}
+	if err := s.o.State.Create(ctx, b); err != nil {
+		s.internal(w, "creating a batch", err)
+		return
+	}
+	s.m.batches.WithLabelValues(string(batchstate.Validating)).Inc()
+	s.background(func(ctx context.Context) { s.prepare(ctx, b.ID) })
+	writeJSON(w, http.StatusOK, batchView(b, now))
+}
+
+// batch looks up the batch the path names, answering 404 when there is none.
+func (s *Service) batch(w http.ResponseWriter, r *http.Request) (*batchstate.Batch, bool) {
+	id := r.PathValue("id")
+	b, err := s.o.State.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, batchstate.ErrNotFound):
+		notFound("Batch", id).Write(w)
+		return nil, false
+	case err != nil:
+		s.internal(w, "reading a batch", err)
+		return nil, false
+	}
+	return b, true
+}
+
+func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) {
+	if b, ok := s.batch(w, r); ok {
+		writeJSON(w, http.StatusOK, batchView(b, s.now()))
+	}
+}
+
+func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			invalid("limit", "limit must be an integer from 1 to 100.").Write(w)
+			return
+		}
+		limit = n
+	}
+	bs, more, err := s.o.State.List(r.Context(), q.Get("after"), limit)
+	if err != nil {
+		s.internal(w, "listing batches", err)
+		return
+	}
+	now := s.now()
+	data := make([]batchObject, len(bs))
+	for i, b := range bs {
+		data[i] = batchView(b, now)
+	}
+	var first, last *string
+	if len(bs) > 0 {
+		first, last = &bs[0].ID, &bs[len(bs)-1].ID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+}
+
+// cancelBatch stops a batch: one still validating is cancelled at once; one in progress is
+// cancelling until the lines in flight stopped, then cancelled with its partial output.
+func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	now := s.now().Unix()
+	var refused batchstate.Status
+	b, err := s.o.State.Update(r.Context(), id, func(b *batchstate.Batch) error {
+		refused = ""
+		switch b.Status {
+		case batchstate.Validating:
+			b.Status, b.CancellingAt, b.CancelledAt, b.Claim, b.ClaimUntil = batchstate.Cancelled, now, now, "", 0
+		case batchstate.InProgress:
+			b.Status, b.CancellingAt = batchstate.Cancelling, now
+		case batchstate.Cancelling, batchstate.Cancelled:
+			return batchstate.ErrUnchanged
+		default:
+			refused = b.Status
+			return batchstate.ErrUnchanged
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, batchstate.ErrNotFound):
+		notFound("Batch", id).Write(w)
+	case err != nil:
+		s.internal(w, "cancelling a batch", err)
+	case refused != "":
+		(&openai.Error{Status: http.StatusConflict, Type: "invalid_request_error",
+			Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", refused)}).Write(w)
+	default:
+		s.log.Info("batch cancel requested", "batch", id, "status", b.Status)
+		writeJSON(w, http.StatusOK, batchView(b, s.now()))
+	}
+}
+
+// batchObject is OpenAI's batch object, plus infergate's progress.
+type batchObject struct {
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	Endpoint         string            `json:"endpoint"`
+	Model            *string           `json:"model"`
+	Errors           *batchErrors      `json:"errors"`
+	InputFileID      string            `json:"input_file_id"`
+	CompletionWindow string            `json:"completion_window"`
+	Status           string            `json:"status"`
+	OutputFileID     *string           `json:"output_file_id"`
+	ErrorFileID      *string           `json:"error_file_id"`
+	CreatedAt        int64             `json:"created_at"`
+	InProgressAt     *int64            `json:"in_progress_at"`
+	ExpiresAt        *int64            `json:"expires_at"`
+	FinalizingAt     *int64            `json:"finalizing_at"`
+	CompletedAt      *int64            `json:"completed_at"`
+	FailedAt         *int64            `json:"failed_at"`
+	ExpiredAt        *int64            `json:"expired_at"`
+	CancellingAt     *int64            `json:"cancelling_at"`
+	CancelledAt      *int64            `json:"cancelled_at"`
+	RequestCounts    requestCounts     `json:"request_counts"`
+	Metadata         map[string]string `json:"metadata"`
+	Progress         progress          `json:"progress"`
+}
+
+type batchErrors struct {
+	Object string                  `json:"object"`
+	Data   []batchstate.ErrorEntry `json:"data"`
+}
+
+type requestCounts struct {
+	Total     int64 `json:"total"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
+}
+
+// progress is an infergate extension of the batch object: how far the batch got and how fast.
+type progress struct {
+	Done           int64   `json:"done"`
+	Total          int64   `json:"total"`
+	Percent        float64 `json:"percent"`
+	LinesPerSecond float64 `json:"lines_per_second"`
+}
+
+func batchView(b *batchstate.Batch, now time.Time) batchObject {
+	opt := func(v int64) *int64 {
+		if v == 0 {
+			return nil
+		}
+		return &v
+	}
+	str := func(v string) *string {
+		if v == "" {
+			return nil
+		}
+		return &v
+	}
+	o := batchObject{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, Model: str(b.Model), InputFileID: b.InputFileID,
+		CompletionWindow: b.CompletionWindow, Status: string(b.Status), OutputFileID: str(b.OutputFileID),
+		ErrorFileID: str(b.ErrorFileID), CreatedAt: b.CreatedAt, InProgressAt: opt(b.InProgressAt),
+		ExpiresAt: opt(b.ExpiresAt), FinalizingAt: opt(b.FinalizingAt), CompletedAt: opt(b.CompletedAt),
+		FailedAt: opt(b.FailedAt), ExpiredAt: opt(b.ExpiredAt), CancellingAt: opt(b.CancellingAt),
+		CancelledAt: opt(b.CancelledAt), Metadata: b.Metadata,
+		RequestCounts: requestCounts{Total: b.Counts.Total, Completed: b.Counts.Completed, Failed: b.Counts.Failed}}
+	if len(b.Errors) > 0 {
+		o.Errors = &batchErrors{Object: "list", Data: b.Errors}
+	}
+	c := b.Counts
+	o.Progress = progress{Done: c.Completed + c.Failed + c.Skipped, Total: c.Total}
+	if c.Total > 0 {
+		o.Progress.Percent = float64(o.Progress.Done) * 100 / float64(c.Total)
+	}
+	if b.InProgressAt != 0 {
+		end := now.Unix()
+		for _, t := range []int64{b.FinalizingAt, b.CancelledAt, b.ExpiredAt} {
+			if t != 0 {
+				end = t
+				break
+			}
+		}
+		if secs := end - b.InProgressAt; secs > 0 {
+			o.Progress.LinesPerSecond = float64(o.Progress.Done) / float64(secs)
+		} else {
+			o.Progress.LinesPerSecond = float64(o.Progress.Done)
+		}
+	}
+	return o
+}

@@ -1,0 +1,115 @@
+package batch
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/bus"
+)
+
+// Topics names the bus topics of batch work.
+type Topics struct {
+	// Requests carries chunks of lines to workers.
+	Requests string
+	// Results carries the lines' results to the collectors.
+	Results string
+	// DeadLetter receives lines that kept failing after their retries, with the last error,
+	// for an operator to inspect or replay; they are also in the batch's error file.
+	DeadLetter string
+}
+
+// DefaultTopics are the topics' names with the default prefix, "infergate.batch".
+func DefaultTopics() Topics { return TopicsWithPrefix("infergate.batch") }
+
+// TopicsWithPrefix names the topics prefix.requests, prefix.results and prefix.dead-letter.
+func TopicsWithPrefix(prefix string) Topics {
+	return Topics{Requests: prefix + ".requests", Results: prefix + ".results", DeadLetter: prefix + ".dead-letter"}
+}
+
+// Consumer groups: every worker shares the requests, every collector the results.
+const (
+	workersGroup    = "infergate-batch-workers"
+	collectorsGroup = "infergate-batch-collectors"
+)
+
+// chunk is a requests-topic message: some lines of one batch.
+type chunk struct {
+	Batch    string `json:"batch"`
+	Endpoint string `json:"endpoint"`
+	Model    string `json:"model"`
+	Lines    []Line `json:"lines"`
+}
+
+// resultLine is one line's result on the results topic.
+type resultLine struct {
+	CustomID string                `json:"custom_id"`
+	Kind     batchstate.ResultKind `json:"kind"`
+	Line     json.RawMessage       `json:"line,omitempty"`
+}
+
+// results is a results-topic message: the results of one chunk's lines.
+type results struct {
+	Batch   string       `json:"batch"`
+	Results []resultLine `json:"results"`
+}
+
+// deadLetter is a dead-letter-topic message: a line that kept failing.
+type deadLetter struct {
+	Batch    string          `json:"batch"`
+	Endpoint string          `json:"endpoint"`
+	CustomID string          `json:"custom_id"`
+	Body     json.RawMessage `json:"body"`
+	Attempts int             `json:"attempts"`
+	Error    string          `json:"error"`
+}
+
+// newMessage encodes v as a message partitioned by key.
+func newMessage(key string, v any) (*message.Message, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding a batch message: %w", err)
+	}
+	m := message.NewMessage(watermill.NewUUID(), b)
+	m.Metadata.Set(bus.KeyMetadata, key)
+	return m, nil
+}
+
+var errBadMessage = errors.New("malformed batch message")
+
+// decodeChunk decodes a requests-topic message, checking what the worker relies on.
+func decodeChunk(b []byte) (*chunk, error) {
+	var c chunk
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadMessage, err)
+	}
+	if c.Batch == "" || !endpoints[c.Endpoint] || len(c.Lines) == 0 {
+		return nil, fmt.Errorf("%w: no batch, endpoint or lines", errBadMessage)
+	}
+	for _, l := range c.Lines {
+		if l.CustomID == "" || len(l.Body) == 0 {
+			return nil, fmt.Errorf("%w: a line without custom_id or body", errBadMessage)
+		}
+	}
+	return &c, nil
+}
+
+// decodeResults decodes a results-topic message.
+func decodeResults(b []byte) (*results, error) {
+	var r results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadMessage, err)
+	}
+	if r.Batch == "" {
+		return nil, fmt.Errorf("%w: no batch", errBadMessage)
+	}
+	for _, l := range r.Results {
+		if l.CustomID == "" || l.Kind < batchstate.Output || l.Kind > batchstate.Skipped || (l.Kind != batchstate.Skipped) != (len(l.Line) > 0) {
+			return nil, fmt.Errorf("%w: a result without custom_id, with an unknown kind, or a line that does not match its kind", errBadMessage)
+		}
+	}
+	return &r, nil
+}

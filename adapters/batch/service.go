@@ -1,0 +1,561 @@
+// Package batch runs offline batch inference behind OpenAI's Files and Batches API: an uploaded
+// JSONL file of requests becomes a batch, validated as a whole, whose lines travel in chunks over
+// a bus (Watermill: GoChannel in one process, Kafka across machines) to workers that call the
+// model through the gateway's own routing and guard at batch priority. Results come back over the
+// bus, are stored once per custom_id, and are assembled into the output and error files exactly
+// once. Any replica or worker may die at any time: delivery is at least once, storage is
+// idempotent, and claims that expire let another replica finish what one started.
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/batch/files"
+)
+
+// Options configures a Service.
+type Options struct {
+	Files files.Store
+	State batchstate.Store
+	Bus   bus.Bus
+	// Topics default to DefaultTopics().
+	Topics  Topics
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// MaxFileBytes bounds an uploaded file; default 200 MiB, as OpenAI's.
+	MaxFileBytes int64
+	// MaxLines bounds the requests of one batch; default 100,000.
+	MaxLines int
+	// MaxLineBytes bounds one input line (one request); default 16 MiB. Over Kafka keep it under
+	// the brokers' message.max.bytes (1 MB by default): a line travels in one message.
+	MaxLineBytes int
+	// ChunkLines is the most lines a requests-topic message carries; default 64. A chunk also
+	// stops before it passes 512 KiB, so it stays under Kafka's message size limit.
+	ChunkLines int
+	// ClaimTTL is how long a replica owns a batch's validation, dispatch or finalization before
+	// another may take it over; default 1 minute.
+	ClaimTTL time.Duration
+	// SweepInterval is how often a replica looks for batches to take over, expire or finish;
+	// default 2 s.
+	SweepInterval time.Duration
+	// Grace is how long after a cancel or the end of the completion window lines in flight
+	// may still report their results before the rest are given up; default 2 s.
+	Grace time.Duration
+	// ID names this replica in claims; default a random id.
+	ID string
+}
+
+// Service serves the Files and Batches API, dispatches batches to the bus, collects results
+// and finalizes batches. Workers (in this process or others) run the lines.
+type Service struct {
+	o   Options
+	log *slog.Logger
+	m   *Metrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a service; Run starts its collector and sweeper.
+func New(o Options) (*Service, error) {
+	if o.Files == nil || o.State == nil || o.Bus == nil {
+		return nil, errors.New("batch: Files, State and Bus are required")
+	}
+	if o.Topics == (Topics{}) {
+		o.Topics = DefaultTopics()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = 200 << 20
+	}
+	if o.MaxLines <= 0 {
+		o.MaxLines = 100_000
+	}
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = 16 << 20
+	}
+	if o.ChunkLines <= 0 {
+		o.ChunkLines = 64
+	}
+	if o.ClaimTTL <= 0 {
+		o.ClaimTTL = time.Minute
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = 2 * time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 2 * time.Second
+	}
+	if o.ID == "" {
+		o.ID = newID("replica-")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, ctx: ctx, cancel: cancel}, nil
+}
+
+// Run collects results and sweeps batches until ctx ends or Close is called.
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	msgs, err := s.o.Bus.Subscribe(ctx, s.o.Topics.Results, collectorsGroup)
+	if err != nil {
+		return fmt.Errorf("batch: subscribing to %s: %w", s.o.Topics.Results, err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.sweep(ctx) })
+	sem := make(chan struct{}, 16)
+	for msg := range msgs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.collect(ctx, msg)
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// Close stops Run and the batches this replica is validating, dispatching or finalizing (their
+// claims expire and another replica takes them over), and waits for them.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// background runs f for a batch step outside the request that started it.
+func (s *Service) background(f func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f(s.ctx)
+	}()
+}
+
+func (s *Service) now() time.Time { return time.Now() }
+
+// collect stores one results message and finalizes its batch when that was its last line.
+func (s *Service) collect(ctx context.Context, msg *message.Message) {
+	r, err := decodeResults(msg.Payload)
+	if err != nil {
+		s.log.Error("dropping a malformed results message", "err", err)
+		msg.Ack()
+		return
+	}
+	rs := make([]batchstate.Result, len(r.Results))
+	for i, l := range r.Results {
+		rs[i] = batchstate.Result{CustomID: l.CustomID, Kind: l.Kind, Line: l.Line}
+	}
+	counts, err := s.o.State.Record(ctx, r.Batch, rs)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("recording batch results; they will be delivered again", "batch", r.Batch, "err", err)
+		}
+		msg.Nack()
+		return
+	}
+	msg.Ack()
+	if counts.Done() {
+		s.background(func(ctx context.Context) { s.finalize(ctx, r.Batch) })
+	}
+}
+
+// claim takes the batch's claim for this replica if it is free or expired and the batch is in
+// one of the statuses, applying change; it reports whether this replica now owns the step.
+func (s *Service) claim(ctx context.Context, id string, change func(*batchstate.Batch) error, statuses ...batchstate.Status) (*batchstate.Batch, bool, error) {
+	owned := false
+	b, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+		owned = false
+		now := s.now().UnixMilli()
+		if !hasStatus(b, statuses...) || (b.Claim != "" && b.Claim != s.o.ID && b.ClaimUntil > now) {
+			return batchstate.ErrUnchanged
+		}
+		if change != nil {
+			if err := change(b); err != nil {
+				return err
+			}
+		}
+		b.Claim, b.ClaimUntil = s.o.ID, now+s.o.ClaimTTL.Milliseconds()
+		owned = true
+		return nil
+	})
+	return b, owned, err
+}
+
+func hasStatus(b *batchstate.Batch, statuses ...batchstate.Status) bool {
+	for _, st := range statuses {
+		if b.Status == st {
+			return true
+		}
+	}
+	return false
+}
+
+// prepare validates a batch's input file and dispatches its lines, or fails it with the file's
+// errors. The caller holds the batch's claim.
+func (s *Service) prepare(ctx context.Context, id string) {
+	b, err := s.o.State.Get(ctx, id)
+	if err != nil {
+		s.log.Warn("preparing a batch", "batch", id, "err", err)
+		return
+	}
+	p, errs, err := s.readInput(ctx, b)
+	if err != nil {
+		s.log.Warn("reading a batch's input; another try follows when the claim expires", "batch", id, "err", err)
+		return
+	}
+	now := s.now().Unix()
+	if errs != nil {
+		_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+			if b.Status != batchstate.Validating {
+				return batchstate.ErrUnchanged
+			}
+			b.Status, b.FailedAt, b.Errors, b.Claim, b.ClaimUntil = batchstate.Failed, now, errs, "", 0
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("failing a batch", "batch", id, "err", err)
+			return
+		}
+		s.m.batches.WithLabelValues(string(batchstate.Failed)).Inc()
+		s.log.Info("batch failed validation", "batch", id, "errors", len(errs), "first", errs[0].Message)
+		return
+	}
+	b, err = s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+		if b.Status != batchstate.Validating || b.Claim != s.o.ID {
+			return batchstate.ErrUnchanged
+		}
+		b.Status, b.InProgressAt, b.Model, b.Counts.Total = batchstate.InProgress, now, p.model, int64(len(p.lines))
+		b.ClaimUntil = s.now().Add(s.o.ClaimTTL).UnixMilli()
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("starting a batch", "batch", id, "err", err)
+		return
+	}
+	if b.Status != batchstate.InProgress || b.Claim != s.o.ID {
+		return // cancelled while it was validated, or taken over
+	}
+	s.m.batches.WithLabelValues(string(batchstate.InProgress)).Inc()
+	s.dispatch(ctx, b, p)
+}
+
+// readInput opens and validates a batch's input file: the parsed lines, or the errors that fail
+// the batch; err when the file could not be read (try again later).
+func (s *Service) readInput(ctx context.Context, b *batchstate.Batch) (*parsed, []batchstate.ErrorEntry, error) {
+	f, err := s.o.Files.Open(ctx, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		return nil, []batchstate.ErrorEntry{{Code: "file_not_found", Message: fmt.Sprintf("The input file %s no longer exists.", b.InputFileID)}}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	return parseInput(f, b.Endpoint, s.o.MaxLines, s.o.MaxLineBytes)
+}
+
+// dispatch publishes the batch's lines in chunks, then marks it dispatched and frees its claim.
+// Each chunk has a partition key of its own (batch id and chunk number), so one batch spreads
+// over every partition and so over every worker of the group, rather than queueing behind one.
+func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, p *parsed) {
+	const perPublish = 16 // messages per Publish call
+	var msgs []*message.Message
+	flush := func() bool {
+		if len(msgs) == 0 {
+			return true
+		}
+		if err := s.o.Bus.Publish(s.o.Topics.Requests, msgs...); err != nil {
+			s.log.Warn("dispatching a batch; another try follows when the claim expires", "batch", b.ID, "err", err)
+			return false
+		}
+		msgs = msgs[:0]
+		return true
+	}
+	for n, lines := range chunkLines(p.lines, s.o.ChunkLines, maxChunkBytes) {
+		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: p.model, Lines: lines}
+		msg, err := newMessage(b.ID+"/"+strconv.Itoa(n), c)
+		if err != nil {
+			s.log.Error("encoding a batch chunk", "batch", b.ID, "err", err)
+			return
+		}
+		msgs = append(msgs, msg)
+		if len(msgs) == perPublish && !flush() {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if !flush() {
+		return
+	}
+	s.m.queued.Add(float64(len(p.lines)))
+	_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
+		b.Dispatched = true
+		if b.Claim == s.o.ID {
+			b.Claim, b.ClaimUntil = "", 0
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("marking a batch dispatched", "batch", b.ID, "err", err)
+	}
+}
+
+// maxChunkBytes bounds the request bodies of one chunk (a single larger line goes alone).
+const maxChunkBytes = 512 << 10
+
+// chunkLines splits lines into chunks of at most maxLines lines whose bodies hold at most
+// maxBytes together; a line larger than that is a chunk of its own.
+func chunkLines(lines []Line, maxLines, maxBytes int) [][]Line {
+	var out [][]Line
+	for i := 0; i < len(lines); {
+		end, size := i+1, len(lines[i].Body)
+		for end < len(lines) && end-i < maxLines && size+len(lines[end].Body) <= maxBytes {
+			size += len(lines[end].Body)
+			end++
+		}
+		out = append(out, lines[i:end])
+		i = end
+	}
+	return out
+}
+
+// fileID is the id of a batch's output ("output") or error ("error") file: fixed, so a
+// finalization that is repeated after a crash replaces what the first one wrote.
+func fileID(batchID, which string) string { return "file-" + batchID + "-" + which }
+
+// finalize assembles a finished batch's output and error files, exactly once across replicas,
+// and moves it to its terminal status: completed, cancelled or expired.
+func (s *Service) finalize(ctx context.Context, id string) {
+	cur, err := s.o.State.Get(ctx, id)
+	if err != nil || !cur.Counts.Done() {
+		return
+	}
+	now := s.now()
+	b, owned, err := s.claim(ctx, id, func(b *batchstate.Batch) error {
+		if b.Status == batchstate.InProgress {
+			b.Status, b.FinalizingAt = batchstate.Finalizing, now.Unix()
+		}
+		return nil
+	}, batchstate.InProgress, batchstate.Cancelling, batchstate.Finalizing)
+	if err != nil {
+		s.log.Warn("claiming a batch's finalization", "batch", id, "err", err)
+		return
+	}
+	if !owned {
+		return
+	}
+	outN, errN, err := s.writeFiles(ctx, b)
+	if err != nil {
+		s.log.Warn("writing a batch's files; another try follows when the claim expires", "batch", id, "err", err)
+		return
+	}
+	b, err = s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+		if b.Claim != s.o.ID || b.Status.Terminal() {
+			return batchstate.ErrUnchanged
+		}
+		t := s.now().Unix()
+		switch {
+		case b.Status == batchstate.Cancelling:
+			b.Status, b.CancelledAt = batchstate.Cancelled, t
+		case b.ExpiredAt != 0:
+			b.Status = batchstate.Expired
+		default:
+			if b.FinalizingAt == 0 {
+				b.FinalizingAt = t
+			}
+			b.Status, b.CompletedAt = batchstate.Completed, t
+		}
+		b.OutputFileID, b.ErrorFileID = "", ""
+		if outN > 0 {
+			b.OutputFileID = fileID(id, "output")
+		}
+		if errN > 0 {
+			b.ErrorFileID = fileID(id, "error")
+		}
+		b.Claim, b.ClaimUntil = "", 0
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("completing a batch", "batch", id, "err", err)
+		return
+	}
+	if !b.Status.Terminal() || b.Claim != "" {
+		return
+	}
+	s.m.batches.WithLabelValues(string(b.Status)).Inc()
+	s.log.Info("batch finished", "batch", id, "status", b.Status, "completed", b.Counts.Completed, "failed", b.Counts.Failed)
+	if err := s.o.State.DropResults(ctx, id); err != nil {
+		s.log.Warn("dropping a finished batch's results", "batch", id, "err", err)
+	}
+}
+
+// writeFiles writes the batch's output and error files from its recorded results, streaming
+// them (a large batch's results never sit whole in memory); empty files are removed.
+func (s *Service) writeFiles(ctx context.Context, b *batchstate.Batch) (outN, errN int, err error) {
+	type sink struct {
+		w    *io.PipeWriter
+		n    int
+		done chan error
+	}
+	now := s.now().Unix()
+	open := func(which, purpose string) *sink {
+		r, w := io.Pipe()
+		k := &sink{w: w, done: make(chan error, 1)}
+		go func() {
+			_, err := s.o.Files.Put(ctx, files.File{ID: fileID(b.ID, which), CreatedAt: now,
+				Filename: b.ID + "_" + which + ".jsonl", Purpose: purpose}, r, 0)
+			r.CloseWithError(err) // unblocks the writer if Put gave up
+			k.done <- err
+		}()
+		return k
+	}
+	out, errs := open("output", "batch_output"), open("error", "batch_output")
+	nl := []byte{'\n'}
+	err = s.o.State.Results(ctx, b.ID, func(r batchstate.Result) error {
+		k := out
+		switch r.Kind {
+		case batchstate.Skipped:
+			return nil
+		case batchstate.Error:
+			k = errs
+		}
+		k.n++
+		if _, err := k.w.Write(r.Line); err != nil {
+			return err
+		}
+		_, err := k.w.Write(nl)
+		return err
+	})
+	out.w.CloseWithError(err)
+	errs.w.CloseWithError(err)
+	e1, e2 := <-out.done, <-errs.done
+	if err = errors.Join(err, e1, e2); err != nil {
+		return 0, 0, err
+	}
+	for _, k := range []struct {
+		n     int
+		which string
+	}{{out.n, "output"}, {errs.n, "error"}} {
+		if k.n == 0 {
+			if err := s.o.Files.Delete(ctx, fileID(b.ID, k.which)); err != nil && !errors.Is(err, files.ErrNotFound) {
+				return 0, 0, err
+			}
+		}
+	}
+	return out.n, errs.n, nil
+}
+
+// sweep looks after every active batch now and then: it takes over steps whose replica died,
+// gives up the lines of cancelled and expired batches, and finalizes finished ones.
+func (s *Service) sweep(ctx context.Context) {
+	t := time.NewTicker(s.o.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := s.o.State.Active(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("listing active batches", "err", err)
+			}
+			continue
+		}
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
+			s.sweepOne(ctx, id)
+		}
+	}
+}
+
+func (s *Service) sweepOne(ctx context.Context, id string) {
+	b, err := s.o.State.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	now := s.now()
+	nowMs := now.UnixMilli()
+	claimFree := b.Claim == "" || b.ClaimUntil <= nowMs
+	graceOver := func(at int64) bool { return at != 0 && now.Sub(time.Unix(at, 0)) >= s.o.Grace }
+	switch {
+	case b.Counts.Done():
+		if claimFree {
+			s.finalize(ctx, id)
+		}
+	case b.Status == batchstate.Validating && claimFree:
+		if _, owned, err := s.claim(ctx, id, nil, batchstate.Validating); err == nil && owned {
+			s.log.Info("taking over a batch's validation", "batch", id, "from", b.Claim)
+			s.prepare(ctx, id)
+		}
+	case b.Status == batchstate.InProgress && !b.Dispatched && claimFree:
+		if b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress); err == nil && owned && !b.Dispatched {
+			s.log.Info("taking over a batch's dispatch", "batch", id)
+			if p, errs, err := s.readInput(ctx, b); err == nil && errs == nil {
+				s.dispatch(ctx, b, p)
+			}
+		}
+	case b.Status == batchstate.InProgress && b.ExpiresAt != 0 && now.Unix() >= b.ExpiresAt:
+		if b.ExpiredAt == 0 {
+			if err := markExpired(ctx, s.o.State, id, now); err != nil {
+				s.log.Warn("marking a batch expired", "batch", id, "err", err)
+			}
+			return
+		}
+		if graceOver(b.ExpiredAt) {
+			s.giveUp(ctx, b, batchstate.Error)
+		}
+	case b.Status == batchstate.Cancelling && graceOver(b.CancellingAt):
+		s.giveUp(ctx, b, batchstate.Skipped)
+	}
+}
+
+// giveUp records a result of kind for every line of the batch that has none (Skipped for a
+// cancelled batch, a batch_expired error for an expired one), so the batch finishes without
+// waiting for workers to drain its chunks; it then finalizes it.
+func (s *Service) giveUp(ctx context.Context, b *batchstate.Batch, kind batchstate.ResultKind) {
+	p, errs, err := s.readInput(ctx, b)
+	if err != nil || errs != nil {
+		s.log.Warn("giving up a batch's remaining lines", "batch", b.ID, "err", err)
+		return
+	}
+	const perRecord = 1000
+	rs := make([]batchstate.Result, 0, perRecord)
+	for i, l := range p.lines {
+		r := batchstate.Result{CustomID: l.CustomID, Kind: kind}
+		if kind == batchstate.Error {
+			r.Line = stopped(l.CustomID, errExpired).Line
+		}
+		rs = append(rs, r)
+		if len(rs) == perRecord || i == len(p.lines)-1 {
+			if _, err := s.o.State.Record(ctx, b.ID, rs); err != nil {
+				s.log.Warn("giving up a batch's remaining lines", "batch", b.ID, "err", err)
+				return
+			}
+			rs = rs[:0]
+		}
+	}
+	s.finalize(ctx, b.ID)
+}

@@ -1,0 +1,500 @@
+package batch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/tensor"
+)
+
+// Caller sends one request upstream through the gateway's routing, guard and metrics:
+// *openai.Proxy is one.
+type Caller interface {
+	Call(ctx context.Context, path string, body []byte) (*openai.Response, error)
+}
+
+// WorkerOptions configures a Worker.
+type WorkerOptions struct {
+	Bus    bus.Bus
+	State  batchstate.Store
+	Caller Caller
+	Topics Topics // default DefaultTopics()
+	Logger *slog.Logger
+	// Concurrency bounds the requests this worker has in flight per model; default 64.
+	Concurrency int
+	// Attempts bounds the tries of a line that fails with a retryable error (no connection, 429,
+	// 5xx, the gateway overloaded); default 4. Waits between them double from RetryBackoff
+	// (default 500 ms, at most 30 s), or follow the upstream's Retry-After.
+	Attempts     int
+	RetryBackoff time.Duration
+	// MaxResponseBytes bounds a response body kept for the output file; default 64 MiB.
+	MaxResponseBytes int64
+	// StatusInterval is how often the worker re-reads the state of the batches it runs, to
+	// stop a cancelled or expired batch's requests; default 250 ms.
+	StatusInterval time.Duration
+	Metrics        *Metrics
+}
+
+// Worker runs batch lines: it takes chunks from the requests topic (shared with every other
+// worker), sends their lines upstream at batch priority, and publishes their results.
+// Delivery is at least once: a chunk is acked only after its results were published, and a
+// redelivered chunk skips lines that already have results.
+type Worker struct {
+	o   WorkerOptions
+	log *slog.Logger
+
+	mu      sync.Mutex
+	sems    map[string]chan struct{} // per model
+	batches map[string]*running      // batches with lines in flight here
+}
+
+// running is a batch this worker has lines of in flight.
+type running struct {
+	refs   int
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	state  *batchstate.Batch
+	read   time.Time
+}
+
+// Causes a running batch's requests are cancelled with.
+var (
+	errCancelled = errors.New("batch cancelled")
+	errExpired   = errors.New("batch expired")
+)
+
+// NewWorker returns a worker; Run starts it.
+func NewWorker(o WorkerOptions) *Worker {
+	if o.Topics == (Topics{}) {
+		o.Topics = DefaultTopics()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 4
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = 500 * time.Millisecond
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = 64 << 20
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = 250 * time.Millisecond
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	return &Worker{o: o, log: o.Logger.With("component", "batch-worker"), sems: map[string]chan struct{}{},
+		batches: map[string]*running{}}
+}
+
+// Run consumes chunks until ctx ends, then waits for the chunks in hand: their lines' requests
+// are cancelled and the chunks are not acked, so another worker runs them again.
+func (w *Worker) Run(ctx context.Context) error {
+	msgs, err := w.o.Bus.Subscribe(ctx, w.o.Topics.Requests, workersGroup)
+	if err != nil {
+		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Requests, err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.watch(ctx) })
+	for msg := range msgs {
+		wg.Go(func() { w.handle(ctx, msg) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// handle runs one chunk and acks it once its results are published.
+func (w *Worker) handle(ctx context.Context, msg *message.Message) {
+	c, err := decodeChunk(msg.Payload)
+	if err != nil {
+		// A message no worker can read would come back forever: set it aside.
+		w.log.Error("dropping a malformed chunk to the dead-letter topic", "err", err)
+		if perr := w.o.Bus.Publish(w.o.Topics.DeadLetter, msg.Copy()); perr != nil {
+			w.log.Error("publishing to the dead-letter topic", "err", perr)
+			msg.Nack()
+			return
+		}
+		msg.Ack()
+		return
+	}
+	res, err := w.runChunk(ctx, c)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("batch chunk will be retried", "batch", c.Batch, "err", err)
+		}
+		msg.Nack()
+		return
+	}
+	if len(res.Results) > 0 {
+		out, err := newMessage(c.Batch, res)
+		if err == nil {
+			err = w.o.Bus.Publish(w.o.Topics.Results, out)
+		}
+		if err != nil {
+			w.log.Warn("publishing batch results; the chunk will be retried", "batch", c.Batch, "err", err)
+			msg.Nack()
+			return
+		}
+	}
+	msg.Ack()
+}
+
+// runChunk runs the chunk's lines that have no result yet. An error means the chunk must be
+// delivered again (the worker is stopping, the state store failed).
+func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
+	run, err := w.acquire(ctx, c.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer w.release(c.Batch)
+	res := &results{Batch: c.Batch}
+	if run.state == nil || run.state.Status.Terminal() {
+		// The batch is gone or over (a chunk delivered again after its batch finished): its
+		// results would be ignored, so nothing runs.
+		return res, nil
+	}
+	ids := make([]string, len(c.Lines))
+	for i, l := range c.Lines {
+		ids[i] = l.CustomID
+	}
+	done, err := w.o.State.Recorded(ctx, c.Batch, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading recorded lines: %w", err)
+	}
+	out := make([]resultLine, len(c.Lines))
+	var wg sync.WaitGroup
+	sem := w.sem(c.Model)
+	for i, l := range c.Lines {
+		if done[i] {
+			continue
+		}
+		if cause := context.Cause(run.ctx); cause != nil && ctx.Err() == nil {
+			out[i] = stopped(l.CustomID, cause)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-run.ctx.Done():
+			if ctx.Err() != nil {
+				wg.Wait()
+				return nil, ctx.Err()
+			}
+			out[i] = stopped(l.CustomID, context.Cause(run.ctx))
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = w.runLine(run.ctx, c, l)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the worker is stopping: lines cut short must run again elsewhere
+	}
+	for i := range out {
+		if out[i].Kind != 0 {
+			res.Results = append(res.Results, out[i])
+		}
+	}
+	return res, nil
+}
+
+// stopped is the result of a line that did not run because its batch was cancelled or expired.
+func stopped(customID string, cause error) resultLine {
+	if errors.Is(cause, errExpired) {
+		return resultLine{CustomID: customID, Kind: batchstate.Error,
+			Line: errorLine(customID, "batch_expired", "This request could not be executed before the completion window expired.")}
+	}
+	return resultLine{CustomID: customID, Kind: batchstate.Skipped}
+}
+
+// runLine sends one line upstream, retrying what may succeed later, and returns its result.
+func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) resultLine {
+	m := w.o.Metrics
+	m.inFlight.Inc()
+	defer m.inFlight.Dec()
+	start := time.Now()
+	var last string
+	for attempt := 1; ; attempt++ {
+		reqID := newID("req_")
+		status, header, body, yield, err := w.call(ctx, c.Endpoint, reqID, l.Body)
+		if yield && ctx.Err() == nil {
+			// The gateway holds batch work back for online traffic or a rate limit: wait as
+			// told, without spending an attempt; the batch's window bounds the waiting.
+			attempt--
+			m.yields.Inc()
+			select {
+			case <-time.After(w.backoff(1, header)):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return stopped(l.CustomID, context.Cause(ctx))
+		case err == nil && status >= 200 && status < 300:
+			m.lineDone(batchstate.Output, time.Since(start))
+			return resultLine{CustomID: l.CustomID, Kind: batchstate.Output, Line: responseLine(l.CustomID, reqID, status, body)}
+		case err == nil && !retryable(status):
+			m.lineDone(batchstate.Error, time.Since(start))
+			return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, status, body)}
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("status %d: %s", status, truncate(body, 512))
+		}
+		if attempt >= w.o.Attempts {
+			m.lineDone(batchstate.Error, time.Since(start))
+			w.deadLetter(c, l, attempt, last)
+			if err == nil { // the upstream's last answer is the line's response
+				return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, status, body)}
+			}
+			return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: errorLine(l.CustomID, "upstream_unavailable", last)}
+		}
+		m.retries.Inc()
+		select {
+		case <-time.After(w.backoff(attempt, header)):
+		case <-ctx.Done():
+			return stopped(l.CustomID, context.Cause(ctx))
+		}
+	}
+}
+
+// call sends one request and reads its answer: the status and body of the upstream's response,
+// or of the gateway's own refusal (an *openai.Error); err only when no answer came. yield
+// reports a refusal by the guard that asks batch work to wait (load shedding, rate limits).
+func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) (status int, h http.Header, b []byte, yield bool, err error) {
+	ctx = openai.WithRequestID(guard.WithPriority(ctx, guard.Batch), reqID)
+	resp, err := w.o.Caller.Call(ctx, endpoint, body)
+	if err != nil {
+		var oe *openai.Error
+		if errors.As(err, &oe) {
+			return oe.Status, oe.Header, oe.JSON(), yieldCodes[oe.Code], nil
+		}
+		return 0, nil, nil, false, err
+	}
+	defer resp.Close()
+	b, err = io.ReadAll(io.LimitReader(resp, w.o.MaxResponseBytes+1))
+	if err != nil {
+		return 0, nil, nil, false, fmt.Errorf("reading the upstream's response: %w", err)
+	}
+	if int64(len(b)) > w.o.MaxResponseBytes {
+		return http.StatusBadGateway, nil, (&openai.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "response_too_large",
+			Message: fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)}).JSON(), false, nil
+	}
+	return resp.StatusCode, resp.Header, b, false, nil
+}
+
+// yieldCodes are the guard's refusals that mean "not now" rather than "this request failed".
+var yieldCodes = map[string]bool{"overloaded": true, "queue_timeout": true, "rate_limit_exceeded": true,
+	"rate_limiter_unavailable": true}
+
+// retryable reports whether a status may succeed when tried again.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500
+}
+
+// backoff is the wait before the next attempt: the upstream's Retry-After when it sent one,
+// else an exponential wait with jitter.
+func (w *Worker) backoff(attempt int, h http.Header) time.Duration {
+	const maxWait = 30 * time.Second
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, maxWait)
+	}
+	d := min(w.o.RetryBackoff<<(attempt-1), maxWait)
+	return d/2 + mrand.N(d/2+1)
+}
+
+func (w *Worker) deadLetter(c *chunk, l Line, attempts int, last string) {
+	msg, err := newMessage(c.Batch, deadLetter{Batch: c.Batch, Endpoint: c.Endpoint, CustomID: l.CustomID,
+		Body: l.Body, Attempts: attempts, Error: last})
+	if err == nil {
+		err = w.o.Bus.Publish(w.o.Topics.DeadLetter, msg)
+	}
+	if err != nil {
+		w.log.Error("publishing a failed line to the dead-letter topic", "batch", c.Batch, "custom_id", l.CustomID, "err", err)
+		return
+	}
+	w.o.Metrics.deadLettered.Inc()
+}
+
+// sem is the model's concurrency bound.
+func (w *Worker) sem(model string) chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.sems[model]
+	if !ok {
+		s = make(chan struct{}, w.o.Concurrency)
+		w.sems[model] = s
+	}
+	return s
+}
+
+// acquire registers a chunk of the batch as running here, reading the batch's state when this
+// worker has none fresh: its context ends when the batch is cancelled or expires.
+func (w *Worker) acquire(ctx context.Context, id string) (*running, error) {
+	w.mu.Lock()
+	run, ok := w.batches[id]
+	if !ok {
+		rctx, cancel := context.WithCancelCause(ctx)
+		run = &running{ctx: rctx, cancel: cancel}
+		w.batches[id] = run
+	}
+	run.refs++
+	fresh := ok && time.Since(run.read) < w.o.StatusInterval
+	w.mu.Unlock()
+	if fresh {
+		return run, nil
+	}
+	if err := w.refresh(ctx, id, run); err != nil {
+		w.release(id)
+		return nil, err
+	}
+	return run, nil
+}
+
+func (w *Worker) release(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	run := w.batches[id]
+	run.refs--
+	if run.refs == 0 {
+		run.cancel(nil)
+		delete(w.batches, id)
+	}
+}
+
+// refresh reads the batch's state and cancels its requests if it was cancelled or expired.
+func (w *Worker) refresh(ctx context.Context, id string, run *running) error {
+	b, err := w.o.State.Get(ctx, id)
+	if errors.Is(err, batchstate.ErrNotFound) {
+		b, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading batch %s: %w", id, err)
+	}
+	w.mu.Lock()
+	run.state, run.read = b, time.Now()
+	w.mu.Unlock()
+	switch {
+	case b == nil:
+	case b.Status == batchstate.Cancelling || b.Status == batchstate.Cancelled:
+		run.cancel(errCancelled)
+	case b.ExpiredAt != 0 || (b.ExpiresAt != 0 && time.Now().Unix() >= b.ExpiresAt):
+		if b.ExpiredAt == 0 {
+			// Marked before any line is given up, so the batch finishes as expired, not
+			// completed, whoever finalizes it.
+			if err := markExpired(ctx, w.o.State, id, time.Now()); err != nil {
+				return fmt.Errorf("marking batch %s expired: %w", id, err)
+			}
+		}
+		run.cancel(errExpired)
+	}
+	return nil
+}
+
+// markExpired records that the batch's completion window ended while it was in progress.
+func markExpired(ctx context.Context, st batchstate.Store, id string, now time.Time) error {
+	_, err := st.Update(ctx, id, func(b *batchstate.Batch) error {
+		if b.ExpiredAt != 0 || b.Status != batchstate.InProgress {
+			return batchstate.ErrUnchanged
+		}
+		b.ExpiredAt = now.Unix()
+		return nil
+	})
+	return err
+}
+
+// watch re-reads the state of the batches running here, so a cancel stops their requests
+// within StatusInterval.
+func (w *Worker) watch(ctx context.Context) {
+	t := time.NewTicker(w.o.StatusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		runs := make(map[string]*running, len(w.batches))
+		for id, r := range w.batches {
+			runs[id] = r
+		}
+		w.mu.Unlock()
+		for id, r := range runs {
+			if err := w.refresh(ctx, id, r); err != nil && ctx.Err() == nil {
+				w.log.Warn("reading a running batch's state", "batch", id, "err", err)
+			}
+		}
+	}
+}
+
+// responseLine is an output or error file line for a request the upstream (or the gateway)
+// answered.
+func responseLine(customID, reqID string, status int, body []byte) json.RawMessage {
+	if !json.Valid(body) {
+		body = tensor.AppendJSONString(nil, string(body))
+	}
+	b := make([]byte, 0, len(body)+len(customID)+128)
+	b = append(b, `{"id":"batch_`...)
+	b = append(b, reqID...)
+	b = append(b, `","custom_id":`...)
+	b = tensor.AppendJSONString(b, customID)
+	b = append(b, `,"response":{"status_code":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"request_id":"`...)
+	b = append(b, reqID...)
+	b = append(b, `","body":`...)
+	b = append(b, body...)
+	return append(b, `},"error":null}`...)
+}
+
+// errorLine is an error file line for a request that got no answer.
+func errorLine(customID, code, msg string) json.RawMessage {
+	b := append([]byte(`{"id":"batch_`), newID("req_")...)
+	b = append(b, `","custom_id":`...)
+	b = tensor.AppendJSONString(b, customID)
+	b = append(b, `,"response":null,"error":{"code":`...)
+	b = tensor.AppendJSONString(b, code)
+	b = append(b, `,"message":`...)
+	b = tensor.AppendJSONString(b, msg)
+	return append(b, `}}`...)
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// newID returns prefix and 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/adapters/batch/bus/bustest"
+	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// startWorkerBinary runs the binary as a batch worker until the test ends (or the test kills
+// it), and waits until it serves /health.
+func startWorkerBinary(t *testing.T, cfg string) *exec.Cmd {
+	t.Helper()
+	bin := gatewayBinary(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "-role", "batch-worker", "-listen", addr, "-log-level", "warn", "-config", cfg)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool {
+		res, err := http.Get("http://" + addr + "/health")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond)
+	return cmd
+}
+
+type e2eBatch struct {
+	Status        string  `json:"status"`
+	OutputFileID  *string `json:"output_file_id"`
+	ErrorFileID   *string `json:"error_file_id"`
+	RequestCounts struct {
+		Total, Completed, Failed int64
+	} `json:"request_counts"`
+}
+
+func getBatch(t *testing.T, addr, id string) e2eBatch {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/v1/batches/" + id)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var b e2eBatch
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&b))
+	return b
+}
+
+// waitBatch polls until cond holds, failing with the batch's state after timeout.
+func waitBatch(t *testing.T, addr, id string, timeout time.Duration, cond func(e2eBatch) bool) e2eBatch {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b := getBatch(t, addr, id)
+		if cond(b) {
+			return b
+		}
+		require.True(t, time.Now().Before(deadline), "batch %s: %+v", id, b)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fileLines downloads a file and counts its lines by custom_id, checking the line shape.
+func fileLines(t *testing.T, addr string, id *string, counts map[string]int) int {
+	t.Helper()
+	if id == nil {
+		return 0
+	}
+	res, err := http.Get("http://" + addr + "/v1/files/" + *id + "/content")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	n := 0
+	for _, l := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		var o struct {
+			CustomID string `json:"custom_id"`
+			Response *struct {
+				StatusCode int `json:"status_code"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal(l, &o), string(l))
+		require.NotNil(t, o.Response, string(l))
+		counts[o.CustomID]++
+		n++
+	}
+	return n
+}
+
+func uploadBatchFile(t *testing.T, addr, content string) string {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	require.NoError(t, mw.WriteField("purpose", "batch"))
+	fw, err := mw.CreateFormFile("file", "input.jsonl")
+	require.NoError(t, err)
+	_, _ = io.WriteString(fw, content)
+	require.NoError(t, mw.Close())
+	res, err := http.Post("http://"+addr+"/v1/files", mw.FormDataContentType(), &body)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	var f struct{ ID string }
+	require.NoError(t, json.Unmarshal(b, &f))
+	return f.ID
+}
+
+// TestBinaryBatchWorkersOverKafka runs a gateway and two batch-worker processes sharing Redis
+// (state) and Kafka (kfake: the requests, results and dead-letter topics), and a batch of 3,000
+// lines, some of which the upstream refuses. Mid-batch one worker is killed (SIGKILL: its
+// unacked chunks go to the other once the group rebalances), then the broker restarts. Every
+// custom_id still ends up exactly once in the output or the error file, and the counts agree.
+func TestBinaryBatchWorkersOverKafka(t *testing.T) {
+	const lines = 3000
+	rdb := redistest.Start(t)
+	kafka := bustest.StartKafka(t)
+	llm := openaitest.Start(t, "vllm", "m1")
+	llm.SetLatency(15 * time.Millisecond)
+	llm.FailBodiesContaining("refuse-me", http.StatusBadRequest)
+	cfg := writeConfig(t, fmt.Sprintf(`builtin_models: false
+upstreams:
+  - {name: vllm, url: %q, type: vllm, check_interval: 100ms}
+redis: {addr: %q}
+batch:
+  dir: %q
+  worker: false
+  concurrency: 16
+  chunk_lines: 20
+  kafka: {brokers: [%s], partitions: 8}
+`, llm.URL, rdb.Addr, t.TempDir(), strings.Join(kafka.Addrs(), ", ")))
+	gw := startBinary(t, nil, "-config", cfg)
+	w1 := startWorkerBinary(t, cfg)
+	startWorkerBinary(t, cfg)
+
+	var in strings.Builder
+	for i := range lines {
+		content := fmt.Sprintf("line %d", i)
+		if i%100 == 0 {
+			content += " refuse-me"
+		}
+		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`+"\n", i, content)
+	}
+	file := uploadBatchFile(t, gw, in.String())
+	res, err := http.Post("http://"+gw+"/v1/batches", "application/json",
+		strings.NewReader(`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	require.NoError(t, err)
+	var created struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
+	res.Body.Close()
+	id := created.ID
+
+	done := func(b e2eBatch) int64 { return b.RequestCounts.Completed + b.RequestCounts.Failed }
+	waitBatch(t, gw, id, 60*time.Second, func(b e2eBatch) bool { return done(b) >= lines/5 })
+	require.NoError(t, w1.Process.Kill())
+	_ = w1.Wait()
+	mid := waitBatch(t, gw, id, 60*time.Second, func(b e2eBatch) bool { return done(b) >= lines/2 })
+	require.Equal(t, "in_progress", mid.Status, "the restart happens mid-batch")
+	kafka.Restart()
+
+	b := waitBatch(t, gw, id, 120*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+	require.EqualValues(t, lines, b.RequestCounts.Total)
+	require.EqualValues(t, lines/100, b.RequestCounts.Failed)
+	require.EqualValues(t, lines-lines/100, b.RequestCounts.Completed)
+	counts := map[string]int{}
+	outN := fileLines(t, gw, b.OutputFileID, counts)
+	errN := fileLines(t, gw, b.ErrorFileID, counts)
+	require.Equal(t, lines-lines/100, outN)
+	require.Equal(t, lines/100, errN)
+	require.Len(t, counts, lines)
+	for cid, n := range counts {
+		require.Equal(t, 1, n, "custom_id %s", cid)
+	}
+}
