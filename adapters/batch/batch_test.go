@@ -376,6 +376,14 @@ func TestCancelMidBatch(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, sent, e.up.Requests(), "no request after the batch was cancelled")
 
+	// A running batch's input file cannot be deleted; once it finished, it can.
+	id3 := e.create(t, e.upload(t, chatLines(4, "m1")), "24h")
+	input := e.inputOf(t, id3)
+	require.Equal(t, http.StatusConflict, e.do(t, http.MethodDelete, "/v1/files/"+input, "", nil))
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, "/v1/batches/"+id3+"/cancel", "", nil))
+	e.waitStatus(t, id3, 10*time.Second, "cancelled")
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodDelete, "/v1/files/"+input, "", nil))
+
 	// A cancelled batch cannot be cancelled into anything else; a completed one refuses.
 	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", "", nil))
 	release()

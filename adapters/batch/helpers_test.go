@@ -261,3 +261,13 @@ func byCustomID(files ...[]outputLine) map[string]int {
 	}
 	return m
 }
+
+// inputOf returns the batch's input file id.
+func (e *env) inputOf(t testing.TB, id string) string {
+	t.Helper()
+	var b struct {
+		InputFileID string `json:"input_file_id"`
+	}
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodGet, "/v1/batches/"+id, "", &b))
+	return b.InputFileID
+}

@@ -203,7 +203,21 @@ func (s *Service) fileContent(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	err := s.o.Files.Delete(r.Context(), id)
+	// A running batch reads its input again (to take over a dispatch, to give up the lines of a
+	// cancelled or expired batch): its input stays until it finished.
+	active, err := s.o.State.Active(r.Context())
+	if err != nil {
+		s.internal(w, "listing active batches", err)
+		return
+	}
+	for _, bid := range active {
+		if b, err := s.o.State.Get(r.Context(), bid); err == nil && b.InputFileID == id && !b.Status.Terminal() {
+			(&openai.Error{Status: http.StatusConflict, Type: "invalid_request_error", Param: "id",
+				Message: fmt.Sprintf("The file %s is the input of batch %s, which has not finished; cancel it or wait.", id, bid)}).Write(w)
+			return
+		}
+	}
+	err = s.o.Files.Delete(r.Context(), id)
 	switch {
 	case errors.Is(err, files.ErrNotFound):
 		notFound("File", id).Write(w)

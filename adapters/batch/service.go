@@ -65,6 +65,10 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// finalizing holds the batches this replica is finalizing: the claim keeps other replicas
+	// out, this keeps a second result message of the same batch from starting a second run here.
+	finalizing sync.Map
 }
 
 // New returns a service; Run starts its collector and sweeper.
@@ -345,6 +349,10 @@ func fileID(batchID, which string) string { return "file-" + batchID + "-" + whi
 // finalize assembles a finished batch's output and error files, exactly once across replicas,
 // and moves it to its terminal status: completed, cancelled or expired.
 func (s *Service) finalize(ctx context.Context, id string) {
+	if _, busy := s.finalizing.LoadOrStore(id, true); busy {
+		return
+	}
+	defer s.finalizing.Delete(id)
 	cur, err := s.o.State.Get(ctx, id)
 	if err != nil || !cur.Counts.Done() {
 		return
