@@ -316,7 +316,8 @@ type call struct {
 // exec decides calls on Redis, unless Redis is down, and returns them with their results (each
 // its own result or error). While the limiter is idle (fewer than maxInFlight script calls on
 // their way) the calls go out at once, in one script call; otherwise they queue, and the first
-// script call to come back sends the queue.
+// script call to come back sends the queue. A queued call thus waits for at most one script
+// call before its own (each bounded by Timeout), and for none when that one failed.
 func (r *Redis) exec(ctx context.Context, calls []call) []call {
 	if until := r.downUntil.Load(); until != 0 {
 		if time.Now().UnixNano() < until || !r.probing.CompareAndSwap(false, true) {
@@ -399,11 +400,17 @@ func (r *Redis) next() []*waiter {
 // drain sends queued waiters, one script call per batch, until the queue is empty.
 func (r *Redis) drain(batch []*waiter) {
 	for ; batch != nil; batch = r.next() {
+		// Redis went down while they waited (the calls before them failed): they take the
+		// failure policy now rather than wait for Redis again. Probes are left to new calls.
+		down := r.downUntil.Load() != 0
 		calls := make([]call, 0, maxBatch)
 		sent := batch[:0]
 		for _, w := range batch {
-			if err := w.ctx.Err(); err != nil {
-				// The caller is gone: spend nothing for it.
+			err := w.ctx.Err() // the caller is gone: spend nothing for it
+			if err == nil && down {
+				err = errDown
+			}
+			if err != nil {
 				if w.state.CompareAndSwap(waiting, delivered) {
 					for i := range w.calls {
 						w.calls[i].err = err

@@ -531,3 +531,46 @@ func TestRedisQueuedCallerCanceled(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, l.Burst, d.Remaining, "the canceled caller spent nothing")
 }
+
+// Decisions queued behind script calls that time out are not sent to Redis once it is marked
+// down: they take the failure policy at once instead of waiting another Timeout.
+func TestRedisQueuedWhenDown(t *testing.T) {
+	srv := redistest.Start(t)
+	m := NewMetrics()
+	lim := newRedis(t, srv, RedisOptions{Timeout: 300 * time.Millisecond, RetryInterval: time.Hour, Metrics: m})
+	ctx := context.Background()
+	l := Limit{Rate: slow, Burst: 10}
+	_, err := lim.Allow(ctx, "warm", l, 0) // Redis learns the script
+	require.NoError(t, err)
+	blocker, probe := srv.NewClient(t), srv.NewClient(t)
+	blocked := make(chan error, 1)
+	go func() { blocked <- luaBusy.Exec(ctx, blocker, nil, []string{"1500000"}).Error() }()
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return probe.Do(pctx, probe.B().Ping().Build()).Error() != nil
+	}, wait, 10*time.Millisecond, "Redis busy")
+
+	results := make(chan error, maxInFlight+1)
+	for i := range maxInFlight {
+		go func() {
+			_, err := lim.Allow(ctx, "busy"+strconv.Itoa(i), l, 1)
+			results <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return lim.inFlight == maxInFlight
+	}, wait, time.Millisecond)
+	go func() {
+		_, err := lim.Allow(ctx, "queued", l, 1)
+		results <- err
+	}()
+	for range maxInFlight + 1 {
+		require.NoError(t, <-results, "fail-open decides")
+	}
+	assert.Equal(t, float64(maxInFlight), value(t, m.timeout), "only the calls in flight waited for Redis")
+	assert.Equal(t, float64(maxInFlight+1), m.count(t, storeFallback, resultAllowed))
+	require.NoError(t, <-blocked)
+}
