@@ -80,11 +80,18 @@ func median(lat []time.Duration) float64 {
 	return float64(lat[len(lat)/2]) / 1e3
 }
 
+// luaFloor does only the Redis commands any token bucket on Redis TIME needs (TIME, GET, SET
+// with an expiry), with no arithmetic: the least a decision can cost.
+var luaFloor = rueidis.NewLuaScript(`local t = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], '999999 1700000000000000', 'PX', 5000)
+return {1, '999999'}`)
+
 // BenchmarkRedisLimiter measures Redis decisions against a plain PING on the same client
 // (infergate vs baseline), with 64 concurrent callers (decisions/s, auto-pipelined) and with one
-// (median latency). c=1/infergate also alternates its decisions with PINGs and plain script
-// calls, and reports the ratios of the medians to PING's (x-ping, script-x-ping), all measured
-// under the same load. baseline-script is the
+// (median latency). c=1/infergate also alternates its decisions with PINGs, plain script calls
+// and calls of luaFloor, and reports the ratios of the medians to PING's (x-ping,
+// script-x-ping, floor-x-ping), all measured under the same load. baseline-script is the
 // plain token bucket script of reference/deps.md §3, for the cost of this one's extras. Limits are large so most
 // decisions are admissions, which write.
 func BenchmarkRedisLimiter(b *testing.B) {
@@ -116,6 +123,9 @@ func BenchmarkRedisLimiter(b *testing.B) {
 	plain := func(i int) error {
 		return luaPlain.Exec(ctx, client, []string{"plain:{" + keys[i%len(keys)] + "}"}, []string{"1000000", "1000000", "1"}).Error()
 	}
+	floor := func(i int) error {
+		return luaFloor.Exec(ctx, client, []string{"floor:{" + keys[i%len(keys)] + "}"}, []string{"1000000", "1000000", "1", "t"}).Error()
+	}
 
 	b.Run("c=64", func(b *testing.B) {
 		b.Run("infergate", func(b *testing.B) { concurrently(b, 64, "decisions/s", allow) })
@@ -124,7 +134,7 @@ func BenchmarkRedisLimiter(b *testing.B) {
 	})
 	b.Run("c=1", func(b *testing.B) {
 		b.Run("infergate", func(b *testing.B) {
-			allows, pings, plains := make([]time.Duration, b.N), make([]time.Duration, b.N), make([]time.Duration, b.N)
+			allows, pings, plains, floors := make([]time.Duration, b.N), make([]time.Duration, b.N), make([]time.Duration, b.N), make([]time.Duration, b.N)
 			b.ResetTimer()
 			for i := range b.N {
 				t0 := time.Now()
@@ -139,14 +149,19 @@ func BenchmarkRedisLimiter(b *testing.B) {
 				if err := plain(i); err != nil {
 					b.Fatal(err)
 				}
-				allows[i], pings[i], plains[i] = t1.Sub(t0), t2.Sub(t1), time.Since(t2)
+				t3 := time.Now()
+				if err := floor(i); err != nil {
+					b.Fatal(err)
+				}
+				allows[i], pings[i], plains[i], floors[i] = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3)
 			}
 			b.StopTimer()
-			allowUS, pingUS, plainUS := median(allows), median(pings), median(plains)
+			allowUS, pingUS, plainUS, floorUS := median(allows), median(pings), median(plains), median(floors)
 			b.ReportMetric(allowUS, "p50-us")
 			b.ReportMetric(pingUS, "ping-p50-us")
 			b.ReportMetric(allowUS/pingUS, "x-ping")
 			b.ReportMetric(plainUS/pingUS, "script-x-ping")
+			b.ReportMetric(floorUS/pingUS, "floor-x-ping")
 		})
 		b.Run("baseline", func(b *testing.B) { b.ReportMetric(p50(b, ping), "p50-us") })
 		b.Run("baseline-script", func(b *testing.B) { b.ReportMetric(p50(b, plain), "p50-us") })

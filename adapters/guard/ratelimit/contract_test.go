@@ -65,6 +65,18 @@ func limiters(t *testing.T, contract func(t *testing.T, h harness)) {
 			sleep:   time.Sleep,
 		})
 	})
+	// As with a Redis Cluster client: one script call per bucket, never coalesced.
+	t.Run("redis-per-bucket", func(t *testing.T) {
+		srv := redistest.Start(t)
+		contract(t, harness{
+			replica: func() Limiter {
+				r := newRedis(t, srv, RedisOptions{})
+				r.coalesce = false
+				return r
+			},
+			sleep: time.Sleep,
+		})
+	})
 }
 
 func newRedis(t testing.TB, srv *redistest.Server, opts RedisOptions) *Redis {

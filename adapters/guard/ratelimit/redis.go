@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,23 +18,29 @@ import (
 
 // Redis is the Limiter shared by every gateway replica using the same Redis and prefix.
 //
-// Each decision is one Lua script call (EVALSHA, falling back to EVAL when Redis does not have
-// the script yet, auto-pipelined with concurrent calls by rueidis) that reads the clock with
-// Redis TIME, so the replicas' clocks never matter. A bucket is one string key
+// Each decision is made by a Lua script call (EVALSHA, falling back to EVAL when Redis does not
+// have the script yet) that reads the clock with Redis TIME, so the replicas' clocks never
+// matter. A bucket is one string key
 //
 //	<prefix>:{<key>}   value "<tokens> <µs of Redis TIME>", expiring when the bucket is full again
 //
 // The hash tag is the caller's key (up to its first "}", if it has one), so buckets spread over
-// a Redis Cluster's slots; a script touches one key, so it is Cluster safe. A full bucket has
-// no key: the expiry (PEXPIRE, time to refill to Burst plus a second) makes idle buckets vanish,
-// and a refund that fills a bucket deletes it.
+// a Redis Cluster's slots. A full bucket has no key: the expiry (the time to refill to Burst
+// plus a second) makes idle buckets vanish, and a refund that fills a bucket deletes it.
+//
+// Concurrent decisions are coalesced: while maxInFlight script calls are on their way, further
+// decisions queue, and the queue goes out as ONE script call that decides each of its buckets
+// in turn (all of them at the same Redis TIME), so under load many decisions share one command,
+// one write and one reply. A decision made while the limiter is idle is sent at once. With a
+// Redis Cluster client (whose script calls may only touch one slot) nothing is coalesced: each
+// bucket is its own script call, auto-pipelined by rueidis.
 //
 // When a call fails or takes longer than Timeout, the failure policy decides (FailOpen: the
 // fallback in-process buckets decide, so limits still hold per replica; FailClosed: ErrUnavailable).
 // When Redis did not answer (connection lost, timeout) it is considered down: for RetryInterval
 // every decision takes the policy's path at once without waiting on Redis, then one call at a
 // time probes Redis again, and the first success sends decisions back to Redis. An error reply
-// (say, a key of another type under a bucket's name) applies the policy to that call only.
+// (say, a key of another type under a bucket's name) applies the policy to that bucket only.
 type Redis struct {
 	client   rueidis.Client
 	opts     RedisOptions
@@ -42,7 +50,37 @@ type Redis struct {
 
 	downUntil atomic.Int64 // unix ns until which Redis is skipped; 0 while it is up
 	probing   atomic.Bool  // a call is probing Redis while it is down
+
+	coalesce bool // several buckets may share a script call (not with a Cluster client)
+	mu       sync.Mutex
+	inFlight int       // script calls on their way (at most maxInFlight)
+	queue    []*waiter // decisions waiting for one of them to come back
 }
+
+const (
+	// maxInFlight is how many coalesced script calls may be on their way at once: more than one,
+	// so that Redis works on one while the next is being written and the last is being read.
+	maxInFlight = 2
+	// maxBatch bounds the buckets of one script call (a queue longer than that goes out in
+	// several), so that no call keeps Redis busy for long.
+	maxBatch = 128
+)
+
+// waiter is a queued decision (or AllowAll's batch of them) waiting for a script call.
+type waiter struct {
+	ctx   context.Context
+	calls []call
+	state atomic.Uint32 // waiting, then delivered (calls hold the results) or abandoned
+	done  chan struct{} // receives once delivered
+}
+
+const (
+	waiting uint32 = iota
+	delivered
+	abandoned
+)
+
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
 
 // FailurePolicy says what a Redis limiter does when Redis fails.
 type FailurePolicy uint8
@@ -105,6 +143,7 @@ func NewRedis(client rueidis.Client, opts RedisOptions) (*Redis, error) {
 		prefix:   opts.Prefix + ":{",
 		fallback: opts.Fallback,
 		metrics:  opts.Metrics,
+		coalesce: client != nil && client.Mode() != rueidis.ClientModeCluster,
 	}, nil
 }
 
@@ -116,52 +155,66 @@ const luaClock = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 `
 
-// luaBucket is bucket.go's arithmetic, operation for operation (keep them in step).
-// KEYS[1]: the bucket. ARGV: rate, burst, amount, op ("t": take amount if available, "a":
-// adjust by amount). Returns {allowed (0|1), tokens left ("%.17g", exact)}: Redis would
-// truncate a Lua number reply to an integer.
+// luaBucket is bucket.go's arithmetic, operation for operation (keep them in step), applied to
+// each bucket of KEYS in turn at the same clock reading now. ARGV holds four values per bucket:
+// rate, burst, amount, op ("t": take amount if available, "a": adjust by amount). Returns two
+// values per bucket: allowed (0|1), or the error Redis answered for that bucket's key, and the
+// tokens left ("%.17g", exact: Redis would truncate a Lua number reply to an integer).
+// Numbers given to redis.call are written by Redis with "%.17g", which is exact for the
+// integers here (ttl <= 1e15 and now < 2^53).
 const luaBucket = `
-local rate, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tokens, ts = burst, now
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sp = string.find(v, ' ', 1, true)
-  if sp then
-    tokens = tonumber(string.sub(v, 1, sp - 1)) or burst
-    ts = tonumber(string.sub(v, sp + 1)) or now
-  end
-end
-if not (tokens >= 0) then tokens = 0 end
-if tokens > burst then tokens = burst end
-local e = now - ts
-if e > 0 then
-  local r = tokens + e / 1000000 * rate
-  if r < burst then tokens = r else tokens = burst end
-end
-local allowed, changed = 0, e < 0
-if ARGV[4] == 'a' then
-  tokens = tokens - n
-  if not (tokens >= 0) then tokens = 0 end
-  if tokens > burst then tokens = burst end
-  changed = true
-elseif n <= tokens then
-  allowed = 1
-  if n > 0 then
-    tokens = tokens - n
-    changed = true
-  end
-end
-local tk = string.format('%.17g', tokens)
-if changed then
-  if tokens >= burst then
-    redis.call('DEL', KEYS[1])
+local r, sfx = {}, ' ' .. string.format('%d', now)
+for i = 1, #KEYS do
+  local k, a = KEYS[i], 4 * i
+  local rate, burst, n = tonumber(ARGV[a - 3]), tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1])
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    r[2 * i - 1], r[2 * i] = v, ''
   else
-    local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
-    if not (ttl < 1e15) then ttl = 1e15 end
-    redis.call('SET', KEYS[1], tk .. ' ' .. string.format('%d', now), 'PX', string.format('%d', ttl))
+    local tokens, ts = burst, now
+    if v then
+      local sp = string.find(v, ' ', 1, true)
+      if sp then
+        tokens = tonumber(string.sub(v, 1, sp - 1)) or burst
+        ts = tonumber(string.sub(v, sp + 1)) or now
+      end
+    end
+    if not (tokens >= 0) then tokens = 0 end
+    if tokens > burst then tokens = burst end
+    local e = now - ts
+    if e > 0 then
+      local x = tokens + e / 1000000 * rate
+      if x < burst then tokens = x else tokens = burst end
+    end
+    local allowed, changed = 0, e < 0
+    if ARGV[a] == 'a' then
+      tokens = tokens - n
+      if not (tokens >= 0) then tokens = 0 end
+      if tokens > burst then tokens = burst end
+      changed = true
+    elseif n <= tokens then
+      allowed = 1
+      if n > 0 then
+        tokens = tokens - n
+        changed = true
+      end
+    end
+    local tk = string.format('%.17g', tokens)
+    r[2 * i - 1], r[2 * i] = allowed, tk
+    if changed then
+      local w
+      if tokens >= burst then
+        w = redis.pcall('DEL', k)
+      else
+        local ttl = math.ceil((burst - tokens) / rate * 1000) + 1000
+        if not (ttl < 1e15) then ttl = 1e15 end
+        w = redis.pcall('SET', k, tk .. sfx, 'PX', ttl)
+      end
+      if type(w) == 'table' and w.err then r[2 * i - 1] = w end
+    end
   end
 end
-return {allowed, tk}
+return r
 `
 
 var luaScript = rueidis.NewLuaScript(luaClock + luaBucket)
@@ -183,7 +236,8 @@ func (r *Redis) Allow(ctx context.Context, key string, l Limit, cost float64) (D
 	return r.decide(ctx, key, l, cost, tokens, allowed, err)
 }
 
-// AllowAll implements BatchLimiter: every bucket's script in one round trip.
+// AllowAll implements BatchLimiter: the buckets go to Redis together, in one script call (one
+// round trip with a Cluster client).
 func (r *Redis) AllowAll(ctx context.Context, reqs []Request) []Result {
 	out := make([]Result, len(reqs))
 	calls := make([]call, 0, len(reqs))
@@ -248,7 +302,7 @@ func (r *Redis) do(ctx context.Context, key string, l Limit, n float64, op strin
 	return out[0].tokens, out[0].allowed, out[0].err
 }
 
-// call is one script run: a bucket and what to do to it.
+// call is one bucket's script run: a bucket and what to do to it.
 type call struct {
 	key     string
 	l       Limit
@@ -259,10 +313,12 @@ type call struct {
 	err     error
 }
 
-// exec runs the script once per call, all in one round trip (pipelined), unless Redis is down,
-// and tracks Redis going down and coming back. Each call gets its own result or error.
+// exec decides calls on Redis, unless Redis is down, and returns them with their results (each
+// its own result or error). While the limiter is idle (fewer than maxInFlight script calls on
+// their way) the calls go out at once, in one script call; otherwise they queue, and the first
+// script call to come back sends the queue. A queued call thus waits for at most one script
+// call before its own (each bounded by Timeout), and for none when that one failed.
 func (r *Redis) exec(ctx context.Context, calls []call) []call {
-	probe := false
 	if until := r.downUntil.Load(); until != 0 {
 		if time.Now().UnixNano() < until || !r.probing.CompareAndSwap(false, true) {
 			for i := range calls {
@@ -270,30 +326,144 @@ func (r *Redis) exec(ctx context.Context, calls []call) []call {
 			}
 			return calls
 		}
-		probe = true
 		defer r.probing.Store(false)
+		r.run(ctx, calls, true)
+		return calls
 	}
+	if err := ctx.Err(); err != nil {
+		for i := range calls {
+			calls[i].err = err
+		}
+		return calls
+	}
+	if !r.coalesce {
+		r.run(ctx, calls, false)
+		return calls
+	}
+	r.mu.Lock()
+	if r.inFlight < maxInFlight {
+		r.inFlight++
+		r.mu.Unlock()
+		r.run(ctx, calls, false)
+		if batch := r.next(); batch != nil {
+			go r.drain(batch)
+		}
+		return calls
+	}
+	w := waiters.Get().(*waiter)
+	w.ctx, w.calls = ctx, calls
+	w.state.Store(waiting)
+	r.queue = append(r.queue, w)
+	r.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		if w.state.CompareAndSwap(waiting, abandoned) {
+			// The queue still holds w (and reads its calls): answer from a copy, and leave w
+			// to the garbage collector.
+			out := slices.Clone(calls)
+			for i := range out {
+				out[i].err = ctx.Err()
+			}
+			return out
+		}
+		<-w.done // being delivered
+	}
+	w.ctx, w.calls = nil, nil
+	waiters.Put(w)
+	return calls
+}
+
+// next is called when a script call came back: it returns the queued waiters the caller is to
+// send next (keeping its place in flight), or nil when the queue is empty (giving its place
+// up).
+func (r *Redis) next() []*waiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		r.inFlight--
+		return nil
+	}
+	n, i := 0, 0
+	for i < len(r.queue) && (i == 0 || n+len(r.queue[i].calls) <= maxBatch) {
+		n += len(r.queue[i].calls)
+		i++
+	}
+	batch := slices.Clone(r.queue[:i])
+	clear(r.queue[:i])
+	if r.queue = r.queue[i:]; len(r.queue) == 0 {
+		r.queue = r.queue[:0:0]
+	}
+	return batch
+}
+
+// drain sends queued waiters, one script call per batch, until the queue is empty.
+func (r *Redis) drain(batch []*waiter) {
+	for ; batch != nil; batch = r.next() {
+		// Redis went down while they waited (the calls before them failed): they take the
+		// failure policy now rather than wait for Redis again. Probes are left to new calls.
+		down := r.downUntil.Load() != 0
+		calls := make([]call, 0, maxBatch)
+		sent := batch[:0]
+		for _, w := range batch {
+			err := w.ctx.Err() // the caller is gone: spend nothing for it
+			if err == nil && down {
+				err = errDown
+			}
+			if err != nil {
+				if w.state.CompareAndSwap(waiting, delivered) {
+					for i := range w.calls {
+						w.calls[i].err = err
+					}
+					w.done <- struct{}{}
+				}
+				continue
+			}
+			calls = append(calls, w.calls...)
+			sent = append(sent, w)
+		}
+		if len(calls) > 0 {
+			// The batch is nobody's in particular: its callers' contexts are checked above and
+			// while they wait; Timeout bounds it.
+			r.run(context.Background(), calls, false)
+		}
+		for _, w := range sent {
+			n := len(w.calls)
+			if w.state.CompareAndSwap(waiting, delivered) {
+				copy(w.calls, calls[:n])
+				w.done <- struct{}{}
+			}
+			calls = calls[n:]
+		}
+	}
+}
+
+// run decides calls on Redis: in one script call (several with a Cluster client, pipelined in
+// one round trip), and tracks Redis going down and coming back. probe says Redis was down.
+func (r *Redis) run(ctx context.Context, calls []call, probe bool) {
 	cctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	start := time.Now()
-	execs := make([]rueidis.LuaExec, len(calls))
-	for i, c := range calls {
-		execs[i] = rueidis.LuaExec{Keys: []string{r.Key(c.key)}, Args: []string{
-			strconv.FormatFloat(c.l.Rate, 'g', -1, 64),
-			strconv.FormatFloat(c.l.Burst, 'g', -1, 64),
-			strconv.FormatFloat(c.n, 'g', -1, 64),
-			c.op,
-		}}
-	}
-	var res []rueidis.RedisResult
-	if len(execs) == 1 {
-		res = []rueidis.RedisResult{luaScript.Exec(cctx, r.client, execs[0].Keys, execs[0].Args)}
-	} else {
-		res = luaScript.ExecMulti(cctx, r.client, execs...)
+	switch {
+	case len(calls) == 1 || r.coalesce:
+		keys, args := make([]string, len(calls)), make([]string, 0, 4*len(calls))
+		for i, c := range calls {
+			keys[i] = r.Key(c.key)
+			args = append(args, formatFloat(c.l.Rate), formatFloat(c.l.Burst), formatFloat(c.n), c.op)
+		}
+		parseReplies(luaScript.Exec(cctx, r.client, keys, args), calls)
+	default:
+		execs := make([]rueidis.LuaExec, len(calls))
+		for i, c := range calls {
+			execs[i] = rueidis.LuaExec{Keys: []string{r.Key(c.key)}, Args: []string{
+				formatFloat(c.l.Rate), formatFloat(c.l.Burst), formatFloat(c.n), c.op}}
+		}
+		for i, res := range luaScript.ExecMulti(cctx, r.client, execs...) {
+			parseReplies(res, calls[i:i+1])
+		}
 	}
 	var failed error // a failure that says Redis is unreachable, not a refused script
 	timedOut := false
 	for i := range calls {
-		calls[i].tokens, calls[i].allowed, calls[i].err = parseReply(res[i])
 		err := calls[i].err
 		if err == nil || ctx.Err() != nil || isReply(err) {
 			continue
@@ -333,8 +503,9 @@ func (r *Redis) exec(ctx context.Context, calls []call) []call {
 			r.opts.Logger.Warn("ratelimit: redis failed; applying the failure policy", "policy", r.opts.Failure.String(), "retry_in", r.opts.RetryInterval, "err", failed)
 		}
 	}
-	return calls
 }
+
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // isReply reports an error Redis answered, as opposed to no answer.
 func isReply(err error) bool {
@@ -342,26 +513,45 @@ func isReply(err error) bool {
 	return errors.As(err, &re) && re != rueidis.Nil
 }
 
+// parseReply reads the script's reply for one bucket.
 func parseReply(res rueidis.RedisResult) (tokens float64, allowed bool, err error) {
+	var c [1]call
+	parseReplies(res, c[:])
+	return c[0].tokens, c[0].allowed, c[0].err
+}
+
+// parseReplies reads the script's reply into calls, one pair of values per bucket. An error
+// for the whole call is every bucket's; an error Redis answered for one bucket's key is that
+// bucket's.
+func parseReplies(res rueidis.RedisResult, calls []call) {
 	vals, err := res.ToArray()
+	if err == nil && len(vals) != 2*len(calls) {
+		err = fmt.Errorf("%d values in reply, want %d", len(vals), 2*len(calls))
+	}
 	if err != nil {
-		return 0, false, fmt.Errorf("ratelimit script: %w", err)
+		for i := range calls {
+			calls[i].err = fmt.Errorf("ratelimit script: %w", err)
+		}
+		return
 	}
-	if len(vals) != 2 {
-		return 0, false, fmt.Errorf("ratelimit script: %d values in reply, want 2", len(vals))
+	for i := range calls {
+		c := &calls[i]
+		a, err := vals[2*i].AsInt64()
+		if err != nil {
+			c.err = fmt.Errorf("ratelimit script: allowed: %w", err)
+			continue
+		}
+		s, err := vals[2*i+1].ToString()
+		if err != nil {
+			c.err = fmt.Errorf("ratelimit script: tokens: %w", err)
+			continue
+		}
+		if c.tokens, err = strconv.ParseFloat(s, 64); err != nil {
+			c.err = fmt.Errorf("ratelimit script: tokens: %w", err)
+			continue
+		}
+		c.allowed = a == 1
 	}
-	a, err := vals[0].AsInt64()
-	if err != nil {
-		return 0, false, fmt.Errorf("ratelimit script: allowed: %w", err)
-	}
-	s, err := vals[1].ToString()
-	if err != nil {
-		return 0, false, fmt.Errorf("ratelimit script: tokens: %w", err)
-	}
-	if tokens, err = strconv.ParseFloat(s, 64); err != nil {
-		return 0, false, fmt.Errorf("ratelimit script: tokens: %w", err)
-	}
-	return tokens, a == 1, nil
 }
 
 // String returns "fail-open" or "fail-closed".

@@ -397,3 +397,180 @@ func TestRedisAllowAllWhenDown(t *testing.T) {
 		assert.ErrorIs(t, r.Err, ErrUnavailable)
 	}
 }
+
+// scriptCalls returns how many times Redis ran a script (EVALSHA and EVAL) since the last
+// CONFIG RESETSTAT.
+func scriptCalls(t *testing.T, client rueidis.Client) int64 {
+	t.Helper()
+	info, err := client.Do(context.Background(), client.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(t, err)
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// Concurrent decisions share script calls, and each is still decided exactly once: every
+// caller's bucket ends up short of exactly what it spent.
+func TestRedisCoalesces(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.NewClient(t)
+	lim := newRedis(t, srv, RedisOptions{})
+	ctx := context.Background()
+	l := Limit{Rate: slow, Burst: 1e6}
+	const callers, each = 64, 50
+	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			key := "co" + strconv.Itoa(g)
+			for i := range each {
+				d, err := lim.Allow(ctx, key, l, float64(1+g%3))
+				if !assert.NoError(t, err) || !assert.True(t, d.Allowed, "caller %d decision %d", g, i) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls := scriptCalls(t, client)
+	t.Logf("%d decisions in %d script calls", callers*each, calls)
+	assert.Less(t, calls, int64(callers*each/4), "concurrent decisions share script calls")
+	for g := range callers {
+		d, err := lim.Allow(ctx, "co"+strconv.Itoa(g), l, 0)
+		require.NoError(t, err)
+		assert.InDelta(t, l.Burst-float64(each*(1+g%3)), d.Remaining, 1e-3, "caller %d", g)
+	}
+	assert.Zero(t, lim.downUntil.Load())
+}
+
+// One script call decides several buckets; an error reply for one bucket's key is that
+// bucket's alone, and the others are decided by Redis in the same call.
+func TestRedisBatchErrorIsPerBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.NewClient(t)
+	ctx := context.Background()
+	lim := newRedis(t, srv, RedisOptions{Failure: FailClosed})
+	_, err := lim.Allow(ctx, "load", Limit{Rate: 1, Burst: 1}, 0) // Redis learns the script
+	require.NoError(t, err)
+	require.NoError(t, client.Do(ctx, client.B().Hset().Key(lim.Key("broken")).FieldValue().FieldValue("a", "b").Build()).Error())
+	l := Limit{Rate: slow, Burst: 2}
+	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
+	res := lim.AllowAll(ctx, []Request{{"ok-a", l, 1}, {"broken", l, 1}, {"ok-b", l, 2}, {"ok-a", l, 1}, {"ok-a", l, 1}})
+	assert.EqualValues(t, 1, scriptCalls(t, client), "one script call")
+	require.NoError(t, res[0].Err)
+	assert.True(t, res[0].Decision.Allowed)
+	assert.ErrorIs(t, res[1].Err, ErrUnavailable)
+	assert.ErrorContains(t, res[1].Err, "WRONGTYPE")
+	require.NoError(t, res[2].Err)
+	assert.True(t, res[2].Decision.Allowed)
+	assert.Zero(t, res[2].Decision.Remaining)
+	// The same bucket twice in one call: decided in order.
+	require.NoError(t, res[3].Err)
+	assert.True(t, res[3].Decision.Allowed)
+	assert.InDelta(t, 0, res[3].Decision.Remaining, 1e-3)
+	require.NoError(t, res[4].Err)
+	assert.False(t, res[4].Decision.Allowed)
+	assert.Zero(t, lim.downUntil.Load(), "Redis answered: not down")
+}
+
+// A caller queued behind busy script calls whose context ends gets its context's error at
+// once, spends nothing, and does not mark Redis down; the calls in flight complete.
+func TestRedisQueuedCallerCanceled(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := newRedis(t, srv, RedisOptions{Timeout: 5 * time.Second, Failure: FailClosed})
+	ctx := context.Background()
+	l := Limit{Rate: slow, Burst: 10}
+	blocker, probe := srv.NewClient(t), srv.NewClient(t)
+	blocked := make(chan error, 1)
+	go func() { blocked <- luaBusy.Exec(ctx, blocker, nil, []string{"1500000"}).Error() }()
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		return probe.Do(pctx, probe.B().Ping().Build()).Error() != nil
+	}, wait, 10*time.Millisecond, "Redis busy")
+
+	// Fill the script calls in flight; they wait for Redis.
+	inFlight := make(chan error, maxInFlight)
+	for i := range maxInFlight {
+		go func() {
+			_, err := lim.Allow(ctx, "busy"+strconv.Itoa(i), l, 1)
+			inFlight <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return lim.inFlight == maxInFlight
+	}, wait, time.Millisecond)
+
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := lim.Allow(cctx, "queued", l, 1)
+	took := time.Since(start)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, 500*time.Millisecond, "a queued caller leaves when its context ends")
+
+	require.NoError(t, <-blocked)
+	for range maxInFlight {
+		require.NoError(t, <-inFlight)
+	}
+	assert.Zero(t, lim.downUntil.Load())
+	d, err := lim.Allow(ctx, "queued", l, 0)
+	require.NoError(t, err)
+	assert.Equal(t, l.Burst, d.Remaining, "the canceled caller spent nothing")
+}
+
+// Decisions queued behind script calls that time out are not sent to Redis once it is marked
+// down: they take the failure policy at once instead of waiting another Timeout.
+func TestRedisQueuedWhenDown(t *testing.T) {
+	srv := redistest.Start(t)
+	m := NewMetrics()
+	lim := newRedis(t, srv, RedisOptions{Timeout: 300 * time.Millisecond, RetryInterval: time.Hour, Metrics: m})
+	ctx := context.Background()
+	l := Limit{Rate: slow, Burst: 10}
+	_, err := lim.Allow(ctx, "warm", l, 0) // Redis learns the script
+	require.NoError(t, err)
+	blocker, probe := srv.NewClient(t), srv.NewClient(t)
+	blocked := make(chan error, 1)
+	go func() { blocked <- luaBusy.Exec(ctx, blocker, nil, []string{"1500000"}).Error() }()
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return probe.Do(pctx, probe.B().Ping().Build()).Error() != nil
+	}, wait, 10*time.Millisecond, "Redis busy")
+
+	results := make(chan error, maxInFlight+1)
+	for i := range maxInFlight {
+		go func() {
+			_, err := lim.Allow(ctx, "busy"+strconv.Itoa(i), l, 1)
+			results <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return lim.inFlight == maxInFlight
+	}, wait, time.Millisecond)
+	go func() {
+		_, err := lim.Allow(ctx, "queued", l, 1)
+		results <- err
+	}()
+	for range maxInFlight + 1 {
+		require.NoError(t, <-results, "fail-open decides")
+	}
+	assert.Equal(t, float64(maxInFlight), value(t, m.timeout), "only the calls in flight waited for Redis")
+	assert.Equal(t, float64(maxInFlight+1), m.count(t, storeFallback, resultAllowed))
+	require.NoError(t, <-blocked)
+}
