@@ -74,6 +74,10 @@ func (c *batchConfig) validate(role string, redisAddr string) []string {
 			lines = append(lines, "-role batch-worker needs batch.kafka.brokers and redis.addr, shared with the gateways")
 		}
 	}
+	if len(c.Kafka.Brokers) > 0 && redisAddr == "" {
+		// Kafka spreads the work over processes that must share the batches' state.
+		lines = append(lines, "batch.kafka needs redis.addr: replicas and workers share batch state there")
+	}
 	if c.Kafka.Partitions < 0 || c.Concurrency < 0 || c.Attempts < 0 || c.ChunkLines < 0 || c.MaxLines < 0 || c.MaxFileBytes < 0 || c.MaxLineBytes < 0 {
 		lines = append(lines, "batch: counts and sizes must not be negative")
 	}

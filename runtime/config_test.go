@@ -47,6 +47,7 @@ func TestParseConfig(t *testing.T) {
 		{"redis: {adress: x}", "field adress not found"},
 		{"batch: {concurrency: -1}", "bad.yaml: batch: counts and sizes must not be negative"},
 		{"batch: {kafka: {brokers: a:9092}}", "cannot unmarshal !!str `a:9092` into []string"},
+		{"batch: {kafka: {brokers: [a:9092]}}", "bad.yaml: batch.kafka needs redis.addr"},
 	} {
 		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
 		require.Error(t, err, tc.yaml)
@@ -73,7 +74,7 @@ func TestEnvOverrides(t *testing.T) {
 	assert.Equal(t, "redis", c.registryStore(), "redis.addr makes Redis the registry's default store")
 
 	t.Setenv("INFERGATE_BATCH_KAFKA_BROKERS", "k1:9092, k2:9092,")
-	c, err = parseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\n"))
+	c, err = parseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\nredis: {addr: r:1}\n"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"k1:9092", "k2:9092"}, c.Batch.Kafka.Brokers, "a list from the environment is comma-separated")
 

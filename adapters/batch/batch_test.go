@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/bus/bustest"
 	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/internal/redistest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/redis/rueidis"
@@ -239,7 +241,7 @@ func TestUploadErrors(t *testing.T) {
 	}
 	require.Equal(t, http.StatusBadRequest, post("batch", ""))
 	require.Equal(t, http.StatusBadRequest, post("fine-tune", "x"))
-	require.Equal(t, http.StatusRequestEntityTooLarge, post("batch", strings.Repeat("x", 1001)))
+	require.Equal(t, http.StatusBadRequest, post("batch", strings.Repeat("x", 1001)))
 	require.Equal(t, http.StatusOK, post("batch", strings.Repeat("x", 1000)))
 	var list struct {
 		Data []struct {
@@ -379,7 +381,7 @@ func TestCancelMidBatch(t *testing.T) {
 	// A running batch's input file cannot be deleted; once it finished, it can.
 	id3 := e.create(t, e.upload(t, chatLines(4, "m1")), "24h")
 	input := e.inputOf(t, id3)
-	require.Equal(t, http.StatusConflict, e.do(t, http.MethodDelete, "/v1/files/"+input, "", nil))
+	require.Equal(t, http.StatusBadRequest, e.do(t, http.MethodDelete, "/v1/files/"+input, "", nil))
 	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, "/v1/batches/"+id3+"/cancel", "", nil))
 	e.waitStatus(t, id3, 10*time.Second, "cancelled")
 	require.Equal(t, http.StatusOK, e.do(t, http.MethodDelete, "/v1/files/"+input, "", nil))
@@ -389,7 +391,7 @@ func TestCancelMidBatch(t *testing.T) {
 	release()
 	id2 := e.create(t, e.upload(t, chatLines(1, "m1")), "24h")
 	e.waitStatus(t, id2, 10*time.Second, "completed")
-	require.Equal(t, http.StatusConflict, e.do(t, http.MethodPost, "/v1/batches/"+id2+"/cancel", "", nil))
+	require.Equal(t, http.StatusBadRequest, e.do(t, http.MethodPost, "/v1/batches/"+id2+"/cancel", "", nil))
 }
 
 // A batch whose completion window ends: expired, with the completed lines in the output file and
@@ -496,17 +498,24 @@ func TestOnlineTrafficKeepsPriority(t *testing.T) {
 
 // A chunk delivered again after its batch finished (at-least-once delivery) runs nothing.
 func TestRedeliveredChunkOfAFinishedBatchRunsNothing(t *testing.T) {
-	e := startEnv(t, envOptions{})
+	acked := &ackedBus{Bus: bus.NewGoChannel(quiet()), acked: make(chan string, 1000)}
+	e := startEnv(t, envOptions{bus: acked})
 	id := e.create(t, e.upload(t, chatLines(3, "m1")), "24h")
 	e.waitStatus(t, id, 10*time.Second, "completed")
 	require.EqualValues(t, 3, e.up.Requests())
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"batch":"`+id+`","endpoint":"/v1/chat/completions","model":"m1","lines":[`+
 		`{"custom_id":"req-0","body":{"model":"m1","messages":[]}},{"custom_id":"req-1","body":{"model":"m1","messages":[]}}]}`))
 	require.NoError(t, e.bus.Publish(batch.DefaultTopics().Requests, msg))
-	// A chunk of a batch that is still running does run: the worker is listening.
-	id2 := e.create(t, e.upload(t, chatLines(2, "m1")), "24h")
-	e.waitStatus(t, id2, 10*time.Second, "completed")
-	require.EqualValues(t, 5, e.up.Requests(), "the stale chunk made no request")
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case u := <-acked.acked:
+			done = u == msg.UUID
+		case <-timeout:
+			t.Fatal("the stale chunk was not acked")
+		}
+	}
+	require.EqualValues(t, 3, e.up.Requests(), "the stale chunk made no request")
 	b := e.waitStatus(t, id, time.Second, "completed")
 	require.EqualValues(t, 3, b.RequestCounts.Completed)
 }
@@ -561,6 +570,114 @@ func TestTenThousandLinesExactlyOnce(t *testing.T) {
 			for _, l := range errs {
 				require.Equal(t, 400, l.Response.StatusCode)
 			}
+			require.EqualValues(t, n, e.up.Requests(), "one upstream request per line: none ran twice")
 		})
 	}
+}
+
+// With API keys on, a key sees only its own files and batches (admin keys see all), a batch runs
+// as the key that created it, and a model outside the key's allow-list fails validation.
+func TestOwners(t *testing.T) {
+	keys, err := guard.NewStaticKeys([]guard.KeyConfig{
+		{Name: "alice", SHA256: guard.HashKey("ka")},
+		{Name: "bob", SHA256: guard.HashKey("kb")},
+		{Name: "carol", SHA256: guard.HashKey("kc"), Models: []string{"m2"}},
+		{Name: "root", SHA256: guard.HashKey("kr"), Admin: true},
+	})
+	require.NoError(t, err)
+	auth := guard.NewAuth(keys, quiet())
+	var seen sync.Map // key names the upstream's requests ran as
+	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+		if p := guard.PrincipalFrom(ctx); p != nil {
+			seen.Store(p.Name, true)
+		}
+		return openai.Admitted{}, nil
+	}
+	e := startEnv(t, envOptions{middleware: []func(http.Handler) http.Handler{auth.HTTP}, admit: admit})
+
+	file := e.uploadAs(t, "ka", chatLines(3, "m1"))
+	var b batchView
+	require.Equal(t, http.StatusOK, e.doAs(t, "ka", http.MethodPost, "/v1/batches",
+		`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`, &b))
+	id := b.ID
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Status != "completed" {
+		require.True(t, time.Now().Before(deadline), b.Status)
+		time.Sleep(20 * time.Millisecond)
+		require.Equal(t, http.StatusOK, e.doAs(t, "ka", http.MethodGet, "/v1/batches/"+id, "", &b))
+	}
+	_, ranAsAlice := seen.Load("alice")
+	require.True(t, ranAsAlice, "the lines ran as the key that created the batch")
+
+	// Bob sees none of it.
+	for _, path := range []string{"/v1/batches/" + id, "/v1/files/" + file, "/v1/files/" + file + "/content", "/v1/files/" + *b.OutputFileID} {
+		require.Equal(t, http.StatusNotFound, e.doAs(t, "kb", http.MethodGet, path, "", nil), path)
+	}
+	require.Equal(t, http.StatusNotFound, e.doAs(t, "kb", http.MethodPost, "/v1/batches/"+id+"/cancel", "", nil))
+	require.Equal(t, http.StatusNotFound, e.doAs(t, "kb", http.MethodDelete, "/v1/files/"+file, "", nil))
+	require.Equal(t, http.StatusNotFound, e.doAs(t, "kb", http.MethodPost, "/v1/batches",
+		`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`, nil), "nor can use her file")
+	var list struct{ Data []struct{ ID string } }
+	e.doAs(t, "kb", http.MethodGet, "/v1/batches", "", &list)
+	require.Empty(t, list.Data)
+	e.doAs(t, "kb", http.MethodGet, "/v1/files", "", &list)
+	require.Empty(t, list.Data)
+	// Alice and the admin do.
+	e.doAs(t, "ka", http.MethodGet, "/v1/files", "", &list)
+	require.Len(t, list.Data, 2, "the input and the output file")
+	require.Equal(t, http.StatusOK, e.doAs(t, "kr", http.MethodGet, "/v1/files/"+*b.OutputFileID+"/content", "", nil))
+	e.doAs(t, "kr", http.MethodGet, "/v1/batches", "", &list)
+	require.Len(t, list.Data, 1)
+
+	// Carol may use m2 only.
+	cfile := e.uploadAs(t, "kc", chatLines(2, "m1"))
+	require.Equal(t, http.StatusOK, e.doAs(t, "kc", http.MethodPost, "/v1/batches",
+		`{"input_file_id":"`+cfile+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`, &b))
+	b = e.waitStatusAs(t, "kc", b.ID, 10*time.Second, "failed")
+	require.Equal(t, "model_not_allowed", b.Errors.Data[0].Code)
+	require.EqualValues(t, 3, e.up.Requests(), "nothing of carol's ran")
+}
+
+// A rate-limit refusal that can never pass (no Retry-After: more tokens than a whole budget)
+// fails the line at once instead of waiting; one that can pass later makes the line wait.
+func TestRateLimitRefusals(t *testing.T) {
+	var calls atomic.Int64
+	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+		n := calls.Add(1)
+		if bytes.Contains(r.Body, []byte("too-big")) {
+			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "over the whole budget"}
+		}
+		if n <= 3 { // the first tries are told to come back shortly
+			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "slow down",
+				Header: http.Header{"Retry-After": []string{"1"}}}
+		}
+		return openai.Admitted{}, nil
+	}
+	e := startEnv(t, envOptions{admit: admit, worker: func(o *batch.WorkerOptions) { o.Attempts = 1; o.Concurrency = 1 }})
+	input := strings.Replace(chatLines(2, "m1"), `"line 1"`, `"line 1 too-big"`, 1)
+	b := e.waitStatus(t, e.create(t, e.upload(t, input), "24h"), 20*time.Second, "completed")
+	require.EqualValues(t, 1, b.RequestCounts.Completed, "the waiting line completed with its one attempt")
+	require.EqualValues(t, 1, b.RequestCounts.Failed)
+	errs := e.content(t, b.ErrorFileID)
+	require.Equal(t, "req-1", errs[0].CustomID)
+	require.Equal(t, 429, errs[0].Response.StatusCode)
+	require.Less(t, calls.Load(), int64(10), "the line that cannot pass is not retried in a loop")
+}
+
+// An upstream outage (no healthy endpoint) is waited out, attempts unspent: the lines complete
+// once the upstream is back.
+func TestOutageIsWaitedOut(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Attempts = 1; o.RetryBackoff = 50 * time.Millisecond }})
+	e.up.SetHealthy(false)
+	require.Eventually(t, func() bool {
+		_, err := e.proxy.Call(context.Background(), "/v1/chat/completions", []byte(`{"model":"m1","messages":[]}`))
+		var oe *openai.Error
+		return errors.As(err, &oe) && oe.Code == "no_healthy_upstream"
+	}, 5*time.Second, 10*time.Millisecond)
+	id := e.create(t, e.upload(t, chatLines(5, "m1")), "24h")
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, "in_progress", e.waitStatus(t, id, time.Second, "in_progress").Status, "still waiting")
+	e.up.SetHealthy(true)
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 5, b.RequestCounts.Completed)
 }

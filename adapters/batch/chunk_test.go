@@ -24,3 +24,31 @@ func TestChunkLines(t *testing.T) {
 	require.Equal(t, [][]string{{"a", "b"}, {"c", "d"}, {"e"}, {"f"}}, ids)
 	require.Empty(t, chunkLines(nil, 2, 60))
 }
+
+// Results are packed into messages under the byte budget; a line over it is set apart.
+func TestSplitResults(t *testing.T) {
+	line := func(id string, n int) resultLine {
+		return resultLine{CustomID: id, Kind: 1, Line: []byte(strings.Repeat("x", n))}
+	}
+	r := &results{Batch: "b", Results: []resultLine{line("a", 30), line("b", 30), line("c", 100), line("d", 50), line("e", 20)}}
+	msgs, big := splitResults(r, 60)
+	var ids [][]string
+	for _, m := range msgs {
+		require.Equal(t, "b", m.Batch)
+		var cs []string
+		for _, l := range m.Results {
+			cs = append(cs, l.CustomID)
+		}
+		ids = append(ids, cs)
+	}
+	require.Equal(t, [][]string{{"a", "b"}, {"d"}, {"e"}}, ids)
+	require.Len(t, big, 1)
+	require.Equal(t, "c", big[0].CustomID)
+}
+
+// Bus messages keep HTML characters as they are, so a body does not grow past the size budget.
+func TestMessagesDoNotEscapeHTML(t *testing.T) {
+	m, err := newMessage("k", chunk{Batch: "b", Endpoint: "/v1/completions", Lines: []Line{{CustomID: "a", Body: []byte(`{"prompt":"<b>&</b>"}`)}}})
+	require.NoError(t, err)
+	require.Contains(t, string(m.Payload), `"prompt":"<b>&</b>"`)
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/infergate/infergate/adapters/batch"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
@@ -50,6 +51,8 @@ type envOptions struct {
 	noWorker bool
 	state    batchstate.Store
 	bus      bus.Bus
+	// middleware wraps the gateway's HTTP handler (API keys).
+	middleware []func(http.Handler) http.Handler
 }
 
 func startEnv(t testing.TB, eo envOptions) *env {
@@ -81,7 +84,8 @@ func startEnv(t testing.TB, eo envOptions) *env {
 	if !eo.noWorker {
 		e.startWorker(t, ctx, eo.worker)
 	}
-	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount, e.svc.Mount}})
+	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount, e.svc.Mount},
+		HTTPMiddleware: eo.middleware})
 	e.URL = srv.URL
 	t.Cleanup(func() {
 		cancel()
@@ -122,6 +126,12 @@ func chatLines(n int, model string) string {
 // upload stores content as a batch input file through the HTTP API.
 func (e *env) upload(t testing.TB, content string) string {
 	t.Helper()
+	return e.uploadAs(t, "", content)
+}
+
+// uploadAs is upload with an API key ("" for none).
+func (e *env) uploadAs(t testing.TB, key, content string) string {
+	t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	require.NoError(t, mw.WriteField("purpose", "batch"))
@@ -129,7 +139,13 @@ func (e *env) upload(t testing.TB, content string) string {
 	require.NoError(t, err)
 	_, _ = io.WriteString(fw, content)
 	require.NoError(t, mw.Close())
-	res, err := http.Post(e.URL+"/v1/files", mw.FormDataContentType(), &body)
+	req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/files", &body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
@@ -166,6 +182,12 @@ type batchView struct {
 // do sends a request with an optional JSON body and decodes a JSON answer into out.
 func (e *env) do(t testing.TB, method, path, body string, out any) int {
 	t.Helper()
+	return e.doAs(t, "", method, path, body, out)
+}
+
+// doAs is do with an API key ("" for none).
+func (e *env) doAs(t testing.TB, key, method, path, body string, out any) int {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -173,6 +195,9 @@ func (e *env) do(t testing.TB, method, path, body string, out any) int {
 	req, err := http.NewRequest(method, e.URL+path, rd)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
@@ -198,11 +223,17 @@ func (e *env) create(t testing.TB, fileID, window string) string {
 // waitStatus polls the batch until its status is one of want, failing after timeout.
 func (e *env) waitStatus(t testing.TB, id string, timeout time.Duration, want ...string) batchView {
 	t.Helper()
+	return e.waitStatusAs(t, "", id, timeout, want...)
+}
+
+// waitStatusAs is waitStatus with an API key ("" for none).
+func (e *env) waitStatusAs(t testing.TB, key, id string, timeout time.Duration, want ...string) batchView {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var b batchView
 	for {
 		b = batchView{}
-		require.Equal(t, http.StatusOK, e.do(t, http.MethodGet, "/v1/batches/"+id, "", &b))
+		require.Equal(t, http.StatusOK, e.doAs(t, key, http.MethodGet, "/v1/batches/"+id, "", &b))
 		for _, w := range want {
 			if b.Status == w {
 				return b
@@ -270,4 +301,33 @@ func (e *env) inputOf(t testing.TB, id string) string {
 	}
 	require.Equal(t, http.StatusOK, e.do(t, http.MethodGet, "/v1/batches/"+id, "", &b))
 	return b.InputFileID
+}
+
+// ackedBus reports the UUID of every message a subscriber acked.
+type ackedBus struct {
+	bus.Bus
+	acked chan string
+}
+
+func (b *ackedBus) Subscribe(ctx context.Context, topic, group string) (<-chan *message.Message, error) {
+	in, err := b.Bus.Subscribe(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		for m := range in {
+			go func() {
+				select {
+				case <-m.Acked():
+					b.acked <- m.UUID
+				case <-m.Nacked():
+				case <-ctx.Done():
+				}
+			}()
+			out <- m
+		}
+	}()
+	return out, nil
 }

@@ -8,11 +8,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/files"
+	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/openai"
 	"google.golang.org/grpc"
 )
@@ -47,26 +49,43 @@ func (s *Service) internal(w http.ResponseWriter, what string, err error) {
 		Message: "The server had an error while processing your request."}).Write(w)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		(&openai.Error{Status: http.StatusInternalServerError, Type: "server_error", Message: "encoding the response failed"}).Write(w)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 // fileObject is OpenAI's file object.
 type fileObject struct {
-	files.File
-	Object string `json:"object"`
-	Status string `json:"status"`
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	Bytes     int64  `json:"bytes"`
+	CreatedAt int64  `json:"created_at"`
+	Filename  string `json:"filename"`
+	Purpose   string `json:"purpose"`
+	Status    string `json:"status"`
 }
 
 func fileView(f files.File) fileObject {
-	return fileObject{File: f, Object: "file", Status: "processed"}
+	return fileObject{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt, Filename: f.Filename,
+		Purpose: f.Purpose, Status: "processed"}
+}
+
+// visible reports whether the caller may see what owner created: anyone with API keys off, the
+// owner itself, and admin keys.
+func visible(r *http.Request, owner string) bool {
+	p := guard.PrincipalFrom(r.Context())
+	return p == nil || p.Admin || p.Name == owner
+}
+
+// ownerModels is the allow-list of the key making the request.
+func ownerModels(r *http.Request) []string {
+	if p := guard.PrincipalFrom(r.Context()); p != nil {
+		return p.Models
+	}
+	return nil
+}
+
+// ownerOf is the name of the key making the request, "" with API keys off.
+func ownerOf(r *http.Request) string {
+	if p := guard.PrincipalFrom(r.Context()); p != nil {
+		return p.Name
+	}
+	return ""
 }
 
 // uploadFile stores a multipart upload's "file" part (purpose "batch"), streaming it to the
@@ -116,10 +135,14 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 			if name == "" {
 				name = "upload.jsonl"
 			}
+			if len(name) > 255 {
+				invalid("file", "The file name is longer than 255 bytes.").Write(w)
+				return
+			}
 			f, err := s.o.Files.Put(ctx, files.File{ID: files.NewID("file-"), CreatedAt: s.now().Unix(),
-				Filename: name, Purpose: "batch"}, part, s.o.MaxFileBytes)
+				Filename: name, Purpose: "batch", Owner: ownerOf(r)}, part, s.o.MaxFileBytes)
 			if errors.Is(err, files.ErrTooLarge) {
-				(&openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: "file",
+				(&openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "file",
 					Message: fmt.Sprintf("The file is larger than %d bytes.", s.o.MaxFileBytes)}).Write(w)
 				return
 			}
@@ -143,21 +166,60 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 		drop()
 		invalid("purpose", "Invalid purpose %q: this server stores files for batches only ('batch').", purpose).Write(w)
 	default:
-		writeJSON(w, http.StatusOK, fileView(*stored))
+		openai.WriteJSON(w, http.StatusOK, fileView(*stored))
 	}
 }
 
+// listFiles lists the caller's files, newest first unless order=asc, a page of limit (1 to
+// 10,000, default 10,000) after the file named by after.
 func (s *Service) listFiles(w http.ResponseWriter, r *http.Request) {
-	fs, err := s.o.Files.List(r.Context(), r.URL.Query().Get("purpose"))
+	q := r.URL.Query()
+	limit := 10_000
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10_000 {
+			invalid("limit", "limit must be an integer from 1 to 10000.").Write(w)
+			return
+		}
+		limit = n
+	}
+	order := q.Get("order")
+	if order != "" && order != "asc" && order != "desc" {
+		invalid("order", "order must be asc or desc.").Write(w)
+		return
+	}
+	fs, err := s.o.Files.List(r.Context(), q.Get("purpose"))
 	if err != nil {
 		s.internal(w, "listing files", err)
 		return
 	}
-	data := make([]fileObject, len(fs))
-	for i, f := range fs {
-		data[i] = fileView(f)
+	if order == "asc" {
+		slices.Reverse(fs)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": false})
+	after := q.Get("after")
+	data := []fileObject{}
+	more := false
+	for _, f := range fs {
+		if !visible(r, f.Owner) {
+			continue
+		}
+		if after != "" {
+			if f.ID == after {
+				after = ""
+			}
+			continue
+		}
+		if len(data) == limit {
+			more = true
+			break
+		}
+		data = append(data, fileView(f))
+	}
+	var first, last *string
+	if len(data) > 0 {
+		first, last = &data[0].ID, &data[len(data)-1].ID
+	}
+	openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
 // file looks up the file the path names, answering 404 when there is none.
@@ -165,7 +227,7 @@ func (s *Service) file(w http.ResponseWriter, r *http.Request) (files.File, bool
 	id := r.PathValue("id")
 	f, err := s.o.Files.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, files.ErrNotFound):
+	case errors.Is(err, files.ErrNotFound) || (err == nil && !visible(r, f.Owner)):
 		notFound("File", id).Write(w)
 		return f, false
 	case err != nil:
@@ -177,7 +239,7 @@ func (s *Service) file(w http.ResponseWriter, r *http.Request) (files.File, bool
 
 func (s *Service) getFile(w http.ResponseWriter, r *http.Request) {
 	if f, ok := s.file(w, r); ok {
-		writeJSON(w, http.StatusOK, fileView(f))
+		openai.WriteJSON(w, http.StatusOK, fileView(f))
 	}
 }
 
@@ -202,7 +264,11 @@ func (s *Service) fileContent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	f, ok := s.file(w, r)
+	if !ok {
+		return
+	}
+	id := f.ID
 	// A running batch reads its input again (to take over a dispatch, to give up the lines of a
 	// cancelled or expired batch): its input stays until it finished.
 	active, err := s.o.State.Active(r.Context())
@@ -212,8 +278,7 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, bid := range active {
 		if b, err := s.o.State.Get(r.Context(), bid); err == nil && b.InputFileID == id && !b.Status.Terminal() {
-			(&openai.Error{Status: http.StatusConflict, Type: "invalid_request_error", Param: "id",
-				Message: fmt.Sprintf("The file %s is the input of batch %s, which has not finished; cancel it or wait.", id, bid)}).Write(w)
+			invalid("id", "The file %s is the input of batch %s, which has not finished; cancel it or wait.", id, bid).Write(w)
 			return
 		}
 	}
@@ -224,7 +289,7 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, "deleting a file", err)
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+		openai.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 	}
 }
 
@@ -273,7 +338,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f, err := s.o.Files.Get(ctx, req.InputFileID)
-	if errors.Is(err, files.ErrNotFound) {
+	if errors.Is(err, files.ErrNotFound) || (err == nil && !visible(r, f.Owner)) {
 		(&openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input_file_id",
 			Message: fmt.Sprintf("No such File object: %s", req.InputFileID)}).Write(w)
 		return
@@ -291,15 +356,15 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 	expires := now.Add(window + time.Second - 1).Unix()
 	b := &batchstate.Batch{ID: files.NewID("batch_"), Endpoint: req.Endpoint, InputFileID: req.InputFileID,
 		CompletionWindow: req.CompletionWindow, Status: batchstate.Validating, CreatedAt: now.Unix(),
-		ExpiresAt: expires, Metadata: req.Metadata,
+		ExpiresAt: expires, Metadata: req.Metadata, Owner: ownerOf(r), OwnerModels: ownerModels(r),
 		Claim: s.o.ID, ClaimUntil: now.Add(s.o.ClaimTTL).UnixMilli()}
 	if err := s.o.State.Create(ctx, b); err != nil {
 		s.internal(w, "creating a batch", err)
 		return
 	}
 	s.m.batches.WithLabelValues(string(batchstate.Validating)).Inc()
-	s.background(func(ctx context.Context) { s.prepare(ctx, b.ID) })
-	writeJSON(w, http.StatusOK, batchView(b, now))
+	s.background(func(ctx context.Context) { s.holdClaim(ctx, b.ID, func(ctx context.Context) { s.prepare(ctx, b.ID) }) })
+	openai.WriteJSON(w, http.StatusOK, batchView(b, now))
 }
 
 // batch looks up the batch the path names, answering 404 when there is none.
@@ -307,7 +372,7 @@ func (s *Service) batch(w http.ResponseWriter, r *http.Request) (*batchstate.Bat
 	id := r.PathValue("id")
 	b, err := s.o.State.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, batchstate.ErrNotFound):
+	case errors.Is(err, batchstate.ErrNotFound) || (err == nil && !visible(r, b.Owner)):
 		notFound("Batch", id).Write(w)
 		return nil, false
 	case err != nil:
@@ -319,7 +384,7 @@ func (s *Service) batch(w http.ResponseWriter, r *http.Request) (*batchstate.Bat
 
 func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) {
 	if b, ok := s.batch(w, r); ok {
-		writeJSON(w, http.StatusOK, batchView(b, s.now()))
+		openai.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 
@@ -334,7 +399,7 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	bs, more, err := s.o.State.List(r.Context(), q.Get("after"), limit)
+	bs, more, err := s.listVisible(r, q.Get("after"), limit)
 	if err != nil {
 		s.internal(w, "listing batches", err)
 		return
@@ -348,20 +413,51 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 	if len(bs) > 0 {
 		first, last = &bs[0].ID, &bs[len(bs)-1].ID
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+	openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+}
+
+// listVisible pages through the batches newest first, keeping those the caller may see, until
+// it has limit of them.
+func (s *Service) listVisible(r *http.Request, after string, limit int) ([]*batchstate.Batch, bool, error) {
+	var out []*batchstate.Batch
+	for {
+		bs, more, err := s.o.State.List(r.Context(), after, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, b := range bs {
+			if !visible(r, b.Owner) {
+				continue
+			}
+			if len(out) == limit {
+				return out, true, nil
+			}
+			out = append(out, b)
+		}
+		if !more || len(bs) == 0 {
+			return out, false, nil
+		}
+		after = bs[len(bs)-1].ID
+	}
 }
 
 // cancelBatch stops a batch: one still validating is cancelled at once; one in progress is
 // cancelling until the lines in flight stopped, then cancelled with its partial output.
 func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	cur, ok := s.batch(w, r)
+	if !ok {
+		return
+	}
+	id := cur.ID
 	now := s.now().Unix()
 	var refused batchstate.Status
+	moved := false // straight to cancelled
 	b, err := s.o.State.Update(r.Context(), id, func(b *batchstate.Batch) error {
 		refused = ""
 		switch b.Status {
 		case batchstate.Validating:
 			b.Status, b.CancellingAt, b.CancelledAt, b.Claim, b.ClaimUntil = batchstate.Cancelled, now, now, "", 0
+			moved = true
 		case batchstate.InProgress:
 			b.Status, b.CancellingAt = batchstate.Cancelling, now
 		case batchstate.Cancelling, batchstate.Cancelled:
@@ -378,11 +474,13 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, "cancelling a batch", err)
 	case refused != "":
-		(&openai.Error{Status: http.StatusConflict, Type: "invalid_request_error",
-			Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", refused)}).Write(w)
+		invalid("", "Cannot cancel a batch with status '%s'.", refused).Write(w)
 	default:
+		if moved {
+			s.m.batches.WithLabelValues(string(batchstate.Cancelled)).Inc()
+		}
 		s.log.Info("batch cancel requested", "batch", id, "status", b.Status)
-		writeJSON(w, http.StatusOK, batchView(b, s.now()))
+		openai.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 

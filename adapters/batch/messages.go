@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,18 +68,44 @@ type deadLetter struct {
 	Error    string          `json:"error"`
 }
 
-// newMessage encodes v as a message partitioned by key.
+// newMessage encodes v as a message partitioned by key. HTML characters stay as they are: the
+// default escaping would grow a body full of '<' sixfold, past a broker's message size limit.
 func newMessage(key string, v any) (*message.Message, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encoding a batch message: %w", err)
 	}
-	m := message.NewMessage(watermill.NewUUID(), b)
+	m := message.NewMessage(watermill.NewUUID(), bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	m.Metadata.Set(bus.KeyMetadata, key)
 	return m, nil
 }
 
 var errBadMessage = errors.New("malformed batch message")
+
+// splitResults packs results into messages of at most maxBytes of lines each; a line larger
+// than that comes back in big, to be stored without the bus (a broker refuses messages over
+// its size limit, 1 MB by default).
+func splitResults(r *results, maxBytes int) (msgs []*results, big []resultLine) {
+	cur, size := &results{Batch: r.Batch}, 0
+	for _, l := range r.Results {
+		switch {
+		case len(l.Line) > maxBytes:
+			big = append(big, l)
+			continue
+		case size+len(l.Line) > maxBytes && len(cur.Results) > 0:
+			msgs = append(msgs, cur)
+			cur, size = &results{Batch: r.Batch}, 0
+		}
+		cur.Results = append(cur.Results, l)
+		size += len(l.Line)
+	}
+	if len(cur.Results) > 0 {
+		msgs = append(msgs, cur)
+	}
+	return msgs, big
+}
 
 // decodeChunk decodes a requests-topic message, checking what the worker relies on.
 func decodeChunk(b []byte) (*chunk, error) {

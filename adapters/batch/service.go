@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/files"
+	"github.com/infergate/infergate/adapters/openai"
 )
 
 // Options configures a Service.
@@ -64,6 +66,8 @@ type Service struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
 	wg     sync.WaitGroup
 
 	// finalizing holds the batches this replica is finalizing: the claim keeps other replicas
@@ -107,7 +111,7 @@ func New(o Options) (*Service, error) {
 		o.Grace = 2 * time.Second
 	}
 	if o.ID == "" {
-		o.ID = newID("replica-")
+		o.ID = "replica-" + openai.NewRequestID()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, ctx: ctx, cancel: cancel}, nil
@@ -140,12 +144,21 @@ func (s *Service) Run(ctx context.Context) error {
 // Close stops Run and the batches this replica is validating, dispatching or finalizing (their
 // claims expire and another replica takes them over), and waits for them.
 func (s *Service) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 }
 
-// background runs f for a batch step outside the request that started it.
+// background runs f for a batch step outside the request that started it; after Close it runs
+// nothing (the step's claim expires and a replica that runs takes it over).
 func (s *Service) background(f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -168,6 +181,11 @@ func (s *Service) collect(ctx context.Context, msg *message.Message) {
 		rs[i] = batchstate.Result{CustomID: l.CustomID, Kind: l.Kind, Line: l.Line}
 	}
 	counts, err := s.o.State.Record(ctx, r.Batch, rs)
+	if errors.Is(err, batchstate.ErrNotFound) {
+		// The batch is gone (its keys expired long after it finished): nobody wants these.
+		msg.Ack()
+		return
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("recording batch results; they will be delivered again", "batch", r.Batch, "err", err)
@@ -203,6 +221,45 @@ func (s *Service) claim(ctx context.Context, id string, change func(*batchstate.
 	return b, owned, err
 }
 
+// holdClaim runs step while keeping this replica's claim on the batch alive, renewing it every
+// third of ClaimTTL; if the claim is lost (another replica took it after a stall) or cannot be
+// renewed, step's context ends, so a slow step never runs beside its successor.
+func (s *Service) holdClaim(ctx context.Context, id string, step func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(s.o.ClaimTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			lost := false
+			_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+				if lost = b.Claim != s.o.ID; lost {
+					return batchstate.ErrUnchanged
+				}
+				b.ClaimUntil = s.now().Add(s.o.ClaimTTL).UnixMilli()
+				return nil
+			})
+			if lost || (err != nil && ctx.Err() == nil) {
+				s.log.Warn("lost a batch's claim; stopping its step", "batch", id, "err", err)
+				cancel()
+				return
+			}
+		}
+	}()
+	step(ctx)
+	cancel()
+	<-renewed
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func hasStatus(b *batchstate.Batch, statuses ...batchstate.Status) bool {
 	for _, st := range statuses {
 		if b.Status == st {
@@ -226,6 +283,10 @@ func (s *Service) prepare(ctx context.Context, id string) {
 		return
 	}
 	now := s.now().Unix()
+	if errs == nil && len(b.OwnerModels) > 0 && !slices.Contains(b.OwnerModels, p.model) {
+		errs = []batchstate.ErrorEntry{{Code: "model_not_allowed", Param: ptr("body.model"),
+			Message: fmt.Sprintf("The API key that created this batch may not use the model %q.", p.model)}}
+	}
 	if errs != nil {
 		_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
 			if b.Status != batchstate.Validating {
@@ -342,9 +403,12 @@ func chunkLines(lines []Line, maxLines, maxBytes int) [][]Line {
 	return out
 }
 
-// fileID is the id of a batch's output ("output") or error ("error") file: fixed, so a
-// finalization that is repeated after a crash replaces what the first one wrote.
-func fileID(batchID, which string) string { return "file-" + batchID + "-" + which }
+// fileID is the id of a batch's output ("output") or error ("error") file. nonce tells one
+// finalization's files from another's: a replica that lost its claim mid-way never replaces the
+// files its successor committed.
+func fileID(batchID, which, nonce string) string {
+	return "file-" + batchID + "-" + which + "-" + nonce
+}
 
 // finalize assembles a finished batch's output and error files, exactly once across replicas,
 // and moves it to its terminal status: completed, cancelled or expired.
@@ -358,7 +422,7 @@ func (s *Service) finalize(ctx context.Context, id string) {
 		return
 	}
 	now := s.now()
-	b, owned, err := s.claim(ctx, id, func(b *batchstate.Batch) error {
+	_, owned, err := s.claim(ctx, id, func(b *batchstate.Batch) error {
 		if b.Status == batchstate.InProgress {
 			b.Status, b.FinalizingAt = batchstate.Finalizing, now.Unix()
 		}
@@ -368,45 +432,53 @@ func (s *Service) finalize(ctx context.Context, id string) {
 		s.log.Warn("claiming a batch's finalization", "batch", id, "err", err)
 		return
 	}
-	if !owned {
-		return
+	if owned {
+		s.holdClaim(ctx, id, func(ctx context.Context) { s.assemble(ctx, cur) })
 	}
-	outN, errN, err := s.writeFiles(ctx, b)
-	if err != nil {
-		s.log.Warn("writing a batch's files; another try follows when the claim expires", "batch", id, "err", err)
-		return
-	}
-	b, err = s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
-		if b.Claim != s.o.ID || b.Status.Terminal() {
-			return batchstate.ErrUnchanged
-		}
-		t := s.now().Unix()
-		switch {
-		case b.Status == batchstate.Cancelling:
-			b.Status, b.CancelledAt = batchstate.Cancelled, t
-		case b.ExpiredAt != 0:
-			b.Status = batchstate.Expired
-		default:
-			if b.FinalizingAt == 0 {
-				b.FinalizingAt = t
+}
+
+// assemble writes the files of a batch whose finalization this replica claimed and commits them
+// with the batch's terminal status, if the claim is still this replica's.
+func (s *Service) assemble(ctx context.Context, cur *batchstate.Batch) {
+	id, nonce := cur.ID, openai.NewRequestID()[:16]
+	outN, errN, err := s.writeFiles(ctx, cur, nonce)
+	committed := false
+	var b *batchstate.Batch
+	if err == nil {
+		b, err = s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+			committed = false
+			if b.Claim != s.o.ID || b.Status.Terminal() {
+				return batchstate.ErrUnchanged
 			}
-			b.Status, b.CompletedAt = batchstate.Completed, t
-		}
-		b.OutputFileID, b.ErrorFileID = "", ""
-		if outN > 0 {
-			b.OutputFileID = fileID(id, "output")
-		}
-		if errN > 0 {
-			b.ErrorFileID = fileID(id, "error")
-		}
-		b.Claim, b.ClaimUntil = "", 0
-		return nil
-	})
-	if err != nil {
-		s.log.Warn("completing a batch", "batch", id, "err", err)
-		return
+			t := s.now().Unix()
+			switch {
+			case b.Status == batchstate.Cancelling:
+				b.Status, b.CancelledAt = batchstate.Cancelled, t
+			case b.ExpiredAt != 0:
+				b.Status = batchstate.Expired
+			default:
+				if b.FinalizingAt == 0 {
+					b.FinalizingAt = t
+				}
+				b.Status, b.CompletedAt = batchstate.Completed, t
+			}
+			b.OutputFileID, b.ErrorFileID = "", ""
+			if outN > 0 {
+				b.OutputFileID = fileID(id, "output", nonce)
+			}
+			if errN > 0 {
+				b.ErrorFileID = fileID(id, "error", nonce)
+			}
+			b.Claim, b.ClaimUntil = "", 0
+			committed = true
+			return nil
+		})
 	}
-	if !b.Status.Terminal() || b.Claim != "" {
+	if !committed {
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("finalizing a batch; another try follows when the claim expires", "batch", id, "err", err)
+		}
+		s.dropFiles(id, nonce)
 		return
 	}
 	s.m.batches.WithLabelValues(string(b.Status)).Inc()
@@ -416,29 +488,49 @@ func (s *Service) finalize(ctx context.Context, id string) {
 	}
 }
 
+// dropFiles removes the files a finalization wrote but did not commit, unless the batch names
+// them after all (an update whose answer was lost may still have been applied).
+func (s *Service) dropFiles(id, nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := s.o.State.Get(ctx, id)
+	if err != nil {
+		return // unsure: leave them
+	}
+	for _, which := range []string{"output", "error"} {
+		fid := fileID(id, which, nonce)
+		if fid != b.OutputFileID && fid != b.ErrorFileID {
+			if err := s.o.Files.Delete(ctx, fid); err != nil && !errors.Is(err, files.ErrNotFound) {
+				s.log.Warn("removing an uncommitted batch file", "file", fid, "err", err)
+			}
+		}
+	}
+}
+
 // writeFiles writes the batch's output and error files from its recorded results, streaming
 // them (a large batch's results never sit whole in memory); empty files are removed.
-func (s *Service) writeFiles(ctx context.Context, b *batchstate.Batch) (outN, errN int, err error) {
+func (s *Service) writeFiles(ctx context.Context, b *batchstate.Batch, nonce string) (outN, errN int, err error) {
+	id := b.ID
 	type sink struct {
 		w    *io.PipeWriter
 		n    int
 		done chan error
 	}
 	now := s.now().Unix()
-	open := func(which, purpose string) *sink {
+	open := func(which string) *sink {
 		r, w := io.Pipe()
 		k := &sink{w: w, done: make(chan error, 1)}
 		go func() {
-			_, err := s.o.Files.Put(ctx, files.File{ID: fileID(b.ID, which), CreatedAt: now,
-				Filename: b.ID + "_" + which + ".jsonl", Purpose: purpose}, r, 0)
+			_, err := s.o.Files.Put(ctx, files.File{ID: fileID(id, which, nonce), CreatedAt: now,
+				Filename: id + "_" + which + ".jsonl", Purpose: "batch_output", Owner: b.Owner}, r, 0)
 			r.CloseWithError(err) // unblocks the writer if Put gave up
 			k.done <- err
 		}()
 		return k
 	}
-	out, errs := open("output", "batch_output"), open("error", "batch_output")
+	out, errs := open("output"), open("error")
 	nl := []byte{'\n'}
-	err = s.o.State.Results(ctx, b.ID, func(r batchstate.Result) error {
+	err = s.o.State.Results(ctx, id, func(r batchstate.Result) error {
 		k := out
 		switch r.Kind {
 		case batchstate.Skipped:
@@ -464,7 +556,7 @@ func (s *Service) writeFiles(ctx context.Context, b *batchstate.Batch) (outN, er
 		which string
 	}{{out.n, "output"}, {errs.n, "error"}} {
 		if k.n == 0 {
-			if err := s.o.Files.Delete(ctx, fileID(b.ID, k.which)); err != nil && !errors.Is(err, files.ErrNotFound) {
+			if err := s.o.Files.Delete(ctx, fileID(id, k.which, nonce)); err != nil && !errors.Is(err, files.ErrNotFound) {
 				return 0, 0, err
 			}
 		}
@@ -513,17 +605,31 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 		if claimFree {
 			s.finalize(ctx, id)
 		}
+	case b.Status == batchstate.Validating && b.ExpiresAt != 0 && now.Unix() >= b.ExpiresAt:
+		// It never got going within its window (its input cannot be read, say).
+		_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+			if b.Status != batchstate.Validating {
+				return batchstate.ErrUnchanged
+			}
+			b.Status, b.ExpiredAt, b.Claim, b.ClaimUntil = batchstate.Expired, now.Unix(), "", 0
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("expiring a batch", "batch", id, "err", err)
+		}
 	case b.Status == batchstate.Validating && claimFree:
 		if _, owned, err := s.claim(ctx, id, nil, batchstate.Validating); err == nil && owned {
 			s.log.Info("taking over a batch's validation", "batch", id, "from", b.Claim)
-			s.prepare(ctx, id)
+			s.holdClaim(ctx, id, func(ctx context.Context) { s.prepare(ctx, id) })
 		}
 	case b.Status == batchstate.InProgress && !b.Dispatched && claimFree:
 		if b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress); err == nil && owned && !b.Dispatched {
 			s.log.Info("taking over a batch's dispatch", "batch", id)
-			if p, errs, err := s.readInput(ctx, b); err == nil && errs == nil {
-				s.dispatch(ctx, b, p)
-			}
+			s.holdClaim(ctx, id, func(ctx context.Context) {
+				if p, errs, err := s.readInput(ctx, b); err == nil && errs == nil {
+					s.dispatch(ctx, b, p)
+				}
+			})
 		}
 	case b.Status == batchstate.InProgress && b.ExpiresAt != 0 && now.Unix() >= b.ExpiresAt:
 		if b.ExpiredAt == 0 {
@@ -532,21 +638,47 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 			}
 			return
 		}
-		if graceOver(b.ExpiredAt) {
-			s.giveUp(ctx, b, batchstate.Error)
+		if graceOver(b.ExpiredAt) && claimFree {
+			s.giveUp(ctx, id, batchstate.Error)
 		}
-	case b.Status == batchstate.Cancelling && graceOver(b.CancellingAt):
-		s.giveUp(ctx, b, batchstate.Skipped)
+	case b.Status == batchstate.Cancelling && graceOver(b.CancellingAt) && claimFree:
+		s.giveUp(ctx, id, batchstate.Skipped)
 	}
 }
 
 // giveUp records a result of kind for every line of the batch that has none (Skipped for a
 // cancelled batch, a batch_expired error for an expired one), so the batch finishes without
-// waiting for workers to drain its chunks; it then finalizes it.
-func (s *Service) giveUp(ctx context.Context, b *batchstate.Batch, kind batchstate.ResultKind) {
+// waiting for workers to drain its chunks; it then finalizes it. One replica does it, under the
+// batch's claim.
+func (s *Service) giveUp(ctx context.Context, id string, kind batchstate.ResultKind) {
+	b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress, batchstate.Cancelling)
+	if err != nil || !owned || !b.Dispatched {
+		return // another replica's, or still being dispatched: a later sweep
+	}
+	s.holdClaim(ctx, id, func(ctx context.Context) { s.giveUpLines(ctx, b, kind) })
+	s.finalize(ctx, id)
+}
+
+func (s *Service) giveUpLines(ctx context.Context, b *batchstate.Batch, kind batchstate.ResultKind) {
 	p, errs, err := s.readInput(ctx, b)
-	if err != nil || errs != nil {
+	if err != nil {
 		s.log.Warn("giving up a batch's remaining lines", "batch", b.ID, "err", err)
+		return
+	}
+	if errs != nil {
+		// The input is gone or no longer passes (another replica's limits): the lines without a
+		// result cannot be named, so the batch ends with the lines it has, and says so.
+		_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
+			c := b.Counts
+			missing := c.Total - c.Completed - c.Failed - c.Skipped
+			b.Counts.Total = c.Completed + c.Failed + c.Skipped
+			b.Errors = append(b.Errors, batchstate.ErrorEntry{Code: "input_unavailable",
+				Message: fmt.Sprintf("%d requests that had not run when the batch stopped are in neither file: its input could not be read again (%s).", missing, errs[0].Message)})
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("ending a batch whose input is gone", "batch", b.ID, "err", err)
+		}
 		return
 	}
 	const perRecord = 1000
@@ -565,5 +697,4 @@ func (s *Service) giveUp(ctx context.Context, b *batchstate.Batch, kind batchsta
 			rs = rs[:0]
 		}
 	}
-	s.finalize(ctx, b.ID)
 }

@@ -2,8 +2,6 @@ package batch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,8 +116,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.watch(ctx) })
+	// Chunks in hand are bounded: enough to keep every slot busy while others wait, not a whole
+	// batch's worth (the in-process bus hands every chunk over at once).
+	inHand := make(chan struct{}, max(8, w.o.Concurrency/8))
 	for msg := range msgs {
-		wg.Go(func() { w.handle(ctx, msg) })
+		inHand <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-inHand }()
+			w.handle(ctx, msg)
+		})
 	}
 	wg.Wait()
 	return ctx.Err()
@@ -147,8 +152,22 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 		msg.Nack()
 		return
 	}
-	if len(res.Results) > 0 {
-		out, err := newMessage(c.Batch, res)
+	msgs, big := splitResults(res, maxChunkBytes)
+	if len(big) > 0 {
+		// Too large for one bus message: stored straight away (the collectors' sweep finishes
+		// the batch if these were its last lines).
+		rs := make([]batchstate.Result, len(big))
+		for i, l := range big {
+			rs[i] = batchstate.Result{CustomID: l.CustomID, Kind: l.Kind, Line: l.Line}
+		}
+		if _, err := w.o.State.Record(ctx, c.Batch, rs); err != nil {
+			w.log.Warn("recording large batch results; the chunk will be retried", "batch", c.Batch, "err", err)
+			msg.Nack()
+			return
+		}
+	}
+	for _, r := range msgs {
+		out, err := newMessage(c.Batch, r)
 		if err == nil {
 			err = w.o.Bus.Publish(w.o.Topics.Results, out)
 		}
@@ -170,7 +189,10 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 	}
 	defer w.release(c.Batch)
 	res := &results{Batch: c.Batch}
-	if run.state == nil || run.state.Status.Terminal() {
+	w.mu.Lock()
+	st := run.state // replaced, never changed, by refresh
+	w.mu.Unlock()
+	if st == nil || st.Status.Terminal() {
 		// The batch is gone or over (a chunk delivered again after its batch finished): its
 		// results would be ignored, so nothing runs.
 		return res, nil
@@ -184,6 +206,11 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 		return nil, fmt.Errorf("reading recorded lines: %w", err)
 	}
 	out := make([]resultLine, len(c.Lines))
+	lineCtx := run.ctx
+	if st.Owner != "" {
+		// The lines run as the key that created the batch: its allow-list, its rate limits.
+		lineCtx = guard.WithPrincipal(lineCtx, &guard.Principal{Name: st.Owner, Models: st.OwnerModels})
+	}
 	var wg sync.WaitGroup
 	sem := w.sem(c.Model)
 	for i, l := range c.Lines {
@@ -206,7 +233,7 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i] = w.runLine(run.ctx, c, l)
+			out[i] = w.runLine(lineCtx, c, l)
 		})
 	}
 	wg.Wait()
@@ -236,81 +263,101 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) resultLine {
 	m.inFlight.Inc()
 	defer m.inFlight.Dec()
 	start := time.Now()
+	done := func(r resultLine) resultLine {
+		m.lineDone(r.Kind, time.Since(start))
+		return r
+	}
 	var last string
-	for attempt := 1; ; attempt++ {
-		reqID := newID("req_")
-		status, header, body, yield, err := w.call(ctx, c.Endpoint, reqID, l.Body)
-		if yield && ctx.Err() == nil {
-			// The gateway holds batch work back for online traffic or a rate limit: wait as
-			// told, without spending an attempt; the batch's window bounds the waiting.
+	for attempt, waits := 1, 0; ; attempt++ {
+		reqID := "req_" + openai.NewRequestID()
+		a, err := w.call(ctx, c.Endpoint, reqID, l.Body)
+		if err == nil && a.wait && ctx.Err() == nil {
+			// The gateway holds batch work back (online traffic first, a rate limit, no upstream
+			// up): wait, longer each time, without spending an attempt; the batch's completion
+			// window bounds the waiting.
 			attempt--
+			waits++
 			m.yields.Inc()
 			select {
-			case <-time.After(w.backoff(1, header)):
+			case <-time.After(w.backoff(min(waits, 7), a.header)):
 				continue
 			case <-ctx.Done():
 			}
 		}
 		switch {
 		case ctx.Err() != nil:
-			return stopped(l.CustomID, context.Cause(ctx))
-		case err == nil && status >= 200 && status < 300:
-			m.lineDone(batchstate.Output, time.Since(start))
-			return resultLine{CustomID: l.CustomID, Kind: batchstate.Output, Line: responseLine(l.CustomID, reqID, status, body)}
-		case err == nil && !retryable(status):
-			m.lineDone(batchstate.Error, time.Since(start))
-			return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, status, body)}
+			return done(stopped(l.CustomID, context.Cause(ctx)))
+		case err == nil && a.status >= 200 && a.status < 300:
+			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Output, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
+		case err == nil && (a.final || !retryable(a.status)):
+			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 		}
 		if err != nil {
 			last = err.Error()
 		} else {
-			last = fmt.Sprintf("status %d: %s", status, truncate(body, 512))
+			last = fmt.Sprintf("status %d: %s", a.status, openai.Truncate(string(a.body), 512))
 		}
 		if attempt >= w.o.Attempts {
-			m.lineDone(batchstate.Error, time.Since(start))
 			w.deadLetter(c, l, attempt, last)
 			if err == nil { // the upstream's last answer is the line's response
-				return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, status, body)}
+				return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 			}
-			return resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: errorLine(l.CustomID, "upstream_unavailable", last)}
+			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: errorLine(l.CustomID, "upstream_unavailable", last)})
 		}
 		m.retries.Inc()
 		select {
-		case <-time.After(w.backoff(attempt, header)):
+		case <-time.After(w.backoff(attempt, a.header)):
 		case <-ctx.Done():
-			return stopped(l.CustomID, context.Cause(ctx))
+			return done(stopped(l.CustomID, context.Cause(ctx)))
 		}
 	}
 }
 
-// call sends one request and reads its answer: the status and body of the upstream's response,
-// or of the gateway's own refusal (an *openai.Error); err only when no answer came. yield
-// reports a refusal by the guard that asks batch work to wait (load shedding, rate limits).
-func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) (status int, h http.Header, b []byte, yield bool, err error) {
+// answer is what one attempt of a line got: the status, headers and body of the upstream's
+// response or of the gateway's own refusal.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+	// wait: the gateway refused for now (see waitCodes); final: a failure no retry mends.
+	wait, final bool
+}
+
+// call sends one request and reads its answer; err only when no answer came.
+func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) (answer, error) {
 	ctx = openai.WithRequestID(guard.WithPriority(ctx, guard.Batch), reqID)
 	resp, err := w.o.Caller.Call(ctx, endpoint, body)
 	if err != nil {
 		var oe *openai.Error
 		if errors.As(err, &oe) {
-			return oe.Status, oe.Header, oe.JSON(), yieldCodes[oe.Code], nil
+			wait := waitCodes[oe.Code]
+			if oe.Code == "rate_limit_exceeded" {
+				// Without Retry-After the request can never fit the budget (more tokens than
+				// its whole burst): waiting would loop until the window ends.
+				wait = openai.RetryAfter(oe.Header) > 0
+			}
+			return answer{status: oe.Status, header: oe.Header, body: oe.JSON(), wait: wait}, nil
 		}
-		return 0, nil, nil, false, err
+		return answer{}, err
 	}
 	defer resp.Close()
-	b, err = io.ReadAll(io.LimitReader(resp, w.o.MaxResponseBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp, w.o.MaxResponseBytes+1))
 	if err != nil {
-		return 0, nil, nil, false, fmt.Errorf("reading the upstream's response: %w", err)
+		return answer{}, fmt.Errorf("reading the upstream's response: %w", err)
 	}
 	if int64(len(b)) > w.o.MaxResponseBytes {
-		return http.StatusBadGateway, nil, (&openai.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "response_too_large",
-			Message: fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)}).JSON(), false, nil
+		return answer{status: http.StatusBadGateway, final: true, body: (&openai.Error{Status: http.StatusBadGateway, Type: "server_error",
+			Code: "response_too_large", Message: fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)}).JSON()}, nil
 	}
-	return resp.StatusCode, resp.Header, b, false, nil
+	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
-// yieldCodes are the guard's refusals that mean "not now" rather than "this request failed".
-var yieldCodes = map[string]bool{"overloaded": true, "queue_timeout": true, "rate_limit_exceeded": true,
-	"rate_limiter_unavailable": true}
+// waitCodes are the gateway's refusals that mean "not now" rather than "this request failed":
+// load shedding, the rate limiter out of reach, no upstream up or all of them cut off by their
+// breakers (an outage a batch waits out, as OpenAI's do). rate_limit_exceeded waits when the
+// refusal says when to retry.
+var waitCodes = map[string]bool{"overloaded": true, "queue_timeout": true, "rate_limiter_unavailable": true,
+	"no_healthy_upstream": true, "upstream_circuit_open": true}
 
 // retryable reports whether a status may succeed when tried again.
 func retryable(status int) bool {
@@ -321,8 +368,8 @@ func retryable(status int) bool {
 // else an exponential wait with jitter.
 func (w *Worker) backoff(attempt int, h http.Header) time.Duration {
 	const maxWait = 30 * time.Second
-	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s >= 0 {
-		return min(time.Duration(s)*time.Second, maxWait)
+	if d := openai.RetryAfter(h); d > 0 {
+		return min(d, maxWait)
 	}
 	d := min(w.o.RetryBackoff<<(attempt-1), maxWait)
 	return d/2 + mrand.N(d/2+1)
@@ -475,7 +522,7 @@ func responseLine(customID, reqID string, status int, body []byte) json.RawMessa
 
 // errorLine is an error file line for a request that got no answer.
 func errorLine(customID, code, msg string) json.RawMessage {
-	b := append([]byte(`{"id":"batch_`), newID("req_")...)
+	b := append([]byte(`{"id":"batch_req_`), openai.NewRequestID()...)
 	b = append(b, `","custom_id":`...)
 	b = tensor.AppendJSONString(b, customID)
 	b = append(b, `,"response":null,"error":{"code":`...)
@@ -483,18 +530,4 @@ func errorLine(customID, code, msg string) json.RawMessage {
 	b = append(b, `,"message":`...)
 	b = tensor.AppendJSONString(b, msg)
 	return append(b, `}}`...)
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
-}
-
-// newID returns prefix and 24 random hex digits.
-func newID(prefix string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
 }

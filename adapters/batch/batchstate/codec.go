@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/infergate/infergate/adapters/batch/files"
 	"math/rand/v2"
 	"time"
 )
@@ -12,23 +13,8 @@ import (
 // maxUpdateTries bounds how often Update runs fn when others keep changing the batch first.
 const maxUpdateTries = 50
 
-// maxIDLen bounds batch ids.
-const maxIDLen = 128
-
-// validID reports whether id can name a batch: 1 to 128 of [A-Za-z0-9_-]. Ids come from
-// clients (URL paths); this keeps them out of Redis key syntax (hash tags, separators).
-func validID(id string) bool {
-	if id == "" || len(id) > maxIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+// validID reports whether id can name a batch: the rule of file ids.
+func validID(id string) bool { return files.ValidID(id) }
 
 func validStatus(s Status) bool {
 	switch s {
@@ -44,7 +30,7 @@ func checkNew(b *Batch) error {
 		return errors.New("batchstate: create: nil batch")
 	}
 	if !validID(b.ID) {
-		return fmt.Errorf("batchstate: create: %q is not a valid batch id (1 to %d of A-Z, a-z, 0-9, '_', '-')", b.ID, maxIDLen)
+		return fmt.Errorf("batchstate: create: %q is not a valid batch id (1 to 128 of A-Z, a-z, 0-9, '_', '-')", b.ID)
 	}
 	if !validStatus(b.Status) {
 		return fmt.Errorf("batchstate: create %s: unknown status %q", b.ID, b.Status)

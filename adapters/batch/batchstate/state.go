@@ -85,6 +85,12 @@ type Batch struct {
 	Errors           []ErrorEntry      `json:"errors,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 
+	// Owner names the API key that created the batch ("" with API keys off): only it (and admin
+	// keys) sees the batch, and its lines run as that key, under its rate limits. OwnerModels is
+	// the key's model allow-list when the batch was created (empty: every model).
+	Owner       string   `json:"owner,omitempty"`
+	OwnerModels []string `json:"owner_models,omitempty"`
+
 	// Counts are kept by the store: Record moves them; Get and List fill them in. Total is set
 	// when the batch is dispatched (Update may set it; Update never changes the others).
 	Counts Counts `json:"counts"`

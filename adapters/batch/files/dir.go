@@ -55,9 +55,10 @@ func NewDir(path string) (*Dir, error) {
 	return &Dir{path: path}, nil
 }
 
-// validID reports whether id is a safe file name: 1 to 128 of [A-Za-z0-9_-]. No separator, no
-// dot, so no id reaches outside the directory or names a temporary file.
-func validID(id string) bool {
+// ValidID reports whether id can name a file or a batch: 1 to 128 of [A-Za-z0-9_-]. Ids come
+// from clients (URL paths): no separator and no dot keeps them inside a directory and away from
+// temporary files, and out of Redis key syntax (hash tags, separators).
+func ValidID(id string) bool {
 	if id == "" || len(id) > maxIDLen {
 		return false
 	}
@@ -77,7 +78,7 @@ func notFound(id string) error {
 
 // Put implements Store.
 func (d *Dir) Put(ctx context.Context, f File, r io.Reader, limit int64) (File, error) {
-	if !validID(f.ID) {
+	if !ValidID(f.ID) {
 		return File{}, fmt.Errorf("files: put: %q is not a valid file id (1 to %d of A-Z, a-z, 0-9, '_', '-')", f.ID, maxIDLen)
 	}
 	if err := ctx.Err(); err != nil {
@@ -148,7 +149,7 @@ func (d *Dir) syncDir() {
 
 // Get implements Store.
 func (d *Dir) Get(ctx context.Context, id string) (File, error) {
-	if !validID(id) {
+	if !ValidID(id) {
 		return File{}, notFound(id)
 	}
 	f, err := d.open(id)
@@ -163,7 +164,7 @@ func (d *Dir) Get(ctx context.Context, id string) (File, error) {
 // Open implements Store. The content read is the file's when Open was called, even if it is
 // replaced or deleted while it is read.
 func (d *Dir) Open(ctx context.Context, id string) (io.ReadCloser, error) {
-	if !validID(id) {
+	if !ValidID(id) {
 		return nil, notFound(id)
 	}
 	f, err := d.open(id)
@@ -180,7 +181,7 @@ func (d *Dir) Open(ctx context.Context, id string) (io.ReadCloser, error) {
 
 // Delete implements Store.
 func (d *Dir) Delete(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !ValidID(id) {
 		return notFound(id)
 	}
 	if err := os.Remove(d.file(id)); err != nil {
@@ -204,7 +205,7 @@ func (d *Dir) List(ctx context.Context, purpose string) ([]File, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("files: list: %w", err)
 		}
-		if !e.Type().IsRegular() || !validID(e.Name()) {
+		if !e.Type().IsRegular() || !ValidID(e.Name()) {
 			continue
 		}
 		f, err := d.open(e.Name())

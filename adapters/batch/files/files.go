@@ -16,6 +16,9 @@ type File struct {
 	CreatedAt int64  `json:"created_at"`
 	Filename  string `json:"filename"`
 	Purpose   string `json:"purpose"`
+	// Owner names the API key that uploaded the file, or whose batch wrote it ("" with API
+	// keys off); the HTTP API shows a file only to its owner and to admin keys.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Errors of stores.

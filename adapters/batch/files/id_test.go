@@ -28,7 +28,7 @@ func TestNewIDForm(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, ms, before, "the first 10 characters are the time in ms")
 	assert.LessOrEqual(t, ms, after)
-	assert.True(t, validID(id), "a file id is a valid file name")
+	assert.True(t, ValidID(id), "a file id is a valid file name")
 	assert.True(t, strings.HasPrefix(NewID("batch_"), "batch_"))
 }
 
