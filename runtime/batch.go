@@ -47,6 +47,10 @@ type batchConfig struct {
 	// MaxLineBytes bounds one request line; default 16 MiB, or 900 KB with Kafka (a line travels
 	// in one message, and brokers refuse messages over message.max.bytes, 1 MB by default).
 	MaxLineBytes int `yaml:"max_line_bytes"`
+	// RedispatchAfter publishes again the lines without a result of a batch that made no
+	// progress for that long. Default 2m with Redis and no Kafka (the in-process bus loses what it
+	// holds when the process ends, the state in Redis does not), else off.
+	RedispatchAfter time.Duration `yaml:"redispatch_after"`
 	// Kafka, when brokers are set, carries batch work between replicas and workers; otherwise it
 	// stays in this process.
 	Kafka kafkaConfig `yaml:"kafka"`
@@ -132,10 +136,15 @@ func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Cal
 	}
 	*closers = append(*closers, func() { _ = b.Close() })
 
+	redispatch := c.RedispatchAfter
+	if redispatch == 0 && rdb != nil && len(c.Kafka.Brokers) == 0 {
+		redispatch = 2 * time.Minute
+	}
 	p := &batchParts{metrics: batch.NewMetrics()}
 	if role != roleBatchWorker {
 		p.service, err = batch.New(batch.Options{Files: fs, State: state, Bus: b, Topics: topics, Logger: log,
-			Metrics: p.metrics, MaxFileBytes: int64(c.MaxFileBytes), MaxLines: c.MaxLines, MaxLineBytes: maxLine, ChunkLines: c.ChunkLines})
+			Metrics: p.metrics, MaxFileBytes: int64(c.MaxFileBytes), MaxLines: c.MaxLines, MaxLineBytes: maxLine, ChunkLines: c.ChunkLines,
+			RedispatchAfter: redispatch})
 		if err != nil {
 			return nil, err
 		}

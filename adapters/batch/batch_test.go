@@ -24,6 +24,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/internal/redistest"
 	oai "github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -680,4 +681,53 @@ func TestOutageIsWaitedOut(t *testing.T) {
 	e.up.SetHealthy(true)
 	b := e.waitStatus(t, id, 20*time.Second, "completed")
 	require.EqualValues(t, 5, b.RequestCounts.Completed)
+}
+
+// On a bus that lost chunks (the in-process bus of a replica that restarted, under state in
+// Redis), a batch that makes no progress has its lines without a result published again; lines
+// that have one do not run twice.
+func TestStalledBatchIsRedispatched(t *testing.T) {
+	lossy := &lossyBus{Bus: bus.NewGoChannel(quiet())}
+	lossy.drop.Store(2) // the first two chunks vanish
+	m := batch.NewMetrics()
+	e := startEnv(t, envOptions{bus: lossy, service: func(o *batch.Options) {
+		o.ChunkLines = 5
+		o.RedispatchAfter = 300 * time.Millisecond
+		o.Metrics = m
+	}})
+	id := e.create(t, e.upload(t, chatLines(20, "m1")), "24h")
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 20, b.RequestCounts.Completed)
+	require.Len(t, byCustomID(e.content(t, b.OutputFileID)), 20)
+	require.EqualValues(t, 20, e.up.Requests(), "only the lost lines ran again")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	queued := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "infergate_batch_lines_queued_total" {
+			queued = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	require.EqualValues(t, 20+10, queued, "the 10 lost lines were published again, no others")
+}
+
+// lossyBus loses the first drop messages published to the requests topic.
+type lossyBus struct {
+	bus.Bus
+	drop atomic.Int64
+}
+
+func (b *lossyBus) Publish(topic string, msgs ...*message.Message) error {
+	if topic == batch.DefaultTopics().Requests {
+		kept := msgs[:0:0]
+		for _, m := range msgs {
+			if b.drop.Add(-1) < 0 {
+				kept = append(kept, m)
+			}
+		}
+		msgs = kept
+	}
+	return b.Bus.Publish(topic, msgs...)
 }

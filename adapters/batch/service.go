@@ -55,6 +55,10 @@ type Options struct {
 	Grace time.Duration
 	// ID names this replica in claims; default a random id.
 	ID string
+	// RedispatchAfter, when set, publishes again the lines without a result of a batch that made
+	// no progress for that long: for a bus that loses what it holds when a process ends (the
+	// in-process bus) under state that outlives the process (Redis). Zero: never.
+	RedispatchAfter time.Duration
 }
 
 // Service serves the Files and Batches API, dispatches batches to the bus, collects results
@@ -69,6 +73,9 @@ type Service struct {
 	mu     sync.Mutex // guards closed and wg.Add
 	closed bool
 	wg     sync.WaitGroup
+
+	// progress is, per active batch, when this replica last saw its results move.
+	progress map[string]seen
 
 	// finalizing holds the batches this replica is finalizing: the claim keeps other replicas
 	// out, this keeps a second result message of the same batch from starting a second run here.
@@ -114,7 +121,8 @@ func New(o Options) (*Service, error) {
 		o.ID = "replica-" + openai.NewRequestID()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, ctx: ctx, cancel: cancel}, nil
+	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, ctx: ctx, cancel: cancel,
+		progress: map[string]seen{}}, nil
 }
 
 // Run collects results and sweeps batches until ctx ends or Close is called.
@@ -340,38 +348,9 @@ func (s *Service) readInput(ctx context.Context, b *batchstate.Batch) (*parsed, 
 // Each chunk has a partition key of its own (batch id and chunk number), so one batch spreads
 // over every partition and so over every worker of the group, rather than queueing behind one.
 func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, p *parsed) {
-	const perPublish = 16 // messages per Publish call
-	var msgs []*message.Message
-	flush := func() bool {
-		if len(msgs) == 0 {
-			return true
-		}
-		if err := s.o.Bus.Publish(s.o.Topics.Requests, msgs...); err != nil {
-			s.log.Warn("dispatching a batch; another try follows when the claim expires", "batch", b.ID, "err", err)
-			return false
-		}
-		msgs = msgs[:0]
-		return true
-	}
-	for n, lines := range chunkLines(p.lines, s.o.ChunkLines, maxChunkBytes) {
-		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: p.model, Lines: lines}
-		msg, err := newMessage(b.ID+"/"+strconv.Itoa(n), c)
-		if err != nil {
-			s.log.Error("encoding a batch chunk", "batch", b.ID, "err", err)
-			return
-		}
-		msgs = append(msgs, msg)
-		if len(msgs) == perPublish && !flush() {
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-	}
-	if !flush() {
+	if !s.publish(ctx, b, p) {
 		return
 	}
-	s.m.queued.Add(float64(len(p.lines)))
 	_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
 		b.Dispatched = true
 		if b.Claim == s.o.ID {
@@ -382,6 +361,43 @@ func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, p *parsed) 
 	if err != nil {
 		s.log.Warn("marking a batch dispatched", "batch", b.ID, "err", err)
 	}
+}
+
+// publish sends the lines to the requests topic in chunks; false if it could not send them all.
+func (s *Service) publish(ctx context.Context, b *batchstate.Batch, p *parsed) bool {
+	const perPublish = 16 // messages per Publish call
+	var msgs []*message.Message
+	flush := func() bool {
+		if len(msgs) == 0 {
+			return true
+		}
+		if err := s.o.Bus.Publish(s.o.Topics.Requests, msgs...); err != nil {
+			s.log.Warn("publishing a batch's lines; another try follows when the claim expires", "batch", b.ID, "err", err)
+			return false
+		}
+		msgs = msgs[:0]
+		return true
+	}
+	for n, lines := range chunkLines(p.lines, s.o.ChunkLines, maxChunkBytes) {
+		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: p.model, Lines: lines}
+		msg, err := newMessage(b.ID+"/"+strconv.Itoa(n), c)
+		if err != nil {
+			s.log.Error("encoding a batch chunk", "batch", b.ID, "err", err)
+			return false
+		}
+		msgs = append(msgs, msg)
+		if len(msgs) == perPublish && !flush() {
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	if !flush() {
+		return false
+	}
+	s.m.queued.Add(float64(len(p.lines)))
+	return true
 }
 
 // maxChunkBytes bounds the request bodies of one chunk (a single larger line goes alone).
@@ -588,6 +604,11 @@ func (s *Service) sweep(ctx context.Context) {
 			}
 			s.sweepOne(ctx, id)
 		}
+		for id := range s.progress {
+			if !slices.Contains(ids, id) {
+				delete(s.progress, id)
+			}
+		}
 	}
 }
 
@@ -643,6 +664,81 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 		}
 	case b.Status == batchstate.Cancelling && graceOver(b.CancellingAt) && claimFree:
 		s.giveUp(ctx, id, batchstate.Skipped)
+	case b.Status == batchstate.InProgress && claimFree && s.stalled(b, now):
+		if b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress); err == nil && owned && b.Dispatched {
+			s.log.Warn("a batch made no progress; publishing its remaining lines again", "batch", id, "after", s.o.RedispatchAfter)
+			s.holdClaim(ctx, id, func(ctx context.Context) { s.redispatch(ctx, b) })
+			s.releaseClaim(ctx, id)
+		}
+	}
+}
+
+// seen is a batch's count of lines with a result, and when this replica saw it change.
+type seen struct {
+	done  int64
+	since time.Time
+}
+
+// stalled reports whether the dispatched batch's results have not moved for RedispatchAfter
+// (sweeps are sequential: progress needs no lock).
+func (s *Service) stalled(b *batchstate.Batch, now time.Time) bool {
+	if s.o.RedispatchAfter <= 0 || !b.Dispatched {
+		return false
+	}
+	done := b.Counts.Completed + b.Counts.Failed + b.Counts.Skipped
+	p, ok := s.progress[b.ID]
+	if !ok || p.done != done {
+		s.progress[b.ID] = seen{done: done, since: now}
+		return false
+	}
+	if now.Sub(p.since) < s.o.RedispatchAfter {
+		return false
+	}
+	s.progress[b.ID] = seen{done: done, since: now} // once per period
+	return true
+}
+
+// redispatch publishes again the lines of the batch that have no result yet.
+func (s *Service) redispatch(ctx context.Context, b *batchstate.Batch) {
+	p, errs, err := s.readInput(ctx, b)
+	if err != nil || errs != nil {
+		s.log.Warn("reading a stalled batch's input", "batch", b.ID, "err", err)
+		return
+	}
+	const page = 1000
+	var left []Line
+	for i := 0; i < len(p.lines); i += page {
+		lines := p.lines[i:min(i+page, len(p.lines))]
+		ids := make([]string, len(lines))
+		for j, l := range lines {
+			ids[j] = l.CustomID
+		}
+		done, err := s.o.State.Recorded(ctx, b.ID, ids)
+		if err != nil {
+			s.log.Warn("reading a stalled batch's results", "batch", b.ID, "err", err)
+			return
+		}
+		for j, l := range lines {
+			if !done[j] {
+				left = append(left, l)
+			}
+		}
+	}
+	p.lines = left
+	s.publish(ctx, b, p)
+}
+
+// releaseClaim frees this replica's claim on the batch.
+func (s *Service) releaseClaim(ctx context.Context, id string) {
+	_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
+		if b.Claim != s.o.ID {
+			return batchstate.ErrUnchanged
+		}
+		b.Claim, b.ClaimUntil = "", 0
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("releasing a batch's claim", "batch", id, "err", err)
 	}
 }
 
