@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,22 +22,7 @@ import (
 // it), and waits until it serves /health.
 func startWorkerBinary(t *testing.T, cfg string) *exec.Cmd {
 	t.Helper()
-	bin := gatewayBinary(t)
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "-role", "batch-worker", "-listen", addr, "-log-level", "warn", "-config", cfg)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	require.Eventually(t, func() bool {
-		res, err := http.Get("http://" + addr + "/health")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond)
+	_, cmd := startProcess(t, nil, "/health", "-role", "batch-worker", "-config", cfg)
 	return cmd
 }
 

@@ -58,6 +58,14 @@ func gatewayBinary(t *testing.T) string {
 // startBinary runs the gateway with args and env until the test ends, and waits until it serves.
 func startBinary(t *testing.T, env []string, args ...string) string {
 	t.Helper()
+	addr, _ := startProcess(t, env, "/v2/health/live", args...)
+	return addr
+}
+
+// startProcess runs the binary with args and env until the test ends (or the test kills it),
+// and waits until health answers 200.
+func startProcess(t *testing.T, env []string, health string, args ...string) (string, *exec.Cmd) {
+	t.Helper()
 	bin := gatewayBinary(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, append([]string{"-listen", addr, "-log-level", "warn"}, args...)...)
@@ -69,13 +77,13 @@ func startBinary(t *testing.T, env []string, args ...string) string {
 		_ = cmd.Wait()
 	})
 	require.Eventually(t, func() bool {
-		res, err := http.Get("http://" + addr + "/v2/health/live")
+		res, err := http.Get("http://" + addr + health)
 		if err == nil {
 			res.Body.Close()
 		}
 		return err == nil && res.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond)
-	return addr
+	return addr, cmd
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {

@@ -135,14 +135,21 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("batch: subscribing to %s: %w", s.o.Topics.Results, err)
 	}
+	return consume(ctx, msgs, 16, s.sweep, s.collect)
+}
+
+// consume handles each message in a goroutine of its own, at most limit at a time, while
+// beside runs along; it returns once msgs closed and every handler returned.
+func consume(ctx context.Context, msgs <-chan *message.Message, limit int, beside func(context.Context),
+	handle func(context.Context, *message.Message)) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { s.sweep(ctx) })
-	sem := make(chan struct{}, 16)
+	wg.Go(func() { beside(ctx) })
+	sem := make(chan struct{}, limit)
 	for msg := range msgs {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s.collect(ctx, msg)
+			handle(ctx, msg)
 		})
 	}
 	wg.Wait()

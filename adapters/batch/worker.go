@@ -114,20 +114,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Requests, err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { w.watch(ctx) })
 	// Chunks in hand are bounded: enough to keep every slot busy while others wait, not a whole
 	// batch's worth (the in-process bus hands every chunk over at once).
-	inHand := make(chan struct{}, max(8, w.o.Concurrency/8))
-	for msg := range msgs {
-		inHand <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-inHand }()
-			w.handle(ctx, msg)
-		})
-	}
-	wg.Wait()
-	return ctx.Err()
+	return consume(ctx, msgs, max(8, w.o.Concurrency/8), w.watch, w.handle)
 }
 
 // handle runs one chunk and acks it once its results are published.
