@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
@@ -57,6 +60,8 @@ type exchange struct {
 	stream bool // an SSE response with status 200: reads are chunks
 	done   func(Usage)
 	ticket breaker.Ticket
+	// reqBody is the request's body as the transport reads it.
+	reqBody requestBody
 
 	reads    int
 	chunks   int64 // "data:" lines of a stream, for its usage when it reports none
@@ -66,12 +71,22 @@ type exchange struct {
 	finished bool
 	// tail keeps the body's last bytes: the usage object sits at the end of a response, and at the
 	// end of a stream (in its last usage chunk), so one scan at EOF finds it whatever the read
-	// boundaries were.
-	tail    [tailSize]byte
+	// boundaries were. It comes from tails on the first read and goes back there when finished.
+	tail    *[tailSize]byte
 	tailLen int
 }
 
 const tailSize = 1024
+
+var tails = sync.Pool{New: func() any { return new([tailSize]byte) }}
+
+// tailBytes is what tail holds.
+func (x *exchange) tailBytes() []byte {
+	if x.tail == nil {
+		return nil
+	}
+	return x.tail[:x.tailLen]
+}
 
 // roundTrip routes out to the highest healthy tier, failing over to the next endpoint on a
 // connection error or a 5xx before any byte reached the caller (the last endpoint's 5xx is the
@@ -82,7 +97,7 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 		p.m.requests.WithLabelValues("", "", "404").Inc()
 		return nil, errModelNotFound(out.rt.Model)
 	}
-	var tried []*endpoint
+	tried := make([]*endpoint, 0, 4)
 	var lastErr error
 	for {
 		route := p.pick(routes, tried)
@@ -142,42 +157,25 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	if route.upstream != route.public {
 		body = replaceModel(body, out.rt, route.upstream)
 	}
-	u := *ep.cfg.base
-	u.Path = ep.cfg.base.Path + out.path
-	u.RawQuery = out.rawQuery
-	var h http.Header
-	if out.header != nil {
-		h = forwardHeader(out.header)
-		h.Del("Content-Length")
-		for _, k := range p.opts.StripHeaders {
-			h.Del(k)
-		}
-	} else {
-		h = http.Header{"Content-Type": {"application/json"}}
+	u := ep.urlFor(out.path)
+	if out.rawQuery != "" {
+		q := *u
+		q.RawQuery = out.rawQuery
+		u = &q
 	}
-	h.Set(HeaderRequestID, out.reqID)
-	if ip, _, err := net.SplitHostPort(out.remoteAddr); err == nil {
-		if prior := out.header.Values("X-Forwarded-For"); len(prior) > 0 {
-			ip = strings.Join(prior, ", ") + ", " + ip
-		}
-		h.Set("X-Forwarded-For", ip)
-	}
-	if h.Get("Accept-Encoding") == "" {
-		// Without this Go's transport would leave the header off anyway (DisableCompression), but
-		// an explicit identity keeps upstreams from compressing what the client cannot read.
-		h.Set("Accept-Encoding", "identity")
-	}
-	ep.setHeaders(h)
+	h := p.upstreamHeader(ep, out)
 	// The request is built by hand and sent on the transport itself: http.NewRequest would parse
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
+	x := &exchange{p: p, route: route, ctx: ctx, start: out.start, reqID: out.reqID, ticket: ticket}
+	x.reqBody.Reset(body)
 	req := (&http.Request{
 		Method:        http.MethodPost,
-		URL:           &u,
+		URL:           u,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        h,
-		Body:          io.NopCloser(bytes.NewReader(body)),
+		Body:          &x.reqBody,
 		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
 		ContentLength: int64(len(body)),
 		Host:          u.Host,
@@ -201,9 +199,66 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		ticket.Done(breaker.Failure)
 		return nil, fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
 	}
-	stream := res.StatusCode == http.StatusOK &&
+	x.res = res
+	x.stream = res.StatusCode == http.StatusOK &&
 		(out.rt.Stream || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
-	return &exchange{p: p, route: route, res: res, ctx: ctx, start: out.start, reqID: out.reqID, stream: stream, ticket: ticket}, nil
+	return x, nil
+}
+
+// requestBody is an outbound request's body, allocated with its exchange.
+type requestBody struct{ bytes.Reader }
+
+func (*requestBody) Close() error { return nil }
+
+// upstreamHeader is the header sent upstream, built in one map with one backing array for its
+// values: the client's headers minus the hop-by-hop ones (and those its Connection header names),
+// Content-Length (the transport writes the body's) and StripHeaders; then X-Request-Id,
+// X-Forwarded-For (the client's address appended to any it sent), Accept-Encoding: identity unless
+// the client chose one, and last the endpoint's configured headers, which win. An internal call
+// (no client headers) sends Content-Type: application/json.
+func (p *Proxy) upstreamHeader(ep *endpoint, out *outbound) http.Header {
+	src := out.header
+	nv := 0
+	for _, vv := range src {
+		nv += len(vv)
+	}
+	h := make(http.Header, len(src)+4+len(ep.cfg.headers))
+	vals := make([]string, 0, nv+4+len(ep.cfg.headers))
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if src == nil {
+		set("Content-Type", "application/json")
+	}
+	for k, vv := range src {
+		if isHopHeader(k) || k == "Content-Length" || slices.Contains(p.strip, k) {
+			continue
+		}
+		vals = append(vals, vv...)
+		h[k] = vals[len(vals)-len(vv) : len(vals) : len(vals)]
+	}
+	for _, f := range src["Connection"] {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
+	}
+	set(HeaderRequestID, out.reqID)
+	if ip, _, err := net.SplitHostPort(out.remoteAddr); err == nil {
+		if prior := src["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		set("X-Forwarded-For", ip)
+	}
+	if ae := h["Accept-Encoding"]; len(ae) == 0 || ae[0] == "" {
+		// Without this Go's transport would leave the header off anyway (DisableCompression), but
+		// an explicit identity keeps upstreams from compressing what the client cannot read.
+		set("Accept-Encoding", "identity")
+	}
+	for _, kv := range ep.cfg.headers {
+		set(textproto.CanonicalMIMEHeaderKey(kv[0]), kv[1])
+	}
+	return h
 }
 
 // Read reads the upstream body, metering it.
@@ -235,6 +290,9 @@ func (x *exchange) Read(b []byte) (int, error) {
 }
 
 func (x *exchange) keepTail(b []byte) {
+	if x.tail == nil {
+		x.tail = tails.Get().(*[tailSize]byte)
+	}
 	if len(b) >= tailSize {
 		x.tailLen = copy(x.tail[:], b[len(b)-tailSize:])
 		return
@@ -260,7 +318,7 @@ func (x *exchange) finish(writeErr error) {
 	x.route.latency.Observe(time.Since(x.start).Seconds())
 	// A stream is complete once its [DONE] event has been read, even if the body's own end has
 	// not been (reading on could wait on a server that keeps the body open).
-	complete := x.eof || x.stream && x.readErr == nil && endsWithDone(x.tail[:x.tailLen])
+	complete := x.eof || x.stream && x.readErr == nil && endsWithDone(x.tailBytes())
 	status := codeLabel(x.res.StatusCode)
 	switch {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
@@ -268,7 +326,11 @@ func (x *exchange) finish(writeErr error) {
 	case x.readErr != nil || writeErr != nil || !complete:
 		status = "499"
 	}
-	x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+	if status == "200" {
+		x.route.ok.get(x.p.m.requests, x.route.public, x.route.ep.cfg.Name, status).Inc()
+	} else {
+		x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+	}
 	switch {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
 		x.ticket.Done(breaker.Failure) // the upstream failed mid-body
@@ -281,7 +343,11 @@ func (x *exchange) finish(writeErr error) {
 	}
 	var usage Usage
 	if complete && x.res.StatusCode == http.StatusOK {
-		usage = x.p.countUsage(x.route, x.tail[:x.tailLen])
+		usage = x.p.countUsage(x.route, x.tailBytes())
+	}
+	if x.tail != nil {
+		tails.Put(x.tail)
+		x.tail, x.tailLen = nil, 0
 	}
 	if x.stream && usage.PromptTokens == 0 && usage.CompletionTokens == 0 {
 		usage.Chunks = x.chunks
@@ -328,11 +394,11 @@ func (p *Proxy) countUsage(route *route, tail []byte) Usage {
 	}
 	var u Usage
 	if n := jsonCount(obj, `"prompt_tokens"`); n > 0 {
-		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "in").Add(float64(n))
+		route.tokIn.get(p.m.tokens, route.public, route.ep.cfg.Name, "in").Add(float64(n))
 		u.PromptTokens = n
 	}
 	if n := jsonCount(obj, `"completion_tokens"`); n > 0 {
-		p.m.tokens.WithLabelValues(route.public, route.ep.cfg.Name, "out").Add(float64(n))
+		route.tokOut.get(p.m.tokens, route.public, route.ep.cfg.Name, "out").Add(float64(n))
 		u.CompletionTokens = n
 	}
 	return u

@@ -79,11 +79,13 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		h[k] = vv // the upstream response is ours alone: share its values
 	}
 	removeHopHeaders(h, x.res.Header)
-	h.Set(HeaderRequestID, reqID)
-	h.Set(HeaderEndpoint, ep.cfg.Name)
-	h.Set(HeaderModel, x.route.upstream)
-	h.Set(HeaderBackendType, ep.cfg.Type)
-	h.Set(HeaderResponseTime, time.Since(start).String())
+	// The gateway's own headers share one backing array (keys already canonical).
+	vals := []string{reqID, ep.cfg.Name, x.route.upstream, ep.cfg.Type, time.Since(start).String()}
+	h[HeaderRequestID] = vals[0:1:1]
+	h[HeaderEndpoint] = vals[1:2:2]
+	h[HeaderModel] = vals[2:3:3]
+	h[HeaderBackendType] = vals[3:4:4]
+	h[HeaderResponseTime] = vals[4:5:5]
 	if x.stream || rt.Stream {
 		h.Del("Content-Length")
 	}
@@ -168,13 +170,6 @@ func replaceModel(body []byte, rt routing, name string) []byte {
 	return append(out, body[rt.ModelEnd:]...)
 }
 
-// forwardHeader is a copy of a client's request headers without the hop-by-hop ones.
-func forwardHeader(src http.Header) http.Header {
-	h := src.Clone()
-	removeHopHeaders(h, src)
-	return h
-}
-
 // removeHopHeaders deletes from h the connection-scoped headers, including those src's
 // Connection header names.
 func removeHopHeaders(h, src http.Header) {
@@ -188,25 +183,37 @@ func removeHopHeaders(h, src http.Header) {
 	}
 }
 
+// isHopHeader reports whether a canonical header name is one of hopHeaders.
+func isHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
 // readBody reads the whole request body, in one allocation when the length is declared.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	rd := http.MaxBytesReader(nil, r.Body, limit)
 	if r.ContentLength > 0 {
+		// The server's body reader stops at the declared length, which is within the limit.
 		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(rd, b); err != nil {
+		if _, err := io.ReadFull(r.Body, b); err != nil {
 			return nil, err
 		}
 		return b, nil
 	}
-	return io.ReadAll(rd)
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }
 
 // newRequestID is 128 random bits in hex.
 func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var s [32]byte
+	hex.Encode(s[:], b[:])
+	return string(s[:])
 }

@@ -121,6 +121,7 @@ func (p *Proxy) admit(ctx context.Context, path string, rt routing, body []byte)
 type Proxy struct {
 	opts  Options
 	log   *slog.Logger
+	strip []string                    // StripHeaders, canonical
 	eps   atomic.Pointer[[]*endpoint] // copy-on-write under mu
 	table atomic.Pointer[table]
 	m     *metrics
@@ -149,6 +150,23 @@ type route struct {
 	latency  prometheus.Observer
 	ttft     prometheus.Observer
 	itl      prometheus.Observer
+	// Counter children resolved on first use, so a series appears only once it counts something.
+	ok            lazyCounter // requests answered 200
+	tokIn, tokOut lazyCounter
+}
+
+// lazyCounter is one child of a CounterVec, looked up once instead of on every request.
+type lazyCounter struct {
+	p atomic.Pointer[prometheus.Counter]
+}
+
+func (l *lazyCounter) get(vec *prometheus.CounterVec, a, b, c string) prometheus.Counter {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	ctr := vec.WithLabelValues(a, b, c)
+	l.p.Store(&ctr)
+	return ctr
 }
 
 // New validates the endpoints and builds a proxy. It does no I/O; Start begins health checks.
@@ -167,6 +185,9 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics()}
+	for _, k := range opts.StripHeaders {
+		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	var eps []*endpoint
 	for _, c := range cfgs {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -24,9 +27,13 @@ type endpoint struct {
 	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
-	kick   chan struct{}   // asks the health loop for an early check after a proxy-side failure
-	ctx    context.Context // ends when the endpoint is removed or the proxy closes
-	stop   context.CancelFunc
+	// urls caches the upstream URL of each API path requests went to (a handful): the transport
+	// only reads a request's URL, so one copy serves every request. Copy-on-write under urlMu.
+	urls  atomic.Pointer[map[string]*url.URL]
+	urlMu sync.Mutex
+	kick  chan struct{}   // asks the health loop for an early check after a proxy-side failure
+	ctx   context.Context // ends when the endpoint is removed or the proxy closes
+	stop  context.CancelFunc
 }
 
 func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
@@ -133,6 +140,32 @@ func (e *endpoint) discover(ctx context.Context) (map[string]json.RawMessage, er
 		out[m.ID] = raw
 	}
 	return out, nil
+}
+
+// maxCachedURLs bounds urls; paths come from the gateway's own routes and callers of Call.
+const maxCachedURLs = 32
+
+// urlFor is the upstream URL for an API path (without a query). The caller must not modify it.
+func (e *endpoint) urlFor(path string) *url.URL {
+	m := e.urls.Load()
+	if m != nil {
+		if u, ok := (*m)[path]; ok {
+			return u
+		}
+	}
+	u := *e.cfg.base
+	u.Path = e.cfg.base.Path + path
+	e.urlMu.Lock()
+	defer e.urlMu.Unlock()
+	if m = e.urls.Load(); m == nil || len(*m) < maxCachedURLs {
+		next := make(map[string]*url.URL, 4)
+		if m != nil {
+			maps.Copy(next, *m)
+		}
+		next[path] = &u
+		e.urls.Store(&next)
+	}
+	return &u
 }
 
 func (e *endpoint) setHeaders(h http.Header) {
