@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -177,6 +178,40 @@ func TestHeaders(t *testing.T) {
 	assert.Equal(t, "mine-1", res.Header.Get(openai.HeaderRequestID))
 	assert.Equal(t, "mine-1", a.LastHeader().Get(openai.HeaderRequestID))
 	assert.Equal(t, "10.0.0.9, 127.0.0.1", a.LastHeader().Get("X-Forwarded-For"))
+}
+
+// TestHopHeaders: connection-scoped headers and those the client's Connection header names never
+// reach the upstream, whose request carries one Content-Length, the body's; Accept-Encoding is
+// identity unless the client chose one; the query string goes along.
+func TestHopHeaders(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	e := start(t, ep(a, 0))
+
+	req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/chat/completions?api-version=1", strings.NewReader(chatBody("llama")))
+	require.NoError(t, err)
+	for _, kv := range [][2]string{{"Connection", "X-Hop"}, {"X-Hop", "secret"}, {"Keep-Alive", "timeout=5"},
+		{"Proxy-Authorization", "Basic x"}, {"X-Kept", "yes"}} {
+		req.Header.Set(kv[0], kv[1])
+	}
+	// Go's default client would ask for gzip on its own.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	res, err := client.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	up := a.LastHeader()
+	for _, k := range []string{"Connection", "X-Hop", "Keep-Alive", "Proxy-Authorization"} {
+		assert.Empty(t, up.Values(k), k)
+	}
+	assert.Equal(t, "yes", up.Get("X-Kept"))
+	assert.Equal(t, "identity", up.Get("Accept-Encoding"))
+	assert.Equal(t, []string{strconv.Itoa(len(chatBody("llama")))}, up.Values("Content-Length"))
+	assert.Equal(t, "api-version=1", a.LastQuery())
+
+	res, out := e.post(t, "/v1/chat/completions", chatBody("llama"), "Accept-Encoding", "br")
+	require.Equal(t, http.StatusOK, res.StatusCode, out)
+	assert.Equal(t, "br", a.LastHeader().Get("Accept-Encoding"))
+	assert.Empty(t, a.LastQuery())
 }
 
 // TestClientDisconnectCancelsUpstream: a client going away mid-stream cancels the upstream request.

@@ -35,6 +35,7 @@ type Upstream struct {
 	gate     chan struct{}
 	lastBody []byte
 	lastHdr  http.Header
+	lastQry  string
 	reply    string
 	latency  time.Duration
 	failOn   map[string]int // body substring -> status
@@ -202,6 +203,13 @@ func (u *Upstream) LastBody() []byte {
 	return u.lastBody
 }
 
+// LastQuery is the last POST's raw query string.
+func (u *Upstream) LastQuery() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.lastQry
+}
+
 func (u *Upstream) LastHeader() http.Header {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -271,7 +279,7 @@ func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, b
 	u.requests.Add(1)
 	body, _ = io.ReadAll(r.Body)
 	u.mu.Lock()
-	u.lastBody, u.lastHdr = body, r.Header.Clone()
+	u.lastBody, u.lastHdr, u.lastQry = body, r.Header.Clone(), r.URL.RawQuery
 	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply
 	gate, latency := u.gate, u.latency
 	for substr, status := range u.failOn {
