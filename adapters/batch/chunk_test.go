@@ -52,3 +52,21 @@ func TestMessagesDoNotEscapeHTML(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(m.Payload), `"prompt":"<b>&</b>"`)
 }
+
+// A chunk encoded by hand decodes to itself, whatever its custom ids hold.
+func TestEncodeChunkRoundTrip(t *testing.T) {
+	c := chunk{Batch: "batch_1", Endpoint: "/v1/chat/completions", Model: "m\"1", Lines: []Line{
+		{CustomID: `a"b\c`, Body: []byte(`{"model":"m\"1","messages":[{"role":"user","content":"<b>é\n</b>"}]}`)},
+		{CustomID: "ünï\u2028", Body: []byte(`{ "model" : "m\"1" }`)},
+	}}
+	got, err := decodeChunk(encodeChunk(&c))
+	require.NoError(t, err)
+	require.Equal(t, c.Batch, got.Batch)
+	require.Equal(t, c.Endpoint, got.Endpoint)
+	require.Equal(t, c.Model, got.Model)
+	require.Len(t, got.Lines, 2)
+	for i := range c.Lines {
+		require.Equal(t, c.Lines[i].CustomID, got.Lines[i].CustomID)
+		require.JSONEq(t, string(c.Lines[i].Body), string(got.Lines[i].Body))
+	}
+}

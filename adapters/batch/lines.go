@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/openai"
 )
 
 // Endpoints a batch may run, as OpenAI's batch API names them.
@@ -37,12 +38,6 @@ type inputLine struct {
 	Method   *string         `json:"method"`
 	URL      *string         `json:"url"`
 	Body     json.RawMessage `json:"body"`
-}
-
-// bodyFields are the request body fields validation reads.
-type bodyFields struct {
-	Model  *string `json:"model"`
-	Stream *bool   `json:"stream"`
 }
 
 // parsed is a validated input file.
@@ -113,22 +108,23 @@ func parseInput(r io.Reader, endpoint string, maxLines, maxLineBytes int) (*pars
 			continue
 		}
 		seen[*in.CustomID] = n
-		var body bodyFields
-		if len(in.Body) == 0 || in.Body[0] != '{' || json.Unmarshal(in.Body, &body) != nil {
+		// The body was checked as JSON with the line; only the routing fields are read, as the
+		// proxy reads them.
+		model, stream, err := openai.ScanModel(in.Body)
+		switch {
+		case len(in.Body) == 0 || in.Body[0] != '{' || err != nil:
 			fail(n, "invalid_value", "body", "The body must be a JSON object.")
 			continue
-		}
-		switch {
-		case body.Model == nil || *body.Model == "":
+		case model == "":
 			fail(n, "missing_required_parameter", "body.model", "Missing required parameter: 'body.model'.")
 			continue
-		case body.Stream != nil && *body.Stream:
+		case stream:
 			fail(n, "invalid_value", "body.stream", "Streaming is not supported in a batch.")
 			continue
 		case p.model == "":
-			p.model = *body.Model
-		case *body.Model != p.model:
-			fail(n, "mismatched_model", "body.model", "The model %q differs from %q on earlier lines; a batch runs one model.", *body.Model, p.model)
+			p.model = model
+		case model != p.model:
+			fail(n, "mismatched_model", "body.model", "The model %q differs from %q on earlier lines; a batch runs one model.", model, p.model)
 			continue
 		}
 		p.lines = append(p.lines, Line{CustomID: *in.CustomID, Body: in.Body})

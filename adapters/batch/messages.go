@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/tensor"
 )
 
 // Topics names the bus topics of batch work.
@@ -77,9 +78,42 @@ func newMessage(key string, v any) (*message.Message, error) {
 	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encoding a batch message: %w", err)
 	}
-	m := message.NewMessage(watermill.NewUUID(), bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return newRawMessage(key, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+// encodeChunk writes a chunk's message by hand: its bodies were validated when the file was,
+// so they are copied as they are, not re-encoded (the dispatch of a large batch is mostly this).
+func encodeChunk(c *chunk) []byte {
+	n := 128
+	for _, l := range c.Lines {
+		n += len(l.CustomID) + len(l.Body) + 32
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"batch":`...)
+	b = tensor.AppendJSONString(b, c.Batch)
+	b = append(b, `,"endpoint":`...)
+	b = tensor.AppendJSONString(b, c.Endpoint)
+	b = append(b, `,"model":`...)
+	b = tensor.AppendJSONString(b, c.Model)
+	b = append(b, `,"lines":[`...)
+	for i, l := range c.Lines {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"custom_id":`...)
+		b = tensor.AppendJSONString(b, l.CustomID)
+		b = append(b, `,"body":`...)
+		b = append(b, l.Body...)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// newRawMessage is a message of payload partitioned by key.
+func newRawMessage(key string, payload []byte) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), payload)
 	m.Metadata.Set(bus.KeyMetadata, key)
-	return m, nil
+	return m
 }
 
 var errBadMessage = errors.New("malformed batch message")

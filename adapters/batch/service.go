@@ -387,12 +387,7 @@ func (s *Service) publish(ctx context.Context, b *batchstate.Batch, p *parsed) b
 	}
 	for n, lines := range chunkLines(p.lines, s.o.ChunkLines, maxChunkBytes) {
 		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: p.model, Lines: lines}
-		msg, err := newMessage(b.ID+"/"+strconv.Itoa(n), c)
-		if err != nil {
-			s.log.Error("encoding a batch chunk", "batch", b.ID, "err", err)
-			return false
-		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, newRawMessage(b.ID+"/"+strconv.Itoa(n), encodeChunk(&c)))
 		if len(msgs) == perPublish && !flush() {
 			return false
 		}

@@ -27,6 +27,13 @@ func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, 
 // RetryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
 func RetryAfter(h http.Header) time.Duration { return retryAfter(h) }
 
+// ScanModel reads a request body's top-level "model" and "stream" without decoding anything
+// else, rejecting malformed JSON, as the proxy does when it routes.
+func ScanModel(body []byte) (model string, stream bool, err error) {
+	r, err := scanRouting(body)
+	return r.Model, r.Stream, err
+}
+
 // NewRequestID returns a fresh request id (32 random hex digits), as X-Request-Id carries.
 func NewRequestID() string { return newRequestID() }
 
