@@ -245,14 +245,7 @@ func (s *Service) holdClaim(ctx context.Context, id string, step func(ctx contex
 	renewed := make(chan struct{})
 	go func() {
 		defer close(renewed)
-		t := time.NewTicker(s.o.ClaimTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, s.o.ClaimTTL/3, func() bool {
 			lost := false
 			_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
 				if lost = b.Claim != s.o.ID; lost {
@@ -264,9 +257,10 @@ func (s *Service) holdClaim(ctx context.Context, id string, step func(ctx contex
 			if lost || (err != nil && ctx.Err() == nil) {
 				s.log.Warn("lost a batch's claim; stopping its step", "batch", id, "err", err)
 				cancel()
-				return
+				return false
 			}
-		}
+			return true
+		})
 	}()
 	step(ctx)
 	cancel()
@@ -585,24 +579,17 @@ func (s *Service) writeFiles(ctx context.Context, b *batchstate.Batch, nonce str
 // sweep looks after every active batch now and then: it takes over steps whose replica died,
 // gives up the lines of cancelled and expired batches, and finalizes finished ones.
 func (s *Service) sweep(ctx context.Context) {
-	t := time.NewTicker(s.o.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.o.SweepInterval, func() bool {
 		ids, err := s.o.State.Active(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("listing active batches", "err", err)
 			}
-			continue
+			return true
 		}
 		for _, id := range ids {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			s.sweepOne(ctx, id)
 		}
@@ -610,6 +597,23 @@ func (s *Service) sweep(ctx context.Context) {
 			if !slices.Contains(ids, id) {
 				delete(s.progress, id)
 			}
+		}
+		return true
+	})
+}
+
+// every calls f each interval until ctx ends or f returns false.
+func every(ctx context.Context, interval time.Duration, f func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !f() {
+			return
 		}
 	}
 }

@@ -467,14 +467,7 @@ func markExpired(ctx context.Context, st batchstate.Store, id string, now time.T
 // watch re-reads the state of the batches running here, so a cancel stops their requests
 // within StatusInterval.
 func (w *Worker) watch(ctx context.Context) {
-	t := time.NewTicker(w.o.StatusInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, w.o.StatusInterval, func() bool {
 		w.mu.Lock()
 		runs := make(map[string]*running, len(w.batches))
 		for id, r := range w.batches {
@@ -486,7 +479,8 @@ func (w *Worker) watch(ctx context.Context) {
 				w.log.Warn("reading a running batch's state", "batch", id, "err", err)
 			}
 		}
-	}
+		return true
+	})
 }
 
 // responseLine is an output or error file line for a request the upstream (or the gateway)
