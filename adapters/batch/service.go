@@ -246,14 +246,19 @@ func (s *Service) holdClaim(ctx context.Context, id string, step func(ctx contex
 	go func() {
 		defer close(renewed)
 		every(ctx, s.o.ClaimTTL/3, func() bool {
-			lost := false
+			lost, released := false, false
 			_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
 				if lost = b.Claim != s.o.ID; lost {
+					released = b.Claim == "" // the step finished and let it go
 					return batchstate.ErrUnchanged
 				}
 				b.ClaimUntil = s.now().Add(s.o.ClaimTTL).UnixMilli()
 				return nil
 			})
+			if released { // nothing to say, but a step still running must stop all the same
+				cancel()
+				return false
+			}
 			if lost || (err != nil && ctx.Err() == nil) {
 				s.log.Warn("lost a batch's claim; stopping its step", "batch", id, "err", err)
 				cancel()
