@@ -13,6 +13,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/files"
+	"github.com/infergate/infergate/adapters/batch/slots"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )
@@ -32,8 +33,11 @@ type batchConfig struct {
 	// Worker runs batch lines in the gateway process too; default true. A -role batch-worker
 	// process always runs them.
 	Worker *bool `yaml:"worker"`
-	// Concurrency bounds one worker's requests in flight per model; default 64.
+	// Concurrency bounds the batch requests in flight per model: across every gateway and
+	// worker sharing redis.addr when there is one, else in this process; default 64.
 	Concurrency int `yaml:"concurrency"`
+	// ConcurrencyByModel overrides Concurrency for the models named.
+	ConcurrencyByModel map[string]int `yaml:"concurrency_by_model"`
 	// Attempts bounds the tries of a line failing with a retryable error; default 4.
 	Attempts int `yaml:"attempts"`
 	// RetryBackoff is the first wait between tries, doubling after each; default 500 ms.
@@ -67,6 +71,15 @@ type kafkaConfig struct {
 
 func (c *batchConfig) worker() bool { return c.Worker == nil || *c.Worker }
 
+// limits are the batch slots per model.
+func (c *batchConfig) limits() slots.Limits {
+	l := slots.Limits{Default: c.Concurrency, ByKey: c.ConcurrencyByModel}
+	if l.Default == 0 {
+		l.Default = 64
+	}
+	return l
+}
+
 // validate checks the batch section for the role.
 func (c *batchConfig) validate(role string, redisAddr string) []string {
 	var lines []string
@@ -84,6 +97,9 @@ func (c *batchConfig) validate(role string, redisAddr string) []string {
 	}
 	if c.Kafka.Partitions < 0 || c.Concurrency < 0 || c.Attempts < 0 || c.ChunkLines < 0 || c.MaxLines < 0 || c.MaxFileBytes < 0 || c.MaxLineBytes < 0 {
 		lines = append(lines, "batch: counts and sizes must not be negative")
+	}
+	if err := c.limits().Validate(); err != nil {
+		lines = append(lines, "batch.concurrency_by_model: "+err.Error())
 	}
 	return lines
 }
@@ -150,8 +166,16 @@ func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Cal
 		}
 	}
 	if role == roleBatchWorker || c.worker() {
+		var sem slots.Semaphore = slots.NewLocal(c.limits())
+		if rdb != nil {
+			// Every worker on this Redis shares the bound; closed after the worker stopped
+			// (closers run last first), giving the slots back.
+			rs := slots.NewRedis(rdb, c.limits(), slots.RedisOptions{Prefix: redisPrefix(cfg) + ":batch:slots:", Logger: log})
+			*closers = append(*closers, rs.Close)
+			sem = rs
+		}
 		p.worker = batch.NewWorker(batch.WorkerOptions{Bus: b, State: state, Caller: caller, Topics: topics, Logger: log,
-			Concurrency: c.Concurrency, Attempts: c.Attempts, RetryBackoff: c.RetryBackoff, Metrics: p.metrics})
+			Slots: sem, Concurrency: c.limits().Default, Attempts: c.Attempts, RetryBackoff: c.RetryBackoff, Metrics: p.metrics})
 	}
 	log.Info("batch API", "role", role, "files", dir, "state", map[bool]string{true: "redis", false: "memory"}[rdb != nil],
 		"bus", map[bool]string{true: "kafka", false: "in-process"}[len(c.Kafka.Brokers) > 0], "worker", p.worker != nil)

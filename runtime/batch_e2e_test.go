@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +22,27 @@ import (
 
 // startWorkerBinary runs the binary as a batch worker until the test ends (or the test kills
 // it), and waits until it serves /health.
-func startWorkerBinary(t *testing.T, cfg string) *exec.Cmd {
+func startWorkerBinary(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 	t.Helper()
-	_, cmd := startProcess(t, nil, "/health", "-role", "batch-worker", "-config", cfg)
-	return cmd
+	return startProcess(t, nil, "/health", "-role", "batch-worker", "-config", cfg)
+}
+
+// linesDone reads a process's infergate_batch_lines_done_total, all results together.
+func linesDone(t *testing.T, addr string) int {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	n := 0
+	for sc.Scan() {
+		if name, v, ok := strings.Cut(sc.Text(), " "); ok && strings.HasPrefix(name, "infergate_batch_lines_done_total") {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			n += int(f)
+		}
+	}
+	return n
 }
 
 type e2eBatch struct {
@@ -110,13 +129,14 @@ func uploadBatchFile(t *testing.T, addr, content string) string {
 // (state) and Kafka (kfake: the requests, results and dead-letter topics), and a batch of 3,000
 // lines, some of which the upstream refuses. Mid-batch one worker is killed (SIGKILL: its
 // unacked chunks go to the other once the group rebalances), then the broker restarts. Every
-// custom_id still ends up exactly once in the output or the error file, and the counts agree.
+// custom_id still ends up exactly once in the output or the error file, and the counts agree;
+// the two workers together never had more than batch.concurrency requests at the upstream.
 func TestBinaryBatchWorkersOverKafka(t *testing.T) {
 	const lines = 3000
 	rdb := redistest.Start(t)
 	kafka := bustest.StartKafka(t)
 	llm := openaitest.Start(t, "vllm", "m1")
-	llm.SetLatency(15 * time.Millisecond)
+	llm.SetLatency(25 * time.Millisecond)
 	llm.FailBodiesContaining("refuse-me", http.StatusBadRequest)
 	cfg := writeConfig(t, fmt.Sprintf(`builtin_models: false
 upstreams:
@@ -125,13 +145,13 @@ redis: {addr: %q}
 batch:
   dir: %q
   worker: false
-  concurrency: 16
+  concurrency: 8
   chunk_lines: 20
   kafka: {brokers: [%s], partitions: 8}
 `, llm.URL, rdb.Addr, t.TempDir(), strings.Join(kafka.Addrs(), ", ")))
 	gw := startBinary(t, nil, "-config", cfg)
-	w1 := startWorkerBinary(t, cfg)
-	startWorkerBinary(t, cfg)
+	_, w1 := startWorkerBinary(t, cfg)
+	w2addr, _ := startWorkerBinary(t, cfg)
 
 	var in strings.Builder
 	for i := range lines {
@@ -151,7 +171,10 @@ batch:
 	id := created.ID
 
 	done := func(b e2eBatch) int64 { return b.RequestCounts.Completed + b.RequestCounts.Failed }
-	waitBatch(t, gw, id, 60*time.Second, func(b e2eBatch) bool { return done(b) >= lines/5 })
+	// The second worker gets partitions once the group has rebalanced (seconds): then both
+	// run lines, and one is killed.
+	waitBatch(t, gw, id, 60*time.Second, func(b e2eBatch) bool { return done(b) >= lines/5 && linesDone(t, w2addr) > 0 })
+	require.LessOrEqual(t, llm.PeakInFlight(), int64(8), "batch.concurrency bounds both workers together")
 	require.NoError(t, w1.Process.Kill())
 	_ = w1.Wait()
 	mid := waitBatch(t, gw, id, 60*time.Second, func(b e2eBatch) bool { return done(b) >= lines/2 })
@@ -171,4 +194,5 @@ batch:
 	for cid, n := range counts {
 		require.Equal(t, 1, n, "custom_id %s", cid)
 	}
+	require.EqualValues(t, 8, llm.PeakInFlight(), "batch.concurrency bounds every worker together, and is used in full")
 }

@@ -46,6 +46,7 @@ func TestParseConfig(t *testing.T) {
 		{"registry: {store: redis}", "bad.yaml: registry.store: redis needs redis.addr"},
 		{"redis: {adress: x}", "field adress not found"},
 		{"batch: {concurrency: -1}", "bad.yaml: batch: counts and sizes must not be negative"},
+		{"batch: {concurrency_by_model: {llama: 0}}", `bad.yaml: batch.concurrency_by_model: slots: limit for "llama" is 0, want at least 1`},
 		{"batch: {kafka: {brokers: a:9092}}", "cannot unmarshal !!str `a:9092` into []string"},
 		{"batch: {kafka: {brokers: [a:9092]}}", "bad.yaml: batch.kafka needs redis.addr"},
 	} {

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/batch/slots"
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
@@ -34,7 +35,11 @@ type WorkerOptions struct {
 	Caller Caller
 	Topics Topics // default DefaultTopics()
 	Logger *slog.Logger
-	// Concurrency bounds the requests this worker has in flight per model; default 64.
+	// Slots bounds the requests in flight per model; default NewLocal with Concurrency slots
+	// per model. A slots.Redis shares the bound with every worker on the same Redis.
+	Slots slots.Semaphore
+	// Concurrency is the per-model bound when Slots is nil, and sizes the chunks this worker
+	// takes in hand; default 64.
 	Concurrency int
 	// Attempts bounds the tries of a line that fails with a retryable error (no connection, 429,
 	// 5xx, the gateway overloaded); default 4. Waits between them double from RetryBackoff
@@ -58,8 +63,7 @@ type Worker struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	sems    map[string]chan struct{} // per model
-	batches map[string]*running      // batches with lines in flight here
+	batches map[string]*running // batches with lines in flight here
 }
 
 // running is a batch this worker has lines of in flight.
@@ -88,6 +92,9 @@ func NewWorker(o WorkerOptions) *Worker {
 	if o.Concurrency <= 0 {
 		o.Concurrency = 64
 	}
+	if o.Slots == nil {
+		o.Slots = slots.NewLocal(slots.Limits{Default: o.Concurrency})
+	}
 	if o.Attempts <= 0 {
 		o.Attempts = 4
 	}
@@ -103,8 +110,7 @@ func NewWorker(o WorkerOptions) *Worker {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
-	return &Worker{o: o, log: o.Logger.With("component", "batch-worker"), sems: map[string]chan struct{}{},
-		batches: map[string]*running{}}
+	return &Worker{o: o, log: o.Logger.With("component", "batch-worker"), batches: map[string]*running{}}
 }
 
 // Run consumes chunks until ctx ends, then waits for the chunks in hand: their lines' requests
@@ -201,7 +207,6 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 		lineCtx = guard.WithPrincipal(lineCtx, &guard.Principal{Name: st.Owner, Models: st.OwnerModels})
 	}
 	var wg sync.WaitGroup
-	sem := w.sem(c.Model)
 	for i, l := range c.Lines {
 		if done[i] {
 			continue
@@ -210,18 +215,20 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 			out[i] = stopped(l.CustomID, cause)
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-run.ctx.Done():
-			if ctx.Err() != nil {
+		release, err := w.o.Slots.Acquire(run.ctx, c.Model)
+		if err != nil {
+			if ctx.Err() != nil || run.ctx.Err() == nil {
 				wg.Wait()
-				return nil, ctx.Err()
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("waiting for a slot: %w", err)
 			}
 			out[i] = stopped(l.CustomID, context.Cause(run.ctx))
 			continue
 		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer release()
 			out[i] = w.runLine(lineCtx, c, l)
 		})
 	}
@@ -375,18 +382,6 @@ func (w *Worker) deadLetter(c *chunk, l Line, attempts int, last string) {
 		return
 	}
 	w.o.Metrics.deadLettered.Inc()
-}
-
-// sem is the model's concurrency bound.
-func (w *Worker) sem(model string) chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.sems[model]
-	if !ok {
-		s = make(chan struct{}, w.o.Concurrency)
-		w.sems[model] = s
-	}
-	return s
 }
 
 // acquire registers a chunk of the batch as running here, reading the batch's state when this

@@ -43,6 +43,7 @@ type Upstream struct {
 	requests atomic.Int64 // POSTs to /v1/*
 	canceled atomic.Int64 // requests whose client went away before the response ended
 	inflight atomic.Int64
+	peak     atomic.Int64  // most requests in flight at once
 	started  chan struct{} // receives one value per POST that reached the handler
 }
 
@@ -196,6 +197,15 @@ func (u *Upstream) Requests() int64 { return u.requests.Load() }
 func (u *Upstream) Canceled() int64 { return u.canceled.Load() }
 func (u *Upstream) InFlight() int64 { return u.inflight.Load() }
 
+// PeakInFlight is the most generation and embedding requests it had in flight at once.
+func (u *Upstream) PeakInFlight() int64 { return u.peak.Load() }
+
+func (u *Upstream) enter() {
+	n := u.inflight.Add(1)
+	for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
+	}
+}
+
 // LastBody and LastHeader are the last POST's body and headers as received.
 func (u *Upstream) LastBody() []byte {
 	u.mu.Lock()
@@ -341,7 +351,7 @@ func writeErr(w http.ResponseWriter, status int, msg string) {
 }
 
 func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
-	u.inflight.Add(1)
+	u.enter()
 	defer u.inflight.Add(-1)
 	req, _, k, ok := u.begin(w, r)
 	if !ok {
@@ -434,7 +444,7 @@ func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *Upstream) embeddings(w http.ResponseWriter, r *http.Request) {
-	u.inflight.Add(1)
+	u.enter()
 	defer u.inflight.Add(-1)
 	req, _, _, ok := u.begin(w, r)
 	if !ok {

@@ -1,0 +1,396 @@
+package slots
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// RedisOptions configures a Redis semaphore.
+type RedisOptions struct {
+	// Prefix starts every key; default "infergate:batch:slots:".
+	Prefix string
+	// Lease is how long a holder's slots outlive its last word to Redis: a process that dies
+	// frees its slots that long after. Default 10 s; holders renew every Lease/4.
+	Lease time.Duration
+	// Poll is how often a holder that waits for slots asks again; default 10 ms.
+	Poll   time.Duration
+	Logger *slog.Logger
+}
+
+// Redis is a Semaphore shared by every process that uses the same Redis and prefix.
+//
+// Redis keeps, per key, how many slots each holder (one Redis value per process) has, and a
+// lease per holder. A holder asks Redis for slots in bulk when its own waiters need them and
+// reuses a slot one of its requests released for the next of its waiters without asking again,
+// so a busy holder talks to Redis about as often as it renews its lease, not once per request.
+// Fairness comes from the hungry set: holders with waiters they cannot serve. A holder that has
+// more than limit/hungry slots gives released slots back instead of reusing them, and the
+// others' polls pick them up.
+type Redis struct {
+	client rueidis.Client
+	limits Limits
+	o      RedisOptions
+	holder string
+	log    *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	pools map[string]*pool
+}
+
+var _ Semaphore = (*Redis)(nil)
+
+// NewRedis returns a semaphore sharing limits through client. Close gives its slots back.
+func NewRedis(client rueidis.Client, l Limits, o RedisOptions) *Redis {
+	if o.Prefix == "" {
+		o.Prefix = "infergate:batch:slots:"
+	}
+	if o.Lease <= 0 {
+		o.Lease = 10 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Redis{client: client, limits: l, o: o, holder: hex.EncodeToString(id[:]),
+		log: o.Logger.With("component", "batch-slots"), ctx: ctx, cancel: cancel, pools: map[string]*pool{}}
+}
+
+// Close stops renewing leases and gives every slot back; requests still holding slots keep
+// running, unbounded, so call it after they are done.
+func (r *Redis) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// pool is one key's slots in this process. Only its pump talks to Redis, so the holder's count
+// there changes in one order.
+type pool struct {
+	r     *Redis
+	key   string
+	keys  []string // held (hash holder -> slots), leases (zset holder -> deadline), hungry (zset)
+	limit int
+
+	mu      sync.Mutex
+	held    int // slots Redis gave this holder
+	used    int // of which requests hold
+	share   int // limit / hungry holders, from Redis' last answer
+	waiters []*waiter
+	wake    chan struct{}
+}
+
+type waiter struct {
+	ready  chan struct{}
+	served bool
+}
+
+// Acquire implements Semaphore.
+func (r *Redis) Acquire(ctx context.Context, key string) (func(), error) {
+	p, err := r.pool(key)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.used < p.held && len(p.waiters) == 0 {
+		p.used++
+		p.mu.Unlock()
+		return p.releaser(), nil
+	}
+	w := &waiter{ready: make(chan struct{})}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+	p.poke()
+	select {
+	case <-w.ready:
+		return p.releaser(), nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		if w.served {
+			p.mu.Unlock()
+			p.release()
+		} else {
+			p.drop(w)
+			p.mu.Unlock()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+var errClosed = errors.New("slots: semaphore closed")
+
+func (r *Redis) pool(key string) (*pool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil {
+		return nil, errClosed
+	}
+	p, ok := r.pools[key]
+	if !ok {
+		tag := "{" + r.o.Prefix + key + "}"
+		limit := r.limits.Of(key)
+		p = &pool{r: r, key: key, keys: []string{tag + ":held", tag + ":leases", tag + ":hungry"},
+			limit: limit, share: limit, wake: make(chan struct{}, 1)}
+		r.pools[key] = p
+		r.wg.Go(p.pump)
+	}
+	return p, nil
+}
+
+func (p *pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(p.release) }
+}
+
+// release frees a slot: the next waiter here gets it unless this holder has more than its
+// share while others starve; then it goes back to Redis.
+func (p *pool) release() {
+	p.mu.Lock()
+	p.used--
+	if len(p.waiters) > 0 && p.held <= p.share {
+		p.serveLocked(1)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// serveLocked hands up to n free slots to waiters, oldest first.
+func (p *pool) serveLocked(n int) {
+	for ; n > 0 && len(p.waiters) > 0 && p.used < p.held; n-- {
+		w := p.waiters[0]
+		p.waiters[0] = nil
+		p.waiters = p.waiters[1:]
+		w.served = true
+		p.used++
+		close(w.ready)
+	}
+}
+
+func (p *pool) drop(w *waiter) {
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// pump keeps this holder's slots in Redis in line with its needs: it asks for slots while
+// waiters need them (every Poll while none come), gives back those no request or waiter needs,
+// and renews the lease while it holds any or starves.
+func (p *pool) pump() {
+	r := p.r
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	renew := r.o.Lease / 4
+	// A holder starving at its share says so often, so that the others shrink soon and it
+	// learns soon when slots free up.
+	renewHungry := min(renew, 20*r.o.Poll)
+	var lastSaid time.Time
+	failing := false
+	for {
+		select {
+		case <-p.wake:
+		case <-timer.C:
+		case <-r.ctx.Done():
+			p.giveBack()
+			return
+		}
+		p.mu.Lock()
+		hungry := len(p.waiters) > 0
+		want, target := 0, p.held
+		switch {
+		case hungry && p.held < p.share:
+			want = min(len(p.waiters), p.share-p.held)
+		case hungry && p.held > p.share:
+			target = max(p.used, p.share)
+		case !hungry:
+			target = p.used
+		}
+		// Shrink here first, so no request takes a slot that is on its way back.
+		shrink := target < p.held
+		p.held = target
+		p.mu.Unlock()
+
+		var err error
+		due := time.Since(lastSaid) >= renew || hungry && time.Since(lastSaid) >= renewHungry
+		switch {
+		case want > 0:
+			err = p.acquire(want)
+		case shrink || due && (target > 0 || hungry):
+			err = p.set(target, hungry)
+		}
+		if want > 0 || shrink || due {
+			lastSaid = time.Now()
+		}
+		if err != nil && r.ctx.Err() == nil {
+			if !failing {
+				r.log.Warn("batch slots: Redis call failed; waiting requests wait longer", "model", p.key, "err", err)
+			}
+			failing = true
+		} else if err == nil && failing {
+			r.log.Info("batch slots: Redis answers again", "model", p.key)
+			failing = false
+		}
+
+		p.mu.Lock()
+		var next time.Duration
+		switch {
+		case err != nil:
+			next = 100 * time.Millisecond
+		case len(p.waiters) > 0 && p.held < p.share:
+			next = r.o.Poll
+		case len(p.waiters) > 0:
+			next = renewHungry
+		case p.held > 0:
+			next = renew
+		}
+		p.mu.Unlock()
+		if next > 0 {
+			timer.Reset(next)
+		}
+	}
+}
+
+// acquire asks Redis for want more slots and serves waiters with what it grants.
+func (p *pool) acquire(want int) error {
+	r := p.r
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	v, err := luaAcquire.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(want),
+		strconv.Itoa(p.limit), strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsIntSlice()
+	if err != nil {
+		return err
+	}
+	if len(v) != 2 {
+		return errors.New("slots: unexpected reply to acquire")
+	}
+	p.mu.Lock()
+	p.held += int(v[0])
+	p.share = shareOf(p.limit, v[1])
+	p.serveLocked(int(v[0]))
+	p.mu.Unlock()
+	return nil
+}
+
+// set tells Redis this holder has n slots (the pump already made it so here) (absolute, so a lost reply or a Redis restart heals at
+// the next renewal) and whether it starves.
+func (p *pool) set(n int, hungry bool) error {
+	r := p.r
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	h := "0"
+	if hungry {
+		h = "1"
+	}
+	hungryN, err := luaSet.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(n), h,
+		strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsInt64()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.share = shareOf(p.limit, hungryN)
+	p.mu.Unlock()
+	return nil
+}
+
+// giveBack returns every slot at Close.
+func (p *pool) giveBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := luaSet.Exec(ctx, p.r.client, p.keys, []string{p.r.holder, "0", "0",
+		strconv.FormatInt(p.r.o.Lease.Milliseconds(), 10)}).Error(); err != nil {
+		p.r.log.Warn("batch slots: giving slots back at close; they return when the lease ends", "model", p.key, "err", err)
+	}
+}
+
+// shareOf is a holder's fair share among hungry holders.
+func shareOf(limit int, hungry int64) int {
+	if hungry <= 1 {
+		return limit
+	}
+	return max(1, (limit+int(hungry)-1)/int(hungry))
+}
+
+// The scripts. KEYS: held (hash holder -> slots), leases (zset holder -> deadline ms), hungry
+// (zset holder -> deadline ms). The clock is Redis TIME. Holders whose lease ended lose their
+// slots first; every key expires when no holder has spoken for a few leases.
+const luaReap = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, h in ipairs(dead) do
+  redis.call('HDEL', KEYS[1], h)
+  redis.call('ZREM', KEYS[3], h)
+end
+if #dead > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local function touch(ttl)
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl * 4) end
+end
+`
+
+// ARGV: holder, want, limit, lease ms. Grants what is free, up to want. Returns {granted,
+// hungry holders}.
+var luaAcquire = rueidis.NewLuaScript(luaReap + `
+local holder, want, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local total = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do total = total + tonumber(v) end
+local grant = math.max(0, math.min(want, limit - total))
+local mine = tonumber(redis.call('HGET', KEYS[1], holder) or '0') + grant
+if mine > 0 then redis.call('HSET', KEYS[1], holder, mine) end
+redis.call('ZADD', KEYS[2], now + ttl, holder)
+if grant < want then
+  redis.call('ZADD', KEYS[3], now + ttl, holder)
+else
+  redis.call('ZREM', KEYS[3], holder)
+end
+touch(ttl)
+return {grant, redis.call('ZCARD', KEYS[3])}
+`)
+
+// ARGV: holder, slots, "1" if hungry, lease ms. Returns the hungry holders.
+var luaSet = rueidis.NewLuaScript(luaReap + `
+local holder, n, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+local hungry = ARGV[3] == '1'
+if n > 0 then
+  redis.call('HSET', KEYS[1], holder, n)
+else
+  redis.call('HDEL', KEYS[1], holder)
+end
+if n > 0 or hungry then
+  redis.call('ZADD', KEYS[2], now + ttl, holder)
+else
+  redis.call('ZREM', KEYS[2], holder)
+end
+if hungry then
+  redis.call('ZADD', KEYS[3], now + ttl, holder)
+else
+  redis.call('ZREM', KEYS[3], holder)
+end
+touch(ttl)
+return redis.call('ZCARD', KEYS[3])
+`)
