@@ -18,6 +18,7 @@ type Metrics struct {
 	yields       prometheus.Counter
 	deadLettered prometheus.Counter
 	batches      *prometheus.CounterVec
+	orphans      prometheus.Counter
 }
 
 // NewMetrics returns unregistered metrics; register Collectors.
@@ -39,12 +40,14 @@ func NewMetrics() *Metrics {
 			Help: "Batch lines that kept failing and went to the dead-letter topic."}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_batch_batches_total",
 			Help: "Batches that reached a status here, by status."}, []string{"status"}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_batch_orphan_files_removed_total",
+			Help: "Output and error files that a finalization wrote but never committed (its replica died), removed here."}),
 	}
 }
 
 // Collectors returns the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queued, m.inFlight, m.done, m.lineSeconds, m.retries, m.yields, m.deadLettered, m.batches}
+	return []prometheus.Collector{m.queued, m.inFlight, m.done, m.lineSeconds, m.retries, m.yields, m.deadLettered, m.batches, m.orphans}
 }
 
 func (m *Metrics) lineDone(kind batchstate.ResultKind, d time.Duration) {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ type Options struct {
 	// SweepInterval is how often a replica looks for batches to take over, expire or finish;
 	// default 2 s.
 	SweepInterval time.Duration
+	// OrphanSweepInterval is how often a replica looks for output and error files that a
+	// finalization wrote but never committed (its replica died in between) and removes them; the
+	// look lists every file, so it is rare; default 10 minutes.
+	OrphanSweepInterval time.Duration
 	// Grace is how long after a cancel or the end of the completion window lines in flight
 	// may still report their results before the rest are given up; default 2 s.
 	Grace time.Duration
@@ -64,9 +69,10 @@ type Options struct {
 // Service serves the Files and Batches API, dispatches batches to the bus, collects results
 // and finalizes batches. Workers (in this process or others) run the lines.
 type Service struct {
-	o   Options
-	log *slog.Logger
-	m   *Metrics
+	o     Options
+	log   *slog.Logger
+	m     *Metrics
+	clock func() time.Time // time.Now; tests set it before using the service
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -117,12 +123,15 @@ func New(o Options) (*Service, error) {
 	if o.Grace <= 0 {
 		o.Grace = 2 * time.Second
 	}
+	if o.OrphanSweepInterval <= 0 {
+		o.OrphanSweepInterval = 10 * time.Minute
+	}
 	if o.ID == "" {
 		o.ID = "replica-" + openai.NewRequestID()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, ctx: ctx, cancel: cancel,
-		progress: map[string]seen{}}, nil
+	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, clock: time.Now, ctx: ctx,
+		cancel: cancel, progress: map[string]seen{}}, nil
 }
 
 // Run collects results and sweeps batches until ctx ends or Close is called.
@@ -135,7 +144,21 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("batch: subscribing to %s: %w", s.o.Topics.Results, err)
 	}
-	return consume(ctx, msgs, 16, s.sweep, s.collect)
+	return consume(ctx, msgs, 16, s.sweepers, s.collect)
+}
+
+// sweepers runs the batch sweep and, beside it, the orphan sweep: listing every file may take a
+// while and must not hold batches up.
+func (s *Service) sweepers(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every(ctx, s.o.OrphanSweepInterval, func() bool {
+			s.sweepOrphans(ctx)
+			return ctx.Err() == nil
+		})
+	})
+	s.sweep(ctx)
+	wg.Wait()
 }
 
 // consume handles each message in a goroutine of its own, at most limit at a time, while
@@ -181,7 +204,7 @@ func (s *Service) background(f func(ctx context.Context)) {
 	}()
 }
 
-func (s *Service) now() time.Time { return time.Now() }
+func (s *Service) now() time.Time { return s.clock() }
 
 // collect stores one results message and finalizes its batch when that was its last line.
 func (s *Service) collect(ctx context.Context, msg *message.Message) {
@@ -425,6 +448,83 @@ func chunkLines(lines []Line, maxLines, maxBytes int) [][]Line {
 // files its successor committed.
 func fileID(batchID, which, nonce string) string {
 	return "file-" + batchID + "-" + which + "-" + nonce
+}
+
+// batchOfFile returns the batch whose finalization named a file id with fileID, or false if id
+// is no such name.
+func batchOfFile(id string) (string, bool) {
+	rest, ok := strings.CutPrefix(id, "file-")
+	if !ok {
+		return "", false
+	}
+	batchID, rest, ok := strings.Cut(rest, "-")
+	if !ok || !strings.HasPrefix(batchID, "batch_") {
+		return "", false
+	}
+	which, nonce, ok := strings.Cut(rest, "-")
+	if !ok || (which != "output" && which != "error") || nonce == "" || strings.Contains(nonce, "-") {
+		return "", false
+	}
+	return batchID, true
+}
+
+// minOrphanAge is the least age of a file the orphan sweep removes. The batch being terminal is
+// what makes a file an orphan (a finalization commits only a batch that is not); the age is a
+// margin for clocks that disagree.
+const minOrphanAge = 5 * time.Minute
+
+// sweepOrphans removes the output and error files that a finalization wrote but that its batch
+// does not name, once the batch is terminal: nothing will name them any more. dropFiles removes
+// those of a replica that lost its claim; these are left by a replica that died before it could
+// commit or drop them. Files of batches that are gone are kept: once a batch expired, its
+// committed files cannot be told from orphans, and they are the user's.
+func (s *Service) sweepOrphans(ctx context.Context) {
+	list, err := s.o.Files.List(ctx, "batch_output")
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("listing files for orphaned batch files", "err", err)
+		}
+		return
+	}
+	before := s.now().Add(-max(minOrphanAge, 2*s.o.ClaimTTL)).Unix()
+	final := map[string]*batchstate.Batch{} // by id; nil when its files must stay
+	for _, f := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		id, ok := batchOfFile(f.ID)
+		if !ok || f.CreatedAt > before {
+			continue
+		}
+		b, seen := final[id]
+		if !seen {
+			b, err = s.o.State.Get(ctx, id)
+			if err != nil {
+				if !errors.Is(err, batchstate.ErrNotFound) && ctx.Err() == nil {
+					s.log.Warn("reading a batch for its orphaned files", "batch", id, "err", err)
+				}
+				b = nil
+			} else if !b.Status.Terminal() {
+				b = nil
+			}
+			final[id] = b
+		}
+		if b == nil || f.ID == b.OutputFileID || f.ID == b.ErrorFileID {
+			continue
+		}
+		err := s.o.Files.Delete(ctx, f.ID)
+		if errors.Is(err, files.ErrNotFound) {
+			continue // another replica's sweep was first
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("removing an orphaned batch file", "file", f.ID, "err", err)
+			}
+			continue
+		}
+		s.m.orphans.Inc()
+		s.log.Info("removed an orphaned batch file", "file", f.ID, "batch", id)
+	}
 }
 
 // finalize assembles a finished batch's output and error files, exactly once across replicas,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/adapters/batch/files"
 	"github.com/infergate/infergate/internal/redistest"
@@ -20,13 +21,18 @@ import (
 // same data: the same Memory, or a Redis store with its own client on the same redis-server (as
 // another gateway replica would have).
 func stores(t *testing.T, contract func(t *testing.T, replica func() Store)) {
+	storesWithTTL(t, 0, contract)
+}
+
+// storesWithTTL is stores with the TTL of terminal batches (0: the default).
+func storesWithTTL(t *testing.T, ttl time.Duration, contract func(t *testing.T, replica func() Store)) {
 	t.Run("memory", func(t *testing.T) {
-		s := NewMemory()
+		s := NewMemory(MemoryOptions{TTL: ttl})
 		contract(t, func() Store { return s })
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		contract(t, func() Store { return NewRedis(srv.NewClient(t), RedisOptions{Prefix: "test"}) })
+		contract(t, func() Store { return NewRedis(srv.NewClient(t), RedisOptions{Prefix: "test", TTL: ttl}) })
 	})
 }
 
@@ -551,5 +557,58 @@ func TestActive(t *testing.T) {
 		got, err = a.Active(ctx)
 		require.NoError(t, err)
 		assert.Empty(t, got)
+	})
+}
+
+// A terminal batch and its results are gone once the TTL has passed since it became terminal;
+// batches still running are kept however long they run.
+func TestTerminalExpiry(t *testing.T) {
+	const ttl = 200 * time.Millisecond
+	storesWithTTL(t, ttl, func(t *testing.T, replica func() Store) {
+		a, b := replica(), replica()
+		ctx := context.Background()
+		done := create(t, a, InProgress)
+		_, err := a.Record(ctx, done.ID, results("l", 0, 3, Output))
+		require.NoError(t, err)
+		running := create(t, a, InProgress)
+		_, err = a.Record(ctx, running.ID, results("l", 0, 2, Error))
+		require.NoError(t, err)
+		failed := create(t, b, Failed) // created terminal: its TTL starts at once
+		back := create(t, a, Finalizing)
+		setStatus(t, a, done.ID, Completed)
+		setStatus(t, b, back.ID, Completed)
+		setStatus(t, a, back.ID, Finalizing) // no longer terminal: no longer expiring
+
+		got, err := b.Get(ctx, done.ID)
+		require.NoError(t, err, "kept until the TTL passes")
+		assert.Equal(t, Counts{Completed: 3}, got.Counts)
+		assert.Len(t, collect(t, b, done.ID), 3)
+
+		require.Eventually(t, func() bool {
+			_, err1 := b.Get(ctx, done.ID)
+			_, err2 := b.Get(ctx, failed.ID)
+			return errors.Is(err1, ErrNotFound) && errors.Is(err2, ErrNotFound)
+		}, 5*time.Second, 10*time.Millisecond)
+		assert.ErrorIs(t, b.Results(ctx, done.ID, func(Result) error { return nil }), ErrNotFound, "the results went with it")
+		_, err = b.Recorded(ctx, done.ID, []string{"l0"})
+		assert.ErrorIs(t, err, ErrNotFound)
+		_, err = b.Record(ctx, done.ID, results("m", 0, 1, Output))
+		assert.ErrorIs(t, err, ErrNotFound)
+		_, err = b.Update(ctx, done.ID, func(*Batch) error { return nil })
+		assert.ErrorIs(t, err, ErrNotFound)
+		assert.ErrorIs(t, b.DropResults(ctx, done.ID), ErrNotFound)
+
+		page, more, err := a.List(ctx, "", 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{back.ID, running.ID}, ids(page), "expired batches are not listed")
+		assert.False(t, more)
+		page, more, err = a.List(ctx, "", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []string{back.ID}, ids(page))
+		assert.True(t, more, "an expired batch is no more, but a live one is")
+		active, err := a.Active(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{running.ID, back.ID}, active)
+		assert.Len(t, collect(t, a, running.ID), 2, "a running batch keeps its results")
 	})
 }

@@ -5,15 +5,25 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Memory is the in-process Store: batches live in this process only. It keeps batches the way
-// Redis does (JSON, a version, counts apart), so both behave alike. It forgets nothing by
-// itself: terminal batches stay until the process ends (their results go with DropResults).
+// Redis does (JSON, a version, counts apart, and a terminal batch only for its TTL), so both
+// behave alike.
+//
+// Expiry needs no goroutine of its own: a batch past its TTL is absent to every method at once,
+// and writes free the memory of expired batches, at most once per sweepEvery (removing ids from
+// order costs a pass over all of them).
 type Memory struct {
-	mu      sync.Mutex
-	batches map[string]*memBatch
-	order   []string // every id, ascending (oldest first)
+	ttl time.Duration
+	now func() time.Time // time.Now; tests step it
+
+	mu        sync.Mutex
+	batches   map[string]*memBatch
+	order     []string   // every id, ascending (oldest first)
+	expiring  []memTimer // by expiry time, as they were set (a clock stepping back only delays a sweep)
+	nextSweep time.Time
 }
 
 type memBatch struct {
@@ -22,16 +32,90 @@ type memBatch struct {
 	version uint64
 	counts  Counts
 	results map[string]string // custom_id -> resultValue
+	expires time.Time         // zero while not terminal
 }
 
-// NewMemory returns an empty in-process store.
-func NewMemory() *Memory {
-	return &Memory{batches: map[string]*memBatch{}}
+// memTimer is when a batch expires. A batch that stops being terminal, or is replaced after it
+// expired, leaves a timer that no longer matches it; the sweep skips such timers.
+type memTimer struct {
+	b  *memBatch
+	id string
+	at time.Time
+}
+
+// MemoryOptions configure a Memory store.
+type MemoryOptions struct {
+	// TTL is how long a terminal batch and its results are kept after it became terminal;
+	// default 30 days, as in Redis.
+	TTL time.Duration
+}
+
+// NewMemory returns an empty in-process store configured by opts: at most one; none, the
+// defaults (the variadic form keeps NewMemory() as it was).
+func NewMemory(opts ...MemoryOptions) *Memory {
+	var o MemoryOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.TTL <= 0 {
+		o.TTL = 30 * 24 * time.Hour
+	}
+	return &Memory{ttl: o.TTL, now: time.Now, batches: map[string]*memBatch{}}
 }
 
 var _ Store = (*Memory)(nil)
 
-// Create implements Store.
+// get returns the batch with this id, nil if there is none or it expired. The caller holds mu.
+func (m *Memory) get(id string, now time.Time) *memBatch {
+	e := m.batches[id]
+	if e == nil || e.expired(now) {
+		return nil
+	}
+	return e
+}
+
+func (e *memBatch) expired(now time.Time) bool {
+	return !e.expires.IsZero() && !now.Before(e.expires)
+}
+
+// setStatus records the batch's status and, as Redis does, starts its TTL when it first becomes
+// terminal (later updates keep it) and ends it if it stops being terminal. The caller holds mu.
+func (m *Memory) setStatus(id string, e *memBatch, st Status, now time.Time) {
+	e.status = st
+	switch {
+	case !st.Terminal():
+		e.expires = time.Time{}
+	case e.expires.IsZero():
+		e.expires = now.Add(m.ttl)
+		m.expiring = append(m.expiring, memTimer{b: e, id: id, at: e.expires})
+	}
+}
+
+// sweep forgets the batches whose TTL has passed. The caller holds mu.
+func (m *Memory) sweep(now time.Time) {
+	if now.Before(m.nextSweep) || len(m.expiring) == 0 || now.Before(m.expiring[0].at) {
+		return
+	}
+	m.nextSweep = now.Add(min(m.ttl, sweepEvery))
+	gone := map[string]bool{}
+	for len(m.expiring) > 0 && !now.Before(m.expiring[0].at) {
+		t := m.expiring[0]
+		m.expiring[0] = memTimer{} // lets the batch go
+		m.expiring = m.expiring[1:]
+		if m.batches[t.id] == t.b && t.b.expires.Equal(t.at) {
+			delete(m.batches, t.id)
+			gone[t.id] = true
+		}
+	}
+	if len(gone) > 0 {
+		m.order = slices.DeleteFunc(m.order, func(id string) bool { return gone[id] })
+	}
+}
+
+// sweepEvery bounds how often writes sweep (a short TTL sweeps as often as it expires).
+const sweepEvery = time.Minute
+
+// Create implements Store. An id whose batch expired is free again, as in Redis.
 func (m *Memory) Create(ctx context.Context, b *Batch) error {
 	if err := checkNew(b); err != nil {
 		return err
@@ -42,19 +126,26 @@ func (m *Memory) Create(ctx context.Context, b *Batch) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.batches[b.ID]; ok {
+	now := m.now()
+	m.sweep(now)
+	old := m.batches[b.ID]
+	if old != nil && !old.expired(now) {
 		return fmt.Errorf("batchstate: create %s: %w", b.ID, ErrExists)
 	}
-	m.batches[b.ID] = &memBatch{data: data, status: b.Status, version: 1, counts: Counts{Total: b.Counts.Total}}
-	i, _ := slices.BinarySearch(m.order, b.ID)
-	m.order = slices.Insert(m.order, i, b.ID)
+	e := &memBatch{data: data, version: 1, counts: Counts{Total: b.Counts.Total}}
+	m.setStatus(b.ID, e, b.Status, now)
+	m.batches[b.ID] = e
+	if old == nil {
+		i, _ := slices.BinarySearch(m.order, b.ID)
+		m.order = slices.Insert(m.order, i, b.ID)
+	}
 	return nil
 }
 
 // Get implements Store.
 func (m *Memory) Get(ctx context.Context, id string) (*Batch, error) {
 	m.mu.Lock()
-	e := m.batches[id]
+	e := m.get(id, m.now())
 	if e == nil {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("batchstate: get %s: %w", id, ErrNotFound)
@@ -64,28 +155,37 @@ func (m *Memory) Get(ctx context.Context, id string) (*Batch, error) {
 	return decodeBatch(id, data, counts)
 }
 
-// List implements Store.
+// List implements Store. Expired batches the sweep has not removed yet are skipped.
 func (m *Memory) List(ctx context.Context, after string, limit int) ([]*Batch, bool, error) {
 	type item struct {
 		id     string
 		data   []byte
 		counts Counts
 	}
+	limit = max(limit, 0)
 	m.mu.Lock()
+	now := m.now()
 	end := len(m.order)
 	if after != "" {
 		end, _ = slices.BinarySearch(m.order, after) // m.order[:end] sort before after
 	}
-	n := min(max(limit, 0), end)
-	items := make([]item, n)
-	for i := range n {
-		id := m.order[end-1-i]
-		e := m.batches[id]
-		items[i] = item{id, e.data, e.counts}
+	var items []item
+	more := false
+	for i := end - 1; i >= 0; i-- {
+		id := m.order[i]
+		e := m.get(id, now)
+		if e == nil {
+			continue
+		}
+		if len(items) == limit {
+			more = true
+			break
+		}
+		items = append(items, item{id, e.data, e.counts})
 	}
 	m.mu.Unlock()
 
-	out := make([]*Batch, n)
+	out := make([]*Batch, len(items))
 	for i, it := range items {
 		b, err := decodeBatch(it.id, it.data, it.counts)
 		if err != nil {
@@ -93,7 +193,7 @@ func (m *Memory) List(ctx context.Context, after string, limit int) ([]*Batch, b
 		}
 		out[i] = b
 	}
-	return out, end > n, nil
+	return out, more, nil
 }
 
 // Update implements Store. fn runs without the store's lock (it may call the store), so the
@@ -101,7 +201,7 @@ func (m *Memory) List(ctx context.Context, after string, limit int) ([]*Batch, b
 func (m *Memory) Update(ctx context.Context, id string, fn func(*Batch) error) (*Batch, error) {
 	for attempt := 1; ; attempt++ {
 		m.mu.Lock()
-		e := m.batches[id]
+		e := m.get(id, m.now())
 		if e == nil {
 			m.mu.Unlock()
 			return nil, fmt.Errorf("batchstate: update %s: %w", id, ErrNotFound)
@@ -118,10 +218,17 @@ func (m *Memory) Update(ctx context.Context, id string, fn func(*Batch) error) (
 			return nil, err
 		}
 		m.mu.Lock()
+		now := m.now()
+		if m.get(id, now) != e { // expired (and perhaps replaced) while fn ran
+			m.mu.Unlock()
+			return nil, fmt.Errorf("batchstate: update %s: %w", id, ErrNotFound)
+		}
 		if e.version == version {
-			e.data, e.status, e.version = enc, next.Status, version+1
+			e.data, e.version = enc, version+1
+			m.setStatus(id, e, next.Status, now)
 			e.counts.Total = next.Counts.Total
 			next.Counts = e.counts
+			m.sweep(now)
 			m.mu.Unlock()
 			return next, nil
 		}
@@ -142,7 +249,7 @@ func (m *Memory) Record(ctx context.Context, id string, results []Result) (Count
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.batches[id]
+	e := m.get(id, m.now())
 	if e == nil {
 		return Counts{}, fmt.Errorf("batchstate: record %s: %w", id, ErrNotFound)
 	}
@@ -173,7 +280,7 @@ func (m *Memory) Record(ctx context.Context, id string, results []Result) (Count
 func (m *Memory) Recorded(ctx context.Context, id string, customIDs []string) ([]bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.batches[id]
+	e := m.get(id, m.now())
 	if e == nil {
 		return nil, fmt.Errorf("batchstate: recorded %s: %w", id, ErrNotFound)
 	}
@@ -188,7 +295,7 @@ func (m *Memory) Recorded(ctx context.Context, id string, customIDs []string) ([
 // when it was called.
 func (m *Memory) Results(ctx context.Context, id string, fn func(Result) error) error {
 	m.mu.Lock()
-	e := m.batches[id]
+	e := m.get(id, m.now())
 	if e == nil {
 		m.mu.Unlock()
 		return fmt.Errorf("batchstate: results %s: %w", id, ErrNotFound)
@@ -219,7 +326,7 @@ func (m *Memory) Results(ctx context.Context, id string, fn func(Result) error) 
 func (m *Memory) DropResults(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.batches[id]
+	e := m.get(id, m.now())
 	if e == nil {
 		return fmt.Errorf("batchstate: drop results %s: %w", id, ErrNotFound)
 	}
@@ -233,7 +340,7 @@ func (m *Memory) Active(ctx context.Context) ([]string, error) {
 	defer m.mu.Unlock()
 	var out []string
 	for _, id := range m.order {
-		if !m.batches[id].status.Terminal() {
+		if !m.batches[id].status.Terminal() { // expiring batches are terminal
 			out = append(out, id)
 		}
 	}
