@@ -317,6 +317,31 @@ func TestErrorFileRetriesAndDeadLetter(t *testing.T) {
 	}
 }
 
+// A line waiting to be tried again does not hold its chunk: the chunk's other lines' results
+// are in before the line's second try (a chunk acked only when its slowest line is done would
+// hold its Kafka partition, and every chunk behind it, for the whole backoff).
+func TestRetryDoesNotHoldItsChunk(t *testing.T) {
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Attempts = 3; o.RetryBackoff = time.Second }})
+	input := strings.Replace(chatLines(16, "m1"), `"line 5"`, `"line 5 overload-me"`, 1) // one chunk
+	e.up.FailBodiesContaining("overload-me", http.StatusServiceUnavailable)
+	id := e.create(t, e.upload(t, input), "24h")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var b batchView
+		require.Equal(t, http.StatusOK, e.do(t, http.MethodGet, "/v1/batches/"+id, "", &b))
+		if b.RequestCounts.Completed == 15 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the good lines' results did not come in: %+v", b.RequestCounts)
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.EqualValues(t, 16, e.up.Requests(), "the failing line was tried again before its chunk's results were in")
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 15, b.RequestCounts.Completed)
+	require.EqualValues(t, 1, b.RequestCounts.Failed)
+	require.EqualValues(t, 15+3, e.up.Requests(), "three tries of the failing line")
+}
+
 // An upstream that fails for a while: lines are retried with backoff and all complete once it
 // recovers.
 func TestRetriesRideOutAnOutage(t *testing.T) {
@@ -552,10 +577,17 @@ func TestTenThousandLinesExactlyOnce(t *testing.T) {
 			for i := 0; i < n; i += 97 {
 				input = strings.Replace(input, fmt.Sprintf(`"line %d"`, i), fmt.Sprintf(`"line %d refuse"`, i), 1)
 			}
+			// Lines that keep failing with a 503 go through the retries topic until their tries
+			// run out.
+			const flaky = 10
+			for i := 50; i < n; i += n / flaky {
+				input = strings.Replace(input, fmt.Sprintf(`"line %d"`, i), fmt.Sprintf(`"line %d flaky"`, i), 1)
+			}
 			e.up.FailBodiesContaining("refuse", http.StatusBadRequest)
+			e.up.FailBodiesContaining("flaky", http.StatusServiceUnavailable)
 			id := e.create(t, e.upload(t, input), "24h")
 			b := e.waitStatus(t, id, 120*time.Second, "completed")
-			failed := (n + 96) / 97
+			failed := (n+96)/97 + flaky
 			require.EqualValues(t, n, b.RequestCounts.Total)
 			require.EqualValues(t, failed, b.RequestCounts.Failed)
 			require.EqualValues(t, n-failed, b.RequestCounts.Completed)
@@ -570,10 +602,12 @@ func TestTenThousandLinesExactlyOnce(t *testing.T) {
 			for _, l := range out {
 				require.Equal(t, 200, l.Response.StatusCode)
 			}
+			statuses := map[int]int{}
 			for _, l := range errs {
-				require.Equal(t, 400, l.Response.StatusCode)
+				statuses[l.Response.StatusCode]++
 			}
-			require.EqualValues(t, n, e.up.Requests(), "one upstream request per line: none ran twice")
+			require.Equal(t, map[int]int{400: failed - flaky, 503: flaky}, statuses)
+			require.EqualValues(t, n+3*flaky, e.up.Requests(), "one upstream request per line, four per flaky line: none ran twice")
 		})
 	}
 }

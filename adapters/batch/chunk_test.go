@@ -69,4 +69,13 @@ func TestEncodeChunkRoundTrip(t *testing.T) {
 		require.Equal(t, c.Lines[i].CustomID, got.Lines[i].CustomID)
 		require.JSONEq(t, string(c.Lines[i].Body), string(got.Lines[i].Body))
 	}
+	require.Zero(t, got.Attempts)
+	require.Zero(t, got.NotBefore)
+
+	// A retry keeps its tries and its time.
+	c.Attempts, c.NotBefore = 3, 1_790_000_000_123
+	got, err = decodeChunk(encodeChunk(&c))
+	require.NoError(t, err)
+	require.Equal(t, 3, got.Attempts)
+	require.EqualValues(t, 1_790_000_000_123, got.NotBefore)
 }

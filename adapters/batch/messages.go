@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,6 +20,9 @@ type Topics struct {
 	Requests string
 	// Results carries the lines' results to the collectors.
 	Results string
+	// Retries carries lines to try again after a wait. They leave their chunk so that it is
+	// acked with the rest of its lines, rather than holding its partition for the wait.
+	Retries string
 	// DeadLetter receives lines that kept failing after their retries, with the last error,
 	// for an operator to inspect or replay; they are also in the batch's error file.
 	DeadLetter string
@@ -27,14 +31,18 @@ type Topics struct {
 // DefaultTopics are the topics' names with the default prefix, "infergate.batch".
 func DefaultTopics() Topics { return TopicsWithPrefix("infergate.batch") }
 
-// TopicsWithPrefix names the topics prefix.requests, prefix.results and prefix.dead-letter.
+// TopicsWithPrefix names the topics prefix.requests, prefix.results, prefix.retries and
+// prefix.dead-letter.
 func TopicsWithPrefix(prefix string) Topics {
-	return Topics{Requests: prefix + ".requests", Results: prefix + ".results", DeadLetter: prefix + ".dead-letter"}
+	return Topics{Requests: prefix + ".requests", Results: prefix + ".results", Retries: prefix + ".retries",
+		DeadLetter: prefix + ".dead-letter"}
 }
 
-// Consumer groups: every worker shares the requests, every collector the results.
+// Consumer groups: every worker shares the requests and the retries (in a group of their own,
+// so that neither topic's rebalances stop the other), every collector the results.
 const (
 	workersGroup    = "infergate-batch-workers"
+	retriersGroup   = "infergate-batch-retriers"
 	collectorsGroup = "infergate-batch-collectors"
 )
 
@@ -44,6 +52,9 @@ type chunk struct {
 	Endpoint string `json:"endpoint"`
 	Model    string `json:"model"`
 	Lines    []Line `json:"lines"`
+	// On the retries topic: the tries its lines already had, and when (Unix ms) to try again.
+	Attempts  int   `json:"attempts,omitempty"`
+	NotBefore int64 `json:"not_before,omitempty"`
 }
 
 // resultLine is one line's result on the results topic.
@@ -106,7 +117,16 @@ func encodeChunk(c *chunk) []byte {
 		b = append(b, l.Body...)
 		b = append(b, '}')
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	if c.Attempts > 0 {
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendInt(b, int64(c.Attempts), 10)
+	}
+	if c.NotBefore > 0 {
+		b = append(b, `,"not_before":`...)
+		b = strconv.AppendInt(b, c.NotBefore, 10)
+	}
+	return append(b, '}')
 }
 
 // newRawMessage is a message of payload partitioned by key.
@@ -149,6 +169,9 @@ func decodeChunk(b []byte) (*chunk, error) {
 	}
 	if c.Batch == "" || !endpoints[c.Endpoint] || len(c.Lines) == 0 {
 		return nil, fmt.Errorf("%w: no batch, endpoint or lines", errBadMessage)
+	}
+	if c.Attempts < 0 || c.NotBefore < 0 {
+		return nil, fmt.Errorf("%w: negative attempts or not_before", errBadMessage)
 	}
 	for _, l := range c.Lines {
 		if l.CustomID == "" || len(l.Body) == 0 {

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
@@ -113,19 +115,30 @@ func NewWorker(o WorkerOptions) *Worker {
 	return &Worker{o: o, log: o.Logger.With("component", "batch-worker"), batches: map[string]*running{}}
 }
 
-// Run consumes chunks until ctx ends, then waits for the chunks in hand: their lines' requests
-// are cancelled and the chunks are not acked, so another worker runs them again.
+// Run consumes chunks and retries until ctx ends, then waits for the chunks in hand: their
+// lines' requests are cancelled and the chunks are not acked, so another worker runs them again.
 func (w *Worker) Run(ctx context.Context) error {
 	msgs, err := w.o.Bus.Subscribe(ctx, w.o.Topics.Requests, workersGroup)
 	if err != nil {
 		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Requests, err)
 	}
+	retries, err := w.o.Bus.Subscribe(ctx, w.o.Topics.Retries, retriersGroup)
+	if err != nil {
+		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Retries, err)
+	}
+	var wg sync.WaitGroup
+	var retryErr error
+	// Retries in hand mostly wait for their time: more of them than of chunks.
+	wg.Go(func() { retryErr = consume(ctx, retries, 64, func(context.Context) {}, w.handle) })
 	// Chunks in hand are bounded: enough to keep every slot busy while others wait, not a whole
 	// batch's worth (the in-process bus hands every chunk over at once).
-	return consume(ctx, msgs, max(8, w.o.Concurrency/8), w.watch, w.handle)
+	err = consume(ctx, msgs, max(8, w.o.Concurrency/8), w.watch, w.handle)
+	wg.Wait()
+	return cmp.Or(err, retryErr)
 }
 
-// handle runs one chunk and acks it once its results are published.
+// handle runs one chunk (from the requests or the retries topic) and acks it once its lines'
+// results, and the lines to try again later, are published.
 func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 	c, err := decodeChunk(msg.Payload)
 	if err != nil {
@@ -139,13 +152,27 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 		msg.Ack()
 		return
 	}
-	res, err := w.runChunk(ctx, c)
+	if !w.waitUntil(ctx, c) {
+		msg.Nack() // the worker is stopping
+		return
+	}
+	res, retry, err := w.runChunk(ctx, c)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("batch chunk will be retried", "batch", c.Batch, "err", err)
 		}
 		msg.Nack()
 		return
+	}
+	if retry != nil {
+		// Published before this chunk is acked: a crash in between runs those lines twice
+		// (their results are stored once), never zero times.
+		key := c.Batch + "/retry/" + watermill.NewShortUUID()
+		if err := w.o.Bus.Publish(w.o.Topics.Retries, newRawMessage(key, encodeChunk(retry))); err != nil {
+			w.log.Warn("publishing lines to retry; the chunk will be retried", "batch", c.Batch, "err", err)
+			msg.Nack()
+			return
+		}
 	}
 	msgs, big := splitResults(res, maxChunkBytes)
 	if len(big) > 0 {
@@ -175,12 +202,34 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 	msg.Ack()
 }
 
-// runChunk runs the chunk's lines that have no result yet. An error means the chunk must be
-// delivered again (the worker is stopping, the state store failed).
-func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
+// waitUntil holds a retry until its time, or until its batch is cancelled or expires (its lines
+// then end at once); false when the worker stops first.
+func (w *Worker) waitUntil(ctx context.Context, c *chunk) bool {
+	d := time.Until(time.UnixMilli(c.NotBefore))
+	if c.NotBefore == 0 || d <= 0 {
+		return true
+	}
 	run, err := w.acquire(ctx, c.Batch)
 	if err != nil {
-		return nil, err
+		return ctx.Err() == nil // runChunk meets the same error and says so
+	}
+	defer w.release(c.Batch)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-run.ctx.Done():
+	}
+	return ctx.Err() == nil
+}
+
+// runChunk runs the chunk's lines that have no result yet: their results, and a chunk of the
+// lines to try again later. An error means the chunk must be delivered again (the worker is
+// stopping, the state store failed).
+func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, *chunk, error) {
+	run, err := w.acquire(ctx, c.Batch)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer w.release(c.Batch)
 	res := &results{Batch: c.Batch}
@@ -190,7 +239,7 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 	if st == nil || st.Status.Terminal() {
 		// The batch is gone or over (a chunk delivered again after its batch finished): its
 		// results would be ignored, so nothing runs.
-		return res, nil
+		return res, nil, nil
 	}
 	ids := make([]string, len(c.Lines))
 	for i, l := range c.Lines {
@@ -198,9 +247,10 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 	}
 	done, err := w.o.State.Recorded(ctx, c.Batch, ids)
 	if err != nil {
-		return nil, fmt.Errorf("reading recorded lines: %w", err)
+		return nil, nil, fmt.Errorf("reading recorded lines: %w", err)
 	}
 	out := make([]resultLine, len(c.Lines))
+	later := make([]time.Duration, len(c.Lines)) // > 0: try the line again after that
 	lineCtx := run.ctx
 	if st.Owner != "" {
 		// The lines run as the key that created the batch: its allow-list, its rate limits.
@@ -220,28 +270,40 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, error) {
 			if ctx.Err() != nil || run.ctx.Err() == nil {
 				wg.Wait()
 				if ctx.Err() != nil {
-					return nil, ctx.Err()
+					return nil, nil, ctx.Err()
 				}
-				return nil, fmt.Errorf("waiting for a slot: %w", err)
+				return nil, nil, fmt.Errorf("waiting for a slot: %w", err)
 			}
 			out[i] = stopped(l.CustomID, context.Cause(run.ctx))
 			continue
 		}
 		wg.Go(func() {
 			defer release()
-			out[i] = w.runLine(lineCtx, c, l)
+			out[i], later[i] = w.runLine(lineCtx, c, l)
 		})
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return nil, ctx.Err() // the worker is stopping: lines cut short must run again elsewhere
+		return nil, nil, ctx.Err() // the worker is stopping: lines cut short must run again elsewhere
 	}
+	var retry *chunk
+	var wait time.Duration
 	for i := range out {
-		if out[i].Kind != 0 {
+		switch {
+		case out[i].Kind != 0:
 			res.Results = append(res.Results, out[i])
+		case later[i] > 0:
+			if retry == nil {
+				retry = &chunk{Batch: c.Batch, Endpoint: c.Endpoint, Model: c.Model, Attempts: c.Attempts + 1}
+			}
+			retry.Lines = append(retry.Lines, c.Lines[i])
+			wait = max(wait, later[i])
 		}
 	}
-	return res, nil
+	if retry != nil {
+		retry.NotBefore = time.Now().Add(wait).UnixMilli()
+	}
+	return res, retry, nil
 }
 
 // stopped is the result of a line that did not run because its batch was cancelled or expired.
@@ -253,25 +315,26 @@ func stopped(customID string, cause error) resultLine {
 	return resultLine{CustomID: customID, Kind: batchstate.Skipped}
 }
 
-// runLine sends one line upstream, retrying what may succeed later, and returns its result.
-func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) resultLine {
+// runLine tries one line (attempt c.Attempts+1), waiting while the gateway holds batch work
+// back. It returns the line's result, or how long to wait before the next attempt: the line
+// then leaves its chunk for the retries topic.
+func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) (resultLine, time.Duration) {
 	m := w.o.Metrics
 	m.inFlight.Inc()
 	defer m.inFlight.Dec()
 	start := time.Now()
-	done := func(r resultLine) resultLine {
+	done := func(r resultLine) (resultLine, time.Duration) {
 		m.lineDone(r.Kind, time.Since(start))
-		return r
+		return r, 0
 	}
-	var last string
-	for attempt, waits := 1, 0; ; attempt++ {
+	attempt := c.Attempts + 1
+	for waits := 0; ; {
 		reqID := "req_" + openai.NewRequestID()
 		a, err := w.call(ctx, c.Endpoint, reqID, l.Body)
 		if err == nil && a.wait && ctx.Err() == nil {
 			// The gateway holds batch work back (online traffic first, a rate limit, no upstream
 			// up): wait, longer each time, without spending an attempt; the batch's completion
-			// window bounds the waiting.
-			attempt--
+			// window bounds the waiting. Every line waits alike, so the chunk waits here.
 			waits++
 			m.yields.Inc()
 			select {
@@ -288,24 +351,21 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) resultLine {
 		case err == nil && (a.final || !retryable(a.status)):
 			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 		}
+		if attempt < w.o.Attempts {
+			m.retries.Inc()
+			return resultLine{}, w.backoff(attempt, a.header)
+		}
+		var last string
 		if err != nil {
 			last = err.Error()
 		} else {
 			last = fmt.Sprintf("status %d: %s", a.status, openai.Truncate(string(a.body), 512))
 		}
-		if attempt >= w.o.Attempts {
-			w.deadLetter(c, l, attempt, last)
-			if err == nil { // the upstream's last answer is the line's response
-				return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
-			}
-			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: errorLine(l.CustomID, "upstream_unavailable", last)})
+		w.deadLetter(c, l, attempt, last)
+		if err == nil { // the upstream's last answer is the line's response
+			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 		}
-		m.retries.Inc()
-		select {
-		case <-time.After(w.backoff(attempt, a.header)):
-		case <-ctx.Done():
-			return done(stopped(l.CustomID, context.Cause(ctx)))
-		}
+		return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: errorLine(l.CustomID, "upstream_unavailable", last)})
 	}
 }
 
