@@ -736,17 +736,46 @@ func TestStalledBatchIsRedispatched(t *testing.T) {
 	require.EqualValues(t, 20, b.RequestCounts.Completed)
 	require.Len(t, byCustomID(e.content(t, b.OutputFileID)), 20)
 	require.EqualValues(t, 20, e.up.Requests(), "only the lost lines ran again")
+	require.EqualValues(t, 20+10, metricValue(t, m, "infergate_batch_lines_queued_total"), "the 10 lost lines were published again, no others")
+}
+
+// metricValue reads a counter or gauge without labels.
+func metricValue(t *testing.T, m *batch.Metrics, name string) float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Collectors()...)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
-	queued := -1.0
 	for _, mf := range mfs {
-		if mf.GetName() == "infergate_batch_lines_queued_total" {
-			queued = mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() == name {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	require.EqualValues(t, 20+10, queued, "the 10 lost lines were published again, no others")
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// Lines beyond batch.concurrency wait for a slot, and the gauge says so.
+func TestSlotWaitingGauge(t *testing.T) {
+	m := batch.NewMetrics()
+	e := startEnv(t, envOptions{worker: func(o *batch.WorkerOptions) { o.Concurrency = 2; o.Metrics = m }})
+	release := e.up.Hold()
+	defer release()
+	id := e.create(t, e.upload(t, chatLines(8, "m1")), "24h") // one chunk
+	deadline := time.Now().Add(10 * time.Second)
+	for e.up.InFlight() < 2 || metricValue(t, m, "infergate_batch_lines_waiting_for_slot") < 1 {
+		require.True(t, time.Now().Before(deadline), "in flight %d, waiting %v", e.up.InFlight(),
+			metricValue(t, m, "infergate_batch_lines_waiting_for_slot"))
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.EqualValues(t, 2, e.up.InFlight(), "two slots")
+	release()
+	e.waitStatus(t, id, 10*time.Second, "completed")
+	require.Zero(t, metricValue(t, m, "infergate_batch_lines_waiting_for_slot"))
+	require.EqualValues(t, 2, e.up.PeakInFlight())
 }
 
 // lossyBus loses the first drop messages published to the requests topic.

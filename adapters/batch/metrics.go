@@ -12,6 +12,7 @@ import (
 type Metrics struct {
 	queued       prometheus.Counter
 	inFlight     prometheus.Gauge
+	slotWaiting  prometheus.Gauge
 	done         *prometheus.CounterVec
 	lineSeconds  prometheus.Histogram
 	retries      prometheus.Counter
@@ -28,10 +29,12 @@ func NewMetrics() *Metrics {
 			Help: "Batch lines published to the requests topic."}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "infergate_batch_lines_in_flight",
 			Help: "Batch lines this process is sending upstream now."}),
+		slotWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "infergate_batch_lines_waiting_for_slot",
+			Help: "Batch lines this process holds that wait for a slot of batch.concurrency (shared through Redis when configured)."}),
 		done: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_batch_lines_done_total",
 			Help: "Batch lines this process finished, by result: completed (2xx), failed, skipped (batch cancelled)."}, []string{"result"}),
 		lineSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "infergate_batch_line_duration_seconds",
-			Help: "Time from a line's first attempt to its result, retries included.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}),
+			Help: "Time from a line's last try to its result, waits for the guard included (earlier tries went through the retries topic).", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_batch_line_retries_total",
 			Help: "Attempts of batch lines beyond their first."}),
 		yields: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_batch_line_yields_total",
@@ -47,7 +50,7 @@ func NewMetrics() *Metrics {
 
 // Collectors returns the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queued, m.inFlight, m.done, m.lineSeconds, m.retries, m.yields, m.deadLettered, m.batches, m.orphans}
+	return []prometheus.Collector{m.queued, m.inFlight, m.slotWaiting, m.done, m.lineSeconds, m.retries, m.yields, m.deadLettered, m.batches, m.orphans}
 }
 
 func (m *Metrics) lineDone(kind batchstate.ResultKind, d time.Duration) {

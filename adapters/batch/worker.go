@@ -265,7 +265,9 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, *chunk, erro
 			out[i] = stopped(l.CustomID, cause)
 			continue
 		}
+		w.o.Metrics.slotWaiting.Inc()
 		release, err := w.o.Slots.Acquire(run.ctx, c.Model)
+		w.o.Metrics.slotWaiting.Dec()
 		if err != nil {
 			if ctx.Err() != nil || run.ctx.Err() == nil {
 				wg.Wait()
