@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,20 +10,32 @@ import (
 
 // Chunks hold at most the line count and the byte budget, keep every line once and in order,
 // and give an oversized line a chunk of its own.
-func TestChunkLines(t *testing.T) {
+func TestChunker(t *testing.T) {
 	line := func(id string, n int) Line { return Line{CustomID: id, Body: []byte(strings.Repeat("x", n))} }
 	lines := []Line{line("a", 10), line("b", 10), line("c", 10), line("d", 50), line("e", 100), line("f", 5)}
-	got := chunkLines(lines, 2, 60)
 	var ids [][]string
-	for _, c := range got {
+	c := chunker{maxLines: 2, maxBytes: 60, emit: func(ls []Line) error {
 		var cs []string
-		for _, l := range c {
+		for _, l := range ls {
 			cs = append(cs, l.CustomID)
 		}
 		ids = append(ids, cs)
+		return nil
+	}}
+	for _, l := range lines {
+		require.NoError(t, c.add(l))
 	}
+	require.NoError(t, c.flush())
 	require.Equal(t, [][]string{{"a", "b"}, {"c", "d"}, {"e"}, {"f"}}, ids)
-	require.Empty(t, chunkLines(nil, 2, 60))
+	ids = nil
+	require.NoError(t, c.flush())
+	require.Empty(t, ids, "nothing held, nothing emitted")
+
+	// emit's error ends the chunk it was given and comes back from the add that filled it.
+	stop := errors.New("stop")
+	c = chunker{maxLines: 1, maxBytes: 60, emit: func([]Line) error { return stop }}
+	require.NoError(t, c.add(lines[0]))
+	require.ErrorIs(t, c.add(lines[1]), stop)
 }
 
 // Results are packed into messages under the byte budget; a line over it is set apart.

@@ -3,16 +3,21 @@ package batch
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 )
 
-// FuzzParseInput: any input file either validates into lines that each carry a unique custom_id
-// and a JSON object body naming the one model, or fails with line-numbered errors; never both,
-// never a panic.
-func FuzzParseInput(f *testing.F) {
+// FuzzScanInput: any input file either validates into a model and a count, or fails with
+// line-numbered errors; never both, never a panic. A validating read that sees the lines (a
+// give-up's) agrees with the validation: it sees as many lines as were counted, each with a
+// unique custom_id and a JSON object body naming the one model, or it fails with the validation's
+// first error. A dispatch's read of a valid file (readLines) sees the very same lines. An error
+// from the caller ends either read with that error.
+func FuzzScanInput(f *testing.F) {
 	good := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`
 	f.Add(good + "\n")
 	f.Add(good + "\n" + good + "\n")
@@ -21,33 +26,106 @@ func FuzzParseInput(f *testing.F) {
 	f.Add("\n\n")
 	f.Add(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","stream":true}}`)
 	f.Add(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":"{\"model\":\"m\"}"}`)
-	f.Fuzz(func(t *testing.T, in string) {
-		p, errs, err := parseInput(strings.NewReader(in), "/v1/chat/completions", 50, 4096)
+	f.Add(strings.Replace(good, `"a"`, `"b"`, 1) + "\n" + strings.Replace(good, `"m"`, `"n"`, 1) + "\n{\n")
+	f.Fuzz(func(t *testing.T, file string) {
+		scan := func(each func(Line) error) (input, []batchstate.ErrorEntry, error) {
+			return scanInput(strings.NewReader(file), "/v1/chat/completions", 50, 4096, each)
+		}
+		in, errs, err := scan(nil)
 		if err != nil {
 			t.Fatalf("reading from memory failed: %v", err)
 		}
-		if (p == nil) == (errs == nil) {
-			t.Fatalf("want lines or errors, got %v and %v", p, errs)
+		if (in == input{}) == (errs == nil) {
+			t.Fatalf("want a model and count or errors, got %+v and %v", in, errs)
+		}
+		if len(errs) > maxReportedErrors {
+			t.Fatalf("%d errors reported", len(errs))
+		}
+		var lines []Line
+		in2, errs2, err := scan(func(l Line) error {
+			lines = append(lines, l)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("reading from memory failed: %v", err)
 		}
 		if errs != nil {
-			if len(errs) > maxReportedErrors {
-				t.Fatalf("%d errors reported", len(errs))
+			if !reflect.DeepEqual(errs2, errs[:1]) {
+				t.Fatalf("the second read failed with %v, the first with %v", errs2, errs)
 			}
 			return
 		}
-		if len(p.lines) == 0 || len(p.lines) > 50 || p.model == "" {
-			t.Fatalf("%d lines of model %q", len(p.lines), p.model)
+		if errs2 != nil || in2 != in || len(lines) != in.n {
+			t.Fatalf("the second read saw %+v (%d lines) and %v, the first %+v", in2, len(lines), errs2, in)
+		}
+		if in.n == 0 || in.n > 50 || in.model == "" {
+			t.Fatalf("%d lines of model %q", in.n, in.model)
 		}
 		seen := map[string]bool{}
-		for _, l := range p.lines {
+		for _, l := range lines {
 			if l.CustomID == "" || seen[l.CustomID] {
 				t.Fatalf("custom_id %q empty or repeated", l.CustomID)
 			}
 			seen[l.CustomID] = true
 			var body struct{ Model string }
-			if !bytes.HasPrefix(l.Body, []byte("{")) || json.Unmarshal(l.Body, &body) != nil || body.Model != p.model {
+			if !bytes.HasPrefix(l.Body, []byte("{")) || json.Unmarshal(l.Body, &body) != nil || body.Model != in.model {
 				t.Fatalf("body %s", l.Body)
 			}
+		}
+		var again []Line
+		if err := readLines(strings.NewReader(file), in, 4096, func(l Line) error {
+			again = append(again, l)
+			return nil
+		}); err != nil {
+			t.Fatalf("reading the lines again: %v", err)
+		}
+		if !reflect.DeepEqual(again, lines) {
+			t.Fatalf("read again as %q, validated as %q", again, lines)
+		}
+		stop := errors.New("stop")
+		calls := 0
+		if _, _, err := scan(func(Line) error { calls++; return stop }); err != stop || calls != 1 {
+			t.Fatalf("the caller's error ended the read after %d lines with %v", calls, err)
+		}
+		calls = 0
+		if err := readLines(strings.NewReader(file), in, 4096, func(Line) error { calls++; return stop }); err != stop || calls != 1 {
+			t.Fatalf("the caller's error ended the second read after %d lines with %v", calls, err)
+		}
+	})
+}
+
+// FuzzQuickLine: whatever line quickLine reads, encoding/json reads the same custom_id and body
+// from it.
+func FuzzQuickLine(f *testing.F) {
+	f.Add(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`)
+	f.Add(` { "body" : {"a":"}\"{"} , "custom_id" : "x y" , "n": -1.5e3, "t": [true, null, {}] } `)
+	f.Add(`{"custom_id":"a","Custom_ID":"b","body":{}}`)
+	f.Add(`{"custom_id":"a","body":{},"body":{"x":1}}`)
+	f.Add(`{"custom_id":"a\u0062","body":{}}`)
+	f.Add(`{"custom_\u0069d":"a","body":{}}`)
+	f.Add(`{"custom_id":"é","body":{}}`)
+	f.Add(`{"cuſtom_id":"a","body":{}}`)
+	f.Add(`{"custom_id":1,"body":{}}`)
+	f.Add(`{"custom_id":"a","body":"{}"}`)
+	f.Add(`[{"custom_id":"a","body":{}}]`)
+	f.Fuzz(func(t *testing.T, line string) {
+		raw := []byte(line)
+		if !json.Valid(raw) {
+			return // readLines checks that first
+		}
+		id, body, ok := quickLine(raw)
+		if !ok {
+			return
+		}
+		var want struct {
+			CustomID *string         `json:"custom_id"`
+			Body     json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("quickLine read %q, %s; encoding/json: %v", id, body, err)
+		}
+		if want.CustomID == nil || *want.CustomID != id || !bytes.Equal(want.Body, body) {
+			t.Fatalf("quickLine read %q, %s; encoding/json %v, %s", id, body, want.CustomID, want.Body)
 		}
 	})
 }

@@ -314,15 +314,15 @@ func (s *Service) prepare(ctx context.Context, id string) {
 		s.log.Warn("preparing a batch", "batch", id, "err", err)
 		return
 	}
-	p, errs, err := s.readInput(ctx, b)
+	in, errs, err := s.scanFile(ctx, b, nil)
 	if err != nil {
 		s.log.Warn("reading a batch's input; another try follows when the claim expires", "batch", id, "err", err)
 		return
 	}
 	now := s.now().Unix()
-	if errs == nil && len(b.OwnerModels) > 0 && !slices.Contains(b.OwnerModels, p.model) {
+	if errs == nil && len(b.OwnerModels) > 0 && !slices.Contains(b.OwnerModels, in.model) {
 		errs = []batchstate.ErrorEntry{{Code: "model_not_allowed", Param: ptr("body.model"),
-			Message: fmt.Sprintf("The API key that created this batch may not use the model %q.", p.model)}}
+			Message: fmt.Sprintf("The API key that created this batch may not use the model %q.", in.model)}}
 	}
 	if errs != nil {
 		_, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
@@ -344,7 +344,7 @@ func (s *Service) prepare(ctx context.Context, id string) {
 		if b.Status != batchstate.Validating || b.Claim != s.o.ID {
 			return batchstate.ErrUnchanged
 		}
-		b.Status, b.InProgressAt, b.Model, b.Counts.Total = batchstate.InProgress, now, p.model, int64(len(p.lines))
+		b.Status, b.InProgressAt, b.Model, b.Counts.Total = batchstate.InProgress, now, in.model, int64(in.n)
 		b.ClaimUntil = s.now().Add(s.o.ClaimTTL).UnixMilli()
 		return nil
 	})
@@ -356,28 +356,54 @@ func (s *Service) prepare(ctx context.Context, id string) {
 		return // cancelled while it was validated, or taken over
 	}
 	s.m.batches.WithLabelValues(string(batchstate.InProgress)).Inc()
-	s.dispatch(ctx, b, p)
+	s.dispatch(ctx, b, in)
 }
 
-// readInput opens and validates a batch's input file: the parsed lines, or the errors that fail
-// the batch; err when the file could not be read (try again later).
-func (s *Service) readInput(ctx context.Context, b *batchstate.Batch) (*parsed, []batchstate.ErrorEntry, error) {
+// openInput opens a batch's input file; when it is gone, no file but the error that says so.
+func (s *Service) openInput(ctx context.Context, b *batchstate.Batch) (io.ReadCloser, []batchstate.ErrorEntry, error) {
 	f, err := s.o.Files.Open(ctx, b.InputFileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return nil, []batchstate.ErrorEntry{{Code: "file_not_found", Message: fmt.Sprintf("The input file %s no longer exists.", b.InputFileID)}}, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("opening the input file %s: %w", b.InputFileID, err)
 	}
-	defer f.Close()
-	return parseInput(f, b.Endpoint, s.o.MaxLines, s.o.MaxLineBytes)
+	return f, nil, nil
 }
 
-// dispatch publishes the batch's lines in chunks, then marks it dispatched and frees its claim.
-// Each chunk has a partition key of its own (batch id and chunk number), so one batch spreads
-// over every partition and so over every worker of the group, rather than queueing behind one.
-func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, p *parsed) {
-	if !s.publish(ctx, b, p) {
+// scanFile opens a batch's input file and validates it with scanInput, passing each: what the
+// file holds, or the errors that fail the batch (file_not_found when it is gone); err when it
+// could not be read (try again later) or each failed.
+func (s *Service) scanFile(ctx context.Context, b *batchstate.Batch, each func(Line) error) (input, []batchstate.ErrorEntry, error) {
+	f, errs, err := s.openInput(ctx, b)
+	if f == nil {
+		return input{}, errs, err
+	}
+	defer f.Close()
+	return scanInput(f, b.Endpoint, s.o.MaxLines, s.o.MaxLineBytes, each)
+}
+
+// changedInput is the error of an input file that a read found other than its validation did.
+var changedInput = []batchstate.ErrorEntry{{Code: "input_changed", Message: "The input file changed since it was validated."}}
+
+// sameInput reports whether what a read of the batch's input found is what the batch was
+// validated from.
+func sameInput(b *batchstate.Batch, in input) bool {
+	return in.model == b.Model && int64(in.n) == b.Counts.Total
+}
+
+// dispatch publishes the lines of the batch's input, which a read just validated as in, then
+// marks the batch dispatched and frees its claim. The batch is in progress: its model and total
+// are set. Each chunk has a partition key of its own (batch id and chunk number), so one batch
+// spreads over every partition and so over every worker of the group, rather than queueing behind
+// one.
+func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, in input) {
+	if !sameInput(b, in) {
+		s.log.Error("a batch's input no longer holds what the batch started with; another try follows when the claim expires",
+			"batch", b.ID, "file", b.InputFileID, "requests", in.n, "model", in.model, "total", b.Counts.Total, "batch_model", b.Model)
+		return
+	}
+	if !s.publish(ctx, b, in, nil) {
 		return
 	}
 	_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
@@ -392,55 +418,151 @@ func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, p *parsed) 
 	}
 }
 
-// publish sends the lines to the requests topic in chunks; false if it could not send them all.
-func (s *Service) publish(ctx context.Context, b *batchstate.Batch, p *parsed) bool {
-	const perPublish = 16 // messages per Publish call
-	var msgs []*message.Message
-	flush := func() bool {
-		if len(msgs) == 0 {
-			return true
+// publish reads the batch's input file again (a read just validated it as in) and sends its
+// lines (those whose custom_id keep accepts; every line when keep is nil) to the requests topic
+// in chunks as they fill. Chunks go out in groups (a Kafka producer sends a group in one go), and
+// the next group is read and encoded while the bus sends the last (a Kafka publish waits for the
+// brokers): one chunk's lines and three groups (one filling, one waiting, one being sent) are all
+// it holds, whatever the file's size. False if it could not send them all: the bus failed, ctx
+// ended, or the input could not be read or no longer is what was validated (then, as when a
+// takeover finds it so, nothing marks the batch dispatched and a later try reads it again).
+func (s *Service) publish(ctx context.Context, b *batchstate.Batch, in input, keep func(customID string) bool) bool {
+	f, errs, err := s.openInput(ctx, b)
+	if f == nil {
+		if err == nil {
+			err = errors.New(errs[0].Message)
 		}
-		if err := s.o.Bus.Publish(s.o.Topics.Requests, msgs...); err != nil {
-			s.log.Warn("publishing a batch's lines; another try follows when the claim expires", "batch", b.ID, "err", err)
-			return false
-		}
-		msgs = msgs[:0]
-		return true
-	}
-	for n, lines := range chunkLines(p.lines, s.o.ChunkLines, maxChunkBytes) {
-		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: p.model, Lines: lines}
-		msgs = append(msgs, newRawMessage(b.ID+"/"+strconv.Itoa(n), encodeChunk(&c)))
-		if len(msgs) == perPublish && !flush() {
-			return false
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-	}
-	if !flush() {
+		s.log.Warn("opening a batch's input to publish its lines; another try follows when the claim expires", "batch", b.ID, "err", err)
 		return false
 	}
-	s.m.queued.Add(float64(len(p.lines)))
+	defer f.Close()
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	groups := make(chan []*message.Message, 1)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for msgs := range groups {
+			if err != nil {
+				continue // the reader is stopping: drain
+			}
+			if err = s.o.Bus.Publish(s.o.Topics.Requests, msgs...); err != nil {
+				err = fmt.Errorf("publishing to %s: %w", s.o.Topics.Requests, err)
+				cancel()
+			}
+		}
+		sent <- err
+	}()
+
+	var (
+		msgs   []*message.Message
+		size   int // of msgs' payloads
+		chunks int
+		lines  int // in the chunks made so far
+	)
+	send := func() error {
+		if len(msgs) == 0 {
+			return nil
+		}
+		select {
+		case groups <- msgs: // the sender owns them now
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		msgs, size = make([]*message.Message, 0, publishGroup), 0
+		return nil
+	}
+	ch := chunker{maxLines: s.o.ChunkLines, maxBytes: maxChunkBytes, emit: func(ls []Line) error {
+		c := chunk{Batch: b.ID, Endpoint: b.Endpoint, Model: b.Model, Lines: ls}
+		payload := encodeChunk(&c)
+		if size+len(payload) > maxGroupBytes {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		msgs = append(msgs, newRawMessage(b.ID+"/"+strconv.Itoa(chunks), payload))
+		size += len(payload)
+		chunks++
+		lines += len(ls)
+		if len(msgs) == publishGroup {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		return ctx.Err()
+	}}
+	err = readLines(f, in, s.o.MaxLineBytes, func(l Line) error {
+		if keep != nil && !keep(l.CustomID) {
+			return nil
+		}
+		return ch.add(l)
+	})
+	if err == nil {
+		if err = ch.flush(); err == nil {
+			err = send()
+		}
+	}
+	close(groups)
+	if perr := <-sent; perr != nil {
+		err = perr // the reader stopped because the bus failed
+	}
+	switch {
+	case parent.Err() != nil:
+		return false // the claim was lost or the service is closing: whoever goes on says why
+	case errors.Is(err, errInputChanged):
+		s.log.Error("a batch's input changed since it was validated; another try follows when the claim expires",
+			"batch", b.ID, "file", b.InputFileID, "err", err)
+		return false
+	case err != nil:
+		s.log.Warn("publishing a batch's lines; another try follows when the claim expires", "batch", b.ID, "err", err)
+		return false
+	}
+	s.m.queued.Add(float64(lines))
 	return true
 }
+
+// A group of chunks sent in one Publish call holds at most publishGroup chunks and, unless one
+// chunk is larger, maxGroupBytes.
+const (
+	publishGroup  = 16
+	maxGroupBytes = 1 << 20
+)
 
 // maxChunkBytes bounds the request bodies of one chunk (a single larger line goes alone).
 const maxChunkBytes = 512 << 10
 
-// chunkLines splits lines into chunks of at most maxLines lines whose bodies hold at most
-// maxBytes together; a line larger than that is a chunk of its own.
-func chunkLines(lines []Line, maxLines, maxBytes int) [][]Line {
-	var out [][]Line
-	for i := 0; i < len(lines); {
-		end, size := i+1, len(lines[i].Body)
-		for end < len(lines) && end-i < maxLines && size+len(lines[end].Body) <= maxBytes {
-			size += len(lines[end].Body)
-			end++
+// chunker groups lines, as they are read, into chunks of at most maxLines lines whose bodies hold
+// at most maxBytes together (a line larger than that is a chunk of its own), handing each chunk
+// to emit once the next line does not fit, and the last one to flush.
+type chunker struct {
+	maxLines, maxBytes int
+	// emit must not keep the slice: the chunker reuses it.
+	emit  func([]Line) error
+	lines []Line
+	size  int
+}
+
+func (c *chunker) add(l Line) error {
+	if len(c.lines) > 0 && (len(c.lines) >= c.maxLines || c.size+len(l.Body) > c.maxBytes) {
+		if err := c.flush(); err != nil {
+			return err
 		}
-		out = append(out, lines[i:end])
-		i = end
 	}
-	return out
+	c.lines = append(c.lines, l)
+	c.size += len(l.Body)
+	return nil
+}
+
+// flush emits the lines held, if any.
+func (c *chunker) flush() error {
+	if len(c.lines) == 0 {
+		return nil
+	}
+	err := c.emit(c.lines)
+	clear(c.lines) // the bodies are in the encoded chunk now
+	c.lines, c.size = c.lines[:0], 0
+	return err
 }
 
 // fileID is the id of a batch's output ("output") or error ("error") file. nonce tells one
@@ -758,8 +880,15 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 		if b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress); err == nil && owned && !b.Dispatched {
 			s.log.Info("taking over a batch's dispatch", "batch", id)
 			s.holdClaim(ctx, id, func(ctx context.Context) {
-				if p, errs, err := s.readInput(ctx, b); err == nil && errs == nil {
-					s.dispatch(ctx, b, p)
+				// As the first dispatch did, publish only from an input that passes as a whole.
+				in, errs, err := s.scanFile(ctx, b, nil)
+				switch {
+				case err != nil:
+					s.log.Warn("reading a batch's input to dispatch it; another try follows when the claim expires", "batch", id, "err", err)
+				case errs != nil:
+					s.log.Warn("a batch's input no longer passes; another try follows when the claim expires", "batch", id, "first", errs[0].Message)
+				default:
+					s.dispatch(ctx, b, in)
 				}
 			})
 		}
@@ -809,35 +938,65 @@ func (s *Service) stalled(b *batchstate.Batch, now time.Time) bool {
 	return true
 }
 
-// redispatch publishes again the lines of the batch that have no result yet.
+// redispatch publishes again the lines of the batch that have no result yet: one read of its
+// input validates it and asks the store which custom_ids have a result, a page at a time, and a
+// second publishes the lines of those that have none. It holds those custom_ids, never the lines.
 func (s *Service) redispatch(ctx context.Context, b *batchstate.Batch) {
-	p, errs, err := s.readInput(ctx, b)
-	if err != nil || errs != nil {
+	left := map[string]struct{}{}
+	in, errs, err := s.idPages(ctx, b, func(ids []string) error {
+		done, err := s.o.State.Recorded(ctx, b.ID, ids)
+		if err != nil {
+			return fmt.Errorf("reading the batch's results: %w", err)
+		}
+		for j, id := range ids {
+			if !done[j] {
+				left[id] = struct{}{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		s.log.Warn("reading a stalled batch's input", "batch", b.ID, "err", err)
 		return
 	}
-	const page = 1000
-	var left []Line
-	for i := 0; i < len(p.lines); i += page {
-		lines := p.lines[i:min(i+page, len(p.lines))]
-		ids := make([]string, len(lines))
-		for j, l := range lines {
-			ids[j] = l.CustomID
-		}
-		done, err := s.o.State.Recorded(ctx, b.ID, ids)
-		if err != nil {
-			s.log.Warn("reading a stalled batch's results", "batch", b.ID, "err", err)
-			return
-		}
-		for j, l := range lines {
-			if !done[j] {
-				left = append(left, l)
-			}
-		}
+	if errs == nil && !sameInput(b, in) {
+		errs = changedInput
 	}
-	p.lines = left
-	s.publish(ctx, b, p)
+	if errs != nil {
+		s.log.Warn("a stalled batch's input no longer passes", "batch", b.ID, "first", errs[0].Message)
+		return
+	}
+	if len(left) == 0 {
+		return
+	}
+	s.publish(ctx, b, in, func(id string) bool {
+		_, ok := left[id]
+		return ok
+	})
 }
+
+// idPages validates the batch's input file and hands the custom_ids of its lines to each, in
+// file order, at most idPage at a time (the slice is reused: each must not keep it). It stops at
+// the first invalid line, returning the errors, or at each's first error.
+func (s *Service) idPages(ctx context.Context, b *batchstate.Batch, each func(ids []string) error) (input, []batchstate.ErrorEntry, error) {
+	page := make([]string, 0, idPage)
+	in, errs, err := s.scanFile(ctx, b, func(l Line) error {
+		page = append(page, l.CustomID)
+		if len(page) < idPage {
+			return nil
+		}
+		err := each(page)
+		page = page[:0]
+		return err
+	})
+	if err != nil || errs != nil || len(page) == 0 {
+		return in, errs, err
+	}
+	return in, nil, each(page)
+}
+
+// idPage is how many lines one call to the state store names.
+const idPage = 1000
 
 // releaseClaim frees this replica's claim on the batch.
 func (s *Service) releaseClaim(ctx context.Context, id string) {
@@ -866,15 +1025,40 @@ func (s *Service) giveUp(ctx context.Context, id string, kind batchstate.ResultK
 	s.finalize(ctx, id)
 }
 
+// giveUpLines records the results of giveUp: a first read of the input checks it as a whole, as
+// the batch's validation did, before anything is recorded; a second names the lines a page at a
+// time (a line that has a result keeps it: the store records one result per custom_id).
 func (s *Service) giveUpLines(ctx context.Context, b *batchstate.Batch, kind batchstate.ResultKind) {
-	p, errs, err := s.readInput(ctx, b)
+	in, errs, err := s.scanFile(ctx, b, nil)
+	if err == nil && errs == nil {
+		rs := make([]batchstate.Result, 0, idPage)
+		var again input
+		again, errs, err = s.idPages(ctx, b, func(ids []string) error {
+			rs = rs[:0]
+			for _, id := range ids {
+				r := batchstate.Result{CustomID: id, Kind: kind}
+				if kind == batchstate.Error {
+					r.Line = stopped(id, errExpired).Line
+				}
+				rs = append(rs, r)
+			}
+			if _, err := s.o.State.Record(ctx, b.ID, rs); err != nil {
+				return fmt.Errorf("recording the batch's given-up lines: %w", err)
+			}
+			return nil
+		})
+		if err == nil && errs == nil && again != in {
+			errs = changedInput
+		}
+	}
 	if err != nil {
 		s.log.Warn("giving up a batch's remaining lines", "batch", b.ID, "err", err)
 		return
 	}
 	if errs != nil {
-		// The input is gone or no longer passes (another replica's limits): the lines without a
-		// result cannot be named, so the batch ends with the lines it has, and says so.
+		// The input is gone or no longer passes (another replica's limits, or it changed between
+		// the two reads): the lines without a result cannot be named, so the batch ends with the
+		// lines it has, and says so.
 		_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
 			c := b.Counts
 			missing := c.Total - c.Completed - c.Failed - c.Skipped
@@ -885,23 +1069,6 @@ func (s *Service) giveUpLines(ctx context.Context, b *batchstate.Batch, kind bat
 		})
 		if err != nil {
 			s.log.Warn("ending a batch whose input is gone", "batch", b.ID, "err", err)
-		}
-		return
-	}
-	const perRecord = 1000
-	rs := make([]batchstate.Result, 0, perRecord)
-	for i, l := range p.lines {
-		r := batchstate.Result{CustomID: l.CustomID, Kind: kind}
-		if kind == batchstate.Error {
-			r.Line = stopped(l.CustomID, errExpired).Line
-		}
-		rs = append(rs, r)
-		if len(rs) == perRecord || i == len(p.lines)-1 {
-			if _, err := s.o.State.Record(ctx, b.ID, rs); err != nil {
-				s.log.Warn("giving up a batch's remaining lines", "batch", b.ID, "err", err)
-				return
-			}
-			rs = rs[:0]
 		}
 	}
 }
