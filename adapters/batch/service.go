@@ -657,7 +657,7 @@ func (s *Service) finalize(ctx context.Context, id string) {
 	}
 	defer s.finalizing.Delete(id)
 	cur, err := s.o.State.Get(ctx, id)
-	if err != nil || !cur.Counts.Done() {
+	if err != nil || !finished(cur) {
 		return
 	}
 	now := s.now()
@@ -855,7 +855,7 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 	claimFree := b.Claim == "" || b.ClaimUntil <= nowMs
 	graceOver := func(at int64) bool { return at != 0 && now.Sub(time.Unix(at, 0)) >= s.o.Grace }
 	switch {
-	case b.Counts.Done():
+	case finished(b):
 		if claimFree {
 			s.finalize(ctx, id)
 		}
@@ -876,6 +876,18 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 			s.log.Info("taking over a batch's validation", "batch", id, "from", b.Claim)
 			s.holdClaim(ctx, id, func(ctx context.Context) { s.prepare(ctx, id) })
 		}
+	case b.Status == batchstate.InProgress && b.ExpiresAt != 0 && now.Unix() >= b.ExpiresAt:
+		// Before the dispatch takeover: a batch whose dispatch keeps failing (its input is
+		// gone) must still end with its window.
+		if b.ExpiredAt == 0 {
+			if err := markExpired(ctx, s.o.State, id, now); err != nil {
+				s.log.Warn("marking a batch expired", "batch", id, "err", err)
+			}
+			return
+		}
+		if graceOver(b.ExpiredAt) && claimFree {
+			s.giveUp(ctx, id, batchstate.Error)
+		}
 	case b.Status == batchstate.InProgress && !b.Dispatched && claimFree:
 		if b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress); err == nil && owned && !b.Dispatched {
 			s.log.Info("taking over a batch's dispatch", "batch", id)
@@ -892,16 +904,6 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 				}
 			})
 		}
-	case b.Status == batchstate.InProgress && b.ExpiresAt != 0 && now.Unix() >= b.ExpiresAt:
-		if b.ExpiredAt == 0 {
-			if err := markExpired(ctx, s.o.State, id, now); err != nil {
-				s.log.Warn("marking a batch expired", "batch", id, "err", err)
-			}
-			return
-		}
-		if graceOver(b.ExpiredAt) && claimFree {
-			s.giveUp(ctx, id, batchstate.Error)
-		}
 	case b.Status == batchstate.Cancelling && graceOver(b.CancellingAt) && claimFree:
 		s.giveUp(ctx, id, batchstate.Skipped)
 	case b.Status == batchstate.InProgress && claimFree && s.stalled(b, now):
@@ -911,6 +913,12 @@ func (s *Service) sweepOne(ctx context.Context, id string) {
 			s.releaseClaim(ctx, id)
 		}
 	}
+}
+
+// finished reports whether every line of a running batch has its result. One whose input
+// vanished before any line had one has none to wait for (giveUpLines shrank its Total to 0).
+func finished(b *batchstate.Batch) bool {
+	return b.Counts.Done() || b.Counts.Total == 0 && b.Status != batchstate.Validating && !b.Status.Terminal()
 }
 
 // seen is a batch's count of lines with a result, and when this replica saw it change.
@@ -1017,9 +1025,11 @@ func (s *Service) releaseClaim(ctx context.Context, id string) {
 // waiting for workers to drain its chunks; it then finalizes it. One replica does it, under the
 // batch's claim.
 func (s *Service) giveUp(ctx context.Context, id string, kind batchstate.ResultKind) {
+	// An undispatched batch is given up too: a dispatch runs under the claim, so none is under
+	// way, and chunks it published before it stopped find their lines recorded.
 	b, owned, err := s.claim(ctx, id, nil, batchstate.InProgress, batchstate.Cancelling)
-	if err != nil || !owned || !b.Dispatched {
-		return // another replica's, or still being dispatched: a later sweep
+	if err != nil || !owned {
+		return // another replica's: a later sweep
 	}
 	s.holdClaim(ctx, id, func(ctx context.Context) { s.giveUpLines(ctx, b, kind) })
 	s.finalize(ctx, id)
@@ -1062,6 +1072,9 @@ func (s *Service) giveUpLines(ctx context.Context, b *batchstate.Batch, kind bat
 		_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
 			c := b.Counts
 			missing := c.Total - c.Completed - c.Failed - c.Skipped
+			if missing <= 0 {
+				return batchstate.ErrUnchanged // said already
+			}
 			b.Counts.Total = c.Completed + c.Failed + c.Skipped
 			b.Errors = append(b.Errors, batchstate.ErrorEntry{Code: "input_unavailable",
 				Message: fmt.Sprintf("%d requests that had not run when the batch stopped are in neither file: its input could not be read again (%s).", missing, errs[0].Message)})

@@ -194,7 +194,8 @@ func (b *watchedBus) Publish(topic string, msgs ...*message.Message) error {
 // when a file is removed between two reads of it.
 type vanishingFiles struct {
 	files.Store
-	gone map[int]bool
+	gone     map[int]bool
+	goneFrom int // > 0: every open from this one on fails too
 
 	mu    sync.Mutex
 	opens int
@@ -203,7 +204,7 @@ type vanishingFiles struct {
 func (v *vanishingFiles) Open(ctx context.Context, id string) (io.ReadCloser, error) {
 	v.mu.Lock()
 	v.opens++
-	gone := v.gone[v.opens]
+	gone := v.gone[v.opens] || v.goneFrom > 0 && v.opens >= v.goneFrom
 	v.mu.Unlock()
 	if gone {
 		return nil, fmt.Errorf("files: %s: %w", id, files.ErrNotFound)
@@ -265,6 +266,30 @@ func TestInputGoneAtGiveUp(t *testing.T) {
 			require.Contains(t, b.Errors.Data[0].Message, "no longer exists")
 		})
 	}
+}
+
+// An input that vanishes after validation, before any line was dispatched, leaves the batch
+// undispatched for good: the batch still ends when its window does, as expired, with no lines
+// and the reason in its errors (once, however many sweeps saw it).
+func TestInputGoneBeforeAnyLine(t *testing.T) {
+	fs := &vanishingFiles{goneFrom: 2} // every read after the validation's
+	e := startEnv(t, envOptions{service: func(o *batch.Options) {
+		o.ClaimTTL = 200 * time.Millisecond
+		fs.Store = o.Files
+		o.Files = fs
+	}})
+	id := e.create(t, e.upload(t, chatLines(10, "m1")), "1s")
+	b := e.waitStatus(t, id, 20*time.Second, "expired")
+	require.EqualValues(t, 0, b.RequestCounts.Total)
+	require.Nil(t, b.OutputFileID)
+	require.Nil(t, b.ErrorFileID)
+	require.NotNil(t, b.Errors)
+	require.Len(t, b.Errors.Data, 1)
+	require.Equal(t, "input_unavailable", b.Errors.Data[0].Code)
+	require.Contains(t, b.Errors.Data[0].Message, "10 requests")
+	require.Zero(t, e.up.Requests())
+	time.Sleep(300 * time.Millisecond) // more sweeps
+	require.Len(t, e.waitStatus(t, id, time.Second, "expired").Errors.Data, 1)
 }
 
 // failingBus fails the Publish calls to the requests topic numbered in fail (from 1).
