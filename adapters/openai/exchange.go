@@ -60,8 +60,8 @@ type exchange struct {
 	stream bool // an SSE response with status 200: reads are chunks
 	done   func(Usage)
 	ticket breaker.Ticket
-	// reqBody is the request's body as the transport reads it.
-	reqBody requestBody
+	// reqBody is the request's body as the transport reads it, allocated with the exchange.
+	reqBody bytes.Reader
 
 	reads    int
 	chunks   int64 // "data:" lines of a stream, for its usage when it reports none
@@ -169,13 +169,15 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	x := &exchange{p: p, route: route, ctx: ctx, start: out.start, reqID: out.reqID, ticket: ticket}
 	x.reqBody.Reset(body)
 	req := (&http.Request{
-		Method:        http.MethodPost,
-		URL:           u,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Body:          &x.reqBody,
+		Method:     http.MethodPost,
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     h,
+		// io.NopCloser over a *bytes.Reader is a body net/http knows to be in memory: it writes
+		// the headers and the body in one write instead of flushing the headers first.
+		Body:          io.NopCloser(&x.reqBody),
 		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
 		ContentLength: int64(len(body)),
 		Host:          u.Host,
@@ -204,11 +206,6 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		(out.rt.Stream || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
 	return x, nil
 }
-
-// requestBody is an outbound request's body, allocated with its exchange.
-type requestBody struct{ bytes.Reader }
-
-func (*requestBody) Close() error { return nil }
 
 // upstreamHeader is the header sent upstream, built in one map with one backing array for its
 // values: the client's headers minus the hop-by-hop ones (and those its Connection header names),

@@ -1,0 +1,63 @@
+package openai
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// writeCounter counts the writes on a connection.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestRequestOneWrite: a request goes upstream in one write, head and body together (a body
+// net/http does not know to be in memory makes it flush the head first: a second syscall, and a
+// second packet, per request).
+func TestRequestOneWrite(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	p, err := New(Options{Endpoints: []Endpoint{{Name: "a", URL: up.URL, Type: TypeVLLM, CheckInterval: time.Hour}}})
+	require.NoError(t, err)
+	e := p.endpoints()[0]
+	var writes atomic.Int64
+	dial := e.tr.DialContext
+	e.tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{c, &writes}, nil
+	}
+	defer e.client.CloseIdleConnections()
+	rt := &route{ep: e, public: "m", upstream: "m",
+		inflight: p.m.inflight.WithLabelValues("m", "a"), latency: p.m.latency.WithLabelValues("m", "a"),
+		ttft: p.m.ttft.WithLabelValues("m", "a"), itl: p.m.itl.WithLabelValues("m", "a")}
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	for i := range 3 {
+		x, err := p.attempt(context.Background(), rt, &outbound{path: "/v1/chat/completions", header: http.Header{},
+			remoteAddr: "127.0.0.1:1", body: body, rt: routing{Model: "m"}, reqID: "r", start: time.Now()}, true)
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, x)
+		require.NoError(t, err)
+		x.finish(nil)
+		require.Equal(t, http.StatusOK, x.res.StatusCode)
+		require.EqualValues(t, i+1, writes.Load(), "writes after %d requests", i+1)
+	}
+}
