@@ -75,7 +75,9 @@ func NewRedis(client rueidis.Client, l Limits, o RedisOptions) *Redis {
 // Close stops renewing leases and gives every slot back; requests still holding slots keep
 // running, unbounded, so call it after they are done.
 func (r *Redis) Close() {
-	r.cancel()
+	r.mu.Lock()
+	r.cancel() // under mu: no pool starts its pump after this
+	r.mu.Unlock()
 	r.wg.Wait()
 }
 
@@ -87,12 +89,15 @@ type pool struct {
 	keys  []string // held (hash holder -> slots), leases (zset holder -> deadline), hungry (zset)
 	limit int
 
-	mu      sync.Mutex
-	held    int // slots Redis gave this holder
-	used    int // of which requests hold
-	share   int // limit / hungry holders, from Redis' last answer
-	waiters []*waiter
-	wake    chan struct{}
+	refs int // Acquire calls under way (guarded by r.mu): an idle pool is dropped only at 0
+
+	mu       sync.Mutex
+	held     int // slots Redis gave this holder
+	used     int // of which requests hold
+	reported int // what Redis last acknowledged this holder holds; -1 when unknown
+	share    int // limit / hungry holders, from Redis' last answer
+	waiters  []*waiter
+	wake     chan struct{}
 }
 
 type waiter struct {
@@ -106,6 +111,7 @@ func (r *Redis) Acquire(ctx context.Context, key string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	defer r.unref(p)
 	p.mu.Lock()
 	if p.used < p.held && len(p.waiters) == 0 {
 		p.used++
@@ -127,6 +133,7 @@ func (r *Redis) Acquire(ctx context.Context, key string) (func(), error) {
 		} else {
 			p.drop(w)
 			p.mu.Unlock()
+			p.poke() // it may have been the last waiter: no longer hungry
 		}
 		return nil, ctx.Err()
 	}
@@ -134,6 +141,7 @@ func (r *Redis) Acquire(ctx context.Context, key string) (func(), error) {
 
 var errClosed = errors.New("slots: semaphore closed")
 
+// pool returns key's pool, started if need be, with a reference the caller gives back (unref).
 func (r *Redis) pool(key string) (*pool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,7 +157,28 @@ func (r *Redis) pool(key string) (*pool, error) {
 		r.pools[key] = p
 		r.wg.Go(p.pump)
 	}
+	p.refs++
 	return p, nil
+}
+
+func (r *Redis) unref(p *pool) {
+	r.mu.Lock()
+	p.refs--
+	r.mu.Unlock()
+}
+
+// dropIdle removes p if nothing uses it: models come from users' files, so pools of models no
+// longer run must not pile up. False when p is in use again.
+func (r *Redis) dropIdle(p *pool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refs > 0 || p.used > 0 || p.held > 0 || p.reported != 0 || len(p.waiters) > 0 {
+		return false
+	}
+	delete(r.pools, p.key)
+	return true
 }
 
 func (p *pool) poke() {
@@ -200,8 +229,9 @@ func (p *pool) drop(w *waiter) {
 }
 
 // pump keeps this holder's slots in Redis in line with its needs: it asks for slots while
-// waiters need them (every Poll while none come), gives back those no request or waiter needs,
-// and renews the lease while it holds any or starves.
+// waiters need them (every Poll at first, backing off while none come), gives back those no
+// request or waiter needs, and renews the lease while it holds any or starves. A pool idle for a
+// lease ends its pump and is dropped.
 func (p *pool) pump() {
 	r := p.r
 	timer := time.NewTimer(time.Hour)
@@ -210,12 +240,16 @@ func (p *pool) pump() {
 	// A holder starving at its share says so often, so that the others shrink soon and it
 	// learns soon when slots free up.
 	renewHungry := min(renew, 20*r.o.Poll)
+	poll := r.o.Poll
 	var lastSaid time.Time
-	failing := false
+	failing, idle := false, false
 	for {
 		select {
 		case <-p.wake:
 		case <-timer.C:
+			if idle && r.dropIdle(p) {
+				return
+			}
 		case <-r.ctx.Done():
 			p.giveBack()
 			return
@@ -231,20 +265,24 @@ func (p *pool) pump() {
 		case !hungry:
 			target = p.used
 		}
-		// Shrink here first, so no request takes a slot that is on its way back.
-		shrink := target < p.held
+		// Shrink here first, so no request takes a slot that is on its way back; what is kept
+		// and free goes to the waiters.
 		p.held = target
+		p.serveLocked(p.held)
+		hungry = len(p.waiters) > 0
+		reported := p.reported
 		p.mu.Unlock()
 
 		var err error
+		granted := 0
 		due := time.Since(lastSaid) >= renew || hungry && time.Since(lastSaid) >= renewHungry
 		switch {
 		case want > 0:
-			err = p.acquire(want)
-		case shrink || due && (target > 0 || hungry):
+			granted, err = p.acquire(want, target)
+		case target != reported || due && (target > 0 || hungry):
 			err = p.set(target, hungry)
 		}
-		if want > 0 || shrink || due {
+		if want > 0 || target != reported || due {
 			lastSaid = time.Now()
 		}
 		if err != nil && r.ctx.Err() == nil {
@@ -256,49 +294,62 @@ func (p *pool) pump() {
 			r.log.Info("batch slots: Redis answers again", "model", p.key)
 			failing = false
 		}
+		switch {
+		case want > 0 && granted > 0 || want == 0:
+			poll = r.o.Poll
+		case err == nil:
+			poll = min(2*poll, renewHungry) // refused: the others hold everything
+		}
 
 		p.mu.Lock()
 		var next time.Duration
+		idle = false
 		switch {
 		case err != nil:
 			next = 100 * time.Millisecond
 		case len(p.waiters) > 0 && p.held < p.share:
-			next = r.o.Poll
+			next = poll
 		case len(p.waiters) > 0:
 			next = renewHungry
 		case p.held > 0:
 			next = renew
+		default:
+			next, idle = r.o.Lease, true
 		}
 		p.mu.Unlock()
-		if next > 0 {
-			timer.Reset(next)
-		}
+		timer.Reset(next)
 	}
 }
 
-// acquire asks Redis for want more slots and serves waiters with what it grants.
-func (p *pool) acquire(want int) error {
+// acquire tells Redis this holder has have slots and asks for want more, serves waiters with
+// what it grants, and returns that. The count is absolute, as set's: a reply lost after the
+// script ran leaves Redis with the right count at the next call.
+func (p *pool) acquire(want, have int) (int, error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
 	defer cancel()
-	v, err := luaAcquire.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(want),
+	v, err := luaAcquire.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(want), strconv.Itoa(have),
 		strconv.Itoa(p.limit), strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsIntSlice()
 	if err != nil {
-		return err
+		p.mu.Lock()
+		p.reported = -1
+		p.mu.Unlock()
+		return 0, err
 	}
 	if len(v) != 2 {
-		return errors.New("slots: unexpected reply to acquire")
+		return 0, errors.New("slots: unexpected reply to acquire")
 	}
 	p.mu.Lock()
 	p.held += int(v[0])
+	p.reported = p.held
 	p.share = shareOf(p.limit, v[1])
-	p.serveLocked(int(v[0]))
+	p.serveLocked(p.held)
 	p.mu.Unlock()
-	return nil
+	return int(v[0]), nil
 }
 
-// set tells Redis this holder has n slots (the pump already made it so here) (absolute, so a lost reply or a Redis restart heals at
-// the next renewal) and whether it starves.
+// set tells Redis this holder has n slots (the pump already made it so here) and whether it
+// starves. The count is absolute, so a lost reply or a Redis restart heals at the next renewal.
 func (p *pool) set(n int, hungry bool) error {
 	r := p.r
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
@@ -309,12 +360,14 @@ func (p *pool) set(n int, hungry bool) error {
 	}
 	hungryN, err := luaSet.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(n), h,
 		strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsInt64()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err != nil {
+		p.reported = -1
 		return err
 	}
-	p.mu.Lock()
+	p.reported = n
 	p.share = shareOf(p.limit, hungryN)
-	p.mu.Unlock()
 	return nil
 }
 
@@ -353,15 +406,19 @@ local function touch(ttl)
 end
 `
 
-// ARGV: holder, want, limit, lease ms. Grants what is free, up to want. Returns {granted,
-// hungry holders}.
+// ARGV: holder, want, have (the slots the holder has), limit, lease ms. Grants what is free, up
+// to want. Returns {granted, hungry holders}.
 var luaAcquire = rueidis.NewLuaScript(luaReap + `
-local holder, want, limit, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local total = 0
+local holder, want, have = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local total = have - tonumber(redis.call('HGET', KEYS[1], holder) or '0')
 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do total = total + tonumber(v) end
 local grant = math.max(0, math.min(want, limit - total))
-local mine = tonumber(redis.call('HGET', KEYS[1], holder) or '0') + grant
-if mine > 0 then redis.call('HSET', KEYS[1], holder, mine) end
+if have + grant > 0 then
+  redis.call('HSET', KEYS[1], holder, have + grant)
+else
+  redis.call('HDEL', KEYS[1], holder)
+end
 redis.call('ZADD', KEYS[2], now + ttl, holder)
 if grant < want then
   redis.call('ZADD', KEYS[3], now + ttl, holder)

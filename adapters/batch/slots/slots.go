@@ -43,18 +43,24 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// Local is the in-process Semaphore: one bounded channel per key.
+// Local is the in-process Semaphore: one bounded channel per key, dropped when nobody holds or
+// waits for a slot of it (keys are model names from users' files).
 type Local struct {
 	limits Limits
 	mu     sync.Mutex
-	sems   map[string]chan struct{}
+	sems   map[string]*localSem
+}
+
+type localSem struct {
+	ch   chan struct{}
+	refs int // holders and waiters
 }
 
 var _ Semaphore = (*Local)(nil)
 
 // NewLocal returns an in-process semaphore with the given limits.
 func NewLocal(l Limits) *Local {
-	return &Local{limits: l, sems: map[string]chan struct{}{}}
+	return &Local{limits: l, sems: map[string]*localSem{}}
 }
 
 // Acquire implements Semaphore.
@@ -62,15 +68,30 @@ func (l *Local) Acquire(ctx context.Context, key string) (func(), error) {
 	l.mu.Lock()
 	s, ok := l.sems[key]
 	if !ok {
-		s = make(chan struct{}, l.limits.Of(key))
+		s = &localSem{ch: make(chan struct{}, l.limits.Of(key))}
 		l.sems[key] = s
 	}
+	s.refs++
 	l.mu.Unlock()
 	select {
-	case s <- struct{}{}:
+	case s.ch <- struct{}{}:
 		var once sync.Once
-		return func() { once.Do(func() { <-s }) }, nil
+		return func() {
+			once.Do(func() {
+				<-s.ch
+				l.unref(key, s)
+			})
+		}, nil
 	case <-ctx.Done():
+		l.unref(key, s)
 		return nil, ctx.Err()
+	}
+}
+
+func (l *Local) unref(key string, s *localSem) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.refs--; s.refs == 0 {
+		delete(l.sems, key)
 	}
 }
