@@ -701,6 +701,32 @@ func TestRateLimitRefusals(t *testing.T) {
 	require.Less(t, calls.Load(), int64(10), "the line that cannot pass is not retried in a loop")
 }
 
+// A line the gateway holds back lets its slot go while it waits: the model's other lines use it
+// (with slots shared through Redis, so do other workers).
+func TestWaitingLineLetsItsSlotGo(t *testing.T) {
+	var holding atomic.Bool
+	holding.Store(true)
+	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+		if holding.Load() && bytes.Contains(r.Body, []byte("hold-me")) {
+			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "overloaded", Message: "busy",
+				Header: http.Header{"Retry-After": []string{"1"}}}
+		}
+		return openai.Admitted{}, nil
+	}
+	e := startEnv(t, envOptions{admit: admit, worker: func(o *batch.WorkerOptions) { o.Concurrency = 1 }})
+	input := strings.Replace(chatLines(4, "m1"), `"line 0"`, `"line 0 hold-me"`, 1) // first in the chunk
+	id := e.create(t, e.upload(t, input), "24h")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.up.Requests() < 3 { // the chunk's results go out together, once the waiting line is done
+		require.True(t, time.Now().Before(deadline), "the other lines did not run while one waited: %d requests", e.up.Requests())
+		time.Sleep(10 * time.Millisecond)
+	}
+	holding.Store(false)
+	b := e.waitStatus(t, id, 10*time.Second, "completed")
+	require.EqualValues(t, 4, b.RequestCounts.Completed)
+	require.EqualValues(t, 1, e.up.PeakInFlight(), "one slot")
+}
+
 // An upstream outage (no healthy endpoint) is waited out, attempts unspent: the lines complete
 // once the upstream is back.
 func TestOutageIsWaitedOut(t *testing.T) {

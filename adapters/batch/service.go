@@ -407,10 +407,12 @@ func (s *Service) dispatch(ctx context.Context, b *batchstate.Batch, in input) {
 		return
 	}
 	_, err := s.o.State.Update(ctx, b.ID, func(b *batchstate.Batch) error {
-		b.Dispatched = true
-		if b.Claim == s.o.ID {
-			b.Claim, b.ClaimUntil = "", 0
+		if b.Claim != s.o.ID {
+			// This replica stalled and another took the batch over: the batch is its to mark
+			// (or to give up, when its window ended meanwhile).
+			return batchstate.ErrUnchanged
 		}
+		b.Dispatched, b.Claim, b.ClaimUntil = true, "", 0
 		return nil
 	})
 	if err != nil {

@@ -128,7 +128,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	var retryErr error
-	// Retries in hand mostly wait for their time: more of them than of chunks.
+	// Retries in hand mostly wait for their time: more of them than of chunks (with Kafka, one
+	// per partition of the retries topic at most: a retry waits behind the one before it).
 	wg.Go(func() { retryErr = consume(ctx, retries, 64, func(context.Context) {}, w.handle) })
 	// Chunks in hand are bounded: enough to keep every slot busy while others wait, not a whole
 	// batch's worth (the in-process bus hands every chunk over at once).
@@ -164,16 +165,6 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 		msg.Nack()
 		return
 	}
-	if retry != nil {
-		// Published before this chunk is acked: a crash in between runs those lines twice
-		// (their results are stored once), never zero times.
-		key := c.Batch + "/retry/" + watermill.NewShortUUID()
-		if err := w.o.Bus.Publish(w.o.Topics.Retries, newRawMessage(key, encodeChunk(retry))); err != nil {
-			w.log.Warn("publishing lines to retry; the chunk will be retried", "batch", c.Batch, "err", err)
-			msg.Nack()
-			return
-		}
-	}
 	msgs, big := splitResults(res, maxChunkBytes)
 	if len(big) > 0 {
 		// Too large for one bus message: stored straight away (the collectors' sweep finishes
@@ -198,6 +189,19 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 			msg.Nack()
 			return
 		}
+	}
+	if retry != nil {
+		// Published last, just before this chunk is acked: a failure before it runs the chunk
+		// again, results found recorded are skipped, and no second copy of the retry exists; a
+		// crash between it and the ack runs those lines twice (their results are stored once),
+		// never zero times.
+		key := c.Batch + "/retry/" + watermill.NewShortUUID()
+		if err := w.o.Bus.Publish(w.o.Topics.Retries, newRawMessage(key, encodeChunk(retry))); err != nil {
+			w.log.Warn("publishing lines to retry; the chunk will be retried", "batch", c.Batch, "err", err)
+			msg.Nack()
+			return
+		}
+		w.o.Metrics.retries.Add(float64(len(retry.Lines)))
 	}
 	msg.Ack()
 }
@@ -279,9 +283,10 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, *chunk, erro
 			out[i] = stopped(l.CustomID, context.Cause(run.ctx))
 			continue
 		}
+		held := &slot{release: release}
 		wg.Go(func() {
-			defer release()
-			out[i], later[i] = w.runLine(lineCtx, c, l)
+			defer held.let()
+			out[i], later[i] = w.runLine(lineCtx, c, l, held)
 		})
 	}
 	wg.Wait()
@@ -317,10 +322,21 @@ func stopped(customID string, cause error) resultLine {
 	return resultLine{CustomID: customID, Kind: batchstate.Skipped}
 }
 
+// slot is a line's hold on one of its model's slots.
+type slot struct{ release func() }
+
+// let gives the slot back, if the line holds it.
+func (s *slot) let() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
+}
+
 // runLine tries one line (attempt c.Attempts+1), waiting while the gateway holds batch work
 // back. It returns the line's result, or how long to wait before the next attempt: the line
 // then leaves its chunk for the retries topic.
-func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) (resultLine, time.Duration) {
+func (w *Worker) runLine(ctx context.Context, c *chunk, l Line, held *slot) (resultLine, time.Duration) {
 	m := w.o.Metrics
 	m.inFlight.Inc()
 	defer m.inFlight.Dec()
@@ -337,11 +353,22 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) (resultLine, tim
 			// The gateway holds batch work back (online traffic first, a rate limit, no upstream
 			// up): wait, longer each time, without spending an attempt; the batch's completion
 			// window bounds the waiting. Every line waits alike, so the chunk waits here.
+			// The slot is let go meanwhile: a worker elsewhere may have use for it.
 			waits++
 			m.yields.Inc()
+			held.let()
 			select {
 			case <-time.After(w.backoff(min(waits, 7), a.header)):
-				continue
+				m.slotWaiting.Inc()
+				release, err := w.o.Slots.Acquire(ctx, c.Model)
+				m.slotWaiting.Dec()
+				if err == nil {
+					held.release = release
+					continue
+				}
+				if ctx.Err() == nil { // the semaphore closed: the worker is stopping
+					return resultLine{}, w.backoff(min(waits, 7), a.header)
+				}
 			case <-ctx.Done():
 			}
 		}
@@ -354,8 +381,7 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line) (resultLine, tim
 			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Error, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 		}
 		if attempt < w.o.Attempts {
-			m.retries.Inc()
-			return resultLine{}, w.backoff(attempt, a.header)
+			return resultLine{}, w.backoff(attempt, a.header) // counted once published
 		}
 		var last string
 		if err != nil {
