@@ -822,3 +822,38 @@ func (b *lossyBus) Publish(topic string, msgs ...*message.Message) error {
 	}
 	return b.Bus.Publish(topic, msgs...)
 }
+
+// A worker that stops hands its lines in flight back (cancelled upstream, chunk not acked) and
+// counts none of them as done: another worker runs them, and the batch completes once each.
+func TestStoppedWorkerCountsNothing(t *testing.T) {
+	e := startEnv(t, envOptions{noWorker: true})
+	release := e.up.Hold()
+	defer release()
+	m := batch.NewMetrics()
+	ctx, stop := context.WithCancel(t.Context())
+	stopped := e.startWorker(t, ctx, func(o *batch.WorkerOptions) { o.Metrics = m })
+	id := e.create(t, e.upload(t, chatLines(4, "m1")), "24h")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.up.InFlight() < 4 {
+		require.True(t, time.Now().Before(deadline), "the lines did not reach the upstream")
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	<-stopped
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "infergate_batch_lines_done_total" {
+			for _, mm := range mf.GetMetric() {
+				t.Errorf("a stopping worker counted %v lines as done (%v)", mm.GetCounter().GetValue(), mm.GetLabel())
+			}
+		}
+	}
+	release()
+	e.startWorker(t, t.Context(), nil)
+	b := e.waitStatus(t, id, 20*time.Second, "completed")
+	require.EqualValues(t, 4, b.RequestCounts.Completed)
+	require.Len(t, byCustomID(e.content(t, b.OutputFileID)), 4)
+}

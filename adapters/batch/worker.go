@@ -374,7 +374,12 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line, held *slot) (res
 		}
 		switch {
 		case ctx.Err() != nil:
-			return done(stopped(l.CustomID, context.Cause(ctx)))
+			cause := context.Cause(ctx)
+			if !errors.Is(cause, errCancelled) && !errors.Is(cause, errExpired) {
+				// The worker is stopping: the line runs again elsewhere, nothing is counted.
+				return stopped(l.CustomID, cause), 0
+			}
+			return done(stopped(l.CustomID, cause))
 		case err == nil && a.status >= 200 && a.status < 300:
 			return done(resultLine{CustomID: l.CustomID, Kind: batchstate.Output, Line: responseLine(l.CustomID, reqID, a.status, a.body)})
 		case err == nil && (a.final || !retryable(a.status)):
