@@ -64,7 +64,7 @@ func TestAssembleAfterLosingTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, batchstate.InProgress, got.Status, "A committed without its claim")
 	require.Empty(t, got.OutputFileID)
-	left, err := fs.List(ctx, "")
+	left, _, err := fs.List(ctx, files.ListOptions{})
 	require.NoError(t, err)
 	require.Empty(t, left, "A left its uncommitted files behind")
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -188,31 +187,14 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request) {
 		invalid("order", "order must be asc or desc.").Write(w)
 		return
 	}
-	fs, err := s.o.Files.List(r.Context(), q.Get("purpose"))
+	fs, more, err := s.o.Files.List(r.Context(), files.ListOptions{Purpose: q.Get("purpose"), After: q.Get("after"),
+		Ascending: order == "asc", Limit: limit, Keep: func(f files.File) bool { return visible(r, f.Owner) }})
 	if err != nil {
 		s.internal(w, "listing files", err)
 		return
 	}
-	if order == "asc" {
-		slices.Reverse(fs)
-	}
-	after := q.Get("after")
-	data := []fileObject{}
-	more := false
+	data := make([]fileObject, 0, len(fs))
 	for _, f := range fs {
-		if !visible(r, f.Owner) {
-			continue
-		}
-		if after != "" {
-			if f.ID == after {
-				after = ""
-			}
-			continue
-		}
-		if len(data) == limit {
-			more = true
-			break
-		}
 		data = append(data, fileView(f))
 	}
 	var first, last *string

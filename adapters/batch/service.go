@@ -603,7 +603,7 @@ const minOrphanAge = 5 * time.Minute
 // commit or drop them. Files of batches that are gone are kept: once a batch expired, its
 // committed files cannot be told from orphans, and they are the user's.
 func (s *Service) sweepOrphans(ctx context.Context) {
-	list, err := s.o.Files.List(ctx, "batch_output")
+	list, _, err := s.o.Files.List(ctx, files.ListOptions{Purpose: "batch_output"})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("listing files for orphaned batch files", "err", err)

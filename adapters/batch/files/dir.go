@@ -13,7 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
+	"sort"
 )
 
 // Dir is a Store in a directory. Each file is one file named by its id: the content, then its
@@ -195,40 +195,58 @@ func (d *Dir) Delete(ctx context.Context, id string) error {
 
 // List implements Store. Entries that are not stored files (temporary files, strays) are left
 // out, and so are files deleted while the list is read.
-func (d *Dir) List(ctx context.Context, purpose string) ([]File, error) {
-	entries, err := os.ReadDir(d.path)
+func (d *Dir) List(ctx context.Context, o ListOptions) ([]File, bool, error) {
+	entries, err := os.ReadDir(d.path) // sorted by name
 	if err != nil {
-		return nil, fmt.Errorf("files: list: %w", err)
+		return nil, false, fmt.Errorf("files: list: %w", err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.Type().IsRegular() && ValidID(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	if !o.Ascending {
+		slices.Reverse(names)
+	}
+	if o.After != "" {
+		// The first name past After in the list's order, whether After is still there or not.
+		names = names[sort.Search(len(names), func(i int) bool {
+			if o.Ascending {
+				return names[i] > o.After
+			}
+			return names[i] < o.After
+		}):]
 	}
 	var out []File
-	for _, e := range entries {
+	for _, name := range names {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("files: list: %w", err)
+			return nil, false, fmt.Errorf("files: list: %w", err)
 		}
-		if !e.Type().IsRegular() || !ValidID(e.Name()) {
-			continue
-		}
-		f, err := d.open(e.Name())
+		f, err := d.open(name)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("files: list: %w", err)
+			return nil, false, fmt.Errorf("files: list: %w", err)
 		}
-		desc, ours, err := describe(f, e.Name())
+		desc, ours, err := describe(f, name)
 		_ = f.Close()
 		if !ours {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("files: list: %w", err)
+			return nil, false, fmt.Errorf("files: list: %w", err)
 		}
-		if purpose == "" || desc.Purpose == purpose {
-			out = append(out, desc)
+		if (o.Purpose != "" && desc.Purpose != o.Purpose) || (o.Keep != nil && !o.Keep(desc)) {
+			continue
 		}
+		if o.Limit > 0 && len(out) == o.Limit {
+			return out, true, nil
+		}
+		out = append(out, desc)
 	}
-	slices.SortFunc(out, func(a, b File) int { return strings.Compare(b.ID, a.ID) })
-	return out, nil
+	return out, false, nil
 }
 
 func (d *Dir) file(id string) string { return filepath.Join(d.path, id) }

@@ -86,7 +86,7 @@ func TestDirPutGetOpenDelete(t *testing.T) {
 func TestDirList(t *testing.T) {
 	d, _ := newDir(t)
 	ctx := context.Background()
-	got, err := d.List(ctx, "")
+	got, _, err := d.List(ctx, ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
@@ -103,21 +103,46 @@ func TestDirList(t *testing.T) {
 		}
 		return out
 	}
-	got, err = d.List(ctx, "")
+	got, _, err = d.List(ctx, ListOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, []string{made[4], made[3], made[2], made[1], made[0]}, ids(got), "newest first")
 	assert.Equal(t, int64(3), got[1].Bytes)
 	assert.Equal(t, "batch_output", got[1].Purpose)
 
-	got, err = d.List(ctx, "batch")
+	got, _, err = d.List(ctx, ListOptions{Purpose: "batch"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{made[4], made[2], made[0]}, ids(got))
-	got, err = d.List(ctx, "batch_output")
+	got, _, err = d.List(ctx, ListOptions{Purpose: "batch_output"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{made[3], made[1]}, ids(got))
-	got, err = d.List(ctx, "assistants")
+	got, _, err = d.List(ctx, ListOptions{Purpose: "assistants"})
 	require.NoError(t, err)
 	assert.Empty(t, got)
+
+	// Pages: in either order, after an id (there or deleted), up to a limit, with a filter.
+	got, more, err := d.List(ctx, ListOptions{Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[4], made[3]}, ids(got))
+	assert.True(t, more)
+	got, more, err = d.List(ctx, ListOptions{After: made[3], Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[2], made[1]}, ids(got))
+	assert.True(t, more)
+	got, more, err = d.List(ctx, ListOptions{After: made[1], Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[0]}, ids(got))
+	assert.False(t, more)
+	got, more, err = d.List(ctx, ListOptions{Ascending: true, After: made[1], Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[2], made[3]}, ids(got))
+	assert.True(t, more)
+	got, _, err = d.List(ctx, ListOptions{Purpose: "batch", Limit: 2, Keep: func(f File) bool { return f.ID != made[4] }})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[2], made[0]}, ids(got))
+	require.NoError(t, d.Delete(ctx, made[2]))
+	got, _, err = d.List(ctx, ListOptions{After: made[2]})
+	require.NoError(t, err)
+	assert.Equal(t, []string{made[1], made[0]}, ids(got), "after a deleted id")
 }
 
 // A replacement is whole: a reader that opened the old content reads all of it, later readers
@@ -249,9 +274,9 @@ func TestDirTwoValues(t *testing.T) {
 	put(t, b, "from-b", "batch", "B")
 	assert.Equal(t, "A", read(t, b, "from-a"))
 	assert.Equal(t, "B", read(t, a, "from-b"))
-	la, err := a.List(ctx, "")
+	la, _, err := a.List(ctx, ListOptions{})
 	require.NoError(t, err)
-	lb, err := b.List(ctx, "")
+	lb, _, err := b.List(ctx, ListOptions{})
 	require.NoError(t, err)
 	assert.Len(t, la, 2)
 	assert.Equal(t, la, lb)
@@ -272,7 +297,7 @@ func TestDirIgnoresStrays(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(path, "tiny"), []byte("x"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(path, ".put-123"), []byte("partial"), 0o600))
 	require.NoError(t, os.Mkdir(filepath.Join(path, "subdir"), 0o700))
-	got, err := d.List(ctx, "")
+	got, _, err := d.List(ctx, ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, "real", got[0].ID)
@@ -288,7 +313,7 @@ func TestDirIgnoresStrays(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(path, "real"), raw, 0o600))
 	_, err = d.Get(ctx, "real")
 	assert.ErrorContains(t, err, "content has 7")
-	_, err = d.List(ctx, "")
+	_, _, err = d.List(ctx, ListOptions{})
 	require.Error(t, err)
 }
 

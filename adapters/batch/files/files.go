@@ -40,6 +40,22 @@ type Store interface {
 	Open(ctx context.Context, id string) (io.ReadCloser, error)
 	// Delete removes the file; ErrNotFound if there is none.
 	Delete(ctx context.Context, id string) error
-	// List returns the files, newest first (ids sort by creation time), with purpose if not "".
-	List(ctx context.Context, purpose string) ([]File, error)
+	// List returns the files o selects, by id, descending unless o.Ascending (ids of uploads sort
+	// by creation time: newest first), and whether more follow the last (with o.Limit).
+	List(ctx context.Context, o ListOptions) (files []File, more bool, err error)
+}
+
+// ListOptions selects the files List returns. A page costs the files it reads, not the store's
+// size: a store lists ids in order and starts after After, as object stores do.
+type ListOptions struct {
+	// Purpose keeps the files of this purpose; "" keeps every one.
+	Purpose string
+	// Keep, when set, keeps only the files it accepts (an owner's, say).
+	Keep func(File) bool
+	// After starts the list after this id, in the list's order; it need not exist any more.
+	After string
+	// Ascending lists ids ascending; by default they are descending.
+	Ascending bool
+	// Limit, when > 0, ends the list at that many files.
+	Limit int
 }
