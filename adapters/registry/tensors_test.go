@@ -164,7 +164,12 @@ func TestTensorLeasesOfOneModel(t *testing.T) {
 	l1, l2 := newLeaseID(), newLeaseID()
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l1, Model: "shared", URL: first.URL, Config: tensorDesc("shared")}))
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l2, Model: "shared", URL: second.URL, Config: tensorDesc("shared")}))
-	require.Eventually(t, func() bool { return f.endpoint(l1).Healthy && f.endpoint(l2).Healthy }, wait, 10*time.Millisecond)
+	// A check marks an endpoint healthy a moment before the routes its models join are rebuilt:
+	// wait for both.
+	require.Eventually(t, func() bool {
+		a, b := f.endpoint(l1), f.endpoint(l2)
+		return a.Healthy && b.Healthy && len(a.Models) > 0 && len(b.Models) > 0
+	}, wait, 10*time.Millisecond)
 	assert.Equal(t, []string{"shared"}, f.endpoint(l1).Models)
 	assert.Equal(t, []string{"shared"}, f.endpoint(l2).Models)
 	assert.Equal(t, first.URL, f.endpoint(l1).URL)
@@ -186,7 +191,7 @@ func TestTensorLeasesOfOneModel(t *testing.T) {
 	third := gatewaytest.Start(t, gateway.Config{}, echoModel(t, "shared"))
 	l3 := newLeaseID()
 	require.NoError(t, f.tensors.Add(TensorBackend{LeaseID: l3, Model: "shared", URL: third.URL, Priority: 1, Config: tensorDesc("shared")}))
-	require.Eventually(t, func() bool { return f.endpoint(l3).Healthy }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { e := f.endpoint(l3); return e.Healthy && len(e.Models) > 0 }, wait, 10*time.Millisecond)
 	assert.Equal(t, 1, f.endpoint(l3).Priority)
 	infer()
 	infer()
