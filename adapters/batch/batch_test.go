@@ -798,6 +798,7 @@ func TestSlotWaitingGauge(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	require.EqualValues(t, 2, e.up.InFlight(), "two slots")
+	require.EqualValues(t, 6, metricValue(t, m, "infergate_batch_lines_waiting_for_slot"), "the other six lines wait")
 	release()
 	e.waitStatus(t, id, 10*time.Second, "completed")
 	require.Zero(t, metricValue(t, m, "infergate_batch_lines_waiting_for_slot"))

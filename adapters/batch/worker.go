@@ -260,6 +260,15 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, *chunk, erro
 		// The lines run as the key that created the batch: its allow-list, its rate limits.
 		lineCtx = guard.WithPrincipal(lineCtx, &guard.Principal{Name: st.Owner, Models: st.OwnerModels})
 	}
+	// Every line still to run waits for a slot, those behind the first too.
+	waiting := 0
+	for i := range c.Lines {
+		if !done[i] {
+			waiting++
+		}
+	}
+	w.o.Metrics.slotWaiting.Add(float64(waiting))
+	defer func() { w.o.Metrics.slotWaiting.Sub(float64(waiting)) }()
 	var wg sync.WaitGroup
 	for i, l := range c.Lines {
 		if done[i] {
@@ -267,10 +276,12 @@ func (w *Worker) runChunk(ctx context.Context, c *chunk) (*results, *chunk, erro
 		}
 		if cause := context.Cause(run.ctx); cause != nil && ctx.Err() == nil {
 			out[i] = stopped(l.CustomID, cause)
+			waiting--
+			w.o.Metrics.slotWaiting.Dec()
 			continue
 		}
-		w.o.Metrics.slotWaiting.Inc()
 		release, err := w.o.Slots.Acquire(run.ctx, c.Model)
+		waiting--
 		w.o.Metrics.slotWaiting.Dec()
 		if err != nil {
 			if ctx.Err() != nil || run.ctx.Err() == nil {
