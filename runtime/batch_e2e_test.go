@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/batch/batchtest"
 	"github.com/infergate/infergate/adapters/batch/bus/bustest"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/internal/redistest"
@@ -106,25 +106,6 @@ func fileLines(t *testing.T, addr string, id *string, counts map[string]int) int
 	return n
 }
 
-func uploadBatchFile(t *testing.T, addr, content string) string {
-	t.Helper()
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	require.NoError(t, mw.WriteField("purpose", "batch"))
-	fw, err := mw.CreateFormFile("file", "input.jsonl")
-	require.NoError(t, err)
-	_, _ = io.WriteString(fw, content)
-	require.NoError(t, mw.Close())
-	res, err := http.Post("http://"+addr+"/v1/files", mw.FormDataContentType(), &body)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
-	var f struct{ ID string }
-	require.NoError(t, json.Unmarshal(b, &f))
-	return f.ID
-}
-
 // TestBinaryBatchWorkersOverKafka runs a gateway and two batch-worker processes sharing Redis
 // (state) and Kafka (kfake: the requests, results and dead-letter topics), and a batch of 3,000
 // lines, some of which the upstream refuses. Mid-batch one worker is killed (SIGKILL: its
@@ -161,7 +142,7 @@ batch:
 		}
 		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`+"\n", i, content)
 	}
-	file := uploadBatchFile(t, gw, in.String())
+	file := batchtest.Upload(t, "http://"+gw, "", in.String())
 	res, err := http.Post("http://"+gw+"/v1/batches", "application/json",
 		strings.NewReader(`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
 	require.NoError(t, err)

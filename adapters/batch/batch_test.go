@@ -25,6 +25,7 @@ import (
 	"github.com/infergate/infergate/internal/redistest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -765,8 +766,8 @@ func TestStalledBatchIsRedispatched(t *testing.T) {
 	require.EqualValues(t, 20+10, metricValue(t, m, "infergate_batch_lines_queued_total"), "the 10 lost lines were published again, no others")
 }
 
-// metricValue reads a counter or gauge without labels.
-func metricValue(t *testing.T, m *batch.Metrics, name string) float64 {
+// metricSeries gathers the series of m's metric name (none: a vector nothing was counted in).
+func metricSeries(t *testing.T, m *batch.Metrics, name string) []*dto.Metric {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Collectors()...)
@@ -774,14 +775,23 @@ func metricValue(t *testing.T, m *batch.Metrics, name string) float64 {
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			if g := mf.GetMetric()[0].GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			return mf.GetMetric()
 		}
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return nil
+}
+
+// metricValue reads a counter or gauge without labels.
+func metricValue(t *testing.T, m *batch.Metrics, name string) float64 {
+	t.Helper()
+	series := metricSeries(t, m, name)
+	if len(series) == 0 {
+		t.Fatalf("no metric %s", name)
+	}
+	if g := series[0].GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return series[0].GetCounter().GetValue()
 }
 
 // Lines beyond batch.concurrency wait for a slot, and the gauge says so.
@@ -841,16 +851,8 @@ func TestStoppedWorkerCountsNothing(t *testing.T) {
 	}
 	stop()
 	<-stopped
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.Collectors()...)
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == "infergate_batch_lines_done_total" {
-			for _, mm := range mf.GetMetric() {
-				t.Errorf("a stopping worker counted %v lines as done (%v)", mm.GetCounter().GetValue(), mm.GetLabel())
-			}
-		}
+	for _, mm := range metricSeries(t, m, "infergate_batch_lines_done_total") {
+		t.Errorf("a stopping worker counted %v lines as done (%v)", mm.GetCounter().GetValue(), mm.GetLabel())
 	}
 	release()
 	e.startWorker(t, t.Context(), nil)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/infergate/infergate/adapters/batch"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/batchtest"
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/files"
 	"github.com/infergate/infergate/adapters/gateway"
@@ -132,27 +132,7 @@ func (e *env) upload(t testing.TB, content string) string {
 // uploadAs is upload with an API key ("" for none).
 func (e *env) uploadAs(t testing.TB, key, content string) string {
 	t.Helper()
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	require.NoError(t, mw.WriteField("purpose", "batch"))
-	fw, err := mw.CreateFormFile("file", "input.jsonl")
-	require.NoError(t, err)
-	_, _ = io.WriteString(fw, content)
-	require.NoError(t, mw.Close())
-	req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/files", &body)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
-	var f struct{ ID string }
-	require.NoError(t, json.Unmarshal(b, &f))
-	return f.ID
+	return batchtest.Upload(t, e.URL, key, content)
 }
 
 type batchView struct {
