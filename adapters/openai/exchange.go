@@ -183,7 +183,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		Host:          u.Host,
 	}).WithContext(ctx)
 
-	res, err := ep.tr.RoundTrip(req)
+	res, err := ep.rt.RoundTrip(req)
 	if err != nil {
 		release()
 		if ctx.Err() == nil {

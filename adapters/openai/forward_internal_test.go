@@ -37,15 +37,20 @@ func TestRequestOneWrite(t *testing.T) {
 	require.NoError(t, err)
 	e := p.endpoints()[0]
 	var writes atomic.Int64
-	dial := e.tr.DialContext
-	e.tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	counting := func(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return writeCounter{c, &writes}, nil
 		}
-		return writeCounter{c, &writes}, nil
 	}
-	defer e.client.CloseIdleConnections()
+	e.tr.DialContext = counting(e.tr.DialContext)
+	if h1, ok := e.rt.(*h1Transport); ok {
+		h1.dial = counting(h1.dial)
+	}
+	defer e.rt.CloseIdleConnections()
 	rt := &route{ep: e, public: "m", upstream: "m",
 		inflight: p.m.inflight.WithLabelValues("m", "a"), latency: p.m.latency.WithLabelValues("m", "a"),
 		ttft: p.m.ttft.WithLabelValues("m", "a"), itl: p.m.itl.WithLabelValues("m", "a")}

@@ -253,6 +253,7 @@ func (p *Proxy) RemoveEndpoint(name string) bool {
 		r.Remove(e.cfg.Name)
 	}
 	e.client.CloseIdleConnections()
+	e.rt.CloseIdleConnections()
 	p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
 	p.rebuild()
 	return true
@@ -333,6 +334,7 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 	for _, e := range p.endpoints() {
 		e.client.CloseIdleConnections()
+		e.rt.CloseIdleConnections()
 	}
 }
 

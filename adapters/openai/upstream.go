@@ -19,7 +19,8 @@ import (
 type endpoint struct {
 	cfg    resolved
 	client *http.Client    // health checks and discovery
-	tr     *http.Transport // one connection pool per endpoint; proxied requests use it directly
+	tr     *http.Transport // health checks and discovery, and proxied requests to https:// upstreams
+	rt     roundTripper    // what proxied requests go through: h1Transport for http://, else tr
 	log    *slog.Logger
 
 	healthy     atomic.Bool
@@ -56,13 +57,35 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		ReadBufferSize:      32 << 10,
 		WriteBufferSize:     32 << 10,
 	}
+	var rt roundTripper = tr
+	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
+		rt = newH1Transport(hostPort(cfg.base))
+	}
 	return &endpoint{
 		cfg:    cfg,
 		tr:     tr,
+		rt:     rt,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		log:    log.With("endpoint", cfg.Name),
 		kick:   make(chan struct{}, 1),
 	}
+}
+
+type roundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// hostPort is u's host with its scheme's default port when it names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // failed records a proxy-side connection failure: the endpoint leaves rotation at once and the
@@ -177,6 +200,9 @@ func (e *endpoint) setHeaders(h http.Header) {
 // probe runs one health check and, when healthy and due (or just recovered), a model discovery.
 // It reports whether the model set changed.
 func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
+	if h1, ok := e.rt.(*h1Transport); ok {
+		h1.closeDead()
+	}
 	err := e.check(ctx)
 	was := e.healthy.Load()
 	if err != nil {

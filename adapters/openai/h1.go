@@ -1,0 +1,310 @@
+package openai
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// h1Transport sends proxied requests to a cleartext (http://) upstream over HTTP/1.1 on the
+// caller's goroutine: it writes the request (Request.Write, one write per request) and reads the
+// response head (http.ReadResponse) itself, where http.Transport hands each request to a writer
+// goroutine and each response to a reader goroutine. Those handoffs cost a loaded gateway a fifth
+// to a quarter of its CPU per proxied request (BenchmarkProxyChat, c=64, CPU profiled by part).
+// No library does this over net/http's types with context cancellation (fasthttp has its own
+// types and no contexts), hence this small client. Connections are kept alive in a LIFO pool.
+// http.Transport's reader goroutine notices an upstream closing an idle connection; here a
+// non-blocking peek does before a connection is reused (see alive). Since responses are parsed by
+// http.ReadResponse, chunked bodies, 1xx responses and Connection: close behave as with
+// http.Transport.
+type h1Transport struct {
+	addr        string // host:port
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	maxIdle     int
+	idleTimeout time.Duration
+	maxHead     int64 // bounds a response's status line and headers
+
+	mu   sync.Mutex
+	idle []*h1Conn
+}
+
+// h1Conn is one upstream connection.
+type h1Conn struct {
+	nc        net.Conn
+	lr        limitedConn // what br reads: the response head is bounded
+	br        *bufio.Reader
+	cw        countingWriter // what bw writes to: bytes sent for the current request
+	bw        *bufio.Writer
+	idleSince time.Time
+	reused    bool
+}
+
+const (
+	h1BufferSize = 32 << 10
+	// maxResponseHead bounds a response's status line and headers, as http.Transport's
+	// MaxResponseHeaderBytes default does.
+	maxResponseHead = 10 << 20
+	max1xx          = 5
+)
+
+var errResponseHeadTooLarge = errors.New("openai: upstream response headers too large")
+
+// limitedConn reads from the connection until n bytes have been read.
+type limitedConn struct {
+	nc net.Conn
+	n  int64
+}
+
+func (l *limitedConn) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errResponseHeadTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.nc.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// countingWriter writes to the connection, counting.
+type countingWriter struct {
+	nc net.Conn
+	n  int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.nc.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+func newH1Transport(addr string) *h1Transport {
+	return &h1Transport{
+		addr:        addr,
+		dial:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		maxIdle:     512,
+		idleTimeout: 90 * time.Second,
+		maxHead:     maxResponseHead,
+	}
+}
+
+// get returns an idle connection that is still open, or a new one.
+func (t *h1Transport) get(ctx context.Context) (*h1Conn, error) {
+	for {
+		t.mu.Lock()
+		n := len(t.idle)
+		if n == 0 {
+			t.mu.Unlock()
+			break
+		}
+		c := t.idle[n-1]
+		t.idle[n-1] = nil
+		t.idle = t.idle[:n-1]
+		t.mu.Unlock()
+		if time.Since(c.idleSince) < t.idleTimeout && alive(c.nc) {
+			c.reused = true
+			return c, nil
+		}
+		c.nc.Close()
+	}
+	return t.dialConn(ctx)
+}
+
+func (t *h1Transport) dialConn(ctx context.Context) (*h1Conn, error) {
+	nc, err := t.dial(ctx, "tcp", t.addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &h1Conn{nc: nc}
+	c.lr.nc, c.cw.nc = nc, nc
+	c.br = bufio.NewReaderSize(&c.lr, h1BufferSize)
+	c.bw = bufio.NewWriterSize(&c.cw, h1BufferSize)
+	return c, nil
+}
+
+func (t *h1Transport) put(c *h1Conn) {
+	c.idleSince = time.Now()
+	t.mu.Lock()
+	if len(t.idle) < t.maxIdle {
+		t.idle = append(t.idle, c)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	c.nc.Close()
+}
+
+// closeDead closes the pooled connections the upstream closed or that idled past idleTimeout, so
+// they do not linger half-closed until reused; the health loop calls it.
+func (t *h1Transport) closeDead() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kept := t.idle[:0]
+	for _, c := range t.idle {
+		if time.Since(c.idleSince) < t.idleTimeout && alive(c.nc) {
+			kept = append(kept, c)
+		} else {
+			c.nc.Close()
+		}
+	}
+	clear(t.idle[len(kept):])
+	t.idle = kept
+}
+
+// CloseIdleConnections closes the pooled connections; those in use close when their response ends.
+func (t *h1Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = nil
+	t.mu.Unlock()
+	for _, c := range idle {
+		c.nc.Close()
+	}
+}
+
+// RoundTrip sends req, which must carry its ContentLength, and reads the response head. Cancelling
+// req's context interrupts the exchange at any point and closes the connection. Like
+// http.Transport with a POST, it retries on a fresh connection only when a reused one failed
+// before any byte of the request was written.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := checkHeader(req.Header); err != nil {
+		return nil, err
+	}
+	ctx := req.Context()
+	for {
+		c, err := t.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := t.exchange(ctx, c, req)
+		if err == nil {
+			return res, nil
+		}
+		if c.reused && c.cw.n == 0 && ctx.Err() == nil && req.GetBody != nil {
+			body, gerr := req.GetBody()
+			if gerr == nil {
+				req.Body = body
+				continue
+			}
+		}
+		return nil, err
+	}
+}
+
+func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	c.cw.n = 0
+	if err := req.Write(c.bw); err != nil {
+		return fail(err)
+	}
+	if err := c.bw.Flush(); err != nil {
+		return fail(err)
+	}
+	c.lr.n = t.maxHead
+	var res *http.Response
+	for i := 0; ; i++ {
+		var err error
+		if res, err = http.ReadResponse(c.br, req); err != nil {
+			return fail(err)
+		}
+		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		if i == max1xx {
+			return fail(fmt.Errorf("openai: upstream sent more than %d informational responses", max1xx))
+		}
+	}
+	c.lr.n = 1<<63 - 1
+	res.Body = &h1Body{rc: res.Body, c: c, t: t, ctx: ctx, stop: stop, reuse: !res.Close}
+	return res, nil
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// checkHeader refuses header fields http.Transport would refuse (Request.Write would only turn
+// a line break into a space): a value with a line break may be an attempt to smuggle a second
+// header or request.
+func checkHeader(h http.Header) error {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("openai: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("openai: invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
+}
+
+// h1Body is a response body: at its end the connection goes back to the pool; closed before its
+// end, or failing, the connection is closed.
+type h1Body struct {
+	rc    io.ReadCloser
+	c     *h1Conn
+	t     *h1Transport
+	ctx   context.Context
+	stop  func() bool
+	reuse bool
+	done  atomic.Bool
+	err   error
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done.Load() {
+		if b.err != nil {
+			return 0, b.err
+		}
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	switch {
+	case err == io.EOF:
+		b.release(true)
+	case err != nil:
+		if b.ctx.Err() != nil {
+			err = b.ctx.Err()
+		}
+		b.err = err
+		b.release(false)
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	b.release(false)
+	return nil
+}
+
+// release ends the body once: the connection is reused only after the whole body was read, with
+// nothing unsolicited after it and the cancellation hook removed before it fired.
+func (b *h1Body) release(atEOF bool) {
+	if !b.done.CompareAndSwap(false, true) {
+		return
+	}
+	stopped := b.stop()
+	if atEOF && stopped && b.reuse && b.c.br.Buffered() == 0 {
+		b.t.put(b.c)
+		return
+	}
+	b.c.nc.Close()
+}
