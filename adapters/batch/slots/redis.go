@@ -96,6 +96,10 @@ type pool struct {
 	used     int // of which requests hold
 	reported int // what Redis last acknowledged this holder holds; -1 when unknown
 	share    int // limit / hungry holders, from Redis' last answer
+	// leaseEnd is when this holder's lease may end in Redis: Lease after the last call Redis
+	// answered was sent. Past it, Redis may have given the holder's slots to others, so the
+	// slots not in use are no longer handed out.
+	leaseEnd time.Time
 	waiters  []*waiter
 	wake     chan struct{}
 }
@@ -113,7 +117,7 @@ func (r *Redis) Acquire(ctx context.Context, key string) (func(), error) {
 	}
 	defer r.unref(p)
 	p.mu.Lock()
-	if p.used < p.held && len(p.waiters) == 0 {
+	if p.used < p.held && len(p.waiters) == 0 && p.leasedLocked() {
 		p.used++
 		p.mu.Unlock()
 		return p.releaser(), nil
@@ -198,7 +202,7 @@ func (p *pool) releaser() func() {
 func (p *pool) release() {
 	p.mu.Lock()
 	p.used--
-	if len(p.waiters) > 0 && p.held <= p.share {
+	if len(p.waiters) > 0 && p.held <= p.share && p.leasedLocked() {
 		p.serveLocked(1)
 		p.mu.Unlock()
 		return
@@ -207,8 +211,14 @@ func (p *pool) release() {
 	p.poke()
 }
 
-// serveLocked hands up to n free slots to waiters, oldest first.
+// leasedLocked reports whether this holder's lease surely still holds in Redis.
+func (p *pool) leasedLocked() bool { return time.Now().Before(p.leaseEnd) }
+
+// serveLocked hands up to n free slots to waiters, oldest first, while the lease holds.
 func (p *pool) serveLocked(n int) {
+	if !p.leasedLocked() {
+		return
+	}
 	for ; n > 0 && len(p.waiters) > 0 && p.used < p.held; n-- {
 		w := p.waiters[0]
 		p.waiters[0] = nil
@@ -255,6 +265,12 @@ func (p *pool) pump() {
 			return
 		}
 		p.mu.Lock()
+		if p.held > p.used && !p.leasedLocked() {
+			// Cut off from Redis past the lease: Redis may have given the slots not in use to
+			// other holders, so they are not this holder's any more. (Those in use cannot be
+			// taken back; the next answer counts them against the limit.)
+			p.held = p.used
+		}
 		hungry := len(p.waiters) > 0
 		want, target := 0, p.held
 		switch {
@@ -328,6 +344,7 @@ func (p *pool) acquire(want, have int) (int, error) {
 	r := p.r
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
 	defer cancel()
+	sent := time.Now()
 	v, err := luaAcquire.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(want), strconv.Itoa(have),
 		strconv.Itoa(p.limit), strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsIntSlice()
 	if err != nil {
@@ -340,6 +357,7 @@ func (p *pool) acquire(want, have int) (int, error) {
 		return 0, errors.New("slots: unexpected reply to acquire")
 	}
 	p.mu.Lock()
+	p.leaseEnd = sent.Add(r.o.Lease)
 	p.held += int(v[0])
 	p.reported = p.held
 	p.share = shareOf(p.limit, v[1])
@@ -358,6 +376,7 @@ func (p *pool) set(n int, hungry bool) error {
 	if hungry {
 		h = "1"
 	}
+	sent := time.Now()
 	hungryN, err := luaSet.Exec(ctx, r.client, p.keys, []string{r.holder, strconv.Itoa(n), h,
 		strconv.FormatInt(r.o.Lease.Milliseconds(), 10)}).AsInt64()
 	p.mu.Lock()
@@ -368,6 +387,7 @@ func (p *pool) set(n int, hungry bool) error {
 	}
 	p.reported = n
 	p.share = shareOf(p.limit, hungryN)
+	p.leaseEnd = sent.Add(r.o.Lease)
 	return nil
 }
 

@@ -12,10 +12,12 @@ import (
 )
 
 // flaky passes every command to Redis; while loseNext is set, the next successful script call
-// runs in Redis but its caller sees an error (a reply lost to a timeout).
+// runs in Redis but its caller sees an error (a reply lost to a timeout); while cut is set, script
+// calls fail without reaching Redis (a network partition between this holder and Redis).
 type flaky struct {
 	rueidis.Client
 	loseNext atomic.Bool
+	cut      atomic.Bool
 	gate     chan struct{} // while non-nil and open, script calls block until it closes
 	mu       sync.Mutex
 }
@@ -23,6 +25,9 @@ type flaky struct {
 func (f *flaky) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	first := cmd.Commands()[0]
 	script := first == "EVALSHA" || first == "EVAL"
+	if script && f.cut.Load() {
+		return f.failed()
+	}
 	if script {
 		f.mu.Lock()
 		g := f.gate
@@ -33,11 +38,16 @@ func (f *flaky) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	}
 	res := f.Client.Do(ctx, cmd)
 	if script && res.Error() == nil && f.loseNext.CompareAndSwap(true, false) {
-		dead, cancel := context.WithCancel(context.Background())
-		cancel()
-		return f.Client.Do(dead, f.Client.B().Ping().Build()) // an error result
+		return f.failed()
 	}
 	return res
+}
+
+// failed returns an error result, as a call that got no reply does.
+func (f *flaky) failed() rueidis.RedisResult {
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	return f.Client.Do(dead, f.Client.B().Ping().Build())
 }
 
 func client(t *testing.T, addr string) rueidis.Client {
@@ -66,6 +76,67 @@ func TestLostAcquireReplyHeals(t *testing.T) {
 		t.Fatalf("no slot within 3 s after one lost reply (%v); Redis books %v to this holder %s", err, held, r.holder)
 	}
 	release()
+}
+
+// A holder cut off from Redis stops handing the slots it holds to its waiters once its lease may
+// have ended: Redis gives them to the other holders then, and using them too would break the
+// bound. When Redis answers again the waiter gets a slot as usual.
+func TestPartitionedHolderDropsLapsedSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	const lease = 400 * time.Millisecond
+	fa := &flaky{Client: client(t, srv.Addr)}
+	a := NewRedis(fa, Limits{Default: 2}, RedisOptions{Lease: lease})
+	b := NewRedis(client(t, srv.Addr), Limits{Default: 2}, RedisOptions{Lease: lease})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	ctx := t.Context()
+	within := func(d time.Duration) context.Context {
+		c, cancel := context.WithTimeout(ctx, d)
+		t.Cleanup(cancel)
+		return c
+	}
+
+	ra1, err := a.Acquire(within(3*time.Second), "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra2, err := a.Acquire(within(3*time.Second), "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		release, err := a.Acquire(within(10*time.Second), "llama")
+		if err == nil {
+			defer release()
+		}
+		waiter <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter is in line
+
+	fa.cut.Store(true)
+	rb1, err := b.Acquire(within(5*lease), "llama")
+	if err != nil {
+		t.Fatalf("b got no slot after a's lease ended: %v", err)
+	}
+	rb2, err := b.Acquire(within(5*lease), "llama")
+	if err != nil {
+		t.Fatalf("b got one slot, not two, after a's lease ended: %v", err)
+	}
+	ra1() // with a live lease a's waiter would take this slot
+	select {
+	case err := <-waiter:
+		t.Fatalf("a's waiter got a slot of a's lapsed lease (err %v) while b holds both: 3 in flight for a limit of 2", err)
+	case <-time.After(lease / 2):
+	}
+
+	fa.cut.Store(false)
+	rb1()
+	rb2()
+	if err := <-waiter; err != nil {
+		t.Fatalf("a's waiter got no slot once Redis answered again: %v", err)
+	}
+	ra2()
 }
 
 // A holder above its share shrinks to its share while its requests end (here during a renewal);
