@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -31,13 +32,15 @@ import (
 // For the Redis guard a third arm, one-rtt, is the bare gateway whose admission makes exactly one
 // Redis round trip (a PING): on a machine where the client, the gateway and Redis share the
 // cores, a round trip made from inside a request costs more than an idle PING (ping-p50-us), so
-// one-rtt is the fair measure of "one round trip added". c=1/interleaved alternates requests to
-// the three gateways and reports the ratio of the added latencies (added-x-rtt).
+// one-rtt is the fair measure of "one round trip added". A fourth arm, decision, is the bare
+// gateway whose admission is the Redis limiter's decision alone (one script call).
+// c=1/interleaved alternates requests to the four gateways and reports the ratios of the added
+// latencies (added-x-rtt, added-x-decision).
 //
 //	go test ./adapters/guard -run '^$' -bench 'BenchmarkGuard' -benchtime 3s -count 3
 
 func BenchmarkGuardInProcess(b *testing.B) {
-	benchGuard(b, func(*testing.B) ratelimit.Limiter { return ratelimit.NewLocal(ratelimit.LocalOptions{}) }, nil, nil)
+	benchGuard(b, func(*testing.B) ratelimit.Limiter { return ratelimit.NewLocal(ratelimit.LocalOptions{}) }, nil, nil, nil)
 }
 
 func BenchmarkGuardRedis(b *testing.B) {
@@ -55,19 +58,22 @@ func BenchmarkGuardRedis(b *testing.B) {
 		slices.Sort(lat)
 		return lat[len(lat)/2]
 	}
+	lim, err := ratelimit.NewRedis(client, ratelimit.RedisOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	oneRTT := func(ctx context.Context, _ *engines.Entry, _ *engines.Request) (context.Context, func(error), error) {
 		return ctx, func(error) {}, client.Do(ctx, client.B().Ping().Build()).Error()
 	}
-	benchGuard(b, func(b *testing.B) ratelimit.Limiter {
-		l, err := ratelimit.NewRedis(client, ratelimit.RedisOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return l
-	}, ping, oneRTT)
+	// The guard's one Redis call, made alone: the per-key decision the guard asks for.
+	decision := func(ctx context.Context, _ *engines.Entry, _ *engines.Request) (context.Context, func(error), error) {
+		_, err := lim.Allow(ctx, "key:bench:req", ratelimit.PerMinute(1e12), 1)
+		return ctx, func(error) {}, err
+	}
+	benchGuard(b, func(*testing.B) ratelimit.Limiter { return lim }, ping, oneRTT, decision)
 }
 
-func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping func() time.Duration, oneRTT engines.Admission) {
+func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping func() time.Duration, oneRTT, decision engines.Admission) {
 	keys, err := guard.NewStaticKeys([]guard.KeyConfig{{Name: "bench", SHA256: guard.HashKey(userKey)}})
 	if err != nil {
 		b.Fatal(err)
@@ -91,13 +97,19 @@ func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping f
 		rtt := gatewaytest.Start(b, gateway.Config{Logger: quietLogger()})
 		rtt.Registry.SetAdmission(oneRTT)
 		targets = append(targets, target{"one-rtt", rtt.Addr})
+		dec := gatewaytest.Start(b, gateway.Config{Logger: quietLogger()})
+		dec.Registry.SetAdmission(decision)
+		targets = append(targets, target{"decision", dec.Addr})
 	}
 
 	if oneRTT != nil {
 		// The arms above run one after another, minutes apart on a busy machine; this one
-		// alternates a request to each gateway, so that all three see the same load, and
-		// reports the guard's added latency over the one-rtt gateway's (added-x-rtt <= 1: the
-		// guard adds no more than one Redis round trip).
+		// sends one request to each gateway per round, in a new random order each round (in a
+		// fixed order, the request after a Redis-using one meets a Redis and a client that were
+		// just busy), so that all of them see the same load. It reports the guard's added
+		// latency over the one-rtt gateway's (added-x-rtt <= 1: the guard adds no more than one
+		// Redis round trip) and over the decision gateway's, whose admission is the guard's one
+		// limiter call alone (added-x-decision: what the guard adds besides that call).
 		b.Run("c=1/interleaved", func(b *testing.B) {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+userKey)
 			req := simpleRequest("simple")
@@ -117,11 +129,16 @@ func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping f
 				}
 				lat[i] = make([]time.Duration, b.N)
 			}
+			order := make([]int, len(clients))
+			for i := range order {
+				order[i] = i
+			}
 			b.ResetTimer()
 			for n := range b.N {
-				for i, client := range clients {
+				rand.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+				for _, i := range order {
 					s := time.Now()
-					if _, err := client.ModelInfer(ctx, req); err != nil {
+					if _, err := clients[i].ModelInfer(ctx, req); err != nil {
 						b.Fatal(err)
 					}
 					lat[i][n] = time.Since(s)
@@ -135,6 +152,7 @@ func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping f
 				b.ReportMetric(p50[i], tg.name+"-p50-us")
 			}
 			b.ReportMetric((p50[0]-p50[1])/(p50[2]-p50[1]), "added-x-rtt")
+			b.ReportMetric((p50[0]-p50[1])/(p50[3]-p50[1]), "added-x-decision")
 		})
 	}
 	for _, c := range []int{1, 16} {
