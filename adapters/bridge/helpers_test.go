@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -211,12 +210,4 @@ func sse(body string) []string {
 		}
 	}
 	return out
-}
-
-// jsonObject decodes b as a JSON object.
-func jsonObject(t testing.TB, b []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m), "%s", b)
-	return m
 }

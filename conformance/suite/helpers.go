@@ -24,16 +24,6 @@ func (t *T) model(name string) *model {
 	return nil
 }
 
-// hasModel reports whether the server serves the named model.
-func (t *T) hasModel(name string) bool {
-	for _, m := range t.env.models {
-		if m.name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // generic returns a model for checks that work on any model: not decoupled, not a sequence
 // model, every input of a datatype the suite can synthesize, and passing every filter. Triton's
 // `simple` is preferred when it qualifies, since its results are known.
