@@ -25,9 +25,15 @@ import (
 // http.Transport's reader goroutine notices an upstream closing an idle connection; here a
 // non-blocking peek does before a connection is reused (see alive). Since responses are parsed by
 // http.ReadResponse, chunked bodies, 1xx responses and Connection: close behave as with
-// http.Transport.
+// http.Transport. Requests with a body over h1MaxBody go to http.Transport (see large).
 type h1Transport struct {
-	addr        string // host:port
+	addr string // host:port
+	// large carries requests whose body exceeds maxBody: http.Transport writes a body while it
+	// waits for the response, so an upstream that answers before reading all of it (413, say)
+	// is heard; here the whole body is written first, which is safe only while it fits in the
+	// sockets' buffers.
+	large       http.RoundTripper
+	maxBody     int64
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle     int
 	idleTimeout time.Duration
@@ -35,6 +41,9 @@ type h1Transport struct {
 
 	mu   sync.Mutex
 	idle []*h1Conn
+	// closeIdle, set by CloseIdleConnections, closes connections as their responses end instead
+	// of pooling them, until a request asks for a connection again (as http.Transport does).
+	closeIdle bool
 }
 
 // h1Conn is one upstream connection.
@@ -78,19 +87,32 @@ func (l *limitedConn) Read(p []byte) (int, error) {
 
 // countingWriter writes to the connection, counting.
 type countingWriter struct {
-	nc net.Conn
-	n  int64
+	nc  net.Conn
+	n   int64
+	err error // the connection's last write error
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
 	n, err := w.nc.Write(p)
 	w.n += int64(n)
+	if err != nil {
+		w.err = err
+	}
 	return n, err
 }
 
-func newH1Transport(addr string) *h1Transport {
+// h1MaxBody is the largest request body h1Transport writes itself: 64 KiB fit in the socket
+// buffers of any TCP connection, so the write completes even when the upstream reads none of
+// it. Chat requests are almost always smaller.
+const h1MaxBody = 64 << 10
+
+// newH1Transport returns a client of the upstream at addr; requests with a body over h1MaxBody
+// go to large.
+func newH1Transport(addr string, large http.RoundTripper) *h1Transport {
 	return &h1Transport{
 		addr:        addr,
+		large:       large,
+		maxBody:     h1MaxBody,
 		dial:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		maxIdle:     512,
 		idleTimeout: 90 * time.Second,
@@ -102,6 +124,7 @@ func newH1Transport(addr string) *h1Transport {
 func (t *h1Transport) get(ctx context.Context) (*h1Conn, error) {
 	for {
 		t.mu.Lock()
+		t.closeIdle = false
 		n := len(t.idle)
 		if n == 0 {
 			t.mu.Unlock()
@@ -135,7 +158,7 @@ func (t *h1Transport) dialConn(ctx context.Context) (*h1Conn, error) {
 func (t *h1Transport) put(c *h1Conn) {
 	c.idleSince = time.Now()
 	t.mu.Lock()
-	if len(t.idle) < t.maxIdle {
+	if !t.closeIdle && len(t.idle) < t.maxIdle {
 		t.idle = append(t.idle, c)
 		t.mu.Unlock()
 		return
@@ -166,6 +189,7 @@ func (t *h1Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
+	t.closeIdle = true
 	t.mu.Unlock()
 	for _, c := range idle {
 		c.nc.Close()
@@ -174,14 +198,21 @@ func (t *h1Transport) CloseIdleConnections() {
 
 // RoundTrip sends req, which must carry its ContentLength, and reads the response head. Cancelling
 // req's context interrupts the exchange at any point and closes the connection. Like
-// http.Transport with a POST, it retries on a fresh connection only when a reused one failed
-// before any byte of the request was written.
+// http.Transport with a POST, it tries the next connection (pooled, then new) only when a reused
+// one failed to take the request before any byte of it was written.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.ContentLength > t.maxBody || req.ContentLength < 0 {
+		return t.large.RoundTrip(req)
+	}
 	if err := checkHeader(req.Header); err != nil {
 		return nil, err
 	}
 	ctx := req.Context()
 	for {
+		// A caller already gone sends nothing (the write could beat the cancellation hook).
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		c, err := t.get(ctx)
 		if err != nil {
 			return nil, err
@@ -190,7 +221,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return res, nil
 		}
-		if c.reused && c.cw.n == 0 && ctx.Err() == nil && req.GetBody != nil {
+		if c.reused && c.cw.n == 0 && c.cw.err != nil && req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr == nil {
 				req.Body = body
@@ -211,7 +242,7 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		}
 		return nil, err
 	}
-	c.cw.n = 0
+	c.cw.n, c.cw.err = 0, nil
 	if err := req.Write(c.bw); err != nil {
 		return fail(err)
 	}
@@ -225,7 +256,11 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		if res, err = http.ReadResponse(c.br, req); err != nil {
 			return fail(err)
 		}
-		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
+		if res.StatusCode == http.StatusSwitchingProtocols {
+			// The proxy never asks for an upgrade: the connection now speaks something else.
+			return fail(errors.New("openai: upstream switched protocols unasked"))
+		}
+		if res.StatusCode >= 200 {
 			break
 		}
 		if i == max1xx {
@@ -259,17 +294,23 @@ func checkHeader(h http.Header) error {
 // h1Body is a response body: at its end the connection goes back to the pool; closed before its
 // end, or failing, the connection is closed.
 type h1Body struct {
-	rc    io.ReadCloser
-	c     *h1Conn
-	t     *h1Transport
-	ctx   context.Context
-	stop  func() bool
-	reuse bool
-	done  atomic.Bool
-	err   error
+	rc     io.ReadCloser
+	c      *h1Conn
+	t      *h1Transport
+	ctx    context.Context
+	stop   func() bool
+	reuse  bool
+	done   atomic.Bool
+	closed atomic.Bool
+	err    error
 }
 
+var errBodyClosed = errors.New("openai: read on closed response body")
+
 func (b *h1Body) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errBodyClosed // not io.EOF: a body cut short must not read as complete
+	}
 	if b.done.Load() {
 		if b.err != nil {
 			return 0, b.err
@@ -291,6 +332,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 }
 
 func (b *h1Body) Close() error {
+	b.closed.Store(true)
 	b.release(false)
 	return nil
 }

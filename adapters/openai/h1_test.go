@@ -49,6 +49,15 @@ func (s *scripted) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
+		if req.URL.Path == "/early" {
+			// Answers before reading the body, as net/http's server does with a 413: it stops
+			// sending, waits a moment without reading, and hangs up.
+			s.reqs.Add(1)
+			io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 9\r\n\r\ntoo large")
+			_ = c.(*net.TCPConn).CloseWrite()
+			time.Sleep(200 * time.Millisecond)
+			return
+		}
 		_, _ = io.Copy(io.Discard, req.Body)
 		s.reqs.Add(1)
 		switch req.URL.Path {
@@ -64,6 +73,8 @@ func (s *scripted) serve(c net.Conn) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye")
 			time.Sleep(200 * time.Millisecond) // still open: only the header says not to reuse it
 			return
+		case "/upgrade":
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: other\r\n\r\n")
 		case "/big":
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 100000))
 		case "/hang":
@@ -96,7 +107,7 @@ func h1Text(t *testing.T, tr *h1Transport, s *scripted, path string) string {
 // upstream closed while idle, one answered with Connection: close, or one closed mid-body.
 func TestH1TransportReuse(t *testing.T) {
 	s := startScripted(t)
-	tr := newH1Transport(s.addr)
+	tr := newH1Transport(s.addr, &http.Transport{})
 	defer tr.CloseIdleConnections()
 
 	assert.Equal(t, "ok", h1Text(t, tr, s, "/close-after"))
@@ -130,7 +141,7 @@ func TestH1TransportReuse(t *testing.T) {
 // oversized response head and a header that would split the request are errors.
 func TestH1TransportFailures(t *testing.T) {
 	s := startScripted(t)
-	tr := newH1Transport(s.addr)
+	tr := newH1Transport(s.addr, &http.Transport{})
 	defer tr.CloseIdleConnections()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -153,4 +164,55 @@ func TestH1TransportFailures(t *testing.T) {
 	assert.ErrorContains(t, err, "invalid header field value")
 	assert.Equal(t, n, s.reqs.Load(), "nothing sent")
 	assert.Equal(t, "plain", h1Text(t, tr, s, "/after"))
+}
+
+// TestH1TransportEdges: a body too large to write before reading goes through the large-body
+// transport, which hears an upstream answering before it read the body; a caller already gone
+// sends nothing; connections whose responses end after CloseIdleConnections are closed, not
+// pooled; a body read after Close is not complete; an unasked 101 is an error.
+func TestH1TransportEdges(t *testing.T) {
+	s := startScripted(t)
+	tr := newH1Transport(s.addr, &http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	big := strings.Repeat("x", 4<<20)
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/early", strings.NewReader(big))
+	require.NoError(t, err)
+	res, err := tr.RoundTrip(req)
+	require.NoError(t, err, "the upstream's early answer, not a write error")
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode)
+	assert.Equal(t, "too large", string(b))
+
+	assert.Equal(t, "plain", h1Text(t, tr, s, "/a")) // one pooled connection
+	n := s.reqs.Load()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		_, err = h1Post(t, tr, gone, s, "/b")
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, n, s.reqs.Load(), "a cancelled request reached the upstream")
+
+	res, err = h1Post(t, tr, context.Background(), s, "/big")
+	require.NoError(t, err)
+	tr.CloseIdleConnections()
+	_, err = io.Copy(io.Discard, res.Body)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Empty(t, tr.idle, "a connection whose response ended after CloseIdleConnections is pooled")
+	assert.Equal(t, "plain", h1Text(t, tr, s, "/c"))
+	assert.Len(t, tr.idle, 1, "pooling resumes with the next request")
+
+	res, err = h1Post(t, tr, context.Background(), s, "/big")
+	require.NoError(t, err)
+	res.Body.Close()
+	_, err = res.Body.Read(make([]byte, 10))
+	assert.ErrorIs(t, err, errBodyClosed)
+
+	_, err = h1Post(t, tr, context.Background(), s, "/upgrade")
+	assert.ErrorContains(t, err, "switched protocols")
+	assert.Equal(t, "plain", h1Text(t, tr, s, "/d"))
 }

@@ -59,7 +59,7 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 	}
 	var rt roundTripper = tr
 	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
-		rt = newH1Transport(hostPort(cfg.base))
+		rt = newH1Transport(hostPort(cfg.base), tr)
 	}
 	return &endpoint{
 		cfg:    cfg,
