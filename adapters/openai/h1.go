@@ -134,13 +134,19 @@ func (t *h1Transport) get(ctx context.Context) (*h1Conn, error) {
 		t.idle[n-1] = nil
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
-		if time.Since(c.idleSince) < t.idleTimeout && alive(c.nc) {
+		if t.reusable(c) {
 			c.reused = true
 			return c, nil
 		}
 		c.nc.Close()
 	}
 	return t.dialConn(ctx)
+}
+
+// reusable reports whether an idle connection may carry another request: it has not idled past
+// idleTimeout and the upstream has neither closed it nor sent anything on it.
+func (t *h1Transport) reusable(c *h1Conn) bool {
+	return time.Since(c.idleSince) < t.idleTimeout && alive(c.nc)
 }
 
 func (t *h1Transport) dialConn(ctx context.Context) (*h1Conn, error) {
@@ -174,7 +180,7 @@ func (t *h1Transport) closeDead() {
 	defer t.mu.Unlock()
 	kept := t.idle[:0]
 	for _, c := range t.idle {
-		if time.Since(c.idleSince) < t.idleTimeout && alive(c.nc) {
+		if t.reusable(c) {
 			kept = append(kept, c)
 		} else {
 			c.nc.Close()
