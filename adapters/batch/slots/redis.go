@@ -97,8 +97,8 @@ type pool struct {
 	reported int // what Redis last acknowledged this holder holds; -1 when unknown
 	share    int // limit / hungry holders, from Redis' last answer
 	// leaseEnd is when this holder's lease may end in Redis: Lease after the last call Redis
-	// answered was sent. Past it, Redis may have given the holder's slots to others, so the
-	// slots not in use are no longer handed out.
+	// answered was sent, less a margin (see leaseEndAfter). Past it, Redis may have given the
+	// holder's slots to others, so the slots not in use are no longer handed out.
 	leaseEnd time.Time
 	waiters  []*waiter
 	wake     chan struct{}
@@ -357,7 +357,7 @@ func (p *pool) acquire(want, have int) (int, error) {
 		return 0, errors.New("slots: unexpected reply to acquire")
 	}
 	p.mu.Lock()
-	p.leaseEnd = sent.Add(r.o.Lease)
+	p.leaseEnd = r.leaseEndAfter(sent)
 	p.held += int(v[0])
 	p.reported = p.held
 	p.share = shareOf(p.limit, v[1])
@@ -387,8 +387,16 @@ func (p *pool) set(n int, hungry bool) error {
 	}
 	p.reported = n
 	p.share = shareOf(p.limit, hungryN)
-	p.leaseEnd = sent.Add(r.o.Lease)
+	p.leaseEnd = r.leaseEndAfter(sent)
 	return nil
+}
+
+// leaseEndAfter is when a lease renewed by a call sent at sent may end in Redis, early by an
+// eighth of the lease: Redis stamps the lease with its clock truncated to the millisecond, and
+// the two clocks may run at slightly different rates. Renewals come every quarter lease, so the
+// margin never takes slots from a holder that Redis answers.
+func (r *Redis) leaseEndAfter(sent time.Time) time.Time {
+	return sent.Add(r.o.Lease - r.o.Lease/8)
 }
 
 // giveBack returns every slot at Close.
