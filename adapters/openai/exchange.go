@@ -168,7 +168,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
 	x := &exchange{p: p, route: route, ctx: ctx, start: out.start, reqID: out.reqID, ticket: ticket}
 	x.reqBody.Reset(body)
-	req := (&http.Request{
+	req := &http.Request{
 		Method:     http.MethodPost,
 		URL:        u,
 		Proto:      "HTTP/1.1",
@@ -181,9 +181,14 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
 		ContentLength: int64(len(body)),
 		Host:          u.Host,
-	}).WithContext(ctx)
-
-	res, err := ep.rt.RoundTrip(req)
+	}
+	var res *http.Response
+	var err error
+	if h1, ok := ep.rt.(*h1Transport); ok {
+		res, err = h1.roundTrip(ctx, req)
+	} else {
+		res, err = ep.rt.RoundTrip(req.WithContext(ctx))
+	}
 	if err != nil {
 		release()
 		if ctx.Err() == nil {

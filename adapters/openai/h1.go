@@ -55,6 +55,8 @@ type h1Conn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 	reused    bool
+	abort     func() // interrupts a blocked read or write: the cancellation hook, made once
+	peek      peeker
 }
 
 const (
@@ -146,7 +148,7 @@ func (t *h1Transport) get(ctx context.Context) (*h1Conn, error) {
 // reusable reports whether an idle connection may carry another request: it has not idled past
 // idleTimeout and the upstream has neither closed it nor sent anything on it.
 func (t *h1Transport) reusable(c *h1Conn) bool {
-	return time.Since(c.idleSince) < t.idleTimeout && alive(c.nc)
+	return time.Since(c.idleSince) < t.idleTimeout && c.peek.alive()
 }
 
 func (t *h1Transport) dialConn(ctx context.Context) (*h1Conn, error) {
@@ -156,6 +158,8 @@ func (t *h1Transport) dialConn(ctx context.Context) (*h1Conn, error) {
 	}
 	c := &h1Conn{nc: nc}
 	c.lr.nc, c.cw.nc = nc, nc
+	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
+	c.peek.init(nc)
 	c.br = bufio.NewReaderSize(&c.lr, h1BufferSize)
 	c.bw = bufio.NewWriterSize(&c.cw, h1BufferSize)
 	return c, nil
@@ -207,13 +211,18 @@ func (t *h1Transport) CloseIdleConnections() {
 // http.Transport with a POST, it tries the next connection (pooled, then new) only when a reused
 // one failed to take the request before any byte of it was written.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req.Context(), req)
+}
+
+// roundTrip is RoundTrip with the context given apart, sparing the proxy a copy of its request
+// (Request.WithContext) per attempt.
+func (t *h1Transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	if req.ContentLength > t.maxBody || req.ContentLength < 0 {
-		return t.large.RoundTrip(req)
+		return t.large.RoundTrip(req.WithContext(ctx))
 	}
 	if err := checkHeader(req.Header); err != nil {
 		return nil, err
 	}
-	ctx := req.Context()
 	for {
 		// A caller already gone sends nothing (the write could beat the cancellation hook).
 		if err := ctx.Err(); err != nil {
@@ -239,7 +248,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, c.abort)
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.nc.Close()
@@ -249,7 +258,7 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		return nil, err
 	}
 	c.cw.n, c.cw.err = 0, nil
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		return fail(err)
 	}
 	if err := c.bw.Flush(); err != nil {
@@ -274,7 +283,7 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		}
 	}
 	c.lr.n = 1<<63 - 1
-	res.Body = &h1Body{rc: res.Body, c: c, t: t, ctx: ctx, stop: stop, reuse: !res.Close}
+	res.Body = &h1Body{rc: res.Body, c: c, t: t, ctx: ctx, stop: stop, reuse: !res.Close && !req.Close}
 	return res, nil
 }
 

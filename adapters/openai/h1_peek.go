@@ -7,27 +7,40 @@ import (
 	"syscall"
 )
 
-// h1Supported: alive can peek at a socket here, so cleartext upstreams use h1Transport.
+// h1Supported: a peeker can peek at a socket here, so cleartext upstreams use h1Transport.
 const h1Supported = true
 
-// alive peeks at an idle connection without blocking or consuming anything: it is still usable
+// peeker peeks at an idle connection without blocking or consuming anything: it is still usable
 // when there is nothing to read yet. One the upstream closed (EOF) or sent unsolicited bytes on
-// is not.
-func alive(nc net.Conn) bool {
+// is not. Made once per connection, so a peek allocates nothing.
+type peeker struct {
+	rc     syscall.RawConn
+	fn     func(fd uintptr) bool
+	usable bool
+	b      [1]byte
+}
+
+func (p *peeker) init(nc net.Conn) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return false
+		return
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		return
+	}
+	p.rc = rc
+	p.fn = func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		p.usable = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true
+	}
+}
+
+func (p *peeker) alive() bool {
+	if p.rc == nil {
 		return false
 	}
-	usable := false
-	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		usable = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
-		return true
-	})
-	return err == nil && usable
+	p.usable = false
+	return p.rc.Read(p.fn) == nil && p.usable
 }

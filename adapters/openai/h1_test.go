@@ -135,6 +135,17 @@ func TestH1TransportReuse(t *testing.T) {
 	assert.Equal(t, "plain", h1Text(t, tr, s, "/c"))
 	assert.Equal(t, int32(5), s.conns.Load(), "not reused after a body closed before its end")
 	assert.Equal(t, int32(8), s.reqs.Load())
+
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/d", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Close = true
+	res, err = tr.RoundTrip(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, res.Body)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, "plain", h1Text(t, tr, s, "/e"))
+	assert.Equal(t, int32(6), s.conns.Load(), "not reused after a request that asked to close it")
 }
 
 // TestH1TransportFailures: a cancelled context ends a request waiting on its response; an

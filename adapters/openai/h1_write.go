@@ -1,0 +1,129 @@
+package openai
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// defaultUserAgent is what Request.Write sends when a request has no User-Agent header.
+const defaultUserAgent = "Go-http-client/1.1"
+
+// writeRequest writes req as Request.Write writes it, for the requests h1Transport carries (a
+// known ContentLength, no trailers, header values vetted by checkHeader), without its fmt calls,
+// header sorting and body wrappers: a quarter of the time, and no allocation where it makes eight
+// (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request. A server reads the
+// same request from either (TestWriteRequestMatchesRequestWrite, FuzzWriteRequest). Headers go
+// out in map order: HTTP gives no meaning to the order of different field names.
+func writeRequest(w *bufio.Writer, req *http.Request) error {
+	ruri := req.URL.RequestURI()
+	if containsCTL(ruri) {
+		return errors.New("openai: control character in request URL")
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	host, err := requestHost(req)
+	if err != nil {
+		return err
+	}
+	w.WriteString(method)
+	w.WriteByte(' ')
+	w.WriteString(ruri)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	ua := defaultUserAgent
+	if vv, ok := req.Header["User-Agent"]; ok {
+		ua = ""
+		if len(vv) > 0 {
+			ua = textproto.TrimString(vv[0])
+		}
+	}
+	if ua != "" {
+		writeField(w, "User-Agent", ua)
+	}
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		for _, v := range vv {
+			writeField(w, k, textproto.TrimString(v))
+		}
+	}
+	if req.Close {
+		w.WriteString("Connection: close\r\n")
+	}
+	if req.ContentLength > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), req.ContentLength, 10))
+		w.WriteString("\r\n")
+	}
+	_, err = w.WriteString("\r\n")
+	if req.Body == nil {
+		if req.ContentLength != 0 {
+			return fmt.Errorf("openai: ContentLength=%d with no body", req.ContentLength)
+		}
+		return err
+	}
+	n, cerr := io.Copy(w, req.Body)
+	if err := req.Body.Close(); err != nil && cerr == nil {
+		cerr = err
+	}
+	switch {
+	case cerr != nil:
+		return cerr
+	case n != req.ContentLength:
+		return fmt.Errorf("openai: ContentLength=%d with body length %d", req.ContentLength, n)
+	}
+	return err
+}
+
+func writeField(w *bufio.Writer, k, v string) {
+	w.WriteString(k)
+	w.WriteString(": ")
+	w.WriteString(v)
+	w.WriteString("\r\n")
+}
+
+// requestHost is the Host header Request.Write sends for req: the request's Host or its URL's, in
+// punycode, empty when it is not a valid header value, without an IPv6 zone (RFC 6874).
+func requestHost(req *http.Request) (string, error) {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	host, err := httpguts.PunycodeHostPort(host)
+	if err != nil {
+		return "", err
+	}
+	if !httpguts.ValidHostHeader(host) {
+		return "", nil
+	}
+	if strings.HasPrefix(host, "[") {
+		if i := strings.LastIndex(host, "]"); i >= 0 {
+			if j := strings.LastIndex(host[:i], "%"); j >= 0 {
+				host = host[:j] + host[i:]
+			}
+		}
+	}
+	return host, nil
+}
+
+func containsCTL(s string) bool {
+	for i := range len(s) {
+		if s[i] < ' ' || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
