@@ -135,5 +135,5 @@ func workerServer(gw *gateway.Gateway) *http.Server {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok","role":"batch-worker"}` + "\n"))
 	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 }

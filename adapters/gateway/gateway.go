@@ -28,6 +28,7 @@ import (
 	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests from gRPC clients
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
@@ -42,6 +43,11 @@ type Config struct {
 	MaxMessageBytes int
 	// DrainTimeout bounds how long Shutdown waits for in-flight requests and streams; default 30 s.
 	DrainTimeout time.Duration
+	// IdleTimeout closes a connection that has carried nothing for this long, before its first
+	// request or between requests (HTTP/1.1 keep-alive; HTTP/2, gRPC included, with no call
+	// open); default 5 min, well past the 90 s that Go's and most clients' pools keep a
+	// connection idle, so the close does not race a client's reuse.
+	IdleTimeout time.Duration
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger
 	// Services mounts more services next to the KServe service, such as the typed services that
@@ -85,6 +91,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 30 * time.Second
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -123,6 +132,8 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		// Requests run on reused goroutines, whose stacks have already grown to what a request
 		// needs: a fresh goroutine per request spent ~15% of the CPU growing its stack.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		// An idle connection ends with a GOAWAY, which clients answer by reconnecting when needed.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
 	)
 	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
 	g.svc.RegisterGRPC(g.grpcSrv)
@@ -141,6 +152,7 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		Handler:           g.handler,
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
 		HTTP2: &http.HTTP2Config{
 			// Large tensors: bigger flow-control windows and frames keep a 64 MiB message from
 			// stalling on window updates.
@@ -163,7 +175,7 @@ func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
 // Serve accepts connections on ln until Shutdown is called. Like http.Server.Serve it returns
 // http.ErrServerClosed after a shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	r := newRouter(ln, 5*time.Minute)
+	r := newRouter(ln, g.cfg.IdleTimeout)
 	g.mu.Lock()
 	if g.shutdown {
 		g.mu.Unlock()

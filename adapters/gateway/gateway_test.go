@@ -1,7 +1,14 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
+	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -27,4 +34,52 @@ func TestServeAfterShutdownReturnsAndReleasesThePort(t *testing.T) {
 	}
 	_, err = net.DialTimeout("tcp", ln.Addr().String(), time.Second)
 	require.Error(t, err, "the listener was closed")
+}
+
+// TestIdleConnectionsClose: a keep-alive connection that sends nothing after its request is
+// closed after IdleTimeout, and so is one that never sends a request.
+func TestIdleConnectionsClose(t *testing.T) {
+	srv := gatewaytest.Start(t, gateway.Config{IdleTimeout: 200 * time.Millisecond})
+	for name, req := range map[string]string{
+		"after a request": "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n",
+		"before any":      "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", srv.Addr)
+			require.NoError(t, err)
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if req != "" {
+				_, err = io.WriteString(c, req)
+				require.NoError(t, err)
+				res, err := http.ReadResponse(br, nil)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, res.Body)
+				require.Equal(t, http.StatusOK, res.StatusCode)
+			}
+			start := time.Now()
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			_, err = br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the gateway closed the idle connection")
+			require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond, "not before IdleTimeout")
+		})
+	}
+}
+
+// TestIdleGRPCConnectionsClose: a native gRPC connection with no call open for IdleTimeout is
+// ended by the gateway (GOAWAY), and the client reconnects for its next call.
+func TestIdleGRPCConnectionsClose(t *testing.T) {
+	srv := gatewaytest.Start(t, gateway.Config{IdleTimeout: 200 * time.Millisecond})
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := healthgrpc.NewHealthClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = client.Check(ctx, &healthgrpc.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, connectivity.Ready, conn.GetState())
+	require.True(t, conn.WaitForStateChange(ctx, connectivity.Ready), "the gateway ended the idle connection")
+	_, err = client.Check(ctx, &healthgrpc.HealthCheckRequest{})
+	require.NoError(t, err, "the next call reconnects")
 }
