@@ -80,7 +80,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	removeHopHeaders(h, x.res.Header)
 	// The gateway's own headers share one backing array (keys already canonical).
-	vals := []string{reqID, ep.cfg.Name, x.route.upstream, ep.cfg.Type, time.Since(start).String()}
+	vals := []string{reqID, ep.cfg.Name, x.route.upstream, ep.cfg.Type, durationHeader(time.Since(start))}
 	h[HeaderRequestID] = vals[0:1:1]
 	h[HeaderEndpoint] = vals[1:2:2]
 	h[HeaderModel] = vals[2:3:3]
@@ -104,6 +104,17 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// durationHeader writes d as Duration.String does, but in ASCII ("412us", not "412µs"): a
+// header value outside ASCII reaches many clients mangled (Python's decode it as Latin-1).
+// time.ParseDuration reads either.
+func durationHeader(d time.Duration) string {
+	s := d.String()
+	if u, ok := strings.CutSuffix(s, "µs"); ok {
+		return u + "us"
+	}
+	return s
 }
 
 // routingOf reads the routing fields of a request body, or says why the body cannot be routed.

@@ -171,8 +171,10 @@ func TestHeaders(t *testing.T) {
 	assert.Equal(t, "a", res.Header.Get(openai.HeaderEndpoint))
 	assert.Equal(t, "llama", res.Header.Get(openai.HeaderModel))
 	assert.Equal(t, "vllm", res.Header.Get(openai.HeaderBackendType))
-	_, err := time.ParseDuration(res.Header.Get(openai.HeaderResponseTime))
+	took := res.Header.Get(openai.HeaderResponseTime)
+	_, err := time.ParseDuration(took)
 	assert.NoError(t, err)
+	assert.Regexp(t, `^[0-9.]+(ns|us|ms|s|m[0-9.]+s)$`, took, "an ASCII Go duration")
 
 	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"), "X-Request-Id", "mine-1", "X-Forwarded-For", "10.0.0.9")
 	assert.Equal(t, "mine-1", res.Header.Get(openai.HeaderRequestID))
