@@ -220,17 +220,25 @@ func (t *h1Transport) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if req.ContentLength > t.maxBody || req.ContentLength < 0 {
 		return t.large.RoundTrip(req.WithContext(ctx))
 	}
-	if err := checkHeader(req.Header); err != nil {
+	// Like any RoundTripper it closes the body, also when nothing was sent (writeRequest closes
+	// what it writes).
+	unsent := func(err error) (*http.Response, error) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
 		return nil, err
+	}
+	if err := checkHeader(req.Header); err != nil {
+		return unsent(err)
 	}
 	for {
 		// A caller already gone sends nothing (the write could beat the cancellation hook).
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return unsent(err)
 		}
 		c, err := t.get(ctx)
 		if err != nil {
-			return nil, err
+			return unsent(err)
 		}
 		res, err := t.exchange(ctx, c, req)
 		if err == nil {

@@ -171,9 +171,12 @@ func TestH1TransportFailures(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, "http://"+s.addr+"/x", strings.NewReader("{}"))
 	require.NoError(t, err)
 	req.Header["X-Evil"] = []string{"a\r\nX-Injected: 1"}
+	body := &closeRecorder{Reader: strings.NewReader("{}")}
+	req.Body = body
 	_, err = tr.RoundTrip(req)
 	assert.ErrorContains(t, err, "invalid header field value")
 	assert.Equal(t, n, s.reqs.Load(), "nothing sent")
+	assert.True(t, body.closed, "the body closed all the same")
 	assert.Equal(t, "plain", h1Text(t, tr, s, "/after"))
 }
 

@@ -22,7 +22,14 @@ const defaultUserAgent = "Go-http-client/1.1"
 // (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request. A server reads the
 // same request from either (TestWriteRequestMatchesRequestWrite, FuzzWriteRequest). Headers go
 // out in map order: HTTP gives no meaning to the order of different field names.
-func writeRequest(w *bufio.Writer, req *http.Request) error {
+func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
+	if req.Body != nil {
+		defer func() { // closed whatever happens, as Request.Write and RoundTrippers do
+			if cerr := req.Body.Close(); err == nil {
+				err = cerr
+			}
+		}()
+	}
 	ruri := req.URL.RequestURI()
 	if containsCTL(ruri) {
 		return errors.New("openai: control character in request URL")
@@ -68,24 +75,19 @@ func writeRequest(w *bufio.Writer, req *http.Request) error {
 		w.Write(strconv.AppendInt(w.AvailableBuffer(), req.ContentLength, 10))
 		w.WriteString("\r\n")
 	}
-	_, err = w.WriteString("\r\n")
-	if req.Body == nil {
-		if req.ContentLength != 0 {
-			return fmt.Errorf("openai: ContentLength=%d with no body", req.ContentLength)
-		}
+	if _, err := w.WriteString("\r\n"); err != nil {
 		return err
 	}
-	n, cerr := io.Copy(w, req.Body)
-	if err := req.Body.Close(); err != nil && cerr == nil {
-		cerr = err
+	var n int64
+	if req.Body != nil {
+		if n, err = io.Copy(w, req.Body); err != nil {
+			return err
+		}
 	}
-	switch {
-	case cerr != nil:
-		return cerr
-	case n != req.ContentLength:
+	if n != req.ContentLength {
 		return fmt.Errorf("openai: ContentLength=%d with body length %d", req.ContentLength, n)
 	}
-	return err
+	return nil
 }
 
 func writeField(w *bufio.Writer, k, v string) {

@@ -211,3 +211,25 @@ func BenchmarkH1Write(b *testing.B) {
 		})
 	}
 }
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// TestWriteRequestClosesBody: the body is closed whether the request is written or refused, as
+// Request.Write closes it.
+func TestWriteRequestClosesBody(t *testing.T) {
+	for name, query := range map[string]string{"written": "a=b", "refused": "a=\x01"} {
+		t.Run(name, func(t *testing.T) {
+			body := &closeRecorder{Reader: strings.NewReader("{}")}
+			req := &http.Request{Method: http.MethodPost, URL: &url.URL{Scheme: "http", Host: "up", Path: "/v1/completions", RawQuery: query},
+				Header: http.Header{}, Body: body, ContentLength: 2}
+			err := writeRequest(bufio.NewWriter(io.Discard), req)
+			assert.Equal(t, name == "refused", err != nil, "error: %v", err)
+			assert.True(t, body.closed)
+		})
+	}
+}
