@@ -217,7 +217,10 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // roundTrip is RoundTrip with the context given apart, sparing the proxy a copy of its request
 // (Request.WithContext) per attempt.
 func (t *h1Transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
-	if req.ContentLength > t.maxBody || req.ContentLength < 0 {
+	// A body of unknown length goes to net/http, which sends it chunked: so does one that
+	// claims no length but is not http.NoBody, as net/http defines.
+	unknown := req.ContentLength < 0 || req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
+	if req.ContentLength > t.maxBody || unknown {
 		return t.large.RoundTrip(req.WithContext(ctx))
 	}
 	// Like any RoundTripper it closes the body, also when nothing was sent (writeRequest closes

@@ -3,8 +3,10 @@ package openai
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -72,6 +74,7 @@ func TestWriteRequestMatchesRequestWrite(t *testing.T) {
 		"ua given":  h1Request("POST", "http://up/v1/completions", http.Header{"User-Agent": {"  openai-go/3  ", "second"}}, chat),
 		"ua off":    h1Request("POST", "http://up/v1/completions", http.Header{"User-Agent": {""}}, chat),
 		"ua empty":  h1Request("POST", "http://up/v1/completions", http.Header{"User-Agent": nil}, chat),
+		"ua spaces": h1Request("POST", "http://up/v1/completions", http.Header{"User-Agent": {"  "}}, chat),
 		"multi":     h1Request("POST", "http://up/v1/completions", http.Header{"X-Forwarded-For": {"10.0.0.1", " 10.0.0.2 "}, "Accept": {"*/*"}}, chat),
 		"excluded":  h1Request("POST", "http://up/v1/completions", http.Header{"Host": {"evil"}, "Content-Length": {"1"}, "Transfer-Encoding": {"chunked"}, "Trailer": {"X"}}, chat),
 		"ipv6 zone": h1Request("POST", "http://[fe80::1%25eth0]:8000/v1/completions", nil, chat),
@@ -80,6 +83,11 @@ func TestWriteRequestMatchesRequestWrite(t *testing.T) {
 		"get":       h1Request("GET", "http://up/v1/models", nil, ""),
 		"close": func() *http.Request {
 			r := h1Request("POST", "http://up/v1/completions", nil, chat)()
+			r.Close = true
+			return r
+		},
+		"close said": func() *http.Request {
+			r := h1Request("POST", "http://up/v1/completions", http.Header{"Connection": {"keep-alive, Close", "x"}}, chat)()
 			r.Close = true
 			return r
 		},
@@ -124,18 +132,26 @@ func TestWriteRequestMatchesRequestWrite(t *testing.T) {
 	}
 }
 
-// FuzzWriteRequest: for any request h1Transport would send (its header passes checkHeader), a
-// server reads from writeRequest's bytes what it reads from Request.Write's, and both writers
-// refuse the same requests.
+// FuzzWriteRequest: for any request h1Transport would send (its header passes checkHeader, its
+// length is known), a server reads from writeRequest's bytes what it reads from Request.Write's,
+// both writers refuse the same requests (a body that does not match its ContentLength), and what
+// writeRequest wrote for a refused one never holds a second request.
 func FuzzWriteRequest(f *testing.F) {
-	f.Add("/v1/chat/completions", "", "X-Request-Id", "abc", "up:8000", "POST", []byte(`{"model":"m"}`), false)
-	f.Add("/v1/completions", "a=b", "User-Agent", " ua ", "[::1%25lo]:80", "PUT", []byte(nil), true)
-	f.Add("/%7e/x y", "q", "Accept", "", "bücher:1", "GET", []byte("x"), false)
-	f.Fuzz(func(t *testing.T, path, query, key, value, host, method string, body []byte, closeConn bool) {
+	f.Add("/v1/chat/completions", "", "X-Request-Id", "abc", "up:8000", "POST", []byte(`{"model":"m"}`), false, int8(0))
+	f.Add("/v1/completions", "a=b", "User-Agent", " ", "[::1%25lo]:80", "PUT", []byte(nil), true, int8(0))
+	f.Add("/%7e/x y", "q", "Accept", "", "bücher:1", "GET", []byte("x"), false, int8(0))
+	f.Add("/v1/completions", "", "Connection", "keep-alive, close", "up", "POST", []byte("{}"), true, int8(0))
+	f.Add("/v1/completions", "", "X-A", "b", "up", "POST", []byte("{}GET /admin HTTP/1.1\r\nHost: up\r\n\r\n"), false, int8(-100))
+	f.Add("/v1/completions", "", "X-A", "b", "up", "POST", []byte("{}"), false, int8(3))
+	f.Fuzz(func(t *testing.T, path, query, key, value, host, method string, body []byte, closeConn bool, lengthOff int8) {
+		length := int64(len(body)) + int64(lengthOff)
+		if length < 0 || length == 0 && len(body) > 0 {
+			t.Skip() // a length h1Transport leaves to http.Transport: unknown
+		}
 		newReq := func() *http.Request {
 			req := &http.Request{Method: method, URL: &url.URL{Scheme: "http", Host: "up", Path: path, RawQuery: query},
 				Header: http.Header{key: {value, value + "2"}}, Host: host, Close: closeConn,
-				ContentLength: int64(len(body)), Body: io.NopCloser(bytes.NewReader(body))}
+				ContentLength: length, Body: io.NopCloser(bytes.NewReader(body))}
 			if len(body) == 0 {
 				req.Body = http.NoBody // as http.NewRequest makes it (a non-nil empty body is of unknown length to Request.Write)
 			}
@@ -153,6 +169,7 @@ func FuzzWriteRequest(f *testing.F) {
 			t.Fatalf("writeRequest error %v, Request.Write error %v", errA, errB)
 		}
 		if errA != nil {
+			assert.LessOrEqual(t, requestsIn(a.Bytes()), 1, "%q", a.Bytes())
 			return
 		}
 		ra, errA := http.ReadRequest(bufio.NewReader(&a))
@@ -168,6 +185,22 @@ func FuzzWriteRequest(f *testing.F) {
 		assert.Equal(t, parsedRequest{rb.Method, rb.RequestURI, rb.Host, rb.Header, rb.ContentLength, rb.Close, string(bb)},
 			parsedRequest{ra.Method, ra.RequestURI, ra.Host, ra.Header, ra.ContentLength, ra.Close, string(ba)})
 	})
+}
+
+// requestsIn counts the requests a server would read from b before it runs out.
+func requestsIn(b []byte) int {
+	br := bufio.NewReader(bytes.NewReader(b))
+	n := 0
+	for {
+		r, err := http.ReadRequest(br)
+		if err != nil {
+			return n
+		}
+		n++
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return n
+		}
+	}
 }
 
 // validFuzzMethod: the proxy only sends POST; a token method is what any caller would send.
@@ -232,4 +265,41 @@ func TestWriteRequestClosesBody(t *testing.T) {
 			assert.True(t, body.closed)
 		})
 	}
+}
+
+// TestWriteRequestBodyPastItsLength: a body longer than its ContentLength is refused, and of it
+// no more than ContentLength bytes were written, even past the buffer: the rest would reach the
+// upstream as another request.
+func TestWriteRequestBodyPastItsLength(t *testing.T) {
+	smuggled := "{}GET /admin HTTP/1.1\r\nHost: up\r\nX-Pad: " + strings.Repeat("p", 40<<10) + "\r\n\r\n"
+	req := h1Request("POST", "http://up/v1/completions", nil, smuggled)()
+	req.ContentLength = 2
+	var out bytes.Buffer
+	w := bufio.NewWriterSize(&out, 4096)
+	err := writeRequest(w, req)
+	require.ErrorContains(t, err, "ContentLength=2 with body length")
+	require.NoError(t, w.Flush())
+	assert.Equal(t, 1, requestsIn(out.Bytes()))
+	assert.NotContains(t, out.String(), "/admin")
+}
+
+// TestH1TransportUnknownLength: a body that claims no length (ContentLength 0, not http.NoBody)
+// goes out whole and chunked, as http.Transport sends it.
+func TestH1TransportUnknownLength(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %v %s", r.ContentLength, r.TransferEncoding, b)
+	}))
+	defer up.Close()
+	tr := newH1Transport(up.Listener.Addr().String(), &http.Transport{})
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, up.URL+"/x", io.NopCloser(strings.NewReader("{}")))
+	require.NoError(t, err)
+	require.Zero(t, req.ContentLength)
+	res, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "-1 [chunked] {}", string(b))
 }
