@@ -46,7 +46,8 @@ type Config struct {
 	// IdleTimeout closes a connection that has carried nothing for this long, before its first
 	// request or between requests (HTTP/1.1 keep-alive; HTTP/2, gRPC included, with no call
 	// open); default 5 min, well past the 90 s that Go's and most clients' pools keep a
-	// connection idle, so the close does not race a client's reuse.
+	// connection idle, so the close does not race a client's reuse. A grpc.KeepaliveParams in
+	// GRPCOptions replaces it for native gRPC connections.
 	IdleTimeout time.Duration
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger

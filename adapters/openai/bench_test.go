@@ -69,7 +69,7 @@ func BenchmarkProxyChat(b *testing.B) {
 // directly (BenchmarkProxyChat's baseline) bounds what BenchmarkProxyChat/c=64 can reach.
 func BenchmarkProxyFloor(b *testing.B) {
 	up := openaitest.Start(b, "bench", "llama")
-	upstream := openai.NewUpstreamClient(strings.TrimPrefix(up.URL, "http://"))
+	send := openai.NewUpstreamClient(strings.TrimPrefix(up.URL, "http://"))
 	target, err := url.Parse(up.URL + "/v1/chat/completions")
 	if err != nil {
 		b.Fatal(err)
@@ -79,10 +79,10 @@ func BenchmarkProxyFloor(b *testing.B) {
 		if err != nil {
 			return
 		}
-		req := (&http.Request{Method: http.MethodPost, URL: target, Host: target.Host,
+		req := &http.Request{Method: http.MethodPost, URL: target, Host: target.Host,
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(bytes.NewReader(body)),
-			ContentLength: int64(len(body))}).WithContext(r.Context())
-		res, err := upstream.RoundTrip(req)
+			ContentLength: int64(len(body))}
+		res, err := send(r.Context(), req)
 		if err != nil {
 			w.WriteHeader(http.StatusBadGateway)
 			return

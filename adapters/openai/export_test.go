@@ -1,12 +1,17 @@
 package openai
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
-// NewUpstreamClient is the client the proxy sends requests to a cleartext upstream at addr
-// (host:port) with, for benchmarks that measure it without the rest of the proxy.
-func NewUpstreamClient(addr string) http.RoundTripper {
+// NewUpstreamClient returns how the proxy sends a request to a cleartext upstream at addr
+// (host:port), for benchmarks that measure that client without the rest of the proxy.
+func NewUpstreamClient(addr string) func(context.Context, *http.Request) (*http.Response, error) {
 	if !h1Supported {
-		return http.DefaultTransport
+		return func(ctx context.Context, req *http.Request) (*http.Response, error) {
+			return http.DefaultTransport.RoundTrip(req.WithContext(ctx))
+		}
 	}
-	return newH1Transport(addr, http.DefaultTransport)
+	return newH1Transport(addr, http.DefaultTransport).roundTrip
 }
