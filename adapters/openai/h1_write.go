@@ -73,9 +73,13 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if req.Close && !hasToken(req.Header.Get("Connection"), "close") {
 		w.WriteString("Connection: close\r\n")
 	}
-	if req.ContentLength > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+	length := req.ContentLength
+	if req.Body == http.NoBody {
+		length = 0 // as Request.Write counts it, whatever ContentLength says
+	}
+	if length > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
 		w.WriteString("Content-Length: ")
-		w.Write(strconv.AppendInt(w.AvailableBuffer(), req.ContentLength, 10))
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), length, 10))
 		w.WriteString("\r\n")
 	}
 	if _, err := w.WriteString("\r\n"); err != nil {
@@ -85,7 +89,7 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if req.Body != nil {
 		// No more than ContentLength bytes are written, whatever the body holds: bytes past the
 		// declared length would reach the upstream as the start of another request.
-		if n, err = io.Copy(w, &io.LimitedReader{R: req.Body, N: req.ContentLength}); err != nil {
+		if n, err = io.Copy(w, &io.LimitedReader{R: req.Body, N: length}); err != nil {
 			return err
 		}
 		extra, err := io.Copy(io.Discard, req.Body)
@@ -94,8 +98,8 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 		}
 		n += extra
 	}
-	if n != req.ContentLength {
-		return fmt.Errorf("openai: ContentLength=%d with body length %d", req.ContentLength, n)
+	if n != length {
+		return fmt.Errorf("openai: ContentLength=%d with body length %d", length, n)
 	}
 	return nil
 }
