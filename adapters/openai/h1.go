@@ -218,9 +218,10 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // (Request.WithContext) per attempt.
 func (t *h1Transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	// A body of unknown length goes to net/http, which sends it chunked: so does one that
-	// claims no length but is not http.NoBody, as net/http defines.
+	// claims no length but is not http.NoBody, as net/http defines. So does a CONNECT, whose
+	// request target is an authority, not a path.
 	unknown := req.ContentLength < 0 || req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
-	if req.ContentLength > t.maxBody || unknown {
+	if req.ContentLength > t.maxBody || unknown || req.Method == http.MethodConnect {
 		return t.large.RoundTrip(req.WithContext(ctx))
 	}
 	// Like any RoundTripper it closes the body, also when nothing was sent (writeRequest closes

@@ -17,11 +17,12 @@ import (
 const defaultUserAgent = "Go-http-client/1.1"
 
 // writeRequest writes req as Request.Write writes it, for the requests h1Transport carries (a
-// known ContentLength, no trailers, header values vetted by checkHeader), without its fmt calls,
-// header sorting and body wrappers: a quarter of the time, and one allocation where it makes eight
-// (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request. A server reads the
-// same request from either (TestWriteRequestMatchesRequestWrite, FuzzWriteRequest). Headers go
-// out in map order: HTTP gives no meaning to the order of different field names.
+// known ContentLength, no trailers, not CONNECT, header values vetted by checkHeader), without
+// its fmt calls, header sorting and body wrappers: a quarter of the time, and one allocation
+// where it makes eight (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request.
+// A server reads the same request from either (TestWriteRequestMatchesRequestWrite,
+// FuzzWriteRequest). Headers go out in map order: HTTP gives no meaning to the order of
+// different field names.
 func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if req.Body != nil {
 		defer func() { // closed whatever happens, as Request.Write and RoundTrippers do

@@ -157,8 +157,8 @@ func FuzzWriteRequest(f *testing.F) {
 			}
 			return req
 		}
-		if checkHeader(newReq().Header) != nil || !validFuzzMethod(method) {
-			t.Skip() // h1Transport refuses these before writing
+		if checkHeader(newReq().Header) != nil || !validFuzzMethod(method) || method == http.MethodConnect {
+			t.Skip() // h1Transport refuses these, or leaves them to http.Transport, before writing
 		}
 		var a, b bytes.Buffer
 		bw := bufio.NewWriter(&a)
@@ -302,4 +302,22 @@ func TestH1TransportUnknownLength(t *testing.T) {
 	b, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	assert.Equal(t, "-1 [chunked] {}", string(b))
+}
+
+// TestH1TransportConnect: a CONNECT, whose request target is an authority, is left to
+// http.Transport, which writes it so.
+func TestH1TransportConnect(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", r.Method, r.RequestURI)
+	}))
+	defer up.Close()
+	addr := up.Listener.Addr().String()
+	tr := newH1Transport(addr, &http.Transport{})
+	defer tr.CloseIdleConnections()
+	res, err := tr.RoundTrip(&http.Request{Method: http.MethodConnect, URL: &url.URL{Scheme: "http", Host: addr}, Host: addr, Header: http.Header{}})
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "CONNECT "+addr, string(b))
 }
