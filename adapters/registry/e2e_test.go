@@ -141,7 +141,8 @@ func TestTwoReplicasOpenAIBackend(t *testing.T) {
 		Url: fake.URL, BackendType: registryv1.BackendType_BACKEND_TYPE_VLLM}, 300*time.Millisecond)
 	require.Eventually(t, func() bool { return slices.Contains(b.models(t), "llama-registered") }, wait, 10*time.Millisecond,
 		"the backend registered on A shows in B's /v1/models")
-	assert.Contains(t, a.models(t), "llama-registered")
+	require.Eventually(t, func() bool { return slices.Contains(a.models(t), "llama-registered") }, wait, 10*time.Millisecond,
+		"and in A's, once A's own health check passed")
 
 	sdk := oai.NewClient(option.WithBaseURL(b.srv.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0))
 	var hdr http.Header
