@@ -22,7 +22,8 @@ const defaultUserAgent = "Go-http-client/1.1"
 // where it makes eight (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request.
 // A server reads the same request from either (TestWriteRequestMatchesRequestWrite,
 // FuzzWriteRequest). Headers go out in map order: HTTP gives no meaning to the order of
-// different field names.
+// different field names (two keys differing only in case, which the proxy never sends since its
+// keys are canonical, would send their values in either order).
 func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if req.Body != nil {
 		defer func() { // closed whatever happens, as Request.Write and RoundTrippers do
@@ -62,15 +63,8 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if ua != "" { // a value of spaces is sent, empty once trimmed, as Request.Write sends it
 		writeField(w, "User-Agent", textproto.TrimString(ua))
 	}
-	for k, vv := range req.Header {
-		switch k {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
-			continue
-		}
-		for _, v := range vv {
-			writeField(w, k, textproto.TrimString(v))
-		}
-	}
+	// Connection and Content-Length go before the header's own fields, as in Request.Write: a
+	// field the header repeats under another case reaches the server in the same order.
 	if req.Close && !hasToken(req.Header.Get("Connection"), "close") {
 		w.WriteString("Connection: close\r\n")
 	}
@@ -82,6 +76,15 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 		w.WriteString("Content-Length: ")
 		w.Write(strconv.AppendInt(w.AvailableBuffer(), length, 10))
 		w.WriteString("\r\n")
+	}
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		for _, v := range vv {
+			writeField(w, k, textproto.TrimString(v))
+		}
 	}
 	if _, err := w.WriteString("\r\n"); err != nil {
 		return err
