@@ -182,13 +182,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		ContentLength: int64(len(body)),
 		Host:          u.Host,
 	}
-	var res *http.Response
-	var err error
-	if h1, ok := ep.rt.(*h1Transport); ok {
-		res, err = h1.roundTrip(ctx, req)
-	} else {
-		res, err = ep.rt.RoundTrip(req.WithContext(ctx))
-	}
+	res, err := ep.rt.roundTrip(ctx, req)
 	if err != nil {
 		release()
 		if ctx.Err() == nil {

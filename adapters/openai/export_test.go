@@ -9,9 +9,7 @@ import (
 // (host:port), for benchmarks that measure that client without the rest of the proxy.
 func NewUpstreamClient(addr string) func(context.Context, *http.Request) (*http.Response, error) {
 	if !h1Supported {
-		return func(ctx context.Context, req *http.Request) (*http.Response, error) {
-			return http.DefaultTransport.RoundTrip(req.WithContext(ctx))
-		}
+		return transport{http.DefaultTransport.(*http.Transport)}.roundTrip
 	}
 	return newH1Transport(addr, http.DefaultTransport).roundTrip
 }

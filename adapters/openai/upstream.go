@@ -57,7 +57,7 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		ReadBufferSize:      32 << 10,
 		WriteBufferSize:     32 << 10,
 	}
-	var rt roundTripper = tr
+	var rt roundTripper = transport{tr}
 	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
 		rt = newH1Transport(hostPort(cfg.base), tr)
 	}
@@ -71,9 +71,18 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 	}
 }
 
+// roundTripper is what proxied requests go through. The context travels beside the request, so
+// the proxy does not copy its request per attempt (Request.WithContext) where it need not.
 type roundTripper interface {
-	http.RoundTripper
+	roundTrip(ctx context.Context, req *http.Request) (*http.Response, error)
 	CloseIdleConnections()
+}
+
+// transport sends proxied requests on net/http's Transport.
+type transport struct{ *http.Transport }
+
+func (t transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	return t.RoundTrip(req.WithContext(ctx))
 }
 
 // hostPort is u's host with its scheme's default port when it names none.
