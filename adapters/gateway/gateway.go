@@ -49,6 +49,12 @@ type Config struct {
 	// connection idle, so the close does not race a client's reuse. A grpc.KeepaliveParams in
 	// GRPCOptions replaces it for native gRPC connections.
 	IdleTimeout time.Duration
+	// FirstByteTimeout closes a connection that has not begun its first request this long after
+	// it was accepted (HTTP/1: its first byte; HTTP/2: the preface and first frame); default
+	// 10 s, never longer than IdleTimeout. While 4,096 accepted connections are that new, the
+	// gateway stops accepting (the kernel's backlog queues the rest), so this bounds how long a
+	// silent or trickling client keeps others waiting.
+	FirstByteTimeout time.Duration
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger
 	// Services mounts more services next to the KServe service, such as the typed services that
@@ -94,6 +100,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.FirstByteTimeout <= 0 {
+		cfg.FirstByteTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -176,7 +185,7 @@ func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
 // Serve accepts connections on ln until Shutdown is called. Like http.Server.Serve it returns
 // http.ErrServerClosed after a shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	r := newRouter(ln, g.cfg.IdleTimeout)
+	r := newRouter(ln, g.cfg.FirstByteTimeout, g.cfg.IdleTimeout)
 	g.mu.Lock()
 	if g.shutdown {
 		g.mu.Unlock()

@@ -21,6 +21,14 @@ import (
 // its content-type. Some clients (grpc-go among them) send no request until the server's SETTINGS
 // arrive, so the router sends an empty SETTINGS frame first and swallows the client's ACK of it;
 // the chosen server then sees the client's bytes exactly as sent, minus that ACK.
+//
+// Connections that have not shown their protocol yet (HTTP/1: a first byte; HTTP/2: the preface
+// and one frame) are bounded in number: at the bound the router stops accepting until one of them
+// is routed or closed, and the kernel's backlog queues the rest, as netutil.LimitListener does. It
+// never closes a connection it accepted for being one too many: a burst of clients (a restart
+// behind a load balancer, a pool warming up) is served late instead of lost. Each such connection
+// has FirstByteTimeout to show its protocol, so silent or trickling clients cannot hold the
+// router's places for long.
 
 const (
 	clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -38,8 +46,8 @@ const (
 	// the router buffer before its first request.
 	maxSniffFrame = 16384
 	maxSniffBytes = 256 << 10
-	// maxPending bounds the connections that have not made a first request yet, so idle or
-	// trickling connections cannot pile up buffers.
+	// maxPending bounds the connections that have not shown their protocol yet, so idle or
+	// trickling connections cannot pile up buffers and goroutines.
 	maxPending = 4096
 )
 
@@ -47,22 +55,32 @@ var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 
 // router accepts from a listener and hands each connection to the gRPC or the HTTP listener.
 type router struct {
-	base        net.Listener
-	grpc, http  *connQueue
-	idleTimeout time.Duration
+	base       net.Listener
+	grpc, http *connQueue
+	// firstByte bounds how long a connection may take to show its protocol, idle how long an
+	// HTTP/2 connection may then wait before its first request.
+	firstByte, idle time.Duration
+	// maxPending is the bound on connections that have not shown their protocol yet (tests
+	// lower it); slots holds one token for each of them while serve runs.
+	maxPending int
+	slots      chan struct{}
+	done       chan struct{} // closed by close, to stop a serve waiting for a slot
 
 	mu      sync.Mutex
-	pending map[net.Conn]struct{} // connections still being sniffed
+	pending map[net.Conn]struct{} // connections still being sniffed, closed by close
 	closed  bool
 }
 
-func newRouter(base net.Listener, idleTimeout time.Duration) *router {
+func newRouter(base net.Listener, firstByte, idle time.Duration) *router {
 	return &router{
-		base:        base,
-		grpc:        newConnQueue(base.Addr()),
-		http:        newConnQueue(base.Addr()),
-		idleTimeout: idleTimeout,
-		pending:     make(map[net.Conn]struct{}),
+		base:       base,
+		grpc:       newConnQueue(base.Addr()),
+		http:       newConnQueue(base.Addr()),
+		firstByte:  min(firstByte, idle),
+		idle:       idle,
+		maxPending: maxPending,
+		done:       make(chan struct{}),
+		pending:    make(map[net.Conn]struct{}),
 	}
 }
 
@@ -70,10 +88,19 @@ func newRouter(base net.Listener, idleTimeout time.Duration) *router {
 // descriptors, say) are retried with backoff, as net/http and grpc-go do, instead of ending the
 // gateway.
 func (r *router) serve() error {
+	r.slots = make(chan struct{}, r.maxPending)
 	var backoff time.Duration
 	for {
+		// Backpressure: a slot first, then a connection. Until one frees, new connections wait
+		// in the kernel's backlog, where a client sees a slow connect rather than a reset.
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.done:
+			return net.ErrClosed
+		}
 		c, err := r.base.Accept()
 		if err != nil {
+			<-r.slots
 			var ne interface{ Temporary() bool }
 			if errors.As(err, &ne) && ne.Temporary() && !r.isClosed() {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -85,10 +112,11 @@ func (r *router) serve() error {
 		}
 		backoff = 0
 		r.mu.Lock()
-		if r.closed || len(r.pending) >= maxPending {
+		if r.closed {
 			r.mu.Unlock()
 			c.Close()
-			continue
+			<-r.slots
+			continue // the closed base listener ends the loop
 		}
 		r.pending[c] = struct{}{}
 		r.mu.Unlock()
@@ -107,6 +135,7 @@ func (r *router) close() {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
+		close(r.done)
 		r.base.Close()
 		for c := range r.pending {
 			c.Close()
@@ -117,8 +146,18 @@ func (r *router) close() {
 	r.http.close()
 }
 
+// route sniffs c and hands it to its server. c's slot is given back as soon as it has shown its
+// protocol, before an HTTP/2 client's first request, which may come much later.
 func (r *router) route(c net.Conn) {
-	grpc, conn, err := sniff(c, r.idleTimeout)
+	holding := true
+	release := func() {
+		if holding {
+			holding = false
+			<-r.slots
+		}
+	}
+	grpc, conn, err := sniff(c, r.firstByte, r.idle, release)
+	release()
 	r.mu.Lock()
 	delete(r.pending, c)
 	r.mu.Unlock()
@@ -135,10 +174,15 @@ func (r *router) route(c net.Conn) {
 	}
 }
 
-// sniff reads enough of c to choose a server and returns c with those bytes put back.
-func sniff(c net.Conn, idle time.Duration) (grpc bool, _ net.Conn, _ error) {
-	c.SetReadDeadline(time.Now().Add(idle))
-	defer c.SetReadDeadline(time.Time{})
+// sniff reads enough of c to choose a server and returns c with those bytes put back. The client
+// has firstByte to show its protocol: a byte that is not the HTTP/2 preface's, or the whole
+// preface and one frame; then shown is called, and an HTTP/2 client has until idle (both from
+// now) to send its first request: a client may connect ahead of its first call (grpc-go's
+// Connect, a round_robin balancer reconnecting), as it may stay connected between calls.
+func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, _ net.Conn, _ error) {
+	start := time.Now()
+	c.SetDeadline(start.Add(firstByte)) // the write of our SETTINGS too: a client that never reads
+	defer c.SetDeadline(time.Time{})
 	head := make([]byte, len(clientPreface))
 	n := 0
 	for n < len(head) {
@@ -158,7 +202,7 @@ func sniff(c net.Conn, idle time.Duration) (grpc bool, _ net.Conn, _ error) {
 	}
 	kept := bytes.NewBuffer(head)
 	var block []byte
-	acked, headersDone := false, false
+	acked, headersDone, first := false, false, true
 	frame := make([]byte, 9)
 	for !(acked && headersDone) {
 		if _, err := io.ReadFull(c, frame[:9]); err != nil {
@@ -173,6 +217,11 @@ func sniff(c net.Conn, idle time.Duration) (grpc bool, _ net.Conn, _ error) {
 		payload := make([]byte, length)
 		if _, err := io.ReadFull(c, payload); err != nil {
 			return false, nil, err
+		}
+		if first {
+			first = false
+			shown()
+			c.SetReadDeadline(start.Add(idle))
 		}
 		if typ == frameSettings && flags&flagAck != 0 && stream == 0 && !acked {
 			acked = true // the ACK of our empty SETTINGS: the real server never sent it

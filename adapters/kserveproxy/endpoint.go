@@ -204,8 +204,9 @@ func (e *endpoint) check(ctx context.Context) error {
 }
 
 // probe runs one health check and, when healthy and due (or just recovered), a model discovery.
-// It reports whether the endpoint's models changed.
-func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
+// It reports whether the check passed and whether the endpoint's models changed. A failure marks
+// the endpoint unhealthy at once; a pass is for Proxy.probe to publish, after the routes.
+func (e *endpoint) probe(ctx context.Context, discoverDue bool) (up, changed bool) {
 	err := e.check(ctx)
 	was := e.healthy.Load()
 	if err != nil {
@@ -215,7 +216,7 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 			e.log.Warn("upstream unhealthy", "err", err)
 		}
 		e.healthy.Store(false)
-		return false
+		return false, false
 	}
 	e.checked.Store(true)
 	if !was || discoverDue || e.models.Load() == nil {
@@ -228,11 +229,7 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 			e.models.Store(&models)
 		}
 	}
-	if !was {
-		e.log.Info("upstream healthy")
-	}
-	e.healthy.Store(true)
-	return changed
+	return true, changed
 }
 
 func sameModels(a, b map[string]*upstreamModel) bool {

@@ -39,12 +39,6 @@ type route struct {
 	ok       prometheus.Counter
 }
 
-func (p *Proxy) rebuild() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rebuildLocked()
-}
-
 type candidate struct {
 	ep       *endpoint
 	upstream string
@@ -54,8 +48,9 @@ type candidate struct {
 // rebuildLocked reconciles the registry with every endpoint's last discovered models: a public
 // name gets one model whose config is that of the highest-priority endpoint serving it (a healthy
 // one if any), routed to every endpoint whose config has the same tensors and batching. A changed
-// config re-registers the model; a name no endpoint serves any more leaves the registry.
-func (p *Proxy) rebuildLocked() {
+// config re-registers the model; a name no endpoint serves any more leaves the registry. The
+// endpoints in up count as healthy already: they are marked so once their routes exist.
+func (p *Proxy) rebuildLocked(up ...*endpoint) {
 	if p.closed {
 		return
 	}
@@ -87,7 +82,7 @@ func (p *Proxy) rebuildLocked() {
 		slices.SortStableFunc(cs, func(a, b candidate) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
 		chosen := cs[0]
 		for _, c := range cs {
-			if c.ep.healthy.Load() {
+			if c.ep.healthy.Load() || slices.Contains(up, c.ep) {
 				chosen = c
 				break
 			}

@@ -249,13 +249,20 @@ func (p *Proxy) Start(ctx context.Context) {
 	p.started = true
 	eps := p.endpoints()
 	p.mu.Unlock()
+	passed := make([]bool, len(eps))
 	var first sync.WaitGroup
-	for _, e := range eps {
-		first.Go(func() { e.probe(e.ctx, true) })
+	for i, e := range eps {
+		first.Go(func() { passed[i], _ = e.probe(e.ctx, true) })
 	}
 	first.Wait()
-	p.rebuild()
+	var up []*endpoint
+	for i, e := range eps {
+		if passed[i] {
+			up = append(up, e)
+		}
+	}
 	p.mu.Lock()
+	p.publishLocked(up...) // one rebuild for all: a model's served config is settled at once
 	for _, e := range eps {
 		p.run(e, false)
 	}
@@ -266,16 +273,40 @@ func (p *Proxy) Start(ctx context.Context) {
 // run keeps checking e in the background; probeFirst checks it at once first. Called with mu held.
 func (p *Proxy) run(e *endpoint, probeFirst bool) {
 	p.wg.Go(func() {
-		if probeFirst && e.probe(e.ctx, true) {
-			p.rebuild()
+		if probeFirst {
+			p.probe(e.ctx, e, true)
 		}
 		openai.HealthLoop(e.ctx, e.cfg.CheckInterval, p.opts.DiscoveryInterval, e.kick, func(ctx context.Context, due bool) bool {
-			if e.probe(ctx, due) {
-				p.rebuild()
-			}
+			p.probe(ctx, e, due)
 			return e.healthy.Load()
 		})
 	})
+}
+
+// probe checks e once and publishes the result.
+func (p *Proxy) probe(ctx context.Context, e *endpoint, discoverDue bool) {
+	up, changed := e.probe(ctx, discoverDue)
+	if !up || (!changed && e.healthy.Load()) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.publishLocked(e)
+}
+
+// publishLocked rebuilds the routes with the endpoints in up, whose checks passed, and only then
+// marks them healthy, under the lock Status takes: whoever sees an endpoint healthy (Status, the
+// health gauge, a request choosing an endpoint) also finds its models. A recovery rebuilds even
+// when no model changed: a model's served config is a healthy endpoint's where one offers it.
+func (p *Proxy) publishLocked(up ...*endpoint) {
+	// Not one removed, or of a closed proxy, while it was being checked.
+	up = slices.DeleteFunc(up, func(e *endpoint) bool { return e.ctx.Err() != nil })
+	p.rebuildLocked(up...)
+	for _, e := range up {
+		if !e.healthy.Swap(true) {
+			e.log.Info("upstream healthy")
+		}
+	}
 }
 
 // Close stops health checks, takes the proxy's models out of the registry and closes the
@@ -311,14 +342,15 @@ type EndpointStatus struct {
 
 // Status lists the endpoints in configuration order.
 func (p *Proxy) Status() []EndpointStatus {
+	// Health is read under the lock too: an endpoint turns healthy under it, after its routes.
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	served := map[*endpoint][]string{}
 	for name, m := range p.models {
 		for _, r := range *m.routes.Load() {
 			served[r.ep] = append(served[r.ep], name)
 		}
 	}
-	p.mu.Unlock()
 	out := []EndpointStatus{}
 	for _, e := range p.endpoints() {
 		names := served[e]
