@@ -99,6 +99,9 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 	}
 	tried := make([]*endpoint, 0, 4)
 	var lastErr error
+	// refusal: the soonest Retry-After of the breakers that refused a ticket (an endpoint
+	// cooling down after a 429, or half-open with every probe out); -1 while none did.
+	refusal := time.Duration(-1)
 	for {
 		route := p.pick(routes, tried)
 		if route == nil {
@@ -110,29 +113,77 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 		if err == nil {
 			return x, nil
 		}
-		lastErr = err
 		if ctx.Err() != nil {
 			p.m.requests.WithLabelValues(out.rt.Model, route.ep.cfg.Name, "499").Inc()
 			return nil, ctx.Err()
 		}
+		var open *breaker.OpenError
+		if errors.As(err, &open) {
+			// Cut off by its breaker: skipped, as routing skips an open one.
+			if refusal < 0 || open.RetryAfter < refusal {
+				refusal = open.RetryAfter
+			}
+			continue
+		}
+		lastErr = err
 	}
-	if lastErr == nil {
-		p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
-		return nil, &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_healthy_upstream",
-			Message: fmt.Sprintf("No healthy endpoint serves model `%s` right now.", out.rt.Model)}
+	if lastErr != nil {
+		p.m.requests.WithLabelValues(out.rt.Model, "", "502").Inc()
+		return nil, &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+			Message: fmt.Sprintf("Every endpoint serving model `%s` failed: %v", out.rt.Model, lastErr)}
 	}
-	var open *breaker.OpenError
-	if errors.As(lastErr, &open) {
-		// Only breakers stood in the way (each endpoint tried was open or cooling down).
-		p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
-		h := http.Header{}
-		h.Set("Retry-After", strconv.Itoa(max(1, int((open.RetryAfter+time.Second-1)/time.Second))))
-		return nil, &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_circuit_open", Header: h,
-			Message: fmt.Sprintf("Every endpoint serving model `%s` is failing and temporarily cut off; retry later.", out.rt.Model)}
+	p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
+	return nil, p.unavailable(out.rt.Model, routes, tried, refusal)
+}
+
+// unavailable is the answer when no endpoint serving model took the request: each one was out
+// of rotation (its health checks failing) or cut off by its breaker, either skipped by pick for
+// being open or tried and refused a ticket (refusal: the soonest Retry-After of those refusals,
+// -1 if there was none). When an endpoint that passes its
+// health checks is cut off, its breaker is what stands in the way: upstream_circuit_open, with
+// Retry-After when the soonest breaker lets a request through again. Otherwise
+// no_healthy_upstream, with Retry-After the shortest health check interval: an endpoint that
+// recovers is back in rotation after its next check.
+func (p *Proxy) unavailable(model string, routes []*route, tried []*endpoint, refusal time.Duration) *Error {
+	wait, cutOff := refusal, refusal >= 0
+	var check time.Duration
+	for _, r := range routes {
+		e := r.ep
+		switch {
+		case !e.healthy.Load():
+			if check == 0 || e.cfg.CheckInterval < check {
+				check = e.cfg.CheckInterval
+			}
+		case p.opts.Breaker != nil && !slices.Contains(tried, e):
+			// Healthy yet skipped by pick: its breaker is open. (Should it have gone half-open
+			// since, RetryAfter is 0: retry in a second.)
+			if w := p.opts.Breaker.RetryAfter(e.cfg.Name); !cutOff || w < wait {
+				wait = w
+			}
+			cutOff = true
+		}
 	}
-	p.m.requests.WithLabelValues(out.rt.Model, "", "502").Inc()
-	return nil, &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-		Message: fmt.Sprintf("Every endpoint serving model `%s` failed: %v", out.rt.Model, lastErr)}
+	h := http.Header{}
+	if cutOff {
+		secs := ceilSeconds(wait)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_circuit_open", Header: h,
+			Message: fmt.Sprintf("Every endpoint serving model `%s` is cut off by its circuit breaker (failing, or cooling "+
+				"down after a 429); retry after %d s.", model, secs)}
+	}
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(check), 10))
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_healthy_upstream", Header: h,
+		Message: fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model)}
+}
+
+// ceilSeconds is d in whole seconds for Retry-After: rounded up (waiting less would be refused
+// again), at least 1.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return max(1, s)
 }
 
 // attempt sends the request to one endpoint. On success the endpoint stays counted as busy until

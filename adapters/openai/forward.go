@@ -94,7 +94,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	writeErr := copyBody(w, x)
 	x.finish(writeErr)
 	if x.upstreamFailed() && writeErr == nil {
-		ep.log.Warn("upstream failed mid-response", "model", x.route.public, "request_id", reqID, "err", x.readErr)
+		ep.warn.Warn(warnMidResponse, warnMidResponse, "model", x.route.public, "request_id", reqID, "err", x.readErr)
 		if x.stream {
 			// Tell an SSE client in-band (openai-go surfaces an "error" event as the stream's
 			// error), then cut the connection so any client sees a truncated response, not a
@@ -164,6 +164,10 @@ func copyBody(w http.ResponseWriter, x *exchange) error {
 		}
 	}
 }
+
+// warnMidResponse is logged, per endpoint, once per interval however many responses it cuts
+// short: the lines name the first request of each interval and count the others.
+const warnMidResponse = "upstream failed mid-response"
 
 func midStreamError(endpoint string, err error) string {
 	b, _ := json.Marshal(newErrorBody(&Error{Type: "server_error", Code: "upstream_stream_error",

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/infergate/infergate/adapters/logthrottle"
 )
 
 // endpoint is one upstream at run time: its pooled transport, health and discovered models.
@@ -22,6 +24,9 @@ type endpoint struct {
 	tr     *http.Transport // health checks and discovery, and proxied requests to https:// upstreams
 	rt     roundTripper    // what proxied requests go through: h1Transport for http://, else tr
 	log    *slog.Logger
+	// warn writes the warnings a failing upstream can cause on every request (a response cut
+	// short) at most once per interval, with a count.
+	warn *logthrottle.Throttle
 
 	healthy     atomic.Bool
 	checked     atomic.Bool // the first health check ran
@@ -61,12 +66,14 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
 		rt = newH1Transport(hostPort(cfg.base), tr)
 	}
+	log = log.With("endpoint", cfg.Name)
 	return &endpoint{
 		cfg:    cfg,
 		tr:     tr,
 		rt:     rt,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		log:    log.With("endpoint", cfg.Name),
+		log:    log,
+		warn:   logthrottle.New(log, logthrottle.DefaultInterval),
 		kick:   make(chan struct{}, 1),
 	}
 }

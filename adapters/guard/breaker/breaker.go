@@ -48,6 +48,12 @@ type Breaker interface {
 	// State is the endpoint's state as this process knows it. It reports HalfOpen as soon as the
 	// open timeout has passed, so a router that skips Open endpoints still sends the probes.
 	State(endpoint string) State
+	// RetryAfter is how long, as this process knows, until endpoint may admit a request again:
+	// for an open endpoint, until its first half-open probe; for one cooling down after a 429,
+	// until the cooldown ends; for a half-open round whose probes are all out, until the round
+	// times out; zero when Allow may admit now. A router that found every endpoint cut off
+	// tells its client when to retry with it (Retry-After), without asking Allow for a ticket.
+	RetryAfter(endpoint string) time.Duration
 }
 
 // State of an endpoint's breaker. The values are part of the Redis layout and the metrics.

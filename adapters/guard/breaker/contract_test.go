@@ -302,6 +302,42 @@ func TestContractOutcomesOfAnOlderPeriodDoNotCount(t *testing.T) {
 	})
 }
 
+// TestContractRetryAfter: RetryAfter says, without taking a ticket, how long until an endpoint
+// admits again: zero while it does, the open timeout's rest while open, the cooldown's rest
+// after a 429, the round's rest while every probe is out.
+func TestContractRetryAfter(t *testing.T) {
+	contract(t, contractSettings, func(t *testing.T, h harness) {
+		require.Zero(t, h.b.RetryAfter("never-used"))
+		outcomes(t, h, "up", Success)
+		require.Zero(t, h.b.RetryAfter("up"), "closed: admits now")
+
+		trip(t, h, "up")
+		wait := h.b.RetryAfter("up")
+		require.Greater(t, wait, time.Duration(0), "open: until the first probe")
+		require.LessOrEqual(t, wait, contractSettings.OpenTimeout)
+		require.LessOrEqual(t, refused(t, h, "up").RetryAfter, wait, "what a refusal says, a moment later")
+
+		h.advance(contractSettings.OpenTimeout)
+		require.Zero(t, h.b.RetryAfter("up"), "half-open with probes to give: admits now")
+		p1, p2 := allow(t, h, "up"), allow(t, h, "up")
+		refused(t, h, "up") // every probe of the round is out
+		wait = h.b.RetryAfter("up")
+		require.Greater(t, wait, time.Duration(0), "half-open, probes all out: until the round times out")
+		require.LessOrEqual(t, wait, contractSettings.OpenTimeout)
+		p1.Done(Success)
+		p2.Done(Success)
+		require.Equal(t, Closed, h.b.State("up"))
+		require.Zero(t, h.b.RetryAfter("up"))
+
+		allow(t, h, "up").Done(Throttled)
+		wait = h.b.RetryAfter("up")
+		require.Greater(t, wait, time.Duration(0), "cooling down after a 429: until the cooldown ends")
+		require.LessOrEqual(t, wait, contractSettings.Cooldown)
+		h.advance(contractSettings.Cooldown)
+		require.Zero(t, h.b.RetryAfter("up"))
+	})
+}
+
 func TestClassify(t *testing.T) {
 	require.Equal(t, Success, Classify(200, nil))
 	require.Equal(t, Success, Classify(404, nil))

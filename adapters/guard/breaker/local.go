@@ -58,6 +58,15 @@ func (l *Local) State(endpoint string) State {
 	return e.state()
 }
 
+// RetryAfter implements Breaker.
+func (l *Local) RetryAfter(endpoint string) time.Duration {
+	e := (*l.eps.Load())[endpoint]
+	if e == nil {
+		return 0
+	}
+	return e.retryAfter()
+}
+
 // Remove forgets an endpoint (one removed from the routing table); a later Allow starts it
 // closed with empty counts.
 func (l *Local) Remove(endpoint string) {
@@ -132,6 +141,18 @@ func (e *lendpoint) state() State {
 		e.mu.Unlock()
 	}
 	return s
+}
+
+func (e *lendpoint) retryAfter() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.l.now()
+	var wait int64
+	switch s := State(e.sg.Load() & 3); {
+	case s == Open, s == HalfOpen && e.probes >= e.l.s.HalfOpenProbes:
+		wait = e.until - now // negative once the deadline passed: Allow starts a round
+	}
+	return time.Duration(max(wait, e.cool.Load()-now, 0))
 }
 
 func (e *lendpoint) allow() (Ticket, error) {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/adapters/logthrottle"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )
@@ -52,6 +53,10 @@ type Redis struct {
 	prefix  string
 	channel string
 	log     *slog.Logger
+	warn    *logthrottle.Throttle
+	// downLogged: the outage's warning was written and its end not yet. Only such an outage's
+	// end is logged, so a flapping Redis costs one pair of lines per throttle interval.
+	downLogged atomic.Bool
 
 	mu  sync.Mutex // serializes writers of eps
 	eps atomic.Pointer[map[string]*rentry]
@@ -85,6 +90,10 @@ type RedisOptions struct {
 	RetryInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Throttle writes the warnings that repeat while Redis fails (unreachable, a lost
+	// subscription, malformed change messages) at most once per its interval, with a count;
+	// default logthrottle.New(Logger, logthrottle.DefaultInterval).
+	Throttle *logthrottle.Throttle
 }
 
 // NewRedis returns a breaker sharing its state through client, and starts its background work
@@ -109,6 +118,9 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Throttle == nil {
+		opts.Throttle = logthrottle.New(opts.Logger, logthrottle.DefaultInterval)
+	}
 	s := opts.Settings.withDefaults()
 	b := &Redis{
 		client:   client,
@@ -118,6 +130,7 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 		prefix:   opts.Prefix + ":breaker:",
 		channel:  opts.Prefix + ":breaker:changes",
 		log:      opts.Logger,
+		warn:     opts.Throttle,
 		flushNow: make(chan struct{}, 1),
 		syncNow:  make(chan struct{}, 1),
 		ttl:      ms(2*(s.Window+s.OpenTimeout) + s.MaxCooldown + time.Minute),
@@ -212,6 +225,25 @@ func (b *Redis) State(endpoint string) State {
 		return Closed
 	}
 	return e.effective(e.view.Load())
+}
+
+// RetryAfter implements Breaker. A half-open round counts as full only once Redis refused
+// this replica a probe in it: until then Allow asks Redis, so the wait is zero.
+func (b *Redis) RetryAfter(endpoint string) time.Duration {
+	if b.degraded.Load() {
+		return b.local.RetryAfter(endpoint)
+	}
+	e := (*b.eps.Load())[endpoint]
+	if e == nil {
+		return 0
+	}
+	v := e.view.Load()
+	now := b.now()
+	var wait int64
+	if v.state == Open || v.state == HalfOpen && v.full {
+		wait = v.until - now
+	}
+	return time.Duration(max(wait, v.cool-now, 0))
 }
 
 // effective is the view's state, HalfOpen once an open deadline passed.
@@ -645,7 +677,7 @@ func (b *Redis) subscribeLoop(ctx context.Context) {
 			return
 		}
 		if !lost.Swap(true) {
-			b.log.Warn("breaker: change subscription lost; resubscribing", "err", err)
+			b.warn.Warn(warnSubscription, warnSubscription, "err", err)
 		}
 		sleep(ctx, b.opts.RetryInterval)
 	}
@@ -654,7 +686,7 @@ func (b *Redis) subscribeLoop(ctx context.Context) {
 func (b *Redis) handle(msg string) {
 	c, err := parseChange(msg)
 	if err != nil {
-		b.log.Warn("breaker: ignoring a malformed change message", "err", err)
+		b.warn.Warn(warnMalformed, warnMalformed, "err", err)
 		return
 	}
 	// An endpoint this replica has not used yet is tracked from now on, so its State (which
@@ -731,6 +763,7 @@ func (b *Redis) sync(ctx context.Context) error {
 func (b *Redis) fail(op string, err error) {
 	b.n.m.redisErrors.WithLabelValues(op).Inc()
 	if b.degraded.Load() {
+		b.warnDown(op, err) // every failed retry: one line per interval while the outage lasts
 		return
 	}
 	b.modeMu.Lock()
@@ -757,8 +790,21 @@ func (b *Redis) fail(op string, err error) {
 	}
 	b.degraded.Store(true)
 	b.n.m.degraded.Set(1)
-	b.log.Warn("breaker: Redis unreachable; breaking circuits on this replica's outcomes only", "op", op, "err", err)
+	b.warnDown(op, err)
 	b.kickSync()
+}
+
+// The throttled warnings' keys, which are also their messages.
+const (
+	warnDown         = "breaker: Redis unreachable; breaking circuits on this replica's outcomes only"
+	warnSubscription = "breaker: change subscription lost; resubscribing"
+	warnMalformed    = "breaker: ignoring a malformed change message"
+)
+
+func (b *Redis) warnDown(op string, err error) {
+	if b.warn.Warn(warnDown, warnDown, "op", op, "err", err) {
+		b.downLogged.Store(true)
+	}
 }
 
 // recover ends degraded mode after a successful resync: the shared state decides again.
@@ -779,7 +825,9 @@ func (b *Redis) recover() {
 	b.degraded.Store(false)
 	b.modeMu.Unlock()
 	b.n.m.degraded.Set(0)
-	b.log.Info("breaker: Redis reachable again; sharing circuit state")
+	if b.downLogged.Swap(false) {
+		b.log.Info("breaker: Redis reachable again; sharing circuit state")
+	}
 	for _, d := range diffs {
 		b.n.changed(d.name, d.from, d.to)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/adapters/logthrottle"
 	"github.com/redis/rueidis"
 )
 
@@ -41,12 +42,20 @@ import (
 // every decision takes the policy's path at once without waiting on Redis, then one call at a
 // time probes Redis again, and the first success sends decisions back to Redis. An error reply
 // (say, a key of another type under a bucket's name) applies the policy to that bucket only.
+//
+// Every decision the policy makes instead of Redis is worth a warning, but one per request would
+// flood the log during an outage: they go through a logthrottle.Throttle (one line per interval,
+// with the count of decisions since the last one), and Redis coming back is logged only after
+// an outage that was, so a flapping Redis costs one pair of lines per interval.
 type Redis struct {
 	client   rueidis.Client
 	opts     RedisOptions
 	prefix   string // "<prefix>:{"
 	fallback *Local
 	metrics  *Metrics
+	warn     *logthrottle.Throttle
+	// downLogged: a "redis failed" line was written since the last "redis is back" one.
+	downLogged atomic.Bool
 
 	downUntil atomic.Int64 // unix ns until which Redis is skipped; 0 while it is up
 	probing   atomic.Bool  // a call is probing Redis while it is down
@@ -111,6 +120,10 @@ type RedisOptions struct {
 	Metrics *Metrics
 	// Logger reports Redis going down and coming back; default slog.Default().
 	Logger *slog.Logger
+	// Throttle writes the warnings that repeat on every decision while Redis fails or refuses
+	// the script, at most once per its interval, with a count; default
+	// logthrottle.New(Logger, logthrottle.DefaultInterval).
+	Throttle *logthrottle.Throttle
 }
 
 // NewRedis returns a limiter over client. The client stays the caller's to close; keep its
@@ -137,12 +150,16 @@ func NewRedis(client rueidis.Client, opts RedisOptions) (*Redis, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Throttle == nil {
+		opts.Throttle = logthrottle.New(opts.Logger, logthrottle.DefaultInterval)
+	}
 	return &Redis{
 		client:   client,
 		opts:     opts,
 		prefix:   opts.Prefix + ":{",
 		fallback: opts.Fallback,
 		metrics:  opts.Metrics,
+		warn:     opts.Throttle,
 		coalesce: client != nil && client.Mode() != rueidis.ClientModeCluster,
 	}, nil
 }
@@ -265,6 +282,7 @@ func (r *Redis) decide(ctx context.Context, key string, l Limit, cost, tokens fl
 		if ctx.Err() != nil {
 			return Decision{}, fmt.Errorf("ratelimit: %w", err)
 		}
+		r.warnFailed(err)
 		if r.opts.Failure == FailClosed {
 			r.metrics.unavailable()
 			return Decision{Limit: l}, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -288,12 +306,31 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, delta float64) 
 		if ctx.Err() != nil {
 			return fmt.Errorf("ratelimit: %w", err)
 		}
+		r.warnFailed(err)
 		if r.opts.Failure == FailClosed {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		r.fallback.adjust(key, l, delta)
 	}
 	return nil
+}
+
+// The throttled warnings' keys, which are also their messages.
+const (
+	warnFailed  = "ratelimit: redis failed; applying the failure policy"
+	warnRefused = "ratelimit: redis refused the script; applying the failure policy to the bucket"
+)
+
+// warnFailed reports a decision or adjustment the failure policy made because Redis did not
+// answer: the first at once, then one line per interval counting the others. An error Redis
+// answered is run's to report, with the bucket's key.
+func (r *Redis) warnFailed(err error) {
+	if isReply(err) {
+		return
+	}
+	if r.warn.Warn(warnFailed, warnFailed, "policy", r.opts.Failure.String(), "retry_in", r.opts.RetryInterval, "err", err) {
+		r.downLogged.Store(true)
+	}
 }
 
 // do runs the script for one bucket; see exec.
@@ -486,21 +523,22 @@ func (r *Redis) run(ctx context.Context, calls []call, probe bool) {
 		if probe || r.downUntil.Load() != 0 {
 			r.downUntil.Store(0)
 			r.metrics.setRedisUp(true)
-			r.opts.Logger.Info("ratelimit: redis is back; decisions go to redis again")
+			if r.downLogged.Swap(false) {
+				r.opts.Logger.Info("ratelimit: redis is back; decisions go to redis again")
+			}
 		}
 		for i := range calls {
 			if isReply(calls[i].err) {
 				// Redis answered with an error (a key of another type under our name, out of
 				// memory): the policy decides this call, but Redis is reachable, so others
-				// still go to it. Counted in the errors metric; logged at debug level, as it may
-				// repeat on every call.
-				r.opts.Logger.Debug("ratelimit: redis refused the script", "key", r.Key(calls[i].key), "err", calls[i].err)
+				// still go to it. It may repeat on every call: throttled.
+				r.warn.Warn(warnRefused, warnRefused, "key", r.Key(calls[i].key), "policy", r.opts.Failure.String(), "err", calls[i].err)
 			}
 		}
 	case failed != nil && ctx.Err() == nil:
+		// Reported by the decisions the policy makes (warnFailed), one line per interval.
 		if r.downUntil.Swap(time.Now().Add(r.opts.RetryInterval).UnixNano()) == 0 {
 			r.metrics.setRedisUp(false)
-			r.opts.Logger.Warn("ratelimit: redis failed; applying the failure policy", "policy", r.opts.Failure.String(), "retry_in", r.opts.RetryInterval, "err", failed)
 		}
 	}
 }
