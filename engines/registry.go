@@ -22,6 +22,46 @@ type Registry struct {
 	entries map[string]*Entry
 	order   []string // registration order, for stable listings
 	admit   atomic.Pointer[Admission]
+	visible atomic.Pointer[Visibility]
+}
+
+// Visibility decides, from a request's context (the guard's API key), whether its caller may see
+// a model at all: a model it may not see is, to that caller, a model that does not exist, so
+// metadata, config, statistics, readiness, the repository index and inference answer for it
+// exactly as for an unknown name, and a key cannot probe which models other tenants have.
+type Visibility func(ctx context.Context, model string) bool
+
+// SetVisibility makes the registry's listings and lookups for a caller see only what v allows
+// (nil: every model).
+func (r *Registry) SetVisibility(v Visibility) {
+	if v == nil {
+		r.visible.Store(nil)
+		return
+	}
+	r.visible.Store(&v)
+}
+
+// Visible reports whether the caller of ctx may see model.
+func (r *Registry) Visible(ctx context.Context, model string) bool {
+	v := r.visible.Load()
+	return v == nil || (*v)(ctx, model)
+}
+
+// ResolveFor is Resolve for the caller of ctx: a model it may not see is unknown to it.
+func (r *Registry) ResolveFor(ctx context.Context, name, version string) (*Entry, error) {
+	if !r.Visible(ctx, name) {
+		return nil, UnknownModel(name)
+	}
+	return r.Resolve(name, version)
+}
+
+// EntriesFor is Entries, less the models the caller of ctx may not see.
+func (r *Registry) EntriesFor(ctx context.Context) []*Entry {
+	all := r.Entries()
+	if r.visible.Load() == nil {
+		return all
+	}
+	return slices.DeleteFunc(all, func(e *Entry) bool { return !r.Visible(ctx, e.Name()) })
 }
 
 // Admission decides whether a request may run on a model now: the guard's API key permissions,
@@ -147,12 +187,22 @@ func UnknownModel(name string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("Request for unknown model: '%s' is not found", name))
 }
 
+// UnknownLoad is Triton's error for loading a model its repository does not have.
+func UnknownLoad(name string) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to load '%s', failed to poll from model repository", name))
+}
+
+// UnknownUnload is Triton's error for unloading a model it does not have.
+func UnknownUnload(name string) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to unload '%s', no version is available", name))
+}
+
 // Load makes a registered model ready again. Models are registered in code, so loading a name that
 // was never registered fails the way Triton fails for a model missing from its repository.
 func (r *Registry) Load(name string) error {
 	e := r.Lookup(name)
 	if e == nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to load '%s', failed to poll from model repository", name))
+		return UnknownLoad(name)
 	}
 	e.ready.Store(true)
 	return nil
@@ -162,7 +212,7 @@ func (r *Registry) Load(name string) error {
 func (r *Registry) Unload(name string) error {
 	e := r.Lookup(name)
 	if e == nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to unload '%s', no version is available", name))
+		return UnknownUnload(name)
 	}
 	e.ready.Store(false)
 	if e.seq != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/openai"
 	"go.yaml.in/yaml/v3"
 )
@@ -40,6 +41,31 @@ type fileConfig struct {
 	Breaker breakerConfig `yaml:"breaker"`
 	// Batch is the Files and Batches API and its workers.
 	Batch batchConfig `yaml:"batch"`
+	// Server bounds what one connection and one request may cost the gateway.
+	Server serverConfig `yaml:"server"`
+}
+
+// serverConfig bounds what clients may make the gateway spend before a request reaches a model.
+type serverConfig struct {
+	// MaxDecompressedBytes is the most one compressed request (or streamed message) may inflate
+	// to, on every surface; default 64 MiB. Uncompressed requests keep -max-message-bytes.
+	MaxDecompressedBytes int `yaml:"max_decompressed_bytes"`
+	// MaxDecompressionRatio is the most a compressed request may inflate per compressed byte once
+	// past its first MiB; default 200 (Apache's); -1 turns it off.
+	MaxDecompressionRatio int `yaml:"max_decompression_ratio"`
+	// MaxDecompressionInFlightBytes bounds the inflated bytes of all requests together; default
+	// 1 GiB. Past it a compressed request is refused (413 / RESOURCE_EXHAUSTED) until others end.
+	MaxDecompressionInFlightBytes int `yaml:"max_decompression_in_flight_bytes"`
+	// FirstByteTimeout closes a new connection that has not begun its first request in time;
+	// default 10s.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// IdleTimeout closes a connection that carried nothing for that long; default 5m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+func (c serverConfig) decompression() inflate.Config {
+	return inflate.Config{MaxBytes: int64(c.MaxDecompressedBytes), MaxRatio: int64(c.MaxDecompressionRatio),
+		MaxInFlightBytes: int64(c.MaxDecompressionInFlightBytes)}
 }
 
 type authConfig struct {
@@ -175,6 +201,12 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 	}
 	for _, l := range c.Batch.validate("", c.Redis.Addr) {
 		lines = append(lines, fmt.Sprintf("%s: %s", name, l))
+	}
+	if err := c.Server.decompression().Validate(); err != nil {
+		lines = append(lines, fmt.Sprintf("%s: server.%v", name, err))
+	}
+	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 {
+		lines = append(lines, fmt.Sprintf("%s: server: timeouts must be positive", name))
 	}
 	if len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))

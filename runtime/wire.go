@@ -31,6 +31,9 @@ import (
 // it. closeAll stops what build started, in reverse order; call it after the gateway drained.
 func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll func(), err error) {
 	log := gwCfg.Logger
+	gwCfg.Decompression = cfg.Server.decompression()
+	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
+	gwCfg.IdleTimeout = cfg.Server.IdleTimeout
 	var closers []func()
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -70,11 +73,15 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	var bridged atomic.Pointer[bridge.Bridge]
 	var admit openai.Admission // the guard's, set below: the proxy is built before the guard
 	// With API keys on, a client's Authorization is the gateway's key: never passed upstream.
+	// A key sees only the models it may use, on every surface.
 	var strip []string
+	var visible func(context.Context, string) bool
 	if len(cfg.Auth.Keys) > 0 || cfg.Auth.RedisKeys {
 		strip = []string{"Authorization"}
+		visible = guard.Visible
+		reg.SetVisibility(guard.Visible)
 	}
-	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip,
+	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
 		Ready: func() bool { return gw.Ready() },
 		OnModelsChanged: func() {
 			if b := bridged.Load(); b != nil {
@@ -119,7 +126,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	if auth != nil {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
-			grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(auth.StreamInterceptor()))
+			auth.GRPCOption())
 	}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		mux.Handle("GET /admin/guard", g.AdminHandler())

@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
@@ -66,6 +67,9 @@ type Config struct {
 	// GRPCOptions are added to the native gRPC server's, after the KServe service's own (so its
 	// interceptors run inside the service's).
 	GRPCOptions []grpc.ServerOption
+	// Decompression bounds compressed requests on every surface: what one may inflate to, how
+	// far past its compressed size, and the inflated bytes all requests may hold at once.
+	Decompression inflate.Config
 }
 
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
@@ -108,14 +112,17 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg}
+	inflater := inflate.New(cfg.Decompression)
 	g.svc = kserve.NewService(reg,
 		kserve.WithServerName(cfg.ServerName),
 		kserve.WithServerVersion(cfg.Version),
-		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes))
+		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes),
+		kserve.WithInflater(inflater))
 	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
 
 	g.metrics = prometheus.NewRegistry()
 	g.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newCollector(reg))
+	g.metrics.MustRegister(inflater.Collectors()...)
 
 	mux := http.NewServeMux()
 	mux.Handle(g.svc.Handler())
@@ -127,12 +134,15 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	rest := g.svc.RESTHandler() // KServe v2 REST, over HTTP/1.1 and h2c alike
 	mux.Handle("/v2", rest)
 	mux.Handle("/v2/", rest)
-	g.handler = mux
+	// Compressed RPCs are inflated inside the middleware (authentication), never before it.
+	g.handler = inflater.Handler(mux)
 	for i := len(cfg.HTTPMiddleware) - 1; i >= 0; i-- {
 		g.handler = cfg.HTTPMiddleware[i](g.handler)
 	}
 
-	grpcOpts := append(g.svc.ServerOptions(),
+	// Compressed gRPC messages are inflated by the call that reads them, within the bounds.
+	inflateGRPC := inflater.GRPC(g.svc.Codec())
+	grpcOpts := append(append(g.svc.ServerOptions(), inflateGRPC.ServerOptions()...),
 		// Large tensors: windows of this size keep a 64 MiB message from stalling on updates.
 		grpc.InitialWindowSize(16<<20),
 		grpc.InitialConnWindowSize(32<<20),
@@ -146,14 +156,15 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
 	)
 	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
-	g.svc.RegisterGRPC(g.grpcSrv)
+	services := inflateGRPC.Registrar(g.grpcSrv)
+	g.svc.RegisterGRPC(services)
 	g.grpcHealth = health.NewServer()
 	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
-	healthgrpc.RegisterHealthServer(g.grpcSrv, g.grpcHealth)
+	healthgrpc.RegisterHealthServer(services, g.grpcHealth)
 	for _, mount := range cfg.Services {
-		mount(mux, g.grpcSrv)
+		mount(mux, services)
 	}
-	reflection.Register(g.grpcSrv)
+	reflection.Register(services.(reflection.GRPCServer))
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)

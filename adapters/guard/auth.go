@@ -9,20 +9,23 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/logthrottle"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Auth checks API keys on every transport: HTTP (OpenAI's API, KServe REST, Connect, gRPC-Web)
-// through HTTP, and native gRPC through its interceptors. A request with a valid key carries its
-// Principal in its context; without one it is refused with the protocol's 401 / UNAUTHENTICATED.
-// Health checks, metrics and server reflection need no key; the backend registry and the admin
-// endpoint need an admin key.
+// through HTTP, and native gRPC through the transport's tap, which runs when a call's headers
+// arrive, before any of its messages is read or decompressed. A request with a valid key carries
+// its Principal in its context; without one it is refused with the protocol's 401 /
+// UNAUTHENTICATED. Health checks, metrics and server reflection need no key; loading and
+// unloading models needs a key with the control permission (or admin); the backend registry and
+// the admin endpoint need an admin key.
 type Auth struct {
 	keys KeyStore
-	log  *slog.Logger
+	log  *logthrottle.Throttle // a key store that fails, fails every request: one line per interval
 	ew   *connect.ErrorWriter
 }
 
@@ -31,7 +34,7 @@ func NewAuth(keys KeyStore, log *slog.Logger) *Auth {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Auth{keys: keys, log: log, ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader())}
+	return &Auth{keys: keys, log: logthrottle.New(log, 0), ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader())}
 }
 
 // open reports whether a path (an HTTP path or a gRPC full method) needs no key.
@@ -46,6 +49,25 @@ func open(path string) bool {
 // adminOnly reports whether a path needs an admin key.
 func adminOnly(path string) bool {
 	return strings.HasPrefix(path, "/infergate.registry.v1.RegistryService/") || strings.HasPrefix(path, "/admin/")
+}
+
+// controlOnly reports whether a path changes the server for every caller: loading and unloading
+// models (KServe's repository extension, over gRPC, Connect and REST), and Triton's trace and log
+// settings.
+func controlOnly(path string) bool {
+	switch path {
+	case "/inference.GRPCInferenceService/RepositoryModelLoad", "/inference.GRPCInferenceService/RepositoryModelUnload",
+		"/inference.GRPCInferenceService/TraceSetting", "/inference.GRPCInferenceService/LogSettings",
+		"/v2/logging", "/v2/trace/setting":
+		return true
+	}
+	if rest, ok := strings.CutPrefix(path, "/v2/repository/models/"); ok {
+		return strings.HasSuffix(rest, "/load") || strings.HasSuffix(rest, "/unload")
+	}
+	if rest, ok := strings.CutPrefix(path, "/v2/models/"); ok {
+		return strings.HasSuffix(rest, "/trace/setting")
+	}
+	return false
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" value.
@@ -69,10 +91,14 @@ func (a *Auth) check(ctx context.Context, path, authorization string) (*Principa
 	case errors.Is(err, ErrUnknownKey):
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid API key"))
 	case err != nil:
-		a.log.Warn("API key check failed", "err", err)
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the API key could not be checked right now; retry later"))
+		a.log.Warn("key-check-failed", "API key check failed; requests refused", "err", err)
+		e := connect.NewError(connect.CodeUnavailable, errors.New("the API key could not be checked right now; retry later"))
+		e.Meta().Set("Retry-After", "1")
+		return nil, e
 	case adminOnly(path) && !p.Admin:
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("this API key may not use "+path))
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("this API key may not use "+path+": it needs an admin key"))
+	case controlOnly(path) && !p.MayControl():
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("this API key may not use "+path+": loading and unloading models needs a key with the control permission"))
 	}
 	return p, nil
 }
@@ -98,6 +124,9 @@ func (a *Auth) HTTP(next http.Handler) http.Handler {
 func (a *Auth) refuseHTTP(w http.ResponseWriter, r *http.Request, cerr *connect.Error) {
 	if cerr.Code() == connect.CodeUnauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="infergate"`)
+	}
+	for k, vv := range cerr.Meta() {
+		w.Header()[k] = vv
 	}
 	if a.ew.IsSupported(r) {
 		_ = a.ew.Write(w, r, cerr)
@@ -147,46 +176,26 @@ func HTTPStatus(c connect.Code) int {
 	return http.StatusBadRequest
 }
 
-// UnaryInterceptor authenticates native gRPC unary calls.
-func (a *Auth) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		ctx, err := a.grpcContext(ctx, info.FullMethod)
-		if err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}
-}
+// GRPCOption authenticates native gRPC calls in the transport's tap, which runs when a call's
+// headers arrive: a refused call ends there, before grpc-go reads (or decompresses) any of its
+// messages, so a caller without a key cannot make the server buffer or inflate a single byte.
+// Only one tap may be set on a server.
+func (a *Auth) GRPCOption() grpc.ServerOption { return grpc.InTapHandle(a.tap) }
 
-// StreamInterceptor authenticates native gRPC streams.
-func (a *Auth) StreamInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		ctx, err := a.grpcContext(ss.Context(), info.FullMethod)
-		if err != nil {
-			return err
-		}
-		return h(srv, &withContext{ss, ctx})
-	}
-}
-
-func (a *Auth) grpcContext(ctx context.Context, method string) (context.Context, error) {
-	if open(method) {
+// tap runs on the connection's reader goroutine: a static key costs a map lookup, a Redis key a
+// cached lookup (bounded by its timeout on a miss, which holds up only the connection that sent
+// the unknown key).
+func (a *Auth) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if open(info.FullMethodName) {
 		return ctx, nil
 	}
 	var authorization string
-	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+	if v := info.Header.Get("authorization"); len(v) > 0 {
 		authorization = v[0]
 	}
-	p, cerr := a.check(ctx, method, authorization)
+	p, cerr := a.check(ctx, info.FullMethodName, authorization)
 	if cerr != nil {
 		return nil, status.Error(codes.Code(cerr.Code()), cerr.Message())
 	}
 	return WithPrincipal(ctx, p), nil
 }
-
-type withContext struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *withContext) Context() context.Context { return s.ctx }

@@ -56,7 +56,7 @@ func startAuthed(t *testing.T) *gatewaytest.Server {
 	return gatewaytest.Start(t, gateway.Config{
 		Services:       []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount, registry.NewService(store, registry.ServiceOptions{}).Mount},
 		HTTPMiddleware: []func(http.Handler) http.Handler{auth.HTTP},
-		GRPCOptions:    []grpc.ServerOption{grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(auth.StreamInterceptor())},
+		GRPCOptions:    []grpc.ServerOption{auth.GRPCOption()},
 	})
 }
 

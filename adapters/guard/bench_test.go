@@ -85,7 +85,7 @@ func benchGuard(b *testing.B, limiter func(*testing.B) ratelimit.Limiter, ping f
 		Limits:  guard.Limits{PerKey: guard.Budget{RequestsPerMinute: 1e12}}})
 	guarded := gatewaytest.Start(b, gateway.Config{Logger: quietLogger(),
 		HTTPMiddleware: []func(http.Handler) http.Handler{auth.HTTP},
-		GRPCOptions:    []grpc.ServerOption{grpc.ChainUnaryInterceptor(auth.UnaryInterceptor())}})
+		GRPCOptions:    []grpc.ServerOption{auth.GRPCOption()}})
 	guarded.Registry.SetAdmission(g.KServe())
 	bare := gatewaytest.Start(b, gateway.Config{Logger: quietLogger()})
 	type target struct {

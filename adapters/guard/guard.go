@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
+	"github.com/infergate/infergate/adapters/logthrottle"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/engines"
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,6 +106,7 @@ const (
 type Guard struct {
 	opts      Options
 	log       *slog.Logger
+	warn      *logthrottle.Throttle // per-request warnings: one line per interval, with a count
 	decisions *prometheus.CounterVec
 
 	// The last decision of recently used buckets, for the admin endpoint, in shards so that
@@ -132,7 +134,7 @@ func New(opts Options) *Guard {
 	if opts.Shedder == nil {
 		opts.Shedder = NewShedder(ShedderConfig{})
 	}
-	g := &Guard{opts: opts, log: opts.Logger,
+	g := &Guard{opts: opts, log: opts.Logger, warn: logthrottle.New(opts.Logger, 0),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infergate_guard_decisions_total",
 			Help: "Requests the guard decided on, by route (openai, kserve) and result: admitted, forbidden (model not allowed for the key), rate_limited, too_large (more tokens than a whole budget), overloaded, queue_timeout, limiter_unavailable, canceled.",
@@ -177,6 +179,7 @@ type refusal struct {
 	status     int
 	errType    string // OpenAI's error type
 	errCode    string // OpenAI's error code
+	param      string // OpenAI's error param: the request field at fault
 	msg        string
 	retryAfter time.Duration
 	limit      *ratelimit.Decision // the refusing budget, for X-RateLimit-*
@@ -203,7 +206,7 @@ func (r *refusal) connectError() *connect.Error {
 }
 
 func (r *refusal) openAIError() *openai.Error {
-	return &openai.Error{Status: r.status, Type: r.errType, Code: r.errCode, Message: r.msg, Header: r.header()}
+	return &openai.Error{Status: r.status, Type: r.errType, Code: r.errCode, Param: r.param, Message: r.msg, Header: r.header()}
 }
 
 // ticket is an admitted request.
@@ -279,9 +282,14 @@ func (g *Guard) admit(ctx context.Context, model, route string, tokens float64) 
 func (g *Guard) decide(ctx context.Context, model, route string, tokens float64) (*ticket, *refusal) {
 	p := PrincipalFrom(ctx)
 	if p != nil && !p.MayUse(model) {
-		return nil, &refusal{code: connect.CodePermissionDenied, status: http.StatusForbidden, result: "forbidden",
-			errType: "invalid_request_error", errCode: "model_not_allowed",
-			msg: fmt.Sprintf("the API key '%s' may not use model '%s'", p.Name, model)}
+		// To a key, a model it may not use does not exist: the same answer as for an unknown
+		// name, in each protocol's words, so keys cannot probe other tenants' models.
+		msg := fmt.Sprintf("Request for unknown model: '%s' is not found", model)
+		if route == RouteOpenAI {
+			msg = fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)
+		}
+		return nil, &refusal{code: connect.CodeNotFound, status: http.StatusNotFound, result: "forbidden",
+			errType: "invalid_request_error", errCode: "model_not_found", param: "model", msg: msg}
 	}
 	t := &ticket{release: noRelease}
 	if g.opts.Limiter != nil {
@@ -421,7 +429,7 @@ func (g *Guard) limitWith(ctx context.Context, t *ticket, keyName, model, route 
 	case failed != nil && ctx.Err() != nil:
 		return &refusal{code: connect.CodeCanceled, status: 499, result: "canceled", errType: "server_error", msg: ctx.Err().Error()}
 	case failed != nil:
-		g.log.Warn("rate limiter failed; request refused (fail-closed)", "err", failed)
+		g.warn.Warn("limiter-failed", "rate limiter failed; requests refused (fail-closed)", "err", failed)
 		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, errType: "server_error",
 			result: "limiter_unavailable", errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
 	case refused != nil:

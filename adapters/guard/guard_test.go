@@ -56,7 +56,7 @@ func startGuardedWith(t *testing.T, opts guard.Options) *guarded {
 	srv := gatewaytest.Start(t, gateway.Config{
 		Services:       []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount},
 		HTTPMiddleware: []func(http.Handler) http.Handler{auth.HTTP},
-		GRPCOptions:    []grpc.ServerOption{grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()), grpc.ChainStreamInterceptor(auth.StreamInterceptor())},
+		GRPCOptions:    []grpc.ServerOption{auth.GRPCOption()},
 	})
 	srv.Registry.SetAdmission(g.KServe())
 	bridge.New(srv.Registry, p).Sync()
@@ -98,7 +98,9 @@ func (g *guarded) postAs(t *testing.T, key, path, body string) (*http.Response, 
 	return res, string(b)
 }
 
-// An API key's model allow-list holds on every surface.
+// An API key's model allow-list holds on every surface, and a model outside it looks like one that
+// does not exist (the registry's visibility, which the runtime also sets, answers the same before
+// admission; this is the admission's own answer).
 func TestGuardModelAllowList(t *testing.T) {
 	g := startGuarded(t, guard.ShedderConfig{})
 	c := inference.NewGRPCInferenceServiceClient(g.conn)
@@ -110,19 +112,21 @@ func TestGuardModelAllowList(t *testing.T) {
 		int8s.RawInputContents[i] = make([]byte, 16)
 	}
 	_, err = c.ModelInfer(userCtx(), int8s)
-	assert.Equal(t, codes.PermissionDenied, status.Code(err))
-	assert.Equal(t, "the API key 'user' may not use model 'simple_int8'", status.Convert(err).Message())
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	assert.Equal(t, "Request for unknown model: 'simple_int8' is not found", status.Convert(err).Message())
 
 	res, body := g.post(t, "/v2/models/simple_int8/infer", `{"inputs":[]}`)
 	assert.Equal(t, http.StatusBadRequest, res.StatusCode, "validation (Triton's) comes before admission: %s", body)
 	req := `{"inputs":[{"name":"INPUT0","datatype":"INT8","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]},{"name":"INPUT1","datatype":"INT8","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}`
 	res, body = g.post(t, "/v2/models/simple_int8/infer", req)
-	assert.Equal(t, http.StatusForbidden, res.StatusCode)
-	assert.JSONEq(t, `{"error":"the API key 'user' may not use model 'simple_int8'"}`, body)
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	assert.JSONEq(t, `{"error":"Request for unknown model: 'simple_int8' is not found"}`, body)
 
 	res, body = g.post(t, "/v1/chat/completions", `{"model":"qwen","messages":[]}`)
-	assert.Equal(t, http.StatusForbidden, res.StatusCode)
-	assert.JSONEq(t, `{"error":{"message":"the API key 'user' may not use model 'qwen'","type":"invalid_request_error","param":null,"code":"model_not_allowed"}}`, body)
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	assert.JSONEq(t, `{"error":{"message":"The model `+"`qwen`"+` does not exist or you do not have access to it.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`, body)
+	_, unknown := g.post(t, "/v1/chat/completions", `{"model":"nope","messages":[]}`)
+	assert.JSONEq(t, strings.ReplaceAll(body, "qwen", "nope"), unknown, "forbidden and unknown look the same")
 	assert.Zero(t, g.up.Requests(), "refused before the upstream")
 	res, _ = g.post(t, "/v1/chat/completions", `{"model":"llama","messages":[]}`)
 	assert.Equal(t, http.StatusOK, res.StatusCode)

@@ -16,14 +16,22 @@ type Principal struct {
 	Name string `json:"name"`
 	// Models lists the models the key may use; empty means every model.
 	Models []string `json:"models,omitempty"`
-	// Admin keys may register backends and read the admin endpoint.
+	// Admin keys may do everything: register backends, read the admin endpoint, load and unload
+	// models, and see every tenant's batches.
 	Admin bool `json:"admin,omitempty"`
+	// Control keys may load and unload the models they may use (KServe's repository extension),
+	// which changes those models for every caller.
+	Control bool `json:"control,omitempty"`
 }
 
-// MayUse reports whether the principal may call model.
+// MayUse reports whether the principal may call model, and see it: a model outside the key's
+// list is, to that key, a model that does not exist.
 func (p *Principal) MayUse(model string) bool {
 	return len(p.Models) == 0 || slices.Contains(p.Models, model)
 }
+
+// MayControl reports whether the principal may load and unload models.
+func (p *Principal) MayControl() bool { return p.Admin || p.Control }
 
 // ErrUnknownKey is what a KeyStore answers for a secret it does not know.
 var ErrUnknownKey = errors.New("unknown API key")
@@ -49,6 +57,8 @@ type KeyConfig struct {
 	SHA256 string   `yaml:"sha256"`
 	Models []string `yaml:"models"`
 	Admin  bool     `yaml:"admin"`
+	// Control lets the key load and unload its models.
+	Control bool `yaml:"control"`
 }
 
 // StaticKeys is a KeyStore of keys listed in the config.
@@ -79,7 +89,7 @@ func NewStaticKeys(keys []KeyConfig) (*StaticKeys, error) {
 			errs = append(errs, fmt.Errorf("keys[%d] (%s): the same key is listed twice", i, k.Name))
 			continue
 		}
-		s.byHash[h] = &Principal{Name: k.Name, Models: k.Models, Admin: k.Admin}
+		s.byHash[h] = &Principal{Name: k.Name, Models: k.Models, Admin: k.Admin, Control: k.Control}
 	}
 	return s, errors.Join(errs...)
 }
@@ -106,4 +116,11 @@ func WithPrincipal(ctx context.Context, p *Principal) context.Context {
 func PrincipalFrom(ctx context.Context) *Principal {
 	p, _ := ctx.Value(principalKey{}).(*Principal)
 	return p
+}
+
+// Visible is the model registry's and the OpenAI API's view of a caller: with API keys on, a key
+// sees only the models it may use; with them off (no principal) every model.
+func Visible(ctx context.Context, model string) bool {
+	p := PrincipalFrom(ctx)
+	return p == nil || p.MayUse(model)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -84,6 +85,9 @@ func (s grpcStream) Receive() (*inference.ModelInferRequest, error) {
 	s.codec.claimRequest(req)
 	return req, err
 }
+
+// Codec is the native transport's codec (zero-copy tensors), for a server that wraps it.
+func (s *Service) Codec() encoding.CodecV2 { return s.codec }
 
 // ServerOptions are the grpc-go options the service needs: the zero-copy tensor codec, Triton's
 // message size limits, and interceptors that turn the service's errors into gRPC statuses.

@@ -1,8 +1,6 @@
 package kserve
 
 import (
-	"compress/gzip"
-	"compress/zlib"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +12,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/protobuf/proto"
@@ -80,6 +79,12 @@ func restMethod(method string, h restFunc) http.Handler {
 // copyErrorMeta passes on the headers a *connect.Error carries (the guard's Retry-After and
 // X-RateLimit-* on a refusal).
 func copyErrorMeta(h http.Header, err error) {
+	var re *restError
+	if errors.As(err, &re) {
+		for k, vv := range re.header {
+			h[k] = vv
+		}
+	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		for k, vv := range ce.Meta() {
@@ -260,7 +265,9 @@ func (s *Service) restUnload(w http.ResponseWriter, r *http.Request) error {
 
 // readBody reads the whole request body, decompressed, into one buffer that starts with headroom
 // spare bytes (where a raw BYTES input gets its length prefix without a copy) and returns that
-// buffer. The body, after decompression, may be at most the service's message limit.
+// buffer. The body may be at most the service's message limit; a compressed body inflates within
+// the Inflater's bounds (max_decompressed_bytes, the ratio bound, the in-flight budget), checked as
+// it inflates.
 //
 // A declared Content-Length beyond the limit is refused at once, but below it is not trusted with
 // an allocation either: the buffer starts at up to 1 MiB and grows fourfold as bytes actually
@@ -271,24 +278,17 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int)
 	limit := s.maxBytes
 	var src io.Reader = r.Body
 	known := int64(-1)
-	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); {
+	case enc == "" || enc == "identity":
 		known = r.ContentLength
-	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(r.Body)
+	case inflate.Supported(enc):
+		zr, err := s.inflater.NewReader(enc, r.Body)
 		if err != nil {
-			return nil, invalid("failed to decompress the gzip request body: %v", err)
+			return nil, inflateError(enc, err)
 		}
 		defer zr.Close()
 		src = zr
-	case "deflate":
-		// HTTP's "deflate" is the zlib format (RFC 9110 §8.4.1.2), which Triton's clients send.
-		zr, err := zlib.NewReader(r.Body)
-		if err != nil {
-			return nil, invalid("failed to decompress the deflate request body: %v", err)
-		}
-		defer zr.Close()
-		src = zr
+		limit = int(min(int64(limit), s.inflater.MaxBytes()))
 	default:
 		w.Header().Set("Accept-Encoding", "gzip, deflate")
 		return nil, &restError{status: http.StatusUnsupportedMediaType,
@@ -324,10 +324,13 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int)
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
+		var ie *inflate.Error
 		switch {
 		case err == nil, errors.Is(err, io.EOF) && len(buf)-headroom == want:
 		case errors.Is(err, io.EOF) && known < 0:
 			return buf, nil
+		case errors.As(err, &ie):
+			return nil, inflateError(r.Header.Get("Content-Encoding"), err)
 		case known < 0:
 			return nil, readError(err, fmt.Sprintf("after %d bytes", len(buf)-headroom))
 		default:
@@ -338,6 +341,24 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, headroom int)
 		return nil, tooLarge("more than " + strconv.Itoa(limit))
 	}
 	return buf, nil
+}
+
+// inflateError reports a compressed body refused while inflating: 413 for a body past a bound
+// (with Retry-After when the bound is the server's budget, which frees up), 400 for corrupt data,
+// in Triton's words for that.
+func inflateError(encoding string, err error) error {
+	var ie *inflate.Error
+	if !errors.As(err, &ie) {
+		return readError(err, "while decompressing")
+	}
+	if ie.Reason == inflate.Corrupt {
+		return invalid("failed to decompress the %s request body: %v", strings.ToLower(strings.TrimSpace(encoding)), ie.Err)
+	}
+	e := &restError{status: http.StatusRequestEntityTooLarge, msg: ie.Error()}
+	if ie.Reason == inflate.Busy {
+		e.header = http.Header{"Retry-After": {"1"}}
+	}
+	return e
 }
 
 // readError reports a body that could not be read: cut short, corrupt compressed data, or a client

@@ -39,7 +39,7 @@ const errGenerateOne = "generate expects model to produce exactly 1 response, us
 
 func (s *Service) restGenerate(stream bool) restFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		e, err := s.reg.Resolve(r.PathValue("model"), r.PathValue("version"))
+		e, err := s.reg.ResolveFor(r.Context(), r.PathValue("model"), r.PathValue("version"))
 		if err != nil {
 			return err
 		}

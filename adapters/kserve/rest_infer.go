@@ -60,7 +60,7 @@ func (o *restOutputs) binary(name string) bool {
 // refuses a decoupled one) before reading the body, so an unknown model is a 404 whatever the
 // body holds.
 func (s *Service) restInfer(w http.ResponseWriter, r *http.Request) error {
-	e, err := s.resolveUnary(r.PathValue("model"), r.PathValue("version"), errDecoupledHTTP)
+	e, err := s.resolveUnary(r.Context(), r.PathValue("model"), r.PathValue("version"), errDecoupledHTTP)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
@@ -310,6 +311,7 @@ func appendProtoValue(dst []byte, fd protoreflect.FieldDescriptor, v protoreflec
 type restError struct {
 	status int
 	msg    string
+	header http.Header // sent with the error (Retry-After)
 }
 
 func (e *restError) Error() string { return e.msg }

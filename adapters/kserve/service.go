@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
@@ -34,6 +35,7 @@ type Service struct {
 	draining atomic.Bool
 	codec    *tensorCodec // the native gRPC transport's codec
 	frames   *framePool   // and its buffer pool
+	inflater *inflate.Inflater
 }
 
 // Option configures a Service.
@@ -49,11 +51,18 @@ func WithServerVersion(v string) Option { return func(s *Service) { s.version = 
 // WithMaxMessageBytes sets the largest request and response message accepted or sent.
 func WithMaxMessageBytes(n int) Option { return func(s *Service) { s.maxBytes = n } }
 
+// WithInflater sets the bounds compressed REST bodies inflate within (default: inflate's
+// defaults, with a budget of the service's own).
+func WithInflater(in *inflate.Inflater) Option { return func(s *Service) { s.inflater = in } }
+
 // NewService returns a service for the models in reg.
 func NewService(reg *engines.Registry, opts ...Option) *Service {
 	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: DefaultMaxMessageBytes, codec: newTensorCodec(), frames: newFramePool()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.inflater == nil {
+		s.inflater = inflate.New(inflate.Config{})
 	}
 	return s
 }
@@ -88,8 +97,8 @@ func (s *Service) ServerMetadata(context.Context, *inference.ServerMetadataReque
 }
 
 // ModelReady answers false, not an error, for unknown or unloaded models, as released Triton does.
-func (s *Service) ModelReady(_ context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
-	_, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+func (s *Service) ModelReady(ctx context.Context, req *inference.ModelReadyRequest) (*inference.ModelReadyResponse, error) {
+	_, err := s.reg.ResolveFor(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		if c := connect.CodeOf(err); c == connect.CodeNotFound || c == connect.CodeUnavailable {
 			return &inference.ModelReadyResponse{Ready: false}, nil
@@ -99,42 +108,42 @@ func (s *Service) ModelReady(_ context.Context, req *inference.ModelReadyRequest
 	return &inference.ModelReadyResponse{Ready: true}, nil
 }
 
-func (s *Service) ModelMetadata(_ context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
-	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+func (s *Service) ModelMetadata(ctx context.Context, req *inference.ModelMetadataRequest) (*inference.ModelMetadataResponse, error) {
+	e, err := s.reg.ResolveFor(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, err
 	}
 	return e.Metadata(), nil
 }
 
-func (s *Service) ModelConfig(_ context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
-	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+func (s *Service) ModelConfig(ctx context.Context, req *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
+	e, err := s.reg.ResolveFor(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, err
 	}
 	return &inference.ModelConfigResponse{Config: e.Config()}, nil
 }
 
-func (s *Service) ModelStatistics(_ context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
+func (s *Service) ModelStatistics(ctx context.Context, req *inference.ModelStatisticsRequest) (*inference.ModelStatisticsResponse, error) {
 	if req.GetName() == "" {
 		resp := &inference.ModelStatisticsResponse{}
-		for _, e := range s.reg.Entries() {
+		for _, e := range s.reg.EntriesFor(ctx) {
 			if e.Ready() {
 				resp.ModelStats = append(resp.ModelStats, e.StatisticsProto())
 			}
 		}
 		return resp, nil
 	}
-	e, err := s.reg.Resolve(req.GetName(), req.GetVersion())
+	e, err := s.reg.ResolveFor(ctx, req.GetName(), req.GetVersion())
 	if err != nil {
 		return nil, err
 	}
 	return &inference.ModelStatisticsResponse{ModelStats: []*inference.ModelStatistics{e.StatisticsProto()}}, nil
 }
 
-func (s *Service) RepositoryIndex(_ context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+func (s *Service) RepositoryIndex(ctx context.Context, req *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
 	resp := &inference.RepositoryIndexResponse{}
-	for _, e := range s.reg.Entries() {
+	for _, e := range s.reg.EntriesFor(ctx) {
 		idx := &inference.RepositoryIndexResponse_ModelIndex{Name: e.Name(), Version: e.Version(), State: "READY"}
 		if !e.Ready() {
 			if req.GetReady() {
@@ -147,7 +156,13 @@ func (s *Service) RepositoryIndex(_ context.Context, req *inference.RepositoryIn
 	return resp, nil
 }
 
-func (s *Service) RepositoryModelLoad(_ context.Context, req *inference.RepositoryModelLoadRequest) (*inference.RepositoryModelLoadResponse, error) {
+// RepositoryModelLoad and RepositoryModelUnload change a model for every caller: the guard lets
+// only keys with the control permission reach them, and a model the key may not see is, to it, a
+// name missing from the repository.
+func (s *Service) RepositoryModelLoad(ctx context.Context, req *inference.RepositoryModelLoadRequest) (*inference.RepositoryModelLoadResponse, error) {
+	if !s.reg.Visible(ctx, req.GetModelName()) {
+		return nil, engines.UnknownLoad(req.GetModelName())
+	}
 	if len(req.GetParameters()) > 0 {
 		return nil, connect.NewError(connect.CodeUnimplemented,
 			fmt.Errorf("failed to load '%s': load parameters (config overrides, files) are not supported by infergate's registry", req.GetModelName()))
@@ -158,7 +173,10 @@ func (s *Service) RepositoryModelLoad(_ context.Context, req *inference.Reposito
 	return &inference.RepositoryModelLoadResponse{}, nil
 }
 
-func (s *Service) RepositoryModelUnload(_ context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
+func (s *Service) RepositoryModelUnload(ctx context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
+	if !s.reg.Visible(ctx, req.GetModelName()) {
+		return nil, engines.UnknownUnload(req.GetModelName())
+	}
 	if err := s.reg.Unload(req.GetModelName()); err != nil {
 		return nil, err
 	}
@@ -205,7 +223,7 @@ func (s *Service) LogSettings(context.Context, *inference.LogSettingsRequest) (*
 // ModelInfer runs one request on a non-decoupled model.
 func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferRequest) (*inference.ModelInferResponse, error) {
 	start := time.Now()
-	e, err := s.resolveUnary(req.GetModelName(), req.GetModelVersion(), errDecoupledRPC)
+	e, err := s.resolveUnary(ctx, req.GetModelName(), req.GetModelVersion(), errDecoupledRPC)
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +243,8 @@ const errStreamingUnary = "Streaming is not supported for this endpoint"
 
 // resolveUnary finds the model a one-request-one-response call names and refuses a decoupled one
 // (UNIMPLEMENTED) with the protocol's message.
-func (s *Service) resolveUnary(name, version, decoupledMsg string) (*engines.Entry, error) {
-	e, err := s.reg.Resolve(name, version)
+func (s *Service) resolveUnary(ctx context.Context, name, version, decoupledMsg string) (*engines.Entry, error) {
+	e, err := s.reg.ResolveFor(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}

@@ -179,7 +179,7 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 	if !ss.svc.Ready() {
 		return ss.report(req.GetId(), connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping")))
 	}
-	e, err := ss.svc.reg.Resolve(req.GetModelName(), req.GetModelVersion())
+	e, err := ss.svc.reg.ResolveFor(ctx, req.GetModelName(), req.GetModelVersion())
 	if err != nil {
 		return ss.report(req.GetId(), err)
 	}

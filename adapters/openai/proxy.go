@@ -43,13 +43,19 @@ type Options struct {
 	OnModelsChanged func()
 	// Admit, when set, decides whether each request may go upstream (the guard).
 	Admit Admission
+	// Visible, when set, decides which models a caller may see (the guard's API key model
+	// lists): /v1/models and ListModels list only those, and any other is, to that caller, a
+	// model that does not exist.
+	Visible func(ctx context.Context, model string) bool
 	// StripHeaders are client headers never passed upstream: those the gateway itself consumed,
 	// such as Authorization when the guard checks API keys (an endpoint's configured headers are
 	// still sent).
 	StripHeaders []string
 	// Breaker, when set, guards every endpoint: an open endpoint is skipped by routing, and each
 	// request's outcome (connection errors, 5xx and a stream cut short are failures; a 429 cools
-	// the endpoint down) is reported to it.
+	// the endpoint down; a client that goes away or cancels is no outcome at all) is reported to
+	// it. When every healthy endpoint of a model is cut off, the answer is 503
+	// upstream_circuit_open with a Retry-After of the soonest breaker's wait.
 	Breaker breaker.Breaker
 }
 
@@ -467,11 +473,14 @@ func entryJSON(r *route) json.RawMessage {
 }
 
 // healthyRoutes returns, for each model name a healthy endpoint serves, the route whose entry
-// lists it, sorted by name.
-func (p *Proxy) healthyRoutes() []*route {
+// lists it, sorted by name, less those the caller of ctx may not see.
+func (p *Proxy) healthyRoutes(ctx context.Context) []*route {
 	t := p.table.Load()
 	var out []*route
 	for _, name := range t.names {
+		if !p.visible(ctx, name) {
+			continue
+		}
 		if rt, ok := healthyEntry(t.routes[name]); ok {
 			out = append(out, rt)
 		}
@@ -485,16 +494,21 @@ func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
-	for _, rt := range p.healthyRoutes() {
+	for _, rt := range p.healthyRoutes(r.Context()) {
 		list.Data = append(list.Data, entryJSON(rt))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
 
+// visible reports whether the caller of ctx may see model.
+func (p *Proxy) visible(ctx context.Context, model string) bool {
+	return p.opts.Visible == nil || p.opts.Visible(ctx, model)
+}
+
 func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	rt, ok := healthyEntry(p.table.Load().routes[name])
-	if !ok {
+	if !ok || !p.visible(r.Context(), name) {
 		writeError(w, errModelNotFound(name))
 		return
 	}

@@ -38,9 +38,9 @@ func (s *service) mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	}
 }
 
-func (s *service) listModels() *openaiv1.ListModelsResponse {
+func (s *service) listModels(ctx context.Context) *openaiv1.ListModelsResponse {
 	out := &openaiv1.ListModelsResponse{Object: "list"}
-	for _, rt := range s.p.healthyRoutes() {
+	for _, rt := range s.p.healthyRoutes(ctx) {
 		m := new(openaiv1.Model)
 		if fromJSON.Unmarshal(entryJSON(rt), m) != nil {
 			m = &openaiv1.Model{Object: "model"} // an entry of unexpected shape: its name at least
@@ -247,8 +247,8 @@ func setResponseHeaders(ctx context.Context, reqID string, res *Response) {
 // net/http), converting errors for connect-go.
 type connectHandler struct{ s *service }
 
-func (h connectHandler) ListModels(context.Context, *openaiv1.ListModelsRequest) (*openaiv1.ListModelsResponse, error) {
-	return h.s.listModels(), nil
+func (h connectHandler) ListModels(ctx context.Context, _ *openaiv1.ListModelsRequest) (*openaiv1.ListModelsResponse, error) {
+	return h.s.listModels(ctx), nil
 }
 
 func (h connectHandler) CreateChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest) (*openaiv1.CreateChatCompletionResponse, error) {
@@ -278,8 +278,8 @@ func (h connectHandler) CreateEmbedding(ctx context.Context, req *openaiv1.Creat
 // of an *rpcError through its GRPCStatus method.
 type grpcServer struct{ s *service }
 
-func (g grpcServer) ListModels(context.Context, *openaiv1.ListModelsRequest) (*openaiv1.ListModelsResponse, error) {
-	return g.s.listModels(), nil
+func (g grpcServer) ListModels(ctx context.Context, _ *openaiv1.ListModelsRequest) (*openaiv1.ListModelsResponse, error) {
+	return g.s.listModels(ctx), nil
 }
 
 func (g grpcServer) CreateChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest) (*openaiv1.CreateChatCompletionResponse, error) {
