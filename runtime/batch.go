@@ -55,6 +55,10 @@ type batchConfig struct {
 	// progress for that long. Default 2m with Redis and no Kafka (the in-process bus loses what it
 	// holds when the process ends, the state in Redis does not), else off.
 	RedispatchAfter time.Duration `yaml:"redispatch_after"`
+	// RedisTimeout bounds the batch state's part of one Files or Batches API request: when
+	// Redis is down or does not answer within it, the request answers 503 with Retry-After
+	// instead of waiting; default 2s.
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 	// Kafka, when brokers are set, carries batch work between replicas and workers; otherwise it
 	// stays in this process.
 	Kafka kafkaConfig `yaml:"kafka"`
@@ -95,7 +99,7 @@ func (c *batchConfig) validate(role string, redisAddr string) []string {
 		// Kafka spreads the work over processes that must share the batches' state.
 		lines = append(lines, "batch.kafka needs redis.addr: replicas and workers share batch state there")
 	}
-	if c.Kafka.Partitions < 0 || c.Concurrency < 0 || c.Attempts < 0 || c.ChunkLines < 0 || c.MaxLines < 0 || c.MaxFileBytes < 0 || c.MaxLineBytes < 0 {
+	if c.Kafka.Partitions < 0 || c.Concurrency < 0 || c.Attempts < 0 || c.ChunkLines < 0 || c.MaxLines < 0 || c.MaxFileBytes < 0 || c.MaxLineBytes < 0 || c.RedisTimeout < 0 {
 		lines = append(lines, "batch: counts and sizes must not be negative")
 	}
 	if err := c.limits().Validate(); err != nil {
@@ -160,7 +164,7 @@ func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Cal
 	if role != roleBatchWorker {
 		p.service, err = batch.New(batch.Options{Files: fs, State: state, Bus: b, Topics: topics, Logger: log,
 			Metrics: p.metrics, MaxFileBytes: int64(c.MaxFileBytes), MaxLines: c.MaxLines, MaxLineBytes: maxLine, ChunkLines: c.ChunkLines,
-			RedispatchAfter: redispatch})
+			RedispatchAfter: redispatch, StoreTimeout: c.RedisTimeout})
 		if err != nil {
 			return nil, err
 		}

@@ -177,3 +177,53 @@ batch:
 	}
 	require.EqualValues(t, 8, llm.PeakInFlight(), "batch.concurrency bounds every worker together, and is used in full")
 }
+
+// TestBinaryBatchRedisDown: with batch.redis_timeout set, a gateway whose Redis was killed
+// answers the Batches API with 503, Retry-After and OpenAI's error object within that time,
+// not after waiting for Redis; once Redis is back (empty), the API answers again.
+func TestBinaryBatchRedisDown(t *testing.T) {
+	rdb := redistest.Start(t)
+	llm := openaitest.Start(t, "vllm", "m1")
+	cfg := writeConfig(t, fmt.Sprintf(`builtin_models: false
+upstreams:
+  - {name: vllm, url: %q, type: vllm, check_interval: 100ms}
+redis: {addr: %q}
+batch:
+  dir: %q
+  redis_timeout: 500ms
+`, llm.URL, rdb.Addr, t.TempDir()))
+	gw := startBinary(t, nil, "-config", cfg)
+	file := batchtest.Upload(t, "http://"+gw, "", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[]}}`+"\n")
+	res, err := http.Post("http://"+gw+"/v1/batches", "application/json",
+		strings.NewReader(`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	require.NoError(t, err)
+	var created struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
+	res.Body.Close()
+	waitBatch(t, gw, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+
+	rdb.Kill()
+	client := &http.Client{Timeout: 15 * time.Second}
+	for _, path := range []string{"/v1/batches", "/v1/batches/" + created.ID} {
+		start := time.Now()
+		res, err := client.Get("http://" + gw + path)
+		require.NoError(t, err, path)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Less(t, time.Since(start), 10*time.Second, path)
+		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "%s: %s", path, body)
+		require.NotEmpty(t, res.Header.Get("Retry-After"), path)
+		var er struct {
+			Error struct{ Type, Code string } `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(body, &er), string(body))
+		require.Equal(t, "server_error", er.Error.Type)
+		require.Equal(t, "state_unavailable", er.Error.Code)
+	}
+
+	rdb.Restart()
+	res, err = client.Get("http://" + gw + "/v1/batches")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+}

@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/batch/batchstate"
+	"github.com/infergate/infergate/adapters/batch/bus"
+	"github.com/infergate/infergate/adapters/batch/files"
 )
 
 // FuzzScanInput: any input file either validates into a model and a count, or fails with
@@ -147,6 +153,64 @@ func FuzzDecodeMessages(f *testing.F) {
 					t.Fatalf("accepted %+v", l)
 				}
 			}
+		}
+	})
+}
+
+// FuzzUploadAndCreateBodies: whatever body and Content-Type POST /v1/files and POST /v1/batches
+// get, they answer without a 5xx (a 500 is for our bugs; bad input is a 400) and never panic;
+// an upload either is stored whole (200) or leaves nothing stored.
+func FuzzUploadAndCreateBodies(f *testing.F) {
+	line := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}` + "\n"
+	purpose := "--X\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+	fileHead := "--X\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n"
+	whole := purpose + fileHead + line + "\r\n--X--\r\n"
+	mp := "multipart/form-data; boundary=X"
+	f.Add(mp, []byte(whole))
+	f.Add(mp, []byte(whole[:len(whole)/2]))
+	f.Add(mp, []byte(purpose+fileHead+line))
+	f.Add(mp, []byte(purpose+fileHead+line+"\r\n--X\r\n"))
+	f.Add(mp, []byte(purpose+fileHead+line+"\n--X--"))
+	f.Add("multipart/form-data; boundary=Y", []byte(whole))
+	f.Add("multipart/form-data", []byte(whole))
+	f.Add(mp, []byte(purpose+"--X\r\nX-A: "+strings.Repeat("a", 5000)+"\r\n\r\n\r\n--X--"))
+	f.Add("application/json", []byte(`{"input_file_id":"file-x","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	f.Add("application/json", []byte(`{"input_file_id":`))
+	f.Add("application/json", []byte(`{"input_file_id":5,"metadata":{"a":1}}`))
+	f.Add("application/json", []byte(strings.Repeat("[", 20000)))
+	f.Add("application/json", []byte(`{"completion_window":"1e999h","metadata":["a"]}`))
+	dir := f.TempDir()
+	store, err := files.NewDir(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := New(Options{Files: store, State: batchstate.NewMemory(), Bus: bus.NewGoChannel(discard), Logger: discard,
+		MaxFileBytes: 64 << 10})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(s.Close)
+	mux := http.NewServeMux()
+	s.Mount(mux, nil)
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		for _, path := range []string{"/v1/files", "/v1/batches"} {
+			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+			req.Header.Set("Content-Type", contentType)
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+			}
+			var stored struct{ ID string }
+			if path == "/v1/files" && rec.Code == http.StatusOK {
+				if err := json.Unmarshal(rec.Body.Bytes(), &stored); err != nil || store.Delete(t.Context(), stored.ID) != nil {
+					t.Fatalf("an upload answered 200 but stored no file: %s", rec.Body)
+				}
+			}
+		}
+		if list, _, err := store.List(t.Context(), files.ListOptions{}); err != nil || len(list) != 0 {
+			t.Fatalf("files left stored: %v %v", list, err)
 		}
 	})
 }

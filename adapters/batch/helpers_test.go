@@ -53,6 +53,8 @@ type envOptions struct {
 	bus      bus.Bus
 	// middleware wraps the gateway's HTTP handler (API keys).
 	middleware []func(http.Handler) http.Handler
+	// filesDir is the file store's directory; default a temporary one.
+	filesDir string
 }
 
 func startEnv(t testing.TB, eo envOptions) *env {
@@ -63,7 +65,11 @@ func startEnv(t testing.TB, eo envOptions) *env {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	p.Start(ctx)
-	fs, err := files.NewDir(t.TempDir())
+	dir := eo.filesDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	fs, err := files.NewDir(dir)
 	require.NoError(t, err)
 	e := &env{up: up, proxy: p, files: fs, state: eo.state, bus: eo.bus}
 	if e.state == nil {

@@ -1,12 +1,15 @@
 package batch
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"time"
@@ -46,6 +49,35 @@ func (s *Service) internal(w http.ResponseWriter, what string, err error) {
 	s.log.Error(what, "err", err)
 	(&openai.Error{Status: http.StatusInternalServerError, Type: "server_error",
 		Message: "The server had an error while processing your request."}).Write(w)
+}
+
+// stateRetryAfter is the Retry-After of a request refused because the state store could not be
+// reached: an outage of Redis rarely ends sooner, and a client retrying sooner only adds load.
+const stateRetryAfter = "2"
+
+// stateContext bounds the state store's part of a request (Options.StoreTimeout).
+func (s *Service) stateContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.o.StoreTimeout)
+}
+
+// stateFailed answers a request whose call to the state store failed: 503 with Retry-After when
+// the store could not be reached or did not answer within StoreTimeout (the client may simply
+// try again), nothing but a Debug line when the client went away (nobody reads the answer), and
+// 500 for anything else, which is a bug of ours.
+func (s *Service) stateFailed(w http.ResponseWriter, r *http.Request, what string, err error) {
+	switch {
+	case r.Context().Err() != nil:
+		s.log.Debug(what+": the client went away", "err", err)
+	case errors.Is(err, batchstate.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
+		// Debug only: with Redis down every request says the same, and the sweep already warns
+		// every few seconds that the store fails.
+		s.log.Debug(what+": the batch state store cannot be reached", "err", err)
+		(&openai.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "state_unavailable",
+			Message: "The batch state store cannot be reached right now; retry in a few seconds.",
+			Header:  http.Header{"Retry-After": {stateRetryAfter}}}).Write(w)
+	default:
+		s.internal(w, what, err)
+	}
 }
 
 // fileObject is OpenAI's file object.
@@ -91,27 +123,35 @@ func ownerOf(r *http.Request) string {
 // store with the size limit enforced as the bytes arrive.
 func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
 		invalid("", "Expected a multipart/form-data body with the fields 'file' and 'purpose'.").Write(w)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxFileBytes+1<<20)
-	mr, err := r.MultipartReader()
-	if err != nil {
-		invalid("", "Malformed multipart body: %v.", err).Write(w)
+	boundary := params["boundary"]
+	if boundary == "" {
+		invalid("", "Malformed multipart body: the Content-Type names no boundary.").Write(w)
 		return
 	}
+	body := newCloseWatch(http.MaxBytesReader(w, r.Body, s.o.MaxFileBytes+1<<20), boundary)
+	mr := multipart.NewReader(body, boundary)
 	var (
 		purpose string
 		stored  *files.File
 	)
 	drop := func() {
 		if stored != nil {
-			_ = s.o.Files.Delete(ctx, stored.ID)
+			// Even once the client went away: nothing it did not finish stays stored.
+			_ = s.o.Files.Delete(context.WithoutCancel(ctx), stored.ID)
 		}
 	}
 	for {
 		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) && !body.seen {
+			// mime/multipart ends with io.EOF, as it does at the close delimiter, when the body
+			// stops right after a part's delimiter: the body was cut short.
+			err = io.ErrUnexpectedEOF
+		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -138,20 +178,27 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 				invalid("file", "The file name is longer than 255 bytes.").Write(w)
 				return
 			}
+			content := &readErr{r: part}
 			f, err := s.o.Files.Put(ctx, files.File{ID: files.NewID("file-"), CreatedAt: s.now().Unix(),
-				Filename: name, Purpose: "batch", Owner: ownerOf(r)}, part, s.o.MaxFileBytes)
+				Filename: name, Purpose: "batch", Owner: ownerOf(r)}, content, s.o.MaxFileBytes)
 			if errors.Is(err, files.ErrTooLarge) {
 				(&openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "file",
 					Message: fmt.Sprintf("The file is larger than %d bytes.", s.o.MaxFileBytes)}).Write(w)
 				return
 			}
 			if err != nil {
+				// Put stored nothing. What failed is the body (cut short, malformed, too large,
+				// the client gone) unless reading it went well: only then is it the store.
 				var mbe *http.MaxBytesError
-				if errors.As(err, &mbe) {
+				switch {
+				case errors.As(content.err, &mbe):
 					invalid("file", "The request body is too large.").Write(w)
-					return
+				case content.err != nil || ctx.Err() != nil:
+					s.log.Debug("an upload ended before its file did", "err", err)
+					invalid("file", "Malformed multipart body: the file part ended early (%v).", cmp.Or(content.err, ctx.Err())).Write(w)
+				default:
+					s.internal(w, "storing an uploaded file", err)
 				}
-				s.internal(w, "storing an uploaded file", err)
 				return
 			}
 			stored = &f
@@ -167,6 +214,53 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 	default:
 		openai.WriteJSON(w, http.StatusOK, fileView(*stored))
 	}
+}
+
+// closeWatch passes a multipart body on, watching for its close delimiter ("--boundary--" at
+// the start of a line): mime/multipart ends with io.EOF both there and where a body stops right
+// after a part's delimiter, and only this tells a whole body from one cut short.
+type closeWatch struct {
+	r    io.Reader
+	want []byte // "\n--boundary--"
+	// tail holds the last len(want)-1 bytes read (at first the start of the body counts as a
+	// line's start), so a delimiter split between two reads is found too; seam is scratch.
+	tail, seam []byte
+	seen       bool
+}
+
+func newCloseWatch(r io.Reader, boundary string) *closeWatch {
+	want := []byte("\n--" + boundary + "--")
+	return &closeWatch{r: r, want: want, tail: append(make([]byte, 0, len(want)), '\n'),
+		seam: make([]byte, 0, 2*len(want))}
+}
+
+func (c *closeWatch) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 && !c.seen {
+		k := len(c.want) - 1
+		c.seam = append(append(c.seam[:0], c.tail...), p[:min(n, k)]...)
+		c.seen = bytes.Contains(c.seam, c.want) || bytes.Contains(p[:n], c.want)
+		if n >= k {
+			c.tail = append(c.tail[:0], p[n-k:n]...)
+		} else {
+			c.tail = append(c.tail[:0], c.seam[max(0, len(c.seam)-k):]...)
+		}
+	}
+	return n, err
+}
+
+// readErr remembers the error a read of r returned, other than io.EOF.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // listFiles lists the caller's files, newest first unless order=asc, a page of limit (1 to
@@ -252,14 +346,25 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	}
 	id := f.ID
 	// A running batch reads its input again (to take over a dispatch, to give up the lines of a
-	// cancelled or expired batch): its input stays until it finished.
-	active, err := s.o.State.Active(r.Context())
+	// cancelled or expired batch): its input stays until it finished. Unsure (the state store
+	// cannot be reached), the file stays.
+	ctx, cancel := s.stateContext(r)
+	defer cancel()
+	active, err := s.o.State.Active(ctx)
 	if err != nil {
-		s.internal(w, "listing active batches", err)
+		s.stateFailed(w, r, "listing active batches", err)
 		return
 	}
 	for _, bid := range active {
-		if b, err := s.o.State.Get(r.Context(), bid); err == nil && b.InputFileID == id && !b.Status.Terminal() {
+		b, err := s.o.State.Get(ctx, bid)
+		if errors.Is(err, batchstate.ErrNotFound) {
+			continue // finished and gone since Active
+		}
+		if err != nil {
+			s.stateFailed(w, r, "reading an active batch", err)
+			return
+		}
+		if b.InputFileID == id && !b.Status.Terminal() {
 			invalid("id", "The file %s is the input of batch %s, which has not finished; cancel it or wait.", id, bid).Write(w)
 			return
 		}
@@ -340,8 +445,10 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 		CompletionWindow: req.CompletionWindow, Status: batchstate.Validating, CreatedAt: now.Unix(),
 		ExpiresAt: expires, Metadata: req.Metadata, Owner: ownerOf(r), OwnerModels: ownerModels(r),
 		Claim: s.o.ID, ClaimUntil: now.Add(s.o.ClaimTTL).UnixMilli()}
-	if err := s.o.State.Create(ctx, b); err != nil {
-		s.internal(w, "creating a batch", err)
+	sctx, cancel := s.stateContext(r)
+	defer cancel()
+	if err := s.o.State.Create(sctx, b); err != nil {
+		s.stateFailed(w, r, "creating a batch", err)
 		return
 	}
 	s.m.batches.WithLabelValues(string(batchstate.Validating)).Inc()
@@ -350,22 +457,24 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // batch looks up the batch the path names, answering 404 when there is none.
-func (s *Service) batch(w http.ResponseWriter, r *http.Request) (*batchstate.Batch, bool) {
+func (s *Service) batch(ctx context.Context, w http.ResponseWriter, r *http.Request) (*batchstate.Batch, bool) {
 	id := r.PathValue("id")
-	b, err := s.o.State.Get(r.Context(), id)
+	b, err := s.o.State.Get(ctx, id)
 	switch {
 	case errors.Is(err, batchstate.ErrNotFound) || (err == nil && !visible(r, b.Owner)):
 		notFound("Batch", id).Write(w)
 		return nil, false
 	case err != nil:
-		s.internal(w, "reading a batch", err)
+		s.stateFailed(w, r, "reading a batch", err)
 		return nil, false
 	}
 	return b, true
 }
 
 func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) {
-	if b, ok := s.batch(w, r); ok {
+	ctx, cancel := s.stateContext(r)
+	defer cancel()
+	if b, ok := s.batch(ctx, w, r); ok {
 		openai.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
@@ -381,9 +490,11 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	bs, more, err := s.listVisible(r, q.Get("after"), limit)
+	ctx, cancel := s.stateContext(r)
+	defer cancel()
+	bs, more, err := s.listVisible(ctx, r, q.Get("after"), limit)
 	if err != nil {
-		s.internal(w, "listing batches", err)
+		s.stateFailed(w, r, "listing batches", err)
 		return
 	}
 	now := s.now()
@@ -400,10 +511,10 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 
 // listVisible pages through the batches newest first, keeping those the caller may see, until
 // it has limit of them.
-func (s *Service) listVisible(r *http.Request, after string, limit int) ([]*batchstate.Batch, bool, error) {
+func (s *Service) listVisible(ctx context.Context, r *http.Request, after string, limit int) ([]*batchstate.Batch, bool, error) {
 	var out []*batchstate.Batch
 	for {
-		bs, more, err := s.o.State.List(r.Context(), after, limit)
+		bs, more, err := s.o.State.List(ctx, after, limit)
 		if err != nil {
 			return nil, false, err
 		}
@@ -426,7 +537,9 @@ func (s *Service) listVisible(r *http.Request, after string, limit int) ([]*batc
 // cancelBatch stops a batch: one still validating is cancelled at once; one in progress is
 // cancelling until the lines in flight stopped, then cancelled with its partial output.
 func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
-	cur, ok := s.batch(w, r)
+	ctx, cancel := s.stateContext(r)
+	defer cancel()
+	cur, ok := s.batch(ctx, w, r)
 	if !ok {
 		return
 	}
@@ -434,7 +547,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	now := s.now().Unix()
 	var refused batchstate.Status
 	moved := false // straight to cancelled
-	b, err := s.o.State.Update(r.Context(), id, func(b *batchstate.Batch) error {
+	b, err := s.o.State.Update(ctx, id, func(b *batchstate.Batch) error {
 		refused = ""
 		switch b.Status {
 		case batchstate.Validating:
@@ -454,7 +567,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, batchstate.ErrNotFound):
 		notFound("Batch", id).Write(w)
 	case err != nil:
-		s.internal(w, "cancelling a batch", err)
+		s.stateFailed(w, r, "cancelling a batch", err)
 	case refused != "":
 		invalid("", "Cannot cancel a batch with status '%s'.", refused).Write(w)
 	default:

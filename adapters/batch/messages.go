@@ -21,7 +21,9 @@ type Topics struct {
 	// Results carries the lines' results to the collectors.
 	Results string
 	// Retries carries lines to try again after a wait. They leave their chunk so that it is
-	// acked with the rest of its lines, rather than holding its partition for the wait.
+	// acked with the rest of its lines, rather than holding its partition for the wait; workers
+	// consume it unordered (Bus.SubscribeUnordered), so a retry waiting for its time does not
+	// hold back the retries behind it either.
 	Retries string
 	// DeadLetter receives lines that kept failing after their retries, with the last error,
 	// for an operator to inspect or replay; they are also in the batch's error file.

@@ -60,6 +60,10 @@ type Options struct {
 	Grace time.Duration
 	// ID names this replica in claims; default a random id.
 	ID string
+	// StoreTimeout bounds the batch state store's part of one Files or Batches API request:
+	// past it, or as soon as the store reports it cannot be reached (Redis down or hung), the
+	// request answers 503 with Retry-After rather than waiting for the store; default 2 s.
+	StoreTimeout time.Duration
 	// RedispatchAfter, when set, publishes again the lines without a result of a batch that made
 	// no progress for that long: for a bus that loses what it holds when a process ends (the
 	// in-process bus) under state that outlives the process (Redis). Zero: never.
@@ -122,6 +126,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Grace <= 0 {
 		o.Grace = 2 * time.Second
+	}
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = 2 * time.Second
 	}
 	if o.OrphanSweepInterval <= 0 {
 		o.OrphanSweepInterval = 10 * time.Minute

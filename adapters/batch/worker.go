@@ -122,21 +122,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Requests, err)
 	}
-	retries, err := w.o.Bus.Subscribe(ctx, w.o.Topics.Retries, retriersGroup)
+	// Retries in hand mostly wait for their time, each on its own: one with a long wait must not
+	// hold back those behind it in its partition (an ordered subscription would hand the next
+	// only once it ran), so the subscription is unordered, and up to retriesInHand of them wait
+	// at once, which bounds what they hold.
+	retries, err := w.o.Bus.SubscribeUnordered(ctx, w.o.Topics.Retries, retriersGroup, retriesInHand)
 	if err != nil {
 		return fmt.Errorf("batch worker: subscribing to %s: %w", w.o.Topics.Retries, err)
 	}
 	var wg sync.WaitGroup
 	var retryErr error
-	// Retries in hand mostly wait for their time: more of them than of chunks (with Kafka, one
-	// per partition of the retries topic at most: a retry waits behind the one before it).
-	wg.Go(func() { retryErr = consume(ctx, retries, 64, func(context.Context) {}, w.handle) })
+	wg.Go(func() { retryErr = consume(ctx, retries, retriesInHand, func(context.Context) {}, w.handle) })
 	// Chunks in hand are bounded: enough to keep every slot busy while others wait, not a whole
 	// batch's worth (the in-process bus hands every chunk over at once).
 	err = consume(ctx, msgs, max(8, w.o.Concurrency/8), w.watch, w.handle)
 	wg.Wait()
 	return cmp.Or(err, retryErr)
 }
+
+// retriesInHand bounds the retries a worker holds at once (most of them waiting for their time),
+// and those of one partition of the retries topic.
+const retriesInHand = 64
 
 // handle runs one chunk (from the requests or the retries topic) and acks it once its lines'
 // results, and the lines to try again later, are published.

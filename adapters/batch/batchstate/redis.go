@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -39,9 +40,10 @@ import (
 // batch is gone; the next Update of a batch fixes its entries.
 type Redis struct {
 	client    rueidis.Client
-	prefix    string   // <prefix>:batch:
-	index     []string // index, active, expiry
-	ttl       string   // ms
+	timeout   time.Duration // of each call
+	prefix    string        // <prefix>:batch:
+	index     []string      // index, active, expiry
+	ttl       string        // ms
 	scanCount int64
 	updating  keyLock // batch ids
 }
@@ -54,6 +56,10 @@ type RedisOptions struct {
 	// TTL is how long a terminal batch, its results and its index entries are kept after it
 	// became terminal; default 30 days.
 	TTL time.Duration
+	// Timeout bounds each call to Redis (one command, script or pipeline), so that a Redis that
+	// is down or hung fails the call with ErrUnavailable rather than holding it: without a
+	// deadline the client retries a read until Redis is back. Default 5 s.
+	Timeout time.Duration
 }
 
 // NewRedis returns a store in Redis reached through client. The client stays the caller's.
@@ -64,9 +70,13 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 	if opts.TTL <= 0 {
 		opts.TTL = 30 * 24 * time.Hour
 	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
 	g := opts.Prefix + ":{batches}:"
 	return &Redis{
 		client:    client,
+		timeout:   opts.Timeout,
 		prefix:    opts.Prefix + ":batch:",
 		index:     []string{g + "index", g + "active", g + "expiry"},
 		ttl:       strconv.FormatInt(max(opts.TTL.Milliseconds(), 1), 10),
@@ -172,6 +182,49 @@ end
 return #gone
 `)
 
+// do sends one command, bounded by the store's Timeout.
+func (r *Redis) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.client.Do(ctx, cmd)
+}
+
+// doMulti sends a pipeline, bounded by the store's Timeout as a whole.
+func (r *Redis) doMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.client.DoMulti(ctx, cmds...)
+}
+
+// exec runs a script, bounded by the store's Timeout.
+func (r *Redis) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return script.Exec(ctx, r.client, keys, args)
+}
+
+// unreachable marks an error of a call to Redis that says Redis was not reached or did not
+// answer in time (a refused or reset connection, a deadline, a closed client, a server loading,
+// busy or failing over) as ErrUnavailable too: callers answer it with "try again later". An
+// error that says something about a reply (one that does not parse, an error reply such as a
+// script's) is ours to fix and stays as it is.
+func unreachable(err error) error {
+	if err == nil || rueidis.IsRedisNil(err) || rueidis.IsParseErr(err) {
+		return err
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		transient := re.IsLoading() || re.IsTryAgain() || re.IsClusterDown()
+		for _, p := range []string{"BUSY ", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
+			transient = transient || strings.HasPrefix(msg, p)
+		}
+		if !transient {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
 func flag(b bool) string {
 	if b {
 		return "1"
@@ -189,10 +242,10 @@ func (r *Redis) Create(ctx context.Context, b *Batch) error {
 		return err
 	}
 	term := b.Status.Terminal()
-	n, err := luaCreate.Exec(ctx, r.client, r.keys(b.ID), []string{string(data), string(b.Status),
+	n, err := r.exec(ctx, luaCreate, r.keys(b.ID), []string{string(data), string(b.Status),
 		flag(b.Status.Accepting()), strconv.FormatInt(b.Counts.Total, 10), flag(term), r.ttl}).AsInt64()
 	if err != nil {
-		return fmt.Errorf("batchstate: redis create %s: %w", b.ID, err)
+		return fmt.Errorf("batchstate: redis create %s: %w", b.ID, unreachable(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("batchstate: create %s: %w", b.ID, ErrExists)
@@ -204,7 +257,7 @@ func (r *Redis) Create(ctx context.Context, b *Batch) error {
 }
 
 func (r *Redis) reindex(ctx context.Context, id string, terminal bool) error {
-	return luaIndex.Exec(ctx, r.client, r.index, []string{id, flag(terminal), r.ttl}).Error()
+	return unreachable(r.exec(ctx, luaIndex, r.index, []string{id, flag(terminal), r.ttl}).Error())
 }
 
 // getCmd reads a batch: json, total, completed, failed, skipped.
@@ -216,7 +269,7 @@ func (r *Redis) getCmd(id string) rueidis.Completed {
 func parseGet(id string, res rueidis.RedisResult) (*Batch, error) {
 	v, err := res.ToArray()
 	if err != nil {
-		return nil, err
+		return nil, unreachable(err)
 	}
 	if len(v) != 5 {
 		return nil, fmt.Errorf("batch %s: %d values, want 5", id, len(v))
@@ -258,7 +311,7 @@ func (r *Redis) Get(ctx context.Context, id string) (*Batch, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("batchstate: get %q: %w", id, ErrNotFound)
 	}
-	b, err := parseGet(id, r.client.Do(ctx, r.getCmd(id)))
+	b, err := parseGet(id, r.do(ctx, r.getCmd(id)))
 	if err != nil {
 		return nil, fmt.Errorf("batchstate: redis get %s: %w", id, err)
 	}
@@ -279,10 +332,10 @@ func (r *Redis) List(ctx context.Context, after string, limit int) ([]*Batch, bo
 	}
 	for len(out) <= limit {
 		want := limit + 1 - len(out)
-		ids, err := r.client.Do(ctx, r.client.B().Zrevrangebylex().Key(r.index[0]).Max(from).Min("-").
+		ids, err := r.do(ctx, r.client.B().Zrevrangebylex().Key(r.index[0]).Max(from).Min("-").
 			Limit(0, int64(want)).Build()).AsStrSlice()
 		if err != nil {
-			return nil, false, fmt.Errorf("batchstate: redis list: %w", err)
+			return nil, false, fmt.Errorf("batchstate: redis list: %w", unreachable(err))
 		}
 		if len(ids) == 0 {
 			break
@@ -291,7 +344,7 @@ func (r *Redis) List(ctx context.Context, after string, limit int) ([]*Batch, bo
 		for i, id := range ids {
 			cmds[i] = r.getCmd(id)
 		}
-		for i, res := range r.client.DoMulti(ctx, cmds...) {
+		for i, res := range r.doMulti(ctx, cmds...) {
 			b, err := parseGet(ids[i], res)
 			if err != nil {
 				return nil, false, fmt.Errorf("batchstate: redis list: %w", err)
@@ -309,7 +362,7 @@ func (r *Redis) List(ctx context.Context, after string, limit int) ([]*Batch, bo
 	}
 	if len(stale) > 0 {
 		// Best effort: a later List removes what this one could not.
-		_ = r.client.Do(ctx, r.client.B().Zrem().Key(r.index[0]).Member(stale...).Build()).Error()
+		_ = r.do(ctx, r.client.B().Zrem().Key(r.index[0]).Member(stale...).Build()).Error()
 	}
 	if len(out) > limit {
 		return out[:limit], true, nil
@@ -325,13 +378,16 @@ func (r *Redis) Update(ctx context.Context, id string, fn func(*Batch) error) (*
 	}
 	unlock, err := r.updating.lock(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("batchstate: update %s: %w", id, err)
+		// The caller's deadline passed while another update of the batch held it: behind
+		// a Redis that does not answer, as likely as not.
+		return nil, fmt.Errorf("batchstate: update %s: waiting for the batch's other update: %w", id, unreachable(err))
 	}
 	defer unlock()
 	keys := r.keys(id)
 	load := func() ([]rueidis.RedisMessage, error) {
-		return r.client.Do(ctx, r.client.B().Hmget().Key(keys[0]).
+		v, err := r.do(ctx, r.client.B().Hmget().Key(keys[0]).
 			Field("v", "total", "completed", "failed", "skipped", "json").Build()).ToArray()
+		return v, unreachable(err)
 	}
 	st, err := load()
 	if err != nil {
@@ -359,11 +415,12 @@ func (r *Redis) Update(ctx context.Context, id string, fn func(*Batch) error) (*
 			return nil, err
 		}
 		term := next.Status.Terminal()
-		reply, err := luaUpdate.Exec(ctx, r.client, keys, []string{version, string(enc), string(next.Status),
+		reply, err := r.exec(ctx, luaUpdate, keys, []string{version, string(enc), string(next.Status),
 			flag(next.Status.Accepting()), strconv.FormatInt(next.Counts.Total, 10), flag(term), r.ttl}).ToArray()
 		if rueidis.IsRedisNil(err) {
 			return nil, fmt.Errorf("batchstate: update %s: %w", id, ErrNotFound)
 		}
+		err = unreachable(err)
 		if err == nil && len(reply) != 6 && len(reply) != 7 {
 			err = fmt.Errorf("%d values", len(reply))
 		}
@@ -411,12 +468,12 @@ func (r *Redis) Record(ctx context.Context, id string, results []Result) (Counts
 	for _, res := range results {
 		args = append(args, res.CustomID, resultValue(res))
 	}
-	v, err := luaRecord.Exec(ctx, r.client, r.keys(id), args).ToArray()
+	v, err := r.exec(ctx, luaRecord, r.keys(id), args).ToArray()
 	if rueidis.IsRedisNil(err) {
 		return Counts{}, fmt.Errorf("batchstate: record %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Counts{}, fmt.Errorf("batchstate: redis record %s: %w", id, err)
+		return Counts{}, fmt.Errorf("batchstate: redis record %s: %w", id, unreachable(err))
 	}
 	c, err := parseCounts(v)
 	if err != nil {
@@ -430,10 +487,11 @@ func (r *Redis) Recorded(ctx context.Context, id string, customIDs []string) ([]
 	if !validID(id) {
 		return nil, fmt.Errorf("batchstate: recorded %q: %w", id, ErrNotFound)
 	}
-	v, err := luaRecorded.Exec(ctx, r.client, r.keys(id), customIDs).AsIntSlice()
+	v, err := r.exec(ctx, luaRecorded, r.keys(id), customIDs).AsIntSlice()
 	if rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("batchstate: recorded %s: %w", id, ErrNotFound)
 	}
+	err = unreachable(err)
 	if err == nil && len(v) != len(customIDs) {
 		err = fmt.Errorf("%d answers for %d ids", len(v), len(customIDs))
 	}
@@ -455,9 +513,9 @@ func (r *Redis) Results(ctx context.Context, id string, fn func(Result) error) e
 		return fmt.Errorf("batchstate: results %q: %w", id, ErrNotFound)
 	}
 	keys := r.keys(id)
-	n, err := r.client.Do(ctx, r.client.B().Exists().Key(keys[0]).Build()).AsInt64()
+	n, err := r.do(ctx, r.client.B().Exists().Key(keys[0]).Build()).AsInt64()
 	if err != nil {
-		return fmt.Errorf("batchstate: redis results %s: %w", id, err)
+		return fmt.Errorf("batchstate: redis results %s: %w", id, unreachable(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("batchstate: results %s: %w", id, ErrNotFound)
@@ -466,9 +524,9 @@ func (r *Redis) Results(ctx context.Context, id string, fn func(Result) error) e
 	var line []byte
 	var cursor uint64
 	for {
-		e, err := r.client.Do(ctx, r.client.B().Hscan().Key(keys[1]).Cursor(cursor).Count(r.scanCount).Build()).AsScanEntry()
+		e, err := r.do(ctx, r.client.B().Hscan().Key(keys[1]).Cursor(cursor).Count(r.scanCount).Build()).AsScanEntry()
 		if err != nil {
-			return fmt.Errorf("batchstate: redis results %s: %w", id, err)
+			return fmt.Errorf("batchstate: redis results %s: %w", id, unreachable(err))
 		}
 		if len(e.Elements)%2 != 0 {
 			return fmt.Errorf("batchstate: redis results %s: odd scan reply", id)
@@ -499,9 +557,9 @@ func (r *Redis) DropResults(ctx context.Context, id string) error {
 	if !validID(id) {
 		return fmt.Errorf("batchstate: drop results %q: %w", id, ErrNotFound)
 	}
-	n, err := luaDrop.Exec(ctx, r.client, r.keys(id), nil).AsInt64()
+	n, err := r.exec(ctx, luaDrop, r.keys(id), nil).AsInt64()
 	if err != nil {
-		return fmt.Errorf("batchstate: redis drop results %s: %w", id, err)
+		return fmt.Errorf("batchstate: redis drop results %s: %w", id, unreachable(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("batchstate: drop results %s: %w", id, ErrNotFound)
@@ -513,9 +571,9 @@ func (r *Redis) DropResults(ctx context.Context, id string) error {
 // and removes those that are terminal or gone, which an index update that came late or never
 // came left there. The ids are in ascending order (oldest first).
 func (r *Redis) Active(ctx context.Context) ([]string, error) {
-	ids, err := r.client.Do(ctx, r.client.B().Smembers().Key(r.index[1]).Build()).AsStrSlice()
+	ids, err := r.do(ctx, r.client.B().Smembers().Key(r.index[1]).Build()).AsStrSlice()
 	if err != nil {
-		return nil, fmt.Errorf("batchstate: redis active: %w", err)
+		return nil, fmt.Errorf("batchstate: redis active: %w", unreachable(err))
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -525,13 +583,13 @@ func (r *Redis) Active(ctx context.Context) ([]string, error) {
 		cmds[i] = r.client.B().Hget().Key(r.keys(id)[0]).Field("st").Build()
 	}
 	var out, stale []string
-	for i, res := range r.client.DoMulti(ctx, cmds...) {
+	for i, res := range r.doMulti(ctx, cmds...) {
 		st, err := res.ToString()
 		switch {
 		case rueidis.IsRedisNil(err):
 			stale = append(stale, ids[i])
 		case err != nil:
-			return nil, fmt.Errorf("batchstate: redis active: %w", err)
+			return nil, fmt.Errorf("batchstate: redis active: %w", unreachable(err))
 		case Status(st).Terminal():
 			stale = append(stale, ids[i])
 		default:
@@ -540,7 +598,7 @@ func (r *Redis) Active(ctx context.Context) ([]string, error) {
 	}
 	if len(stale) > 0 {
 		// Best effort: the next Active tries again.
-		_ = r.client.Do(ctx, r.client.B().Srem().Key(r.index[1]).Member(stale...).Build()).Error()
+		_ = r.do(ctx, r.client.B().Srem().Key(r.index[1]).Member(stale...).Build()).Error()
 	}
 	slices.Sort(out)
 	return out, nil

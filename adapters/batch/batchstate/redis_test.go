@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/batch/batchtest"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -254,4 +255,64 @@ func TestRedisLargeBatch(t *testing.T) {
 	got, err := s.Get(ctx, b.ID)
 	require.NoError(t, err)
 	assert.Equal(t, int64(n), got.Counts.Completed)
+}
+
+// Every call to Redis has a deadline (RedisOptions.Timeout) even when the caller's context has
+// none: with Redis killed or hung, each method fails with ErrUnavailable within it, rather than
+// waiting for Redis (a read retries until Redis is back); once Redis answers again, so does the
+// store.
+func TestRedisCallsHaveDeadlines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for timeouts against a stopped Redis")
+	}
+	for _, mode := range []string{"killed", "hung"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			px := batchtest.StartProxy(t, srv.Addr)
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			s := NewRedis(c, RedisOptions{Prefix: "p", Timeout: 300 * time.Millisecond})
+			b := create(t, s, InProgress)
+			if mode == "hung" {
+				px.Freeze()
+			} else {
+				srv.Kill()
+			}
+			ctx := context.Background() // no deadline of the caller's
+			calls := map[string]func() error{
+				"Create": func() error { return s.Create(ctx, newBatch(Validating)) },
+				"Get":    func() error { _, err := s.Get(ctx, b.ID); return err },
+				"List":   func() error { _, _, err := s.List(ctx, "", 10); return err },
+				"Update": func() error {
+					_, err := s.Update(ctx, b.ID, func(b *Batch) error { b.Dispatched = true; return nil })
+					return err
+				},
+				"Record":      func() error { _, err := s.Record(ctx, b.ID, results("l", 0, 1, Output)); return err },
+				"Recorded":    func() error { _, err := s.Recorded(ctx, b.ID, []string{"l0"}); return err },
+				"Results":     func() error { return s.Results(ctx, b.ID, func(Result) error { return nil }) },
+				"DropResults": func() error { return s.DropResults(ctx, b.ID) },
+				"Active":      func() error { _, err := s.Active(ctx); return err },
+			}
+			for name, call := range calls {
+				done := make(chan error, 1)
+				go func() { done <- call() }()
+				select {
+				case err := <-done:
+					require.ErrorIs(t, err, ErrUnavailable, name)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s still waits for Redis after 10 s", name)
+				}
+			}
+			if mode == "hung" {
+				px.Thaw()
+				_, err := s.Get(ctx, b.ID)
+				require.NoError(t, err)
+			} else {
+				srv.Restart()
+				_, err := s.Get(ctx, b.ID)
+				require.ErrorIs(t, err, ErrNotFound, "the new server starts empty")
+			}
+		})
+	}
 }

@@ -134,6 +134,10 @@ var (
 	// ErrUnchanged, returned by an Update function, leaves the batch as it was; Update then
 	// returns the current batch and no error.
 	ErrUnchanged = errors.New("batchstate: unchanged")
+	// ErrUnavailable: the store could not be reached, or did not answer in time (Redis down,
+	// hung, loading or failing over). Nothing says whether a change was applied; trying again
+	// later is safe.
+	ErrUnavailable = errors.New("batchstate: the state store cannot be reached")
 )
 
 // Store keeps batches and their results. Every method is safe for concurrent use, across

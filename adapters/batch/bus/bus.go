@@ -23,6 +23,13 @@ type Bus interface {
 	// subscriber of the group, and comes back (to it or another) until it is acked. The channel
 	// closes when ctx ends or the bus closes.
 	Subscribe(ctx context.Context, topic, group string) (<-chan *message.Message, error)
+	// SubscribeUnordered is Subscribe for messages whose order does not matter, so that one the
+	// subscriber holds (a retry waiting for its time) does not hold back those behind it: up to
+	// window messages of one partition are in hand at once, each acked or nacked on its own.
+	// Delivery stays at least once: a partition's position passes a message only once it and
+	// every message before it were acked, so a message in hand when the subscription ends comes
+	// again, and so may ones after it that were acked.
+	SubscribeUnordered(ctx context.Context, topic, group string, window int) (<-chan *message.Message, error)
 	// Close stops every subscription and the publisher.
 	Close() error
 }

@@ -131,6 +131,13 @@ func (b *goChannel) Subscribe(ctx context.Context, topic, group string) (<-chan 
 	return out, nil
 }
 
+// SubscribeUnordered implements Bus: GoChannel hands messages over in no order and holds none
+// back for another, so it is Subscribe; the subscriber's own bound on what it takes in hand is
+// the window.
+func (b *goChannel) SubscribeUnordered(ctx context.Context, topic, group string, _ int) (<-chan *message.Message, error) {
+	return b.Subscribe(ctx, topic, group)
+}
+
 func (b *goChannel) topic(name string) *goChannelTopic {
 	t, ok := b.topics[name]
 	if !ok {

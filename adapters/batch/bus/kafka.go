@@ -53,6 +53,10 @@ const topicInitTimeout = 30 * time.Second
 // acked messages come again. Messages in hand when a subscription ends are not committed and
 // are delivered again, and so may be one acked just before it ended (watermill-kafka takes an
 // ack in asynchronously). Close waits for nacked messages' NackResendSleep.
+//
+// SubscribeUnordered joins the group through a sarama consumer group of its own per call, and
+// hands over up to window messages of a partition at once; the partition's committed position
+// moves past a message once it and every message before it were acked.
 func NewKafka(cfg KafkaConfig, logger *slog.Logger) (Bus, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("bus: kafka: no brokers")
@@ -63,7 +67,10 @@ func NewKafka(cfg KafkaConfig, logger *slog.Logger) (Bus, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "infergate"
 	}
+	closing, stopAll := context.WithCancel(context.Background())
 	b := &kafkaBus{
+		closing:   closing,
+		stopAll:   stopAll,
 		cfg:       cfg,
 		log:       watermillLogger(logger),
 		marshaler: kafka.NewWithPartitioningMarshaler(partitionKey),
@@ -72,6 +79,7 @@ func NewKafka(cfg KafkaConfig, logger *slog.Logger) (Bus, error) {
 	}
 	var err error
 	if b.initializer, err = kafka.NewSubscriber(b.subscriberConfig(""), b.log); err != nil {
+		stopAll()
 		return nil, fmt.Errorf("bus: kafka: topic initializer: %w", err)
 	}
 	pcfg := b.saramaConfig(kafka.DefaultSaramaSyncPublisherConfig())
@@ -84,6 +92,7 @@ func NewKafka(cfg KafkaConfig, logger *slog.Logger) (Bus, error) {
 	}, b.log)
 	if err != nil {
 		_ = b.initializer.Close() // holds no connection yet
+		stopAll()
 		return nil, fmt.Errorf("bus: kafka: publisher on %v: %w", cfg.Brokers, err)
 	}
 	return b, nil
@@ -113,6 +122,12 @@ type kafkaBus struct {
 	mu     sync.Mutex
 	closed bool
 	subs   map[string]*kafka.Subscriber // by group
+
+	// closing ends with Close: the unordered subscriptions (SubscribeUnordered) stop, and
+	// unordered counts them until their channels are closed.
+	closing   context.Context
+	stopAll   context.CancelFunc
+	unordered sync.WaitGroup
 
 	topicsMu sync.Mutex
 	topics   map[string]bool // created, or found to exist
@@ -245,6 +260,8 @@ func (b *kafkaBus) Close() error {
 	subs := b.subs
 	b.subs = nil
 	b.mu.Unlock()
+	b.stopAll()
+	b.unordered.Wait()
 
 	var errs []error
 	for group, s := range subs {
