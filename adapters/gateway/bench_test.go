@@ -54,7 +54,7 @@ func targets(b *testing.B) []target {
 	}
 }
 
-func dial(b *testing.B, addr string) *grpc.ClientConn {
+func dial(b testing.TB, addr string) *grpc.ClientConn {
 	b.Helper()
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -84,7 +84,7 @@ func simpleRequest() *inference.ModelInferRequest {
 }
 
 // checkSimple fails b unless resp is simple's answer to simpleRequest.
-func checkSimple(b *testing.B, resp *inference.ModelInferResponse) {
+func checkSimple(b testing.TB, resp *inference.ModelInferResponse) {
 	b.Helper()
 	raw := resp.GetRawOutputContents()
 	if len(raw) != 2 || len(raw[0]) != 64 || len(raw[1]) != 64 {

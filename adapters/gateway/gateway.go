@@ -70,6 +70,10 @@ type Config struct {
 	// Decompression bounds compressed requests on every surface: what one may inflate to, how
 	// far past its compressed size, and the inflated bytes all requests may hold at once.
 	Decompression inflate.Config
+
+	// unhardened drops the per-request checks of issue 17 (decompression bounds, the header
+	// limit), so a benchmark can measure what they cost; set only by tests.
+	unhardened bool
 }
 
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
@@ -136,13 +140,23 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	mux.Handle("/v2/", rest)
 	// Compressed RPCs are inflated inside the middleware (authentication), never before it.
 	g.handler = inflater.Handler(mux)
+	if cfg.unhardened {
+		g.handler = mux
+	}
 	for i := len(cfg.HTTPMiddleware) - 1; i >= 0; i-- {
 		g.handler = cfg.HTTPMiddleware[i](g.handler)
 	}
 
 	// Compressed gRPC messages are inflated by the call that reads them, within the bounds.
-	inflateGRPC := inflater.GRPC(g.svc.Codec())
-	grpcOpts := append(append(g.svc.ServerOptions(), inflateGRPC.ServerOptions()...),
+	inflateGRPC := inflater.GRPC(g.svc.Codec(), cfg.MaxMessageBytes)
+	hardening := append(inflateGRPC.ServerOptions(),
+		// Header blocks as large as net/http allows (1 MiB), not grpc-go's 16 MiB: headers are
+		// read before the API key is checked.
+		grpc.MaxHeaderListSize(http.DefaultMaxHeaderBytes))
+	if cfg.unhardened {
+		hardening = nil
+	}
+	grpcOpts := append(append(g.svc.ServerOptions(), hardening...),
 		// Large tensors: windows of this size keep a 64 MiB message from stalling on updates.
 		grpc.InitialWindowSize(16<<20),
 		grpc.InitialConnWindowSize(32<<20),
@@ -157,6 +171,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	)
 	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
 	services := inflateGRPC.Registrar(g.grpcSrv)
+	if cfg.unhardened {
+		services = g.grpcSrv
+	}
 	g.svc.RegisterGRPC(services)
 	g.grpcHealth = health.NewServer()
 	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)

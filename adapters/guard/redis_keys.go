@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -26,7 +27,15 @@ type RedisKeys struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedKey
+	// downUntil: after a failed lookup, uncached keys fail at once for a moment instead of each
+	// waiting out the timeout. Native gRPC checks keys on a connection's reader goroutine, so a
+	// wait there holds up every call on the connection.
+	downUntil time.Time
+	downErr   error
 }
+
+// downFor is how long a failed lookup makes the next ones fail at once.
+const downFor = time.Second
 
 type cachedKey struct {
 	p       *Principal
@@ -74,6 +83,12 @@ func (r *RedisKeys) Lookup(ctx context.Context, secret string) (*Principal, erro
 		}
 		return c.p, nil
 	}
+	r.mu.Lock()
+	down, downErr := now.Before(r.downUntil), r.downErr
+	r.mu.Unlock()
+	if down {
+		return nil, downErr
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	raw, err := r.client.Do(ctx, r.client.B().Hget().Key(r.key).Field(h).Build()).ToString()
@@ -81,7 +96,13 @@ func (r *RedisKeys) Lookup(ctx context.Context, secret string) (*Principal, erro
 	switch {
 	case rueidis.IsRedisNil(err):
 	case err != nil:
-		return nil, fmt.Errorf("API keys in Redis: %w", err)
+		err = fmt.Errorf("API keys in Redis: %w", err)
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			r.mu.Lock()
+			r.downUntil, r.downErr = time.Now().Add(downFor), err
+			r.mu.Unlock()
+		}
+		return nil, err
 	default:
 		p = new(Principal)
 		if err := json.Unmarshal([]byte(raw), p); err != nil || p.Name == "" {

@@ -55,8 +55,18 @@ func TestRedisKeys(t *testing.T) {
 	_, err = keys.Lookup(ctx, "nope")
 	assert.ErrorIs(t, err, guard.ErrUnknownKey)
 
+	long := guard.NewRedisKeys(c, guard.RedisKeysOptions{Prefix: "gw", CacheTTL: time.Hour})
+	_, err = long.Lookup(ctx, "sk-redis-2")
+	require.NoError(t, err)
 	srv.Kill()
 	_, err = rk.Lookup(ctx, "sk-new")
 	require.Error(t, err, "Redis down is an error (the caller answers 503), not an unknown key")
 	assert.NotErrorIs(t, err, guard.ErrUnknownKey)
+	_, again := rk.Lookup(ctx, "sk-other")
+	assert.Same(t, err, again, "right after a failure, uncached keys fail at once, without asking Redis again")
+	_, err = long.Lookup(ctx, "sk-new")
+	require.Error(t, err)
+	p, err = long.Lookup(ctx, "sk-redis-2")
+	require.NoError(t, err, "cached keys still work while Redis is down")
+	assert.Equal(t, "team-2", p.Name)
 }

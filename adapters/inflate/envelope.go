@@ -39,6 +39,9 @@ func (e *envelopes) Read(p []byte) (int, error) {
 		case e.off < len(e.pending):
 			n := copy(p, e.pending[e.off:])
 			e.off += n
+			if e.off == len(e.pending) {
+				e.release() // the reader has it all: a stream that goes quiet now holds nothing
+			}
 			return n, nil
 		case e.through > 0:
 			if uint32(len(p)) > e.through {
@@ -126,22 +129,25 @@ func (e *envelopes) inflate(size uint32) ([]byte, error) {
 	return out, nil
 }
 
-// release gives back what the previous compressed message took from the budget: once the next
-// header is asked for, the handler has taken that message.
+// release gives back what the current compressed message took from the budget, once its last
+// byte was read: the handler holds its own copy now.
 func (e *envelopes) release() {
 	if e.r != nil {
 		e.in.budget.give(e.r.charged)
 		e.r.charged = 0
 	}
-	e.pending = nil
+	e.pending, e.off = nil, 0
 }
 
-// Close gives back the budget and the decompressor.
-func (e *envelopes) Close() error {
+// Close gives back the budget and the decompressor. It must not run during a Read (the Handler's
+// owned body sees to that).
+func (e *envelopes) Close() {
 	if e.r != nil {
 		e.r.Close()
 		e.r = nil
 	}
 	e.pending = nil
-	return nil
+	if e.err == nil {
+		e.err = errClosed
+	}
 }

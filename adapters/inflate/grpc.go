@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,13 +27,17 @@ import (
 // a refusal gets its proper code (RESOURCE_EXHAUSTED for a bound, INVALID_ARGUMENT for corrupt
 // data) and the budget is held exactly until the message is decoded.
 type GRPC struct {
-	in    *Inflater
-	codec *deferringCodec
+	in     *Inflater
+	codec  *deferringCodec
+	maxMsg int64
 }
 
-// GRPC returns the grpc-go side of the Inflater for a server whose codec is codec.
-func (in *Inflater) GRPC(codec encoding.CodecV2) *GRPC {
-	return &GRPC{in: in, codec: &deferringCodec{CodecV2: codec}}
+// GRPC returns the grpc-go side of the Inflater for a server whose codec is codec and whose
+// messages may be maxMsg bytes at most (grpc.MaxRecvMsgSize): grpc-go checks that limit only
+// against the compressed bytes it passes on, so a message inflates to at most the smaller of
+// maxMsg and MaxBytes.
+func (in *Inflater) GRPC(codec encoding.CodecV2, maxMsg int) *GRPC {
+	return &GRPC{in: in, codec: &deferringCodec{CodecV2: codec}, maxMsg: int64(maxMsg)}
 }
 
 // ServerOptions are the decompressor and codec the server needs; they replace any codec given
@@ -63,13 +68,15 @@ func (passGzip) Do(r io.Reader) ([]byte, error) {
 // other message with the server's codec.
 type deferringCodec struct {
 	encoding.CodecV2
-	pending sync.Map // message being received -> its compressed bytes
+	pending sync.Map     // message being received -> its compressed bytes
+	held    atomic.Int64 // entries in pending: when none, a read skips the map
 }
 
 func (c *deferringCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if len(data) == 1 {
 		if b := data[0].ReadOnlyData(); bytes.HasPrefix(b, deferred) {
 			// passGzip's own buffer, which grpc-go does not recycle: kept as it is.
+			c.held.Add(1)
 			c.pending.Store(v, b[len(deferred):])
 			return nil
 		}
@@ -80,11 +87,17 @@ func (c *deferringCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // receive completes the reading of v (err is grpc-go's): a message set aside is inflated and
 // decoded now.
 func (g *GRPC) receive(v any, err error) error {
+	if g.codec.held.Load() == 0 {
+		return err // nothing set aside, by this call or any other
+	}
 	b, ok := g.codec.pending.LoadAndDelete(v)
+	if ok {
+		g.codec.held.Add(-1)
+	}
 	if err != nil || !ok {
 		return err
 	}
-	r, err := g.in.NewReader("gzip", bytes.NewReader(b.([]byte)))
+	r, err := g.in.newReader("gzip", bytes.NewReader(b.([]byte)), g.maxMsg)
 	if err != nil {
 		return statusOf(err)
 	}

@@ -190,6 +190,7 @@ func Supported(encoding string) bool {
 // took from the budget.
 type Reader struct {
 	in      *Inflater
+	max     int64 // the most it may produce: the Inflater's MaxBytes, or less
 	src     countingReader
 	z       io.Reader // *gzip.Reader or zlib's reader
 	zlib    bool
@@ -213,7 +214,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // NewReader returns a Reader inflating src, compressed with encoding (see Supported). A header
 // that is not the encoding's is a Corrupt error.
 func (in *Inflater) NewReader(encoding string, src io.Reader) (*Reader, error) {
-	r := &Reader{in: in, src: countingReader{r: src}}
+	return in.newReader(encoding, src, in.maxBytes)
+}
+
+// newReader is NewReader producing at most limit bytes (at most MaxBytes).
+func (in *Inflater) newReader(encoding string, src io.Reader, limit int64) (*Reader, error) {
+	r := &Reader{in: in, src: countingReader{r: src}, max: min(limit, in.maxBytes)}
 	if err := r.reset(encoding); err != nil {
 		r.Close()
 		return nil, err
@@ -268,14 +274,14 @@ func (r *Reader) Read(p []byte) (int, error) {
 		return 0, r.err
 	}
 	// Never produce more than one byte past the bound: that byte is the proof of crossing it.
-	if room := r.in.maxBytes + 1 - r.out; int64(len(p)) > room {
+	if room := r.max + 1 - r.out; int64(len(p)) > room {
 		p = p[:room]
 	}
 	n, err := r.z.Read(p)
 	r.out += int64(n)
 	switch {
-	case r.out > r.in.maxBytes:
-		r.err = r.in.refuse(TooLarge, r.in.maxBytes)
+	case r.out > r.max:
+		r.err = r.in.refuse(TooLarge, r.max)
 	case r.in.maxRatio > 0 && r.out > ratioFloor && r.out > r.in.maxRatio*r.src.n:
 		r.err = r.in.refuse(TooDense, r.in.maxRatio)
 	case r.out > r.charged:
