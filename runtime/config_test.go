@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,6 +31,8 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, "memory", c.registryStore())
 	assert.Equal(t, 64, c.Batch.Concurrency)
 	assert.True(t, c.Batch.worker(), "gateways run batch lines unless told not to")
+	assert.Equal(t, inflate.Config{MaxBytes: 64 << 20, MaxRatio: 200, MaxInFlightBytes: 1 << 30}, c.Server.decompression())
+	assert.Equal(t, 10*time.Second, c.Server.FirstByteTimeout)
 
 	c, err = parseConfig("empty.yaml", nil)
 	require.NoError(t, err, "an empty file is the zero config")
@@ -49,6 +52,9 @@ func TestParseConfig(t *testing.T) {
 		{"batch: {concurrency_by_model: {llama: 0}}", `bad.yaml: batch.concurrency_by_model: slots: limit for "llama" is 0, want at least 1`},
 		{"batch: {kafka: {brokers: a:9092}}", "cannot unmarshal !!str `a:9092` into []string"},
 		{"batch: {kafka: {brokers: [a:9092]}}", "bad.yaml: batch.kafka needs redis.addr"},
+		{"server: {max_decompressed_bytes: 8589934592}", "bad.yaml: server.max_decompressed_bytes must be between 1 and 4294967295"},
+		{"server: {max_decompressed_bytes: 1048576, max_decompression_in_flight_bytes: 1024}", "bad.yaml: server.max_decompression_in_flight_bytes (1024) must hold at least one body"},
+		{"server: {first_byte_timeout: -1s}", "bad.yaml: server: timeouts must be positive"},
 	} {
 		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
 		require.Error(t, err, tc.yaml)
