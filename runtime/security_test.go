@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"runtime/metrics"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/internal/logtest"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -371,24 +371,6 @@ func TestSecuritySlowloris(t *testing.T) {
 
 const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// lockedBuffer collects a gateway's logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // With Redis gone (killed mid-run), every route that needs it answers within a bounded time with
 // 503, Retry-After and its protocol's error, the logs say so once per interval rather than once
 // per request, and everything works again once Redis is back. Before, batch reads hung until
@@ -397,7 +379,7 @@ func (l *lockedBuffer) String() string {
 func TestSecurityRedisDown(t *testing.T) {
 	rs := redistest.Start(t)
 	up := openaitest.Start(t, "up", "llama")
-	logs := &lockedBuffer{}
+	logs := &logtest.Sink{}
 	addr := startLogged(t, secureConfig(t, up.URL, fmt.Sprintf(`
 redis: {addr: %s}
 limits: {per_key: {requests_per_minute: 100000}, failure: closed}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/infergate/infergate/adapters/batch"
 	"github.com/infergate/infergate/adapters/batch/batchstate"
-	"github.com/infergate/infergate/adapters/batch/batchtest"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -82,9 +81,9 @@ func TestStateStoreDown(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			addr := srv.Addr
-			var px *batchtest.Proxy
+			var px *redistest.Proxy
 			if mode == "hung" {
-				px = batchtest.StartProxy(t, srv.Addr)
+				px = redistest.StartProxy(t, srv.Addr)
 				addr = px.Addr
 			}
 			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})

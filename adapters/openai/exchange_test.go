@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/internal/logtest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -307,31 +307,13 @@ func waitStarted(t *testing.T, u *openaitest.Upstream) {
 	}
 }
 
-// syncBuffer is a log destination safe for the proxy's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestMidResponseFailuresLogThrottled: an upstream that cuts every stream short is reported
 // once per interval, not once per request.
 func TestMidResponseFailuresLogThrottled(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	a.SetStream(10, 0)
 	a.DieAfter(2)
-	var logs syncBuffer
+	var logs logtest.Sink
 	e := startWith(t, openai.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))}})
 	const n = 8

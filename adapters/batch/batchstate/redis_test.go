@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/batch/batchtest"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -268,7 +267,7 @@ func TestRedisCallsHaveDeadlines(t *testing.T) {
 	for _, mode := range []string{"killed", "hung"} {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
-			px := batchtest.StartProxy(t, srv.Addr)
+			px := redistest.StartProxy(t, srv.Addr)
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)

@@ -1,72 +1,22 @@
 package ratelimit
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/adapters/logthrottle"
+	"github.com/infergate/infergate/internal/logtest"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// logSink is a JSON slog handler's output, read back line by line.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-// lines returns every record written, in order.
-func (s *logSink) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for l := range strings.SplitSeq(strings.TrimSpace(s.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		out = append(out, m)
-	}
-	return out
-}
-
-// throttleClock is a fake clock for the log throttle only: the limiter runs in real time.
-type throttleClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *throttleClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *throttleClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // loggedRedis is a limiter whose log lines go to the returned sink, throttled over a fake clock.
-func loggedRedis(t *testing.T, srv *redistest.Server, opts RedisOptions) (*Redis, *logSink, *throttleClock) {
-	sink, clk := &logSink{}, &throttleClock{t: time.Unix(1_700_000_000, 0)}
-	opts.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+func loggedRedis(t *testing.T, srv *redistest.Server, opts RedisOptions) (*Redis, *logtest.Sink, *logtest.Clock) {
+	// The fake clock is the log throttle's only: the limiter runs in real time.
+	sink, clk := &logtest.Sink{}, logtest.NewClock(time.Unix(1_700_000_000, 0))
+	opts.Logger = sink.JSON()
 	opts.Throttle = logthrottle.New(opts.Logger, 10*time.Second, logthrottle.WithClock(clk.Now))
 	return newRedis(t, srv, opts), sink, clk
 }
@@ -92,7 +42,7 @@ func TestRedisDownFailClosedLogsOncePerInterval(t *testing.T) {
 			time.Sleep(25 * time.Millisecond) // let some of them probe Redis again
 		}
 	}
-	lines := sink.lines(t)
+	lines := sink.Records(t)
 	require.Len(t, lines, 1, "%d refused requests: one line", n)
 	assert.Equal(t, "WARN", lines[0]["level"])
 	assert.Equal(t, warnFailed, lines[0]["msg"])
@@ -102,7 +52,7 @@ func TestRedisDownFailClosedLogsOncePerInterval(t *testing.T) {
 	clk.Add(10 * time.Second)
 	_, err = lim.Allow(ctx, "k", l, 1)
 	require.ErrorIs(t, err, ErrUnavailable)
-	lines = sink.lines(t)
+	lines = sink.Records(t)
 	require.Len(t, lines, 2, "after the interval, the next refusal is reported again")
 	assert.Equal(t, warnFailed, lines[1]["msg"])
 	assert.EqualValues(t, n-1, lines[1]["repeated"], "with the count of refusals since the last line")
@@ -112,7 +62,7 @@ func TestRedisDownFailClosedLogsOncePerInterval(t *testing.T) {
 		_, err := lim.Allow(ctx, "k", l, 1)
 		return err == nil
 	}, wait, 20*time.Millisecond)
-	lines = sink.lines(t)
+	lines = sink.Records(t)
 	require.Len(t, lines, 3)
 	assert.Equal(t, "INFO", lines[2]["level"])
 	assert.Equal(t, "ratelimit: redis is back; decisions go to redis again", lines[2]["msg"])
@@ -136,7 +86,7 @@ func TestRedisScriptRefusedIsWarnedThrottled(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var warns []map[string]any
-	for _, m := range sink.lines(t) {
+	for _, m := range sink.Records(t) {
 		if m["level"] == "WARN" {
 			warns = append(warns, m)
 		}

@@ -1,4 +1,4 @@
-package batchtest
+package redistest
 
 import (
 	"net"
@@ -29,7 +29,7 @@ func StartProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("batchtest: proxy: %v", err)
+		tb.Fatalf("redistest: proxy: %v", err)
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, thawed: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}}
