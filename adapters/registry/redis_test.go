@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	"github.com/infergate/infergate/internal/redistest"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -144,4 +146,51 @@ func mustEncode(t *testing.T, b *registryv1.Backend) []byte {
 	p, err := encodeBackend(b)
 	require.NoError(t, err)
 	return p
+}
+
+// With Redis hanging (or gone), RegistryService calls answer UNAVAILABLE with a retry hint within
+// StoreTimeout instead of waiting for Redis; the caller's own deadline stays its own.
+func TestServiceStoreTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.StartProxy(t, srv.Addr)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	store := NewRedisStore(c, RedisOptions{Logger: quiet()})
+	t.Cleanup(store.Close)
+	svc := NewService(store, ServiceOptions{Logger: quiet(), StoreTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	_, err = svc.ListBackends(ctx, &registryv1.ListBackendsRequest{})
+	require.NoError(t, err)
+
+	px.Freeze()
+	for name, call := range map[string]func() error{
+		"Register": func() error {
+			_, err := svc.Register(ctx, &registryv1.RegisterRequest{Backend: chat("m", "http://127.0.0.1:1")})
+			return err
+		},
+		"Heartbeat": func() error {
+			_, err := svc.Heartbeat(ctx, &registryv1.HeartbeatRequest{LeaseId: "0123456789abcdef0123456789abcdef"})
+			return err
+		},
+		"ListBackends": func() error { _, err := svc.ListBackends(ctx, &registryv1.ListBackendsRequest{}); return err },
+	} {
+		start := time.Now()
+		err := call()
+		assert.Less(t, time.Since(start), 5*time.Second, "%s waits for its timeout, not for Redis", name)
+		assert.Equal(t, connect.CodeUnavailable, connect.CodeOf(err), "%s: %v", name, err)
+		var ce *connect.Error
+		if assert.ErrorAs(t, err, &ce) {
+			assert.Equal(t, "1", ce.Meta().Get("Retry-After"), name)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = svc.ListBackends(short, &registryv1.ListBackendsRequest{})
+	assert.Equal(t, connect.CodeDeadlineExceeded, connect.CodeOf(err), "the caller's own deadline")
+	px.Thaw()
+	require.Eventually(t, func() bool {
+		_, err := svc.ListBackends(ctx, &registryv1.ListBackendsRequest{})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/logthrottle"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	"github.com/infergate/infergate/gen/infergate/registry/v1/registryv1connect"
 	"google.golang.org/grpc"
@@ -26,12 +27,16 @@ type ServiceOptions struct {
 	MinTTL, MaxTTL time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// StoreTimeout bounds each store call (Redis): a store that does not answer in time makes the
+	// call UNAVAILABLE with a retry hint instead of holding it; default 2 s.
+	StoreTimeout time.Duration
 }
 
 // Service is infergate.registry.v1.RegistryService over a Store.
 type Service struct {
 	store Store
 	opts  ServiceOptions
+	warn  *logthrottle.Throttle // a store that is down fails every call: one line per interval
 }
 
 // NewService serves store.
@@ -49,7 +54,10 @@ func NewService(store Store, opts ServiceOptions) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Service{store: store, opts: opts}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 2 * time.Second
+	}
+	return &Service{store: store, opts: opts, warn: logthrottle.New(opts.Logger, 0)}
 }
 
 // Mount serves the service on the gateway's port: the Connect handler on mux (Connect, gRPC-Web)
@@ -70,13 +78,15 @@ func (s *Service) Register(ctx context.Context, req *registryv1.RegisterRequest)
 	}
 	b := normalize(req.GetBackend())
 	var lease Lease
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
 	if id := req.GetLeaseId(); id != "" {
-		lease, err = s.store.Update(ctx, id, b, ttl)
+		lease, err = s.store.Update(sctx, id, b, ttl)
 	} else {
-		lease, err = s.store.Register(ctx, b, ttl)
+		lease, err = s.store.Register(sctx, b, ttl)
 	}
 	if err != nil {
-		return nil, s.storeError(err, req.GetLeaseId())
+		return nil, s.storeError(ctx, err, req.GetLeaseId())
 	}
 	s.opts.Logger.Info("registry: backend registered", "model", b.GetModelName(), "type", typeName(b.GetModelType()),
 		"url", b.GetUrl(), "lease", lease.ID, "ttl", lease.TTL, "update", req.GetLeaseId() != "")
@@ -89,9 +99,11 @@ func (s *Service) Heartbeat(ctx context.Context, req *registryv1.HeartbeatReques
 	if req.GetLeaseId() == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("lease_id is required"))
 	}
-	lease, err := s.store.Heartbeat(ctx, req.GetLeaseId())
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	lease, err := s.store.Heartbeat(sctx, req.GetLeaseId())
 	if err != nil {
-		return nil, s.storeError(err, req.GetLeaseId())
+		return nil, s.storeError(ctx, err, req.GetLeaseId())
 	}
 	return &registryv1.HeartbeatResponse{Ttl: durationpb.New(lease.TTL), HeartbeatInterval: durationpb.New(heartbeatInterval(lease.TTL))}, nil
 }
@@ -101,8 +113,10 @@ func (s *Service) Deregister(ctx context.Context, req *registryv1.DeregisterRequ
 	if req.GetLeaseId() == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("lease_id is required"))
 	}
-	if err := s.store.Deregister(ctx, req.GetLeaseId()); err != nil {
-		return nil, s.storeError(err, req.GetLeaseId())
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	if err := s.store.Deregister(sctx, req.GetLeaseId()); err != nil {
+		return nil, s.storeError(ctx, err, req.GetLeaseId())
 	}
 	s.opts.Logger.Info("registry: backend deregistered", "lease", req.GetLeaseId())
 	return &registryv1.DeregisterResponse{}, nil
@@ -110,9 +124,11 @@ func (s *Service) Deregister(ctx context.Context, req *registryv1.DeregisterRequ
 
 // ListBackends implements RegistryService.ListBackends.
 func (s *Service) ListBackends(ctx context.Context, _ *registryv1.ListBackendsRequest) (*registryv1.ListBackendsResponse, error) {
-	regs, err := s.store.List(ctx)
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	regs, err := s.store.List(sctx)
 	if err != nil {
-		return nil, s.storeError(err, "")
+		return nil, s.storeError(ctx, err, "")
 	}
 	out := &registryv1.ListBackendsResponse{Registrations: make([]*registryv1.Registration, len(regs))}
 	for i, r := range regs {
@@ -143,17 +159,22 @@ func (s *Service) ttl(d *durationpb.Duration) (time.Duration, error) {
 // heartbeatInterval leaves room for two lost heartbeats before the lease expires.
 func heartbeatInterval(ttl time.Duration) time.Duration { return ttl / 3 }
 
-func (s *Service) storeError(err error, leaseID string) error {
+// storeError maps a store call's failure for the caller of ctx: its own cancellation or
+// deadline as such, anything else (the store down, or slower than StoreTimeout) UNAVAILABLE
+// with a retry hint.
+func (s *Service) storeError(ctx context.Context, err error, leaseID string) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("lease '%s' is not found (expired, deregistered or never granted); register again", leaseID))
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
 	}
-	s.opts.Logger.Warn("registry: store failed", "err", err)
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("registry store unavailable: %v", err))
+	s.warn.Warn("store-failed", "registry: store failed; calls refused", "err", err)
+	e := connect.NewError(connect.CodeUnavailable, fmt.Errorf("registry store unavailable: %v; retry later", err))
+	e.Meta().Set("Retry-After", "1")
+	return e
 }
 
 // grpcService serves the same methods to grpc-go, whose status errors carry connect's codes and
