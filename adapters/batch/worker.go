@@ -159,8 +159,8 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 		msg.Ack()
 		return
 	}
-	if !w.waitUntil(ctx, c) {
-		msg.Nack() // the worker is stopping
+	if !w.waitUntil(ctx, msg.Context(), c) {
+		msg.Nack() // the worker is stopping, or the message went to another consumer
 		return
 	}
 	res, retry, err := w.runChunk(ctx, c)
@@ -214,7 +214,11 @@ func (w *Worker) handle(ctx context.Context, msg *message.Message) {
 
 // waitUntil holds a retry until its time, or until its batch is cancelled or expires (its lines
 // then end at once); false when the worker stops first.
-func (w *Worker) waitUntil(ctx context.Context, c *chunk) bool {
+//
+// delivery is the message's own context: the unordered Kafka consumer ends it when its session
+// ends (a rebalance), and the partition's next owner delivers the message again, so a retry
+// still waiting here gives up rather than running twice.
+func (w *Worker) waitUntil(ctx, delivery context.Context, c *chunk) bool {
 	d := time.Until(time.UnixMilli(c.NotBefore))
 	if c.NotBefore == 0 || d <= 0 {
 		return true
@@ -229,6 +233,8 @@ func (w *Worker) waitUntil(ctx context.Context, c *chunk) bool {
 	select {
 	case <-t.C:
 	case <-run.ctx.Done():
+	case <-delivery.Done():
+		return false
 	}
 	return ctx.Err() == nil
 }

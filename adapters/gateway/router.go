@@ -46,6 +46,12 @@ const (
 	// the router buffer before its first request.
 	maxSniffFrame = 16384
 	maxSniffBytes = 256 << 10
+	// maxSniffControl bounds the frames other than the first request's headers that a connection
+	// may make the router keep while it waits, up to the idle timeout, for that request: a real
+	// client sends a SETTINGS, a WINDOW_UPDATE, perhaps a PRIORITY or PING, a few dozen bytes.
+	// The connection no longer holds a pending slot then, so without this bound each could
+	// park maxSniffBytes for minutes.
+	maxSniffControl = 16 << 10
 	// maxPending bounds the connections that have not shown their protocol yet, so idle or
 	// trickling connections cannot pile up buffers and goroutines.
 	maxPending = 4096
@@ -202,6 +208,7 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 	}
 	kept := bytes.NewBuffer(head)
 	var block []byte
+	control := 0 // bytes of frames kept before the first request's headers, less those headers
 	acked, headersDone, first := false, false, true
 	frame := make([]byte, 9)
 	for !(acked && headersDone) {
@@ -226,6 +233,11 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 		if typ == frameSettings && flags&flagAck != 0 && stream == 0 && !acked {
 			acked = true // the ACK of our empty SETTINGS: the real server never sent it
 			continue
+		}
+		if !headersDone && typ != frameHeaders && typ != frameContinuation {
+			if control += 9 + length; control > maxSniffControl {
+				return false, nil, errors.New("gateway: too many frames before the first request")
+			}
 		}
 		kept.Write(frame[:9])
 		kept.Write(payload)

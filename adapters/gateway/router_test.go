@@ -121,6 +121,26 @@ func TestSniffRejectsOversizedFrames(t *testing.T) {
 	require.ErrorContains(t, err, "oversized frame before the first request", "refused before allocating or reading it")
 }
 
+// A client that has shown HTTP/2 no longer holds a pending slot while it waits to make its first
+// request, so what it makes the router keep meanwhile is bounded on its own: frames of unknown
+// types (or PINGs, WINDOW_UPDATEs, ...) past a few KiB end the connection, where each one could
+// park 256 KiB for the idle timeout. A real client's frames before its request pass.
+func TestSniffBoundsFramesBeforeTheFirstRequest(t *testing.T) {
+	in := []byte(clientPreface)
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	require.NoError(t, fr.WriteSettings())
+	for range 15 {
+		require.NoError(t, fr.WriteRawFrame(0xfa, 0, 0, make([]byte, 16000)))
+	}
+	_, _, err := sniffBytes(t, append(in, buf.Bytes()...))
+	require.ErrorContains(t, err, "too many frames before the first request")
+
+	grpc, _, err := sniffBytes(t, clientBytes(t, "application/grpc", true))
+	require.NoError(t, err)
+	assert.True(t, grpc)
+}
+
 func TestSniffTimesOutSilentClients(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()

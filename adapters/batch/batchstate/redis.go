@@ -245,15 +245,40 @@ func (r *Redis) Create(ctx context.Context, b *Batch) error {
 	n, err := r.exec(ctx, luaCreate, r.keys(b.ID), []string{string(data), string(b.Status),
 		flag(b.Status.Accepting()), strconv.FormatInt(b.Counts.Total, 10), flag(term), r.ttl}).AsInt64()
 	if err != nil {
+		r.abandon(ctx, b.ID) // the script may have run all the same
 		return fmt.Errorf("batchstate: redis create %s: %w", b.ID, unreachable(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("batchstate: create %s: %w", b.ID, ErrExists)
 	}
 	if err := r.reindex(ctx, b.ID, term); err != nil {
+		r.abandon(ctx, b.ID)
 		return fmt.Errorf("batchstate: redis create %s: stored, but not indexed: %w", b.ID, err)
 	}
 	return nil
+}
+
+// abandon removes, in the background, a batch whose Create failed after the batch may have been
+// stored: its caller was told it was not created, so it must not linger unindexed (no list or
+// worker would ever see it) and without an expiry. It tries for about half a minute, as Redis
+// comes back; a batch left behind after that stays invisible.
+func (r *Redis) abandon(ctx context.Context, id string) {
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		for try := range 5 {
+			err := r.do(ctx, r.client.B().Del().Key(r.keys(id)...).Build()).Error()
+			if err == nil {
+				err = r.do(ctx, r.client.B().Zrem().Key(r.index[0]).Member(id).Build()).Error()
+			}
+			if err == nil {
+				err = r.do(ctx, r.client.B().Srem().Key(r.index[1]).Member(id).Build()).Error()
+			}
+			if err == nil {
+				return
+			}
+			time.Sleep(time.Second << try)
+		}
+	}()
 }
 
 func (r *Redis) reindex(ctx context.Context, id string, terminal bool) error {

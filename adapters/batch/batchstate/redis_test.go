@@ -2,6 +2,7 @@ package batchstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -314,4 +315,32 @@ func TestRedisCallsHaveDeadlines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Create that times out while Redis is busy still runs once Redis is free: its caller was told
+// 503, so the batch it stored is removed in the background, not left unindexed and without an
+// expiry for ever.
+func TestRedisCreateTimeoutLeavesNoBatch(t *testing.T) {
+	s, c := newRedis(t, RedisOptions{Prefix: "p", Timeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	create(t, s, Validating) // the scripts are loaded
+	busy := make(chan error, 1)
+	go func() {
+		// Redis runs one script at a time: this one holds every other command for a second.
+		busy <- c.Do(ctx, c.B().Eval().Script(`local s = redis.call('TIME')[1]
+while redis.call('TIME')[1] - s < 2 do end
+return 1`).Numkeys(0).Build()).Error()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	b := newBatch(Validating)
+	err := s.Create(ctx, b)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.NoError(t, <-busy)
+	require.Eventually(t, func() bool {
+		_, err := s.Get(ctx, b.ID)
+		return errors.Is(err, ErrNotFound)
+	}, 20*time.Second, 50*time.Millisecond, "the batch a refused Create stored is removed")
+	ids, err := s.Active(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, ids, b.ID)
 }
