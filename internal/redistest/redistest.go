@@ -8,7 +8,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,10 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/logtest"
 	"github.com/redis/rueidis"
 )
 
@@ -115,7 +116,7 @@ func (s *Server) NewClient(tb testing.TB) rueidis.Client {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := &lockedBuffer{}
+	out := &logtest.Sink{} // the server's output, for the error if it does not start
 	cmd := exec.Command(s.bin,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
@@ -138,11 +139,11 @@ func (s *Server) start() error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server on port %d exited: %s", s.port, bytes.TrimSpace(out.Bytes()))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, strings.TrimSpace(out.String()))
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
 			<-done
-			return fmt.Errorf("redis-server on port %d did not answer PING in time: %s", s.port, bytes.TrimSpace(out.Bytes()))
+			return fmt.Errorf("redis-server on port %d did not answer PING in time: %s", s.port, strings.TrimSpace(out.String()))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -179,21 +180,4 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.b.Bytes())
 }
