@@ -41,19 +41,20 @@ func (in *Inflater) Handler(next http.Handler) http.Handler {
 				r.Body = body
 				r.Header.Del(header)
 			}
-		} else if enc := get(r.Header, "Content-Encoding"); enc != "" && Supported(strings.ToLower(strings.TrimSpace(enc))) && rpcPath(r.URL.Path) {
-			enc = strings.ToLower(strings.TrimSpace(enc))
-			zr, err := in.NewReader(enc, r.Body)
-			if err != nil {
-				_ = connect.NewErrorWriter().Write(w, r, connectError(err))
-				return
+		} else if enc := get(r.Header, "Content-Encoding"); enc != "" && rpcPath(r.URL.Path) {
+			if enc = strings.ToLower(strings.TrimSpace(enc)); Supported(enc) {
+				zr, err := in.NewReader(enc, r.Body)
+				if err != nil {
+					_ = connect.NewErrorWriter().Write(w, r, connectError(err))
+					return
+				}
+				body := &owned{r: zr, release: func() { zr.Close() }, orig: r.Body}
+				defer body.done()
+				r.Body = body
+				r.Header.Del("Content-Encoding")
+				r.Header.Del("Content-Length")
+				r.ContentLength = -1
 			}
-			body := &owned{r: zr, release: func() { zr.Close() }, orig: r.Body}
-			defer body.done()
-			r.Body = body
-			r.Header.Del("Content-Encoding")
-			r.Header.Del("Content-Length")
-			r.ContentLength = -1
 		}
 		next.ServeHTTP(w, r)
 	})
