@@ -68,10 +68,19 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	br, brCollectors := newBreaker(cfg, rdb, log, &closers)
 	collectors = append(collectors, brCollectors...)
 
+	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	collectors = append(collectors, limCollectors...)
+	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
+		Breaker: br, Logger: log})
+	reg.SetAdmission(g.KServe())
+	collectors = append(collectors, g.Collectors()...)
+
 	// The bridge gives every LLM the proxy routes a KServe model; the proxy announces its model set
 	// changing before the bridge exists, so the callback looks the bridge up.
 	var bridged atomic.Pointer[bridge.Bridge]
-	var admit openai.Admission // the guard's, set below: the proxy is built before the guard
 	// With API keys on, a client's Authorization is the gateway's key: never passed upstream.
 	// A key sees only the models it may use, on every surface.
 	var strip []string
@@ -88,9 +97,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 				b.Sync()
 			}
 		},
-		Admit: func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
-			return admit(ctx, r)
-		}})
+		Stages: llmStages(g)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,24 +107,6 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	if err != nil {
 		return nil, nil, err
 	}
-
-	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	collectors = append(collectors, limCollectors...)
-	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
-		Breaker: br, Logger: log,
-		Endpoints: func() []string {
-			names := proxy.EndpointNames()
-			for _, s := range kp.Status() {
-				names = append(names, s.Name)
-			}
-			return names
-		}})
-	reg.SetAdmission(g.KServe())
-	admit = g.OpenAI()
-	collectors = append(collectors, g.Collectors()...)
 
 	auth, err := newAuth(cfg, rdb, log)
 	if err != nil {
@@ -129,7 +118,13 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 			auth.GRPCOption())
 	}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
-		mux.Handle("GET /admin/guard", g.AdminHandler())
+		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {
+			names := proxy.EndpointNames()
+			for _, s := range kp.Status() {
+				names = append(names, s.Name)
+			}
+			return names
+		}))
 	})
 
 	var store registry.Store

@@ -21,7 +21,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/bus/bustest"
 	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/internal/redistest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -625,11 +625,11 @@ func TestOwners(t *testing.T) {
 	require.NoError(t, err)
 	auth := guard.NewAuth(keys, quiet())
 	var seen sync.Map // key names the upstream's requests ran as
-	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+	admit := func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
 		if p := guard.PrincipalFrom(ctx); p != nil {
 			seen.Store(p.Name, true)
 		}
-		return openai.Admitted{}, nil
+		return pipeline.Admitted{}, nil
 	}
 	e := startEnv(t, envOptions{middleware: []func(http.Handler) http.Handler{auth.HTTP}, admit: admit})
 
@@ -680,16 +680,16 @@ func TestOwners(t *testing.T) {
 // fails the line at once instead of waiting; one that can pass later makes the line wait.
 func TestRateLimitRefusals(t *testing.T) {
 	var calls atomic.Int64
-	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
+	admit := func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
 		n := calls.Add(1)
-		if bytes.Contains(r.Body, []byte("too-big")) {
-			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "over the whole budget"}
+		if bytes.Contains(r.Body(), []byte("too-big")) {
+			return pipeline.Admitted{}, &pipeline.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "over the whole budget"}
 		}
 		if n <= 3 { // the first tries are told to come back shortly
-			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "slow down",
+			return pipeline.Admitted{}, &pipeline.Error{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "slow down",
 				Header: http.Header{"Retry-After": []string{"1"}}}
 		}
-		return openai.Admitted{}, nil
+		return pipeline.Admitted{}, nil
 	}
 	e := startEnv(t, envOptions{admit: admit, worker: func(o *batch.WorkerOptions) { o.Attempts = 1; o.Concurrency = 1 }})
 	input := strings.Replace(chatLines(2, "m1"), `"line 1"`, `"line 1 too-big"`, 1)
@@ -707,12 +707,12 @@ func TestRateLimitRefusals(t *testing.T) {
 func TestWaitingLineLetsItsSlotGo(t *testing.T) {
 	var holding atomic.Bool
 	holding.Store(true)
-	admit := func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
-		if holding.Load() && bytes.Contains(r.Body, []byte("hold-me")) {
-			return openai.Admitted{}, &openai.Error{Status: 429, Type: "requests", Code: "overloaded", Message: "busy",
+	admit := func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
+		if holding.Load() && bytes.Contains(r.Body(), []byte("hold-me")) {
+			return pipeline.Admitted{}, &pipeline.Error{Status: 429, Type: "requests", Code: "overloaded", Message: "busy",
 				Header: http.Header{"Retry-After": []string{"1"}}}
 		}
-		return openai.Admitted{}, nil
+		return pipeline.Admitted{}, nil
 	}
 	e := startEnv(t, envOptions{admit: admit, worker: func(o *batch.WorkerOptions) { o.Concurrency = 1 }})
 	input := strings.Replace(chatLines(4, "m1"), `"line 0"`, `"line 0 hold-me"`, 1) // first in the chunk
@@ -735,7 +735,7 @@ func TestOutageIsWaitedOut(t *testing.T) {
 	e.up.SetHealthy(false)
 	require.Eventually(t, func() bool {
 		_, err := e.proxy.Call(context.Background(), "/v1/chat/completions", []byte(`{"model":"m1","messages":[]}`))
-		var oe *openai.Error
+		var oe *pipeline.Error
 		return errors.As(err, &oe) && oe.Code == "no_healthy_upstream"
 	}, 5*time.Second, 10*time.Millisecond)
 	id := e.create(t, e.upload(t, chatLines(5, "m1")), "24h")

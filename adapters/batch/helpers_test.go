@@ -22,6 +22,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/pipeline"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
@@ -46,7 +47,7 @@ type env struct {
 type envOptions struct {
 	service func(*batch.Options)
 	worker  func(*batch.WorkerOptions)
-	admit   openai.Admission
+	admit   pipeline.Admission
 	// noWorker starts no worker: the test starts its own.
 	noWorker bool
 	state    batchstate.Store
@@ -60,7 +61,7 @@ type envOptions struct {
 func startEnv(t testing.TB, eo envOptions) *env {
 	t.Helper()
 	up := openaitest.Start(t, "vllm-a", "m1")
-	p, err := openai.New(openai.Options{Logger: quiet(), Admit: eo.admit, Endpoints: []openai.Endpoint{{Name: up.Name,
+	p, err := openai.New(openai.Options{Logger: quiet(), Stages: stagesOf(eo.admit), Endpoints: []openai.Endpoint{{Name: up.Name,
 		URL: up.URL, Type: openai.TypeVLLM, CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -316,4 +317,12 @@ func (b *ackedBus) Subscribe(ctx context.Context, topic, group string) (<-chan *
 		}
 	}()
 	return out, nil
+}
+
+// stagesOf runs admit, if any, as every model's first stage.
+func stagesOf(admit pipeline.Admission) func(string) []pipeline.Interceptor {
+	if admit == nil {
+		return nil
+	}
+	return pipeline.ForAll(pipeline.Admit(admit))
 }

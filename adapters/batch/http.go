@@ -17,7 +17,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/files"
 	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"google.golang.org/grpc"
 )
 
@@ -35,19 +35,19 @@ func (s *Service) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.cancelBatch)
 }
 
-func invalid(param, format string, args ...any) *openai.Error {
-	return &openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
+func invalid(param, format string, args ...any) *pipeline.Error {
+	return &pipeline.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
 		Message: fmt.Sprintf(format, args...)}
 }
 
-func notFound(what, id string) *openai.Error {
-	return &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "id",
+func notFound(what, id string) *pipeline.Error {
+	return &pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "id",
 		Message: fmt.Sprintf("No such %s object: %s", what, id)}
 }
 
 func (s *Service) internal(w http.ResponseWriter, what string, err error) {
 	s.log.Error(what, "err", err)
-	(&openai.Error{Status: http.StatusInternalServerError, Type: "server_error",
+	(&pipeline.Error{Status: http.StatusInternalServerError, Type: "server_error",
 		Message: "The server had an error while processing your request."}).Write(w)
 }
 
@@ -72,7 +72,7 @@ func (s *Service) stateFailed(w http.ResponseWriter, r *http.Request, what strin
 		// Debug only: with Redis down every request says the same, and the sweep already warns
 		// every few seconds that the store fails.
 		s.log.Debug(what+": the batch state store cannot be reached", "err", err)
-		(&openai.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "state_unavailable",
+		(&pipeline.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "state_unavailable",
 			Message: "The batch state store cannot be reached right now; retry in a few seconds.",
 			Header:  http.Header{"Retry-After": {stateRetryAfter}}}).Write(w)
 	default:
@@ -182,7 +182,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 			f, err := s.o.Files.Put(ctx, files.File{ID: files.NewID("file-"), CreatedAt: s.now().Unix(),
 				Filename: name, Purpose: "batch", Owner: ownerOf(r)}, content, s.o.MaxFileBytes)
 			if errors.Is(err, files.ErrTooLarge) {
-				(&openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "file",
+				(&pipeline.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "file",
 					Message: fmt.Sprintf("The file is larger than %d bytes.", s.o.MaxFileBytes)}).Write(w)
 				return
 			}
@@ -212,7 +212,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 		drop()
 		invalid("purpose", "Invalid purpose %q: this server stores files for batches only ('batch').", purpose).Write(w)
 	default:
-		openai.WriteJSON(w, http.StatusOK, fileView(*stored))
+		pipeline.WriteJSON(w, http.StatusOK, fileView(*stored))
 	}
 }
 
@@ -295,7 +295,7 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request) {
 	if len(data) > 0 {
 		first, last = &data[0].ID, &data[len(data)-1].ID
 	}
-	openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+	pipeline.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
 // file looks up the file the path names, answering 404 when there is none.
@@ -315,7 +315,7 @@ func (s *Service) file(w http.ResponseWriter, r *http.Request) (files.File, bool
 
 func (s *Service) getFile(w http.ResponseWriter, r *http.Request) {
 	if f, ok := s.file(w, r); ok {
-		openai.WriteJSON(w, http.StatusOK, fileView(f))
+		pipeline.WriteJSON(w, http.StatusOK, fileView(f))
 	}
 }
 
@@ -376,7 +376,7 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, "deleting a file", err)
 	default:
-		openai.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+		pipeline.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 	}
 }
 
@@ -426,7 +426,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := s.o.Files.Get(ctx, req.InputFileID)
 	if errors.Is(err, files.ErrNotFound) || (err == nil && !visible(r, f.Owner)) {
-		(&openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input_file_id",
+		(&pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input_file_id",
 			Message: fmt.Sprintf("No such File object: %s", req.InputFileID)}).Write(w)
 		return
 	}
@@ -453,7 +453,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batches.WithLabelValues(string(batchstate.Validating)).Inc()
 	s.background(func(ctx context.Context) { s.holdClaim(ctx, b.ID, func(ctx context.Context) { s.prepare(ctx, b.ID) }) })
-	openai.WriteJSON(w, http.StatusOK, batchView(b, now))
+	pipeline.WriteJSON(w, http.StatusOK, batchView(b, now))
 }
 
 // batch looks up the batch the path names, answering 404 when there is none.
@@ -475,7 +475,7 @@ func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.stateContext(r)
 	defer cancel()
 	if b, ok := s.batch(ctx, w, r); ok {
-		openai.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
+		pipeline.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 
@@ -506,7 +506,7 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 	if len(bs) > 0 {
 		first, last = &bs[0].ID, &bs[len(bs)-1].ID
 	}
-	openai.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+	pipeline.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
 // listVisible pages through the batches newest first, keeping those the caller may see, until
@@ -575,7 +575,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
 			s.m.batches.WithLabelValues(string(batchstate.Cancelled)).Inc()
 		}
 		s.log.Info("batch cancel requested", "batch", id, "status", b.Status)
-		openai.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
+		pipeline.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 

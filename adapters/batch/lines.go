@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/infergate/infergate/adapters/batch/batchstate"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // Endpoints a batch may run, as OpenAI's batch API names them.
@@ -129,7 +129,8 @@ func scanInput(r io.Reader, endpoint string, maxLines, maxLineBytes int, each fu
 		seen[*l.CustomID] = n
 		// The body was checked as JSON with the line; only the routing fields are read, as the
 		// proxy reads them.
-		model, stream, err := openai.ScanModel(l.Body)
+		rt, err := pipeline.Scan(l.Body)
+		model, stream := rt.Model, rt.Stream
 		switch {
 		case len(l.Body) == 0 || l.Body[0] != '{' || err != nil:
 			fail(n, "invalid_value", "body", "The body must be a JSON object.")

@@ -12,14 +12,14 @@ import (
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/bus/bustest"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/stretchr/testify/require"
 )
 
 // callerFunc is a Caller.
-type callerFunc func(ctx context.Context, path string, body []byte) (*openai.Response, error)
+type callerFunc func(ctx context.Context, path string, body []byte) (*pipeline.Response, error)
 
-func (f callerFunc) Call(ctx context.Context, path string, body []byte) (*openai.Response, error) {
+func (f callerFunc) Call(ctx context.Context, path string, body []byte) (*pipeline.Response, error) {
 	return f(ctx, path, body)
 }
 
@@ -48,13 +48,13 @@ func TestWaitingRetryDoesNotHoldItsPartition(t *testing.T) {
 	retry("now", time.Now())
 
 	ran := make(chan string, 2)
-	w := NewWorker(WorkerOptions{Bus: b, State: st, Logger: discard, Caller: callerFunc(func(_ context.Context, _ string, body []byte) (*openai.Response, error) {
+	w := NewWorker(WorkerOptions{Bus: b, State: st, Logger: discard, Caller: callerFunc(func(_ context.Context, _ string, body []byte) (*pipeline.Response, error) {
 		for _, who := range []string{"later", "now"} {
 			if bytes.Contains(body, []byte(`"user":"`+who+`"`)) {
 				ran <- who
 			}
 		}
-		return nil, &openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "refused"}
+		return nil, &pipeline.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "refused"}
 	})})
 	ctx, cancel := context.WithCancel(t.Context())
 	stopped := make(chan struct{})

@@ -23,7 +23,7 @@ import (
 	"github.com/infergate/infergate/adapters/batch/batchstate"
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/files"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // Options configures a Service.
@@ -134,7 +134,7 @@ func New(o Options) (*Service, error) {
 		o.OrphanSweepInterval = 10 * time.Minute
 	}
 	if o.ID == "" {
-		o.ID = "replica-" + openai.NewRequestID()
+		o.ID = "replica-" + pipeline.NewRequestID()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{o: o, log: o.Logger.With("component", "batch"), m: o.Metrics, clock: time.Now, ctx: ctx,
@@ -688,7 +688,7 @@ func (s *Service) finalize(ctx context.Context, id string) {
 // assemble writes the files of a batch whose finalization this replica claimed and commits them
 // with the batch's terminal status, if the claim is still this replica's.
 func (s *Service) assemble(ctx context.Context, cur *batchstate.Batch) {
-	id, nonce := cur.ID, openai.NewRequestID()[:16]
+	id, nonce := cur.ID, pipeline.NewRequestID()[:16]
 	outN, errN, err := s.writeFiles(ctx, cur, nonce)
 	committed := false
 	var b *batchstate.Batch

@@ -20,14 +20,14 @@ import (
 	"github.com/infergate/infergate/adapters/batch/bus"
 	"github.com/infergate/infergate/adapters/batch/slots"
 	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
 )
 
 // Caller sends one request upstream through the gateway's routing, guard and metrics:
 // *openai.Proxy is one.
 type Caller interface {
-	Call(ctx context.Context, path string, body []byte) (*openai.Response, error)
+	Call(ctx context.Context, path string, body []byte) (*pipeline.Response, error)
 }
 
 // WorkerOptions configures a Worker.
@@ -370,7 +370,7 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line, held *slot) (res
 	}
 	attempt := c.Attempts + 1
 	for waits := 0; ; {
-		reqID := "req_" + openai.NewRequestID()
+		reqID := "req_" + pipeline.NewRequestID()
 		a, err := w.call(ctx, c.Endpoint, reqID, l.Body)
 		if err == nil && a.wait && ctx.Err() == nil {
 			// The gateway holds batch work back (online traffic first, a rate limit, no upstream
@@ -415,7 +415,7 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line, held *slot) (res
 		if err != nil {
 			last = err.Error()
 		} else {
-			last = fmt.Sprintf("status %d: %s", a.status, openai.Truncate(string(a.body), 512))
+			last = fmt.Sprintf("status %d: %s", a.status, pipeline.Truncate(string(a.body), 512))
 		}
 		w.deadLetter(c, l, attempt, last)
 		if err == nil { // the upstream's last answer is the line's response
@@ -437,16 +437,16 @@ type answer struct {
 
 // call sends one request and reads its answer; err only when no answer came.
 func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) (answer, error) {
-	ctx = openai.WithRequestID(guard.WithPriority(ctx, guard.Batch), reqID)
+	ctx = pipeline.WithRequestID(guard.WithPriority(ctx, guard.Batch), reqID)
 	resp, err := w.o.Caller.Call(ctx, endpoint, body)
 	if err != nil {
-		var oe *openai.Error
+		var oe *pipeline.Error
 		if errors.As(err, &oe) {
 			wait := waitCodes[oe.Code]
 			if oe.Code == "rate_limit_exceeded" {
 				// Without Retry-After the request can never fit the budget (more tokens than
 				// its whole burst): waiting would loop until the window ends.
-				wait = openai.RetryAfter(oe.Header) > 0
+				wait = pipeline.RetryAfter(oe.Header) > 0
 			}
 			return answer{status: oe.Status, header: oe.Header, body: oe.JSON(), wait: wait}, nil
 		}
@@ -458,7 +458,7 @@ func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) 
 		return answer{}, fmt.Errorf("reading the upstream's response: %w", err)
 	}
 	if int64(len(b)) > w.o.MaxResponseBytes {
-		return answer{status: http.StatusBadGateway, final: true, body: (&openai.Error{Status: http.StatusBadGateway, Type: "server_error",
+		return answer{status: http.StatusBadGateway, final: true, body: (&pipeline.Error{Status: http.StatusBadGateway, Type: "server_error",
 			Code: "response_too_large", Message: fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)}).JSON()}, nil
 	}
 	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
@@ -480,7 +480,7 @@ func retryable(status int) bool {
 // else an exponential wait with jitter.
 func (w *Worker) backoff(attempt int, h http.Header) time.Duration {
 	const maxWait = 30 * time.Second
-	if d := openai.RetryAfter(h); d > 0 {
+	if d := pipeline.RetryAfter(h); d > 0 {
 		return min(d, maxWait)
 	}
 	d := min(w.o.RetryBackoff<<(attempt-1), maxWait)
@@ -616,7 +616,7 @@ func responseLine(customID, reqID string, status int, body []byte) json.RawMessa
 
 // errorLine is an error file line for a request that got no answer.
 func errorLine(customID, code, msg string) json.RawMessage {
-	b := append([]byte(`{"id":"batch_req_`), openai.NewRequestID()...)
+	b := append([]byte(`{"id":"batch_req_`), pipeline.NewRequestID()...)
 	b = append(b, `","custom_id":`...)
 	b = tensor.AppendJSONString(b, customID)
 	b = append(b, `,"response":null,"error":{"code":`...)

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
@@ -126,7 +127,7 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 		path = "/v1/chat/completions"
 	}
 	if req.ID != "" {
-		ctx = openai.WithRequestID(ctx, req.ID)
+		ctx = pipeline.WithRequestID(ctx, req.ID)
 	}
 	res, err := m.proxy.Call(ctx, path, body)
 	if err != nil {
@@ -158,9 +159,9 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 // that finishes the last choice is held back until the upstream ends, and then sent as the one
 // final response, with every choice's finish_reason. When the upstream ends otherwise (no
 // finish_reason), a final response with empty texts ends the stream.
-func relay(ctx context.Context, res *openai.Response, n int, send func(*engines.Response) error) error {
+func relay(ctx context.Context, res *pipeline.Response, n int, send func(*engines.Response) error) error {
 	acc := newAccumulator(n)
-	events := openai.NewEvents(res)
+	events := pipeline.NewEvents(res)
 	for {
 		data, err := events.Next()
 		if errors.Is(err, io.EOF) {

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // answer is what the bridge reads of a completion, a chat completion, or a chunk of either.
@@ -142,7 +142,7 @@ func (a *accumulator) take(final bool) (texts [][]byte, reasons []string, _ bool
 // callError maps a failed Call: the gateway's own OpenAI errors by their status, a cancelled or
 // expired context as itself (the KServe layer gives it its code), anything else UNAVAILABLE.
 func callError(err error) error {
-	var oe *openai.Error
+	var oe *pipeline.Error
 	switch {
 	case errors.As(err, &oe):
 		return connect.NewError(codeOf(oe.Status), errors.New(validUTF8(oe.Message)))
@@ -172,7 +172,7 @@ func codeOf(status int) connect.Code {
 
 // upstreamStatus turns an upstream's error answer into an error with its status's code and its
 // message.
-func upstreamStatus(res *openai.Response) error {
+func upstreamStatus(res *pipeline.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(res, 64<<10))
 	msg := errorMessage(b)
 	if msg == "" {
@@ -228,7 +228,7 @@ func errorObject(raw json.RawMessage) error {
 }
 
 // upstreamInvalid reports an answer the bridge cannot read (or an error object inside it).
-func upstreamInvalid(res *openai.Response, err error) error {
+func upstreamInvalid(res *pipeline.Response, err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return connect.NewError(ce.Code(), fmt.Errorf("upstream '%s' reported an error: %s", res.Endpoint, ce.Message()))
@@ -238,7 +238,7 @@ func upstreamInvalid(res *openai.Response, err error) error {
 
 // readError reports a body that stopped: the caller's cancellation as itself, an upstream that
 // failed mid-answer as UNAVAILABLE.
-func readError(ctx context.Context, res *openai.Response, err error) error {
+func readError(ctx context.Context, res *pipeline.Response, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -10,8 +10,9 @@ import (
 
 // AdminHandler serves GET /admin/guard: the load shedder's load, every endpoint's circuit
 // breaker state and the recently used rate-limit buckets with what they have left. Mount it
-// behind Auth, which lets only admin keys through.
-func (g *Guard) AdminHandler() http.Handler {
+// behind Auth, which lets only admin keys through. endpoints lists the endpoints whose breakers
+// it shows.
+func (g *Guard) AdminHandler(endpoints func() []string) http.Handler {
 	type breakerState struct {
 		Endpoint string `json:"endpoint"`
 		State    string `json:"state"`
@@ -35,8 +36,8 @@ func (g *Guard) AdminHandler() http.Handler {
 			Breakers []breakerState `json:"breakers"`
 			Buckets  []bucket       `json:"buckets"`
 		}{Shedding: shedding{st.InFlight, st.Batch, st.Waiting}, Breakers: []breakerState{}, Buckets: []bucket{}}
-		if g.opts.Breaker != nil && g.opts.Endpoints != nil {
-			names := g.opts.Endpoints()
+		if g.opts.Breaker != nil && endpoints != nil {
+			names := endpoints()
 			slices.Sort(names)
 			for _, n := range names {
 				out.Breakers = append(out.Breakers, breakerState{n, g.opts.Breaker.State(n).String()})

@@ -17,7 +17,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/logthrottle"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/engines"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -30,9 +30,8 @@ type Options struct {
 	// rate limits.
 	Limiter ratelimit.Limiter
 	Limits  Limits
-	// Breaker and Endpoints, when set, let the admin endpoint list every endpoint's breaker state.
-	Breaker   breaker.Breaker
-	Endpoints func() []string
+	// Breaker, when set, lets the admin endpoint list every endpoint's breaker state.
+	Breaker breaker.Breaker
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -205,8 +204,8 @@ func (r *refusal) connectError() *connect.Error {
 	return e
 }
 
-func (r *refusal) openAIError() *openai.Error {
-	return &openai.Error{Status: r.status, Type: r.errType, Code: r.errCode, Param: r.param, Message: r.msg, Header: r.header()}
+func (r *refusal) openAIError() *pipeline.Error {
+	return &pipeline.Error{Status: r.status, Type: r.errType, Code: r.errCode, Param: r.param, Message: r.msg, Header: r.header()}
 }
 
 // ticket is an admitted request.
@@ -233,7 +232,7 @@ type spent struct {
 // error status gets its tokens back; otherwise its token estimate becomes the upstream's usage, or
 // the prompt's estimate plus the stream's chunks when the upstream reported none, or stays as
 // charged when nothing is known.
-func (t *ticket) finish(u openai.Usage, promptEstimate float64) {
+func (t *ticket) finish(u pipeline.Usage, promptEstimate float64) {
 	t.release()
 	if len(t.spent) == 0 {
 		return
@@ -529,11 +528,12 @@ func (g *Guard) KServe() engines.Admission {
 	}
 }
 
-// OpenAI is the OpenAI proxy's Admission: every request of its HTTP API and OpenAIService. A
+// OpenAI is the LLM pipeline's admission (run it with pipeline.Admit, as the first stage):
+// every request of the OpenAI HTTP API, OpenAIService, the KServe bridge and batch workers. A
 // request the KServe side already admitted (an LLM reached through the bridge) holds its slot and
 // request budgets already, but still spends the token budgets: its text reaches the LLM here.
-func (g *Guard) OpenAI() openai.Admission {
-	return func(ctx context.Context, req openai.AdmissionRequest) (openai.Admitted, error) {
+func (g *Guard) OpenAI() pipeline.Admission {
+	return func(ctx context.Context, req *pipeline.Request) (pipeline.Admitted, error) {
 		var tokens, prompt float64
 		if g.opts.Limiter != nil {
 			tokens, prompt = g.estimate(req)
@@ -541,19 +541,19 @@ func (g *Guard) OpenAI() openai.Admission {
 		var t *ticket
 		var r *refusal
 		if ctx.Value(admittedKey{}) != nil {
-			t, r = g.admitTokens(ctx, req.Model, tokens)
+			t, r = g.admitTokens(ctx, req.Model(), tokens)
 		} else {
-			t, r = g.admit(ctx, req.Model, RouteOpenAI, tokens)
+			t, r = g.admit(ctx, req.Model(), RouteOpenAI, tokens)
 		}
 		if r != nil {
-			return openai.Admitted{}, r.openAIError()
+			return pipeline.Admitted{}, r.openAIError()
 		}
 		var h http.Header
 		if t.limited {
 			h = http.Header{}
 			t.limit.SetHeaders(h)
 		}
-		return openai.Admitted{Context: t.ctx, Header: h, Done: func(u openai.Usage) { t.finish(u, prompt) }}, nil
+		return pipeline.Admitted{Context: t.ctx, Header: h, Done: func(u pipeline.Usage) { t.finish(u, prompt) }}, nil
 	}
 }
 
@@ -579,10 +579,10 @@ func (g *Guard) admitTokens(ctx context.Context, model string, tokens float64) (
 // estimate is a request's token cost before it runs, and the prompt's part of it: its body's
 // length at about 4 bytes a token (the prompt, plus the JSON around it, which errs high) and the
 // completion it may generate (none for embeddings).
-func (g *Guard) estimate(req openai.AdmissionRequest) (total, prompt float64) {
+func (g *Guard) estimate(req *pipeline.Request) (total, prompt float64) {
 	maxTokens := 0
 	if req.Path != "/v1/embeddings" {
-		maxTokens = req.MaxTokens
+		maxTokens = req.Routing().MaxTokens
 		if maxTokens < 0 {
 			maxTokens = g.opts.Limits.DefaultMaxTokens
 			if maxTokens == 0 {
@@ -590,7 +590,7 @@ func (g *Guard) estimate(req openai.AdmissionRequest) (total, prompt float64) {
 			}
 		}
 	}
-	prompt = ratelimit.EstimateTokens(len(req.Body), 0)
+	prompt = ratelimit.EstimateTokens(len(req.Body()), 0)
 	return prompt + float64(maxTokens), prompt
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
@@ -49,7 +50,7 @@ func startGuardedWith(t *testing.T, opts guard.Options) *guarded {
 	g := guard.New(opts)
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour}},
-		Admit: g.OpenAI()})
+		Stages: pipeline.ForAll(pipeline.Admit(g.OpenAI()))})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	t.Cleanup(p.Close)

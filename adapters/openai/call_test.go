@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -26,7 +27,7 @@ func TestCall(t *testing.T) {
 	e := start(t, slowChecks(ep(a, 0)))
 	ctx := context.Background()
 
-	res, err := e.proxy.Call(openai.WithRequestID(ctx, "req-7"), "/v1/completions", []byte(`{"model":"llama","prompt":"hi"}`))
+	res, err := e.proxy.Call(pipeline.WithRequestID(ctx, "req-7"), "/v1/completions", []byte(`{"model":"llama","prompt":"hi"}`))
 	require.NoError(t, err)
 	body, err := io.ReadAll(res)
 	require.NoError(t, err)
@@ -42,7 +43,7 @@ func TestCall(t *testing.T) {
 	res, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"llama","prompt":"hi","stream":true}`))
 	require.NoError(t, err)
 	require.True(t, res.Stream)
-	ev := openai.NewEvents(res)
+	ev := pipeline.NewEvents(res)
 	var texts []string
 	for {
 		data, err := ev.Next()
@@ -57,7 +58,7 @@ func TestCall(t *testing.T) {
 	assert.Contains(t, texts[2], `"text":"tok2 "`)
 
 	_, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"nope"}`))
-	var gwErr *openai.Error
+	var gwErr *pipeline.Error
 	require.True(t, errors.As(err, &gwErr), "%v", err)
 	assert.Equal(t, http.StatusNotFound, gwErr.Status)
 	assert.Equal(t, "model_not_found", gwErr.Code)
@@ -69,7 +70,7 @@ func TestCall(t *testing.T) {
 	a.SetStream(1000, 10*time.Millisecond)
 	res, err = e.proxy.Call(ctx, "/v1/completions", []byte(`{"model":"llama","prompt":"hi","stream":true}`))
 	require.NoError(t, err)
-	_, err = openai.NewEvents(res).Next()
+	_, err = pipeline.NewEvents(res).Next()
 	require.NoError(t, err)
 	require.NoError(t, res.Close())
 	require.Eventually(t, func() bool { return a.Canceled() == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -124,73 +125,26 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	assert.Equal(t, "a", res.Endpoint)
 }
 
-func TestEvents(t *testing.T) {
-	in := ": keep-alive\n\ndata: {\"a\":1}\n\nevent: error\ndata: {\"error\":{}}\n\n" +
-		"data: line1\r\ndata: line2\r\n\r\nid: 3\nretry: 10\n\ndata:nospace\n\ndata: " + strings.Repeat("x", 40000) + "\n\ndata: [DONE]\n\ndata: after\n\n"
-	ev := openai.NewEvents(strings.NewReader(in))
-	var got []string
-	for {
-		d, err := ev.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		got = append(got, string(d))
-	}
-	require.Len(t, got, 5)
-	assert.Equal(t, []string{`{"a":1}`, `{"error":{}}`, "line1\nline2", "nospace"}, got[:4])
-	assert.Len(t, got[4], 40000, "a line longer than the buffer arrives whole")
-
-	// A stream cut without a blank line still yields its last event, then EOF.
-	ev = openai.NewEvents(strings.NewReader("data: last"))
-	d, err := ev.Next()
-	require.NoError(t, err)
-	assert.Equal(t, "last", string(d))
-	_, err = ev.Next()
-	assert.Equal(t, io.EOF, err)
-}
-
-// FuzzEvents: any byte stream yields events or an error, never a panic, and no event is longer
-// than the input.
-func FuzzEvents(f *testing.F) {
-	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"))
-	f.Add([]byte(": c\r\ndata:x\r\ndata: y\n\n\n"))
-	f.Add([]byte("data"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		ev := openai.NewEvents(strings.NewReader(string(b)))
-		for range len(b) + 1 {
-			d, err := ev.Next()
-			if err != nil {
-				return
-			}
-			if len(d) > len(b) {
-				t.Fatalf("event of %d bytes from %d bytes of input", len(d), len(b))
-			}
-		}
-		t.Fatalf("more events than input bytes")
-	})
-}
-
 // TestAdmission: the proxy asks Admit before every request, HTTP and Call alike; a refusal
 // answers with its status, error object and headers and never reaches the upstream; an admitted
 // request's headers reach the client and its Done gets the upstream's usage.
 func TestAdmission(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	var usage []openai.Usage
+	var usage []pipeline.Usage
 	var mu sync.Mutex
 	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
-		Admit: func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
-			model, body := r.Model, r.Body
+		Stages: pipeline.ForAll(pipeline.Admit(func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
+			model, body := r.Model(), r.Body()
 			if strings.Contains(string(body), "deny") {
-				return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+				return pipeline.Admitted{}, &pipeline.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 					Message: "slow down " + model, Header: http.Header{"Retry-After": {"2"}}}
 			}
-			return openai.Admitted{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"9"}}, Done: func(u openai.Usage) {
+			return pipeline.Admitted{Header: http.Header{"X-Ratelimit-Remaining-Requests": {"9"}}, Done: func(u pipeline.Usage) {
 				mu.Lock()
 				usage = append(usage, u)
 				mu.Unlock()
 			}}, nil
-		}})
+		}))})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	defer p.Close()
@@ -203,7 +157,7 @@ func TestAdmission(t *testing.T) {
 	assert.JSONEq(t, `{"error":{"message":"slow down llama","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, body)
 	assert.Zero(t, a.Requests(), "a refused request never reaches the upstream")
 	_, err = p.Call(context.Background(), "/v1/completions", []byte(`{"model":"llama","user":"deny"}`))
-	var gwErr *openai.Error
+	var gwErr *pipeline.Error
 	require.True(t, errors.As(err, &gwErr))
 	assert.Equal(t, http.StatusTooManyRequests, gwErr.Status)
 
@@ -227,6 +181,6 @@ func TestAdmission(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, res.StatusCode)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, []openai.Usage{{PromptTokens: 7, CompletionTokens: 4, Status: 200}, {PromptTokens: 7, CompletionTokens: 4, Status: 200},
+	assert.Equal(t, []pipeline.Usage{{PromptTokens: 7, CompletionTokens: 4, Status: 200}, {PromptTokens: 7, CompletionTokens: 4, Status: 200},
 		{Chunks: 6, Status: 200}, {}}, usage)
 }

@@ -10,43 +10,13 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/pipeline"
 )
-
-// Error is a failure the gateway answers itself, before or instead of an upstream's response:
-// an HTTP status and the fields of OpenAI's error object.
-type Error struct {
-	Status  int
-	Type    string // invalid_request_error, server_error, ...
-	Param   string // the request field at fault, if any
-	Code    string // model_not_found, no_healthy_upstream, ...
-	Message string
-	// Header is added to the response (Retry-After, X-RateLimit-* on a refusal).
-	Header http.Header
-}
-
-func (e *Error) Error() string { return e.Message }
-
-func errModelNotFound(model string) *Error {
-	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-		Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
-}
-
-// outbound is one request as the proxy forwards it, whoever sent it.
-type outbound struct {
-	path, rawQuery string
-	header         http.Header // the client's headers (copied, minus hop-by-hop ones); nil for internal calls
-	remoteAddr     string      // the client's address for X-Forwarded-For; empty for internal calls
-	body           []byte
-	rt             routing
-	reqID          string
-	start          time.Time
-}
 
 // exchange is an upstream response being read: it meters the body as it passes (time to first
 // token, inter-token gaps, usage) and, when finished, releases the endpoint and counts the request.
@@ -58,7 +28,6 @@ type exchange struct {
 	start  time.Time
 	reqID  string
 	stream bool // an SSE response with status 200: reads are chunks
-	done   func(Usage)
 	ticket breaker.Ticket
 	// reqBody is the request's body as the transport reads it, allocated with the exchange.
 	reqBody bytes.Reader
@@ -69,6 +38,7 @@ type exchange struct {
 	eof      bool
 	readErr  error
 	finished bool
+	usage    pipeline.Usage // what Finish returns, once finished
 	// tail keeps the body's last bytes: the usage object sits at the end of a response, and at the
 	// end of a stream (in its last usage chunk), so one scan at EOF finds it whatever the read
 	// boundaries were. It comes from tails on the first read and goes back there when finished.
@@ -91,11 +61,12 @@ func (x *exchange) tailBytes() []byte {
 // roundTrip routes out to the highest healthy tier, failing over to the next endpoint on a
 // connection error or a 5xx before any byte reached the caller (the last endpoint's 5xx is the
 // answer). Gateway-side failures are *Error; a cancelled ctx returns ctx's error.
-func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error) {
-	routes := p.table.Load().routes[out.rt.Model]
+func (p *Proxy) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange, error) {
+	model := out.Model()
+	routes := p.table.Load().routes[model]
 	if len(routes) == 0 {
 		p.m.requests.WithLabelValues("", "", "404").Inc()
-		return nil, errModelNotFound(out.rt.Model)
+		return nil, pipeline.ModelNotFound(model)
 	}
 	tried := make([]*endpoint, 0, 4)
 	var lastErr error
@@ -114,7 +85,7 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 			return x, nil
 		}
 		if ctx.Err() != nil {
-			p.m.requests.WithLabelValues(out.rt.Model, route.ep.cfg.Name, "499").Inc()
+			p.m.requests.WithLabelValues(model, route.ep.cfg.Name, "499").Inc()
 			return nil, ctx.Err()
 		}
 		var open *breaker.OpenError
@@ -128,12 +99,12 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 		lastErr = err
 	}
 	if lastErr != nil {
-		p.m.requests.WithLabelValues(out.rt.Model, "", "502").Inc()
-		return nil, &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-			Message: fmt.Sprintf("Every endpoint serving model `%s` failed: %v", out.rt.Model, lastErr)}
+		p.m.requests.WithLabelValues(model, "", "502").Inc()
+		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_unreachable",
+			fmt.Sprintf("Every endpoint serving model `%s` failed: %v", model, lastErr))
 	}
-	p.m.requests.WithLabelValues(out.rt.Model, "", "503").Inc()
-	return nil, p.unavailable(out.rt.Model, routes, tried, refusal)
+	p.m.requests.WithLabelValues(model, "", "503").Inc()
+	return nil, p.unavailable(model, routes, tried, refusal)
 }
 
 // unavailable is the answer when no endpoint serving model took the request: each one was out
@@ -144,7 +115,7 @@ func (p *Proxy) roundTrip(ctx context.Context, out *outbound) (*exchange, error)
 // Retry-After when the soonest breaker lets a request through again. Otherwise
 // no_healthy_upstream, with Retry-After the shortest health check interval: an endpoint that
 // recovers is back in rotation after its next check.
-func (p *Proxy) unavailable(model string, routes []*route, tried []*endpoint, refusal time.Duration) *Error {
+func (p *Proxy) unavailable(model string, routes []*route, tried []*endpoint, refusal time.Duration) *pipeline.Error {
 	wait, cutOff := refusal, refusal >= 0
 	var check time.Duration
 	for _, r := range routes {
@@ -163,32 +134,17 @@ func (p *Proxy) unavailable(model string, routes []*route, tried []*endpoint, re
 			cutOff = true
 		}
 	}
-	h := http.Header{}
 	if cutOff {
-		secs := ceilSeconds(wait)
-		h.Set("Retry-After", strconv.FormatInt(secs, 10))
-		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_circuit_open", Header: h,
-			Message: fmt.Sprintf("Every endpoint serving model `%s` is cut off by its circuit breaker (failing, or cooling "+
-				"down after a 429); retry after %d s.", model, secs)}
+		return pipeline.Unavailable("upstream_circuit_open", wait,
+			fmt.Sprintf("Every endpoint serving model `%s` is cut off by its circuit breaker (failing, or cooling "+
+				"down after a 429); retry after %d s.", model, pipeline.CeilSeconds(wait)))
 	}
-	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(check), 10))
-	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_healthy_upstream", Header: h,
-		Message: fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model)}
-}
-
-// ceilSeconds is d in whole seconds for Retry-After: rounded up (waiting less would be refused
-// again), at least 1.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
-	}
-	return max(1, s)
+	return pipeline.Unavailable("no_healthy_upstream", check, fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model))
 }
 
 // attempt sends the request to one endpoint. On success the endpoint stays counted as busy until
 // the exchange is finished. A 5xx is an error (so the caller tries the next endpoint) unless last.
-func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last bool) (*exchange, error) {
+func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request, last bool) (*exchange, error) {
 	ep := route.ep
 	var ticket breaker.Ticket
 	if p.opts.Breaker != nil {
@@ -204,20 +160,20 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 		route.inflight.Dec()
 	}
 
-	body := out.body
+	body := out.Body()
 	if route.upstream != route.public {
-		body = replaceModel(body, out.rt, route.upstream)
+		body = out.BodyWithModel(route.upstream)
 	}
-	u := ep.urlFor(out.path)
-	if out.rawQuery != "" {
+	u := ep.urlFor(out.Path)
+	if out.RawQuery != "" {
 		q := *u
-		q.RawQuery = out.rawQuery
+		q.RawQuery = out.RawQuery
 		u = &q
 	}
 	h := p.upstreamHeader(ep, out)
 	// The request is built by hand and sent on the transport itself: http.NewRequest would parse
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
-	x := &exchange{p: p, route: route, ctx: ctx, start: out.start, reqID: out.reqID, ticket: ticket}
+	x := &exchange{p: p, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket}
 	x.reqBody.Reset(body)
 	req := &http.Request{
 		Method:     http.MethodPost,
@@ -253,7 +209,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 	}
 	x.res = res
 	x.stream = res.StatusCode == http.StatusOK &&
-		(out.rt.Stream || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
+		(out.Stream() || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
 	return x, nil
 }
 
@@ -263,8 +219,8 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *outbound, last b
 // X-Forwarded-For (the client's address appended to any it sent), Accept-Encoding: identity unless
 // the client chose one, and last the endpoint's configured headers, which win. An internal call
 // (no client headers) sends Content-Type: application/json.
-func (p *Proxy) upstreamHeader(ep *endpoint, out *outbound) http.Header {
-	src := out.header
+func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header {
+	src := out.Header
 	nv := 0
 	for _, vv := range src {
 		nv += len(vv)
@@ -290,8 +246,8 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *outbound) http.Header {
 			h.Del(strings.TrimSpace(k))
 		}
 	}
-	set(HeaderRequestID, out.reqID)
-	if ip, _, err := net.SplitHostPort(out.remoteAddr); err == nil {
+	set(HeaderRequestID, out.ID)
+	if ip, _, err := net.SplitHostPort(out.RemoteAddr); err == nil {
 		if prior := src["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
@@ -310,6 +266,9 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *outbound) http.Header {
 
 // Read reads the upstream body, metering it.
 func (x *exchange) Read(b []byte) (int, error) {
+	if x.finished {
+		return 0, errClosed
+	}
 	n, err := x.res.Body.Read(b)
 	if n > 0 {
 		now := time.Now()
@@ -323,7 +282,7 @@ func (x *exchange) Read(b []byte) (int, error) {
 		x.reads++
 		x.lastRead = now
 		x.keepTail(b[:n])
-		if x.stream && x.done != nil {
+		if x.stream {
 			x.chunks += int64(bytes.Count(b[:n], dataPrefix))
 		}
 	}
@@ -350,13 +309,14 @@ func (x *exchange) keepTail(b []byte) {
 	x.tailLen += copy(x.tail[x.tailLen:], b)
 }
 
-// finish releases the endpoint and records the request once. writeErr is the caller's failure to
-// pass the body on (its client went away); the status label says how the request ended: the
-// upstream's status when the body was read to its end, 499 when the caller stopped early or went
-// away, 0 when the upstream failed mid-body.
-func (x *exchange) finish(writeErr error) {
+// Finish releases the endpoint, records the request and returns its usage, once. writeErr is the
+// caller's failure to pass the body on (its client went away); the status label says how the
+// request ended: the upstream's status when the body was read to its end, 499 when the caller
+// stopped early or went away, 0 when the upstream failed mid-body (which is logged, throttled per
+// endpoint).
+func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	if x.finished {
-		return
+		return x.usage
 	}
 	x.finished = true
 	x.res.Body.Close()
@@ -382,13 +342,13 @@ func (x *exchange) finish(writeErr error) {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
 		x.ticket.Done(breaker.Failure) // the upstream failed mid-body
 	case x.res.StatusCode == http.StatusTooManyRequests:
-		x.ticket.Throttle(retryAfter(x.res.Header))
+		x.ticket.Throttle(pipeline.RetryAfter(x.res.Header))
 	case x.readErr != nil || writeErr != nil || !complete:
 		x.ticket.Done(breaker.Ignored) // the caller went away: says nothing of the upstream
 	default:
 		x.ticket.Done(breaker.Classify(x.res.StatusCode, nil))
 	}
-	var usage Usage
+	var usage pipeline.Usage
 	if complete && x.res.StatusCode == http.StatusOK {
 		usage = x.p.countUsage(x.route, x.tailBytes())
 	}
@@ -400,18 +360,11 @@ func (x *exchange) finish(writeErr error) {
 		usage.Chunks = x.chunks
 	}
 	usage.Status = x.res.StatusCode
-	if x.done != nil {
-		x.done(usage)
+	x.usage = usage
+	if x.readErr != nil && x.ctx.Err() == nil && writeErr == nil {
+		x.route.ep.warn.Warn(warnMidResponse, warnMidResponse, "model", x.route.public, "request_id", x.reqID, "err", x.readErr)
 	}
-}
-
-// retryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
-func retryAfter(h http.Header) time.Duration {
-	n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
-	if err != nil || n < 0 {
-		return 0
-	}
-	return time.Duration(n) * time.Second
+	return usage
 }
 
 // endsWithDone reports whether the last event in tail is OpenAI's "data: [DONE]".
@@ -430,16 +383,16 @@ var (
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
 // just the two counts, without a JSON decoder: this runs once per request.
-func (p *Proxy) countUsage(route *route, tail []byte) Usage {
+func (p *Proxy) countUsage(route *route, tail []byte) pipeline.Usage {
 	i := bytes.LastIndex(tail, usageKey)
 	if i < 0 {
-		return Usage{}
+		return pipeline.Usage{}
 	}
 	obj := tail[i+len(usageKey):]
 	if end := bytes.IndexByte(obj, '}'); end >= 0 {
 		obj = obj[:end] // usage's counts are plain numbers, before any nested object closes
 	}
-	var u Usage
+	var u pipeline.Usage
 	if n := jsonCount(obj, `"prompt_tokens"`); n > 0 {
 		route.tokIn.get(p.m.tokens, route.public, route.ep.cfg.Name, "in").Add(float64(n))
 		u.PromptTokens = n
@@ -478,10 +431,13 @@ func jsonCount(obj []byte, key string) int64 {
 	return n
 }
 
-// upstreamFailed reports whether the exchange ended because the upstream failed mid-body (as
-// opposed to the caller going away).
-func (x *exchange) upstreamFailed() bool {
-	return x.readErr != nil && x.ctx.Err() == nil
+// Err is the upstream's failure that ended the body short; nil when the body ended, or when the
+// caller's context did.
+func (x *exchange) Err() error {
+	if x.readErr != nil && x.ctx.Err() == nil {
+		return x.readErr
+	}
+	return nil
 }
 
 var errClosed = errors.New("openai: response already closed")

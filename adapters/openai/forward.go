@@ -1,9 +1,7 @@
 package openai
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // Response headers naming what served a request (Olla's X-Olla-* equivalents).
@@ -28,82 +28,107 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// proxy forwards one POST to the chosen upstream, failing over before the first response byte.
+// proxy serves one POST of the OpenAI API: the HTTP adapter onto the request pipeline.
 func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	body, err := readBody(r, p.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			p.reject(w, &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: fmt.Sprintf("Request body exceeds %d bytes.", tooBig.Limit)})
+			p.reject(w, pipeline.TooLarge(tooBig.Limit))
 			return
 		}
-		p.reject(w, &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: "Could not read the request body: " + err.Error()})
+		p.reject(w, pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error()))
 		return
 	}
-	rt, rerr := p.routingOf(body)
-	if rerr != nil {
-		p.reject(w, rerr)
-		return
-	}
-	adm, aerr := p.admit(r.Context(), r.URL.Path, rt, body)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	reqID := r.Header.Get(HeaderRequestID)
-	if reqID == "" {
-		reqID = newRequestID()
-	}
-	x, err := p.roundTrip(adm.Context, &outbound{path: r.URL.Path, rawQuery: r.URL.RawQuery, header: r.Header,
-		remoteAddr: r.RemoteAddr, body: body, rt: rt, reqID: reqID, start: start})
+	req, err := pipeline.NewRequest(r.URL.Path, body)
 	if err != nil {
-		if adm.Done != nil {
-			adm.Done(Usage{})
-		}
-		var gwErr *Error
+		p.reject(w, err.(*pipeline.Error))
+		return
+	}
+	req.RawQuery, req.Header, req.RemoteAddr, req.Start = r.URL.RawQuery, r.Header, r.RemoteAddr, start
+	if req.ID = r.Header.Get(HeaderRequestID); req.ID == "" {
+		req.ID = pipeline.NewRequestID()
+	}
+	res, err := p.Handle(r.Context(), req)
+	if err != nil {
+		var gwErr *pipeline.Error
 		if errors.As(err, &gwErr) {
-			writeError(w, gwErr)
+			gwErr.Write(w)
 		}
 		return // otherwise the client went away: nobody to answer
 	}
-	x.done = adm.Done
-	for k, vv := range adm.Header {
-		w.Header()[k] = vv
-	}
 
-	ep := x.route.ep
 	h := w.Header()
-	for k, vv := range x.res.Header {
+	for k, vv := range res.GatewayHeader {
+		h[k] = vv
+	}
+	for k, vv := range res.Header {
 		h[k] = vv // the upstream response is ours alone: share its values
 	}
-	removeHopHeaders(h, x.res.Header)
+	removeHopHeaders(h, res.Header)
 	// The gateway's own headers share one backing array (keys already canonical).
-	vals := []string{reqID, ep.cfg.Name, x.route.upstream, ep.cfg.Type, durationHeader(time.Since(start))}
+	vals := []string{req.ID, res.Endpoint, res.Model, res.BackendType, durationHeader(time.Since(start))}
 	h[HeaderRequestID] = vals[0:1:1]
-	h[HeaderEndpoint] = vals[1:2:2]
-	h[HeaderModel] = vals[2:3:3]
-	h[HeaderBackendType] = vals[3:4:4]
+	if res.Endpoint != "" {
+		h[HeaderEndpoint] = vals[1:2:2]
+		h[HeaderModel] = vals[2:3:3]
+		h[HeaderBackendType] = vals[3:4:4]
+	}
 	h[HeaderResponseTime] = vals[4:5:5]
-	if x.stream || rt.Stream {
+	if res.Stream || req.Stream() {
 		h.Del("Content-Length")
 	}
-	w.WriteHeader(x.res.StatusCode)
+	w.WriteHeader(res.StatusCode)
 
-	writeErr := copyBody(w, x)
-	x.finish(writeErr)
-	if x.upstreamFailed() && writeErr == nil {
-		ep.warn.Warn(warnMidResponse, warnMidResponse, "model", x.route.public, "request_id", reqID, "err", x.readErr)
-		if x.stream {
+	writeErr := copyBody(w, res)
+	res.Body.Finish(writeErr)
+	if uerr := res.Body.Err(); uerr != nil && writeErr == nil {
+		if res.Stream {
 			// Tell an SSE client in-band (openai-go surfaces an "error" event as the stream's
 			// error), then cut the connection so any client sees a truncated response, not a
 			// clean end it could mistake for a complete answer.
-			_, _ = io.WriteString(w, "\n\ndata: "+midStreamError(ep.cfg.Name, x.readErr)+"\n\n")
+			_, _ = io.WriteString(w, "\n\ndata: "+midStreamError(res.Endpoint, uerr)+"\n\n")
 			_ = http.NewResponseController(w).Flush()
 		}
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// Handle runs a request through its model's pipeline: the stages configured for it (the guard
+// first), then the upstream exchange. Errors are *pipeline.Error for the gateway's own answers
+// (an unknown model, a refusal, no healthy endpoint), or the context's when the caller went away.
+// The caller reads the response's body and finishes it.
+func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	h := p.table.Load().chains[req.Model()]
+	if h == nil {
+		p.m.requests.WithLabelValues("", "", "404").Inc()
+		return nil, pipeline.ModelNotFound(req.Model())
+	}
+	if req.Start.IsZero() {
+		req.Start = time.Now()
+	}
+	if req.ID == "" {
+		req.ID = pipeline.RequestID(ctx)
+	}
+	res, err := h(ctx, req)
+	var refused *pipeline.Refused
+	if errors.As(err, &refused) {
+		p.m.requests.WithLabelValues("", "", codeLabel(refused.Err.Status)).Inc()
+		return nil, refused.Err
+	}
+	return res, err
+}
+
+// forward is the terminal Handler: the metered exchange with the upstream the routing picks.
+func (p *Proxy) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	x, err := p.roundTrip(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ep := x.route.ep
+	return &pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
+		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}, nil
 }
 
 // durationHeader writes d as Duration.String does, but in ASCII ("412us", not "412µs"): a
@@ -117,34 +142,20 @@ func durationHeader(d time.Duration) string {
 	return s
 }
 
-// routingOf reads the routing fields of a request body, or says why the body cannot be routed.
-func (p *Proxy) routingOf(body []byte) (routing, *Error) {
-	rt, err := scanRouting(body)
-	if err != nil {
-		return rt, &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_json",
-			Message: "We could not parse the JSON body of your request: " + err.Error()}
-	}
-	if rt.Model == "" {
-		return rt, &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "model", Code: "missing_required_parameter",
-			Message: "you must provide a model parameter"}
-	}
-	return rt, nil
-}
-
 // reject answers a request refused before routing.
-func (p *Proxy) reject(w http.ResponseWriter, e *Error) {
+func (p *Proxy) reject(w http.ResponseWriter, e *pipeline.Error) {
 	p.m.requests.WithLabelValues("", "", codeLabel(e.Status)).Inc()
-	writeError(w, e)
+	e.Write(w)
 }
 
 // copyBody passes the upstream body to the client and returns the client-side write error, if
 // any. Streams are flushed after every read, so each chunk leaves as soon as it arrived.
-func copyBody(w http.ResponseWriter, x *exchange) error {
+func copyBody(w http.ResponseWriter, x *pipeline.Response) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	var rc *http.ResponseController
-	if x.stream {
+	if x.Stream {
 		rc = http.NewResponseController(w)
 	}
 	for {
@@ -170,19 +181,7 @@ func copyBody(w http.ResponseWriter, x *exchange) error {
 const warnMidResponse = "upstream failed mid-response"
 
 func midStreamError(endpoint string, err error) string {
-	b, _ := json.Marshal(newErrorBody(&Error{Type: "server_error", Code: "upstream_stream_error",
-		Message: fmt.Sprintf("upstream %s failed mid-stream: %v", endpoint, err)}))
-	return string(b)
-}
-
-// replaceModel returns body with the model's string value replaced by name; everything else stays
-// byte for byte (a copy: the client's body is kept for a retry on another endpoint).
-func replaceModel(body []byte, rt routing, name string) []byte {
-	q, _ := json.Marshal(name)
-	out := make([]byte, 0, len(body)-(rt.ModelEnd-rt.ModelStart)+len(q))
-	out = append(out, body[:rt.ModelStart]...)
-	out = append(out, q...)
-	return append(out, body[rt.ModelEnd:]...)
+	return string(pipeline.ServerError(0, "upstream_stream_error", fmt.Sprintf("upstream %s failed mid-stream: %v", endpoint, err)).JSON())
 }
 
 // removeHopHeaders deletes from h the connection-scoped headers, including those src's
@@ -222,13 +221,4 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return b, nil
 	}
 	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-}
-
-// newRequestID is 128 random bits in hex.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var s [32]byte
-	hex.Encode(s[:], b[:])
-	return string(s[:])
 }

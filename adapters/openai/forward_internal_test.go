@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"io"
 	"net"
 	"net/http"
@@ -56,12 +57,14 @@ func TestRequestOneWrite(t *testing.T) {
 		ttft: p.m.ttft.WithLabelValues("m", "a"), itl: p.m.itl.WithLabelValues("m", "a")}
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	for i := range 3 {
-		x, err := p.attempt(context.Background(), rt, &outbound{path: "/v1/chat/completions", header: http.Header{},
-			remoteAddr: "127.0.0.1:1", body: body, rt: routing{Model: "m"}, reqID: "r", start: time.Now()}, true)
+		req, err := pipeline.NewRequest("/v1/chat/completions", body)
+		require.NoError(t, err)
+		req.Header, req.RemoteAddr, req.ID, req.Start = http.Header{}, "127.0.0.1:1", "r", time.Now()
+		x, err := p.attempt(context.Background(), rt, req, true)
 		require.NoError(t, err)
 		_, err = io.Copy(io.Discard, x)
 		require.NoError(t, err)
-		x.finish(nil)
+		x.Finish(nil)
 		require.Equal(t, http.StatusOK, x.res.StatusCode)
 		require.EqualValues(t, i+1, writes.Load(), "writes after %d requests", i+1)
 	}

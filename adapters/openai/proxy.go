@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
@@ -41,8 +42,11 @@ type Options struct {
 	// OnModelsChanged, when set, is called after the set of served model names changed (an
 	// endpoint's discovery found other models, an endpoint was added or removed). It must not block.
 	OnModelsChanged func()
-	// Admit, when set, decides whether each request may go upstream (the guard).
-	Admit Admission
+	// Stages, when set, returns the interceptors a model's requests pass through before the
+	// upstream exchange, outermost first (the guard's admission first). It is asked once per
+	// model name, whenever the routing table is rebuilt, so it must be cheap and not block.
+	// A refusal by pipeline.Admit is counted and answered like the proxy's own errors.
+	Stages func(model string) []pipeline.Interceptor
 	// Visible, when set, decides which models a caller may see (the guard's API key model
 	// lists): /v1/models and ListModels list only those, and any other is, to that caller, a
 	// model that does not exist.
@@ -59,69 +63,6 @@ type Options struct {
 	Breaker breaker.Breaker
 }
 
-// Admission decides whether a request may go upstream now. It returns what to proceed with, or
-// an error that refuses the request: an *Error chooses the response (status, OpenAI error object,
-// headers such as Retry-After); any other error is a 500. It is asked only for a model the proxy
-// routes.
-type Admission func(ctx context.Context, r AdmissionRequest) (Admitted, error)
-
-// AdmissionRequest is what an Admission decides on.
-type AdmissionRequest struct {
-	// Path is the API's: /v1/chat/completions, /v1/completions or /v1/embeddings.
-	Path  string
-	Model string
-	Body  []byte
-	// MaxTokens is the body's top-level max_completion_tokens, else max_tokens; -1 when it names
-	// neither as a plain integer.
-	MaxTokens int
-}
-
-// Admitted is an admitted request.
-type Admitted struct {
-	// Context is what the request proceeds with (nil: the request's own).
-	Context context.Context
-	// Header is added to the response (X-RateLimit-*).
-	Header http.Header
-	// Done, when set, is called once when the request ended, with the tokens the upstream
-	// reported (zero when it reported none or the request failed).
-	Done func(Usage)
-}
-
-// Usage is what an admitted request used, as far as the proxy knows.
-type Usage struct {
-	// PromptTokens and CompletionTokens are the upstream's usage object's, when it sent one.
-	PromptTokens, CompletionTokens int64
-	// Chunks, for a stream without a usage object, counts its events: about one per generated
-	// token (PromptTokens and CompletionTokens are then 0).
-	Chunks int64
-	// Status is the upstream's HTTP status; 0 when the request never reached one (no healthy
-	// endpoint, every one failing), so it used nothing.
-	Status int
-}
-
-// admit runs the Admission, if any.
-func (p *Proxy) admit(ctx context.Context, path string, rt routing, body []byte) (Admitted, *Error) {
-	if p.opts.Admit == nil {
-		return Admitted{Context: ctx}, nil
-	}
-	if len(p.table.Load().routes[rt.Model]) == 0 {
-		return Admitted{Context: ctx}, nil // roundTrip answers 404; nothing to spend on it
-	}
-	a, err := p.opts.Admit(ctx, AdmissionRequest{Path: path, Model: rt.Model, Body: body, MaxTokens: rt.MaxTokens})
-	if err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			e = &Error{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()}
-		}
-		p.m.requests.WithLabelValues("", "", codeLabel(e.Status)).Inc()
-		return a, e
-	}
-	if a.Context == nil {
-		a.Context = ctx
-	}
-	return a, nil
-}
-
 // Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
 // Collectors on the gateway's metrics registry.
 type Proxy struct {
@@ -132,6 +73,8 @@ type Proxy struct {
 	table atomic.Pointer[table]
 	m     *metrics
 	rr    atomic.Uint32 // rotates ties in least-outstanding picks
+	// terminal is the last Handler of every model's pipeline: p.forward, as one func value.
+	terminal pipeline.Handler
 
 	mu      sync.Mutex // guards endpoint changes and table rebuilds
 	ctx     context.Context
@@ -143,6 +86,9 @@ type Proxy struct {
 // table maps each public model name to the endpoints serving it, highest priority first.
 type table struct {
 	routes map[string][]*route
+	// chains holds each public name's pipeline: its Stages around the upstream exchange, built
+	// once per rebuild.
+	chains map[string]pipeline.Handler
 	names  []string // public names, sorted, for /v1/models
 }
 
@@ -191,6 +137,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics()}
+	p.terminal = p.forward
 	for _, k := range opts.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
 	}
@@ -204,7 +151,7 @@ func New(opts Options) (*Proxy, error) {
 		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
 	}
 	p.eps.Store(&eps)
-	p.table.Store(&table{routes: map[string][]*route{}})
+	p.table.Store(&table{routes: map[string][]*route{}, chains: map[string]pipeline.Handler{}})
 	return p, nil
 }
 
@@ -368,7 +315,7 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 func (p *Proxy) rebuild() {
 	p.mu.Lock()
 	old := p.table.Load()
-	t := &table{routes: map[string][]*route{}}
+	t := &table{routes: map[string][]*route{}, chains: map[string]pipeline.Handler{}}
 	add := func(e *endpoint, public, upstream string, entry json.RawMessage) {
 		t.routes[public] = append(t.routes[public], &route{
 			ep: e, public: public, upstream: upstream, entry: entry,
@@ -397,6 +344,10 @@ func (p *Proxy) rebuild() {
 	for name, rs := range t.routes {
 		slices.SortStableFunc(rs, func(a, b *route) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
 		t.names = append(t.names, name)
+		t.chains[name] = p.terminal
+		if p.opts.Stages != nil {
+			t.chains[name] = pipeline.Chain(p.terminal, p.opts.Stages(name)...)
+		}
 	}
 	slices.Sort(t.names)
 	p.table.Store(t)
@@ -434,8 +385,8 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/embeddings", p.proxy)
 	mux.HandleFunc("GET /health", p.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
+		(&pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)}).Write(w)
 	})
 }
 
@@ -497,7 +448,7 @@ func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
 	for _, rt := range p.healthyRoutes(r.Context()) {
 		list.Data = append(list.Data, entryJSON(rt))
 	}
-	writeJSON(w, http.StatusOK, list)
+	pipeline.WriteJSON(w, http.StatusOK, list)
 }
 
 // visible reports whether the caller of ctx may see model.
@@ -509,10 +460,10 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	rt, ok := healthyEntry(p.table.Load().routes[name])
 	if !ok || !p.visible(r.Context(), name) {
-		writeError(w, errModelNotFound(name))
+		pipeline.ModelNotFound(name).Write(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, entryJSON(rt))
+	pipeline.WriteJSON(w, http.StatusOK, entryJSON(rt))
 }
 
 // health reports the gateway's state and each endpoint's. It is 200 while the gateway accepts
@@ -551,46 +502,7 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 	case len(eps) > 0 && healthy == 0:
 		out.Status = "degraded"
 	}
-	writeJSON(w, code, out)
-}
-
-// errorBody is OpenAI's error object.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func newErrorBody(e *Error) errorBody {
-	var b errorBody
-	b.Error.Message, b.Error.Type = e.Message, e.Type
-	if e.Param != "" {
-		b.Error.Param = &e.Param
-	}
-	if e.Code != "" {
-		b.Error.Code = &e.Code
-	}
-	return b
-}
-
-func writeError(w http.ResponseWriter, e *Error) {
-	for k, vv := range e.Header {
-		w.Header()[k] = vv
-	}
-	writeJSON(w, e.Status, newErrorBody(e))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	pipeline.WriteJSON(w, code, out)
 }
 
 // EndpointNames lists the endpoints' names, configured and added.

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -66,7 +67,7 @@ func serverError(code connect.Code, errCode, msg string) *rpcError {
 
 // fromGatewayError converts what Proxy.Call returns before an upstream answered.
 func fromGatewayError(ctx context.Context, err error) *rpcError {
-	var gw *Error
+	var gw *pipeline.Error
 	if errors.As(err, &gw) {
 		if len(gw.Header) > 0 {
 			md := metadata.MD{}
@@ -169,7 +170,7 @@ func parseErrorBody(status int, body []byte) (obj *openaiv1.Error, ok bool) {
 	}
 	msg := fmt.Sprintf("upstream answered HTTP %d", status)
 	if t := bytes.TrimSpace(body); len(t) > 0 && utf8.Valid(t) {
-		msg += ": " + truncate(string(t), 512)
+		msg += ": " + pipeline.Truncate(string(t), 512)
 	}
 	return &openaiv1.Error{Message: msg, Type: errorType(status)}, false
 }
@@ -195,17 +196,6 @@ func scalarText(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) { // do not cut a character in two
-		s = s[:len(s)-1]
-	}
-	return s + "..."
 }
 
 var errorKey = []byte(`"error"`)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"google.golang.org/grpc"
@@ -125,13 +126,13 @@ func (s *service) embedding(ctx context.Context, req *openaiv1.CreateEmbeddingRe
 
 // call sends body and returns the upstream's successful response; any other outcome is an
 // *rpcError. The caller closes the response.
-func (s *service) call(ctx context.Context, path string, body []byte) (*Response, error) {
+func (s *service) call(ctx context.Context, path string, body []byte) (*pipeline.Response, error) {
 	if limit := s.p.opts.MaxBodyBytes; int64(len(body)) > limit {
 		return nil, &rpcError{code: connect.CodeResourceExhausted, obj: &openaiv1.Error{Type: "invalid_request_error", Code: "request_too_large",
 			Message: fmt.Sprintf("Request body exceeds %d bytes.", limit)}}
 	}
 	reqID := incomingRequestID(ctx)
-	res, err := s.p.Call(WithRequestID(ctx, reqID), path, body)
+	res, err := s.p.Call(pipeline.WithRequestID(ctx, reqID), path, body)
 	if err != nil {
 		return nil, fromGatewayError(ctx, err)
 	}
@@ -177,7 +178,7 @@ func stream[T proto.Message](ctx context.Context, s *service, path string, body 
 		return err
 	}
 	defer res.Close()
-	ev := NewEvents(res)
+	ev := pipeline.NewEvents(res)
 	sawFinish := false
 	for {
 		data, err := ev.Next()
@@ -211,7 +212,7 @@ func stream[T proto.Message](ctx context.Context, s *service, path string, body 
 }
 
 // readFailed is the error of a response body that could not be read to its end.
-func readFailed(ctx context.Context, res *Response, err error) *rpcError {
+func readFailed(ctx context.Context, res *pipeline.Response, err error) *rpcError {
 	if ctx.Err() != nil {
 		return fromContext(ctx, err)
 	}
@@ -228,11 +229,11 @@ func incomingRequestID(ctx context.Context) string {
 	} else if v := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(v) > 0 && v[0] != "" {
 		return v[0]
 	}
-	return newRequestID()
+	return pipeline.NewRequestID()
 }
 
 // setResponseHeaders names the request and what served it, as the HTTP API's headers do.
-func setResponseHeaders(ctx context.Context, reqID string, res *Response) {
+func setResponseHeaders(ctx context.Context, reqID string, res *pipeline.Response) {
 	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
 		h := ci.ResponseHeader()
 		h.Set(HeaderRequestID, reqID)

@@ -18,6 +18,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/stretchr/testify/assert"
@@ -610,10 +611,10 @@ func TestServiceReflection(t *testing.T) {
 func TestServiceRefusalHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
-		Admit: func(context.Context, openai.AdmissionRequest) (openai.Admitted, error) {
-			return openai.Admitted{}, &openai.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+		Stages: pipeline.ForAll(pipeline.Admit(func(context.Context, *pipeline.Request) (pipeline.Admitted, error) {
+			return pipeline.Admitted{}, &pipeline.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 				Message: "slow down", Header: http.Header{"Retry-After": {"7"}}}
-		}})
+		}))})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	defer p.Close()

@@ -1,4 +1,4 @@
-package openai
+package pipeline
 
 import (
 	"encoding/json"
@@ -7,27 +7,13 @@ import (
 	"unicode/utf8"
 )
 
-// routing is what the proxy reads from a request body: the two fields it routes on, and the
-// completion length the guard's token estimate needs.
-type routing struct {
-	Model string
-	// ModelStart and ModelEnd delimit the model's JSON string, quotes included, so an alias can be
-	// replaced in place without re-encoding the body.
-	ModelStart, ModelEnd int
-	Stream               bool
-	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
-	// non-negative integer; -1 otherwise.
-	MaxTokens           int
-	maxTokens, maxCompl int // each key's value, -1 when absent
-}
-
 var errNotObject = errors.New("request body must be a JSON object")
 
 // scanRouting reads the top-level "model" and "stream" members of a JSON object without decoding
 // anything else: every other value is skipped byte by byte. Like encoding/json, a duplicate key's
 // last value wins, escaped keys match, and null leaves a field unset. It rejects malformed JSON it
 // walks over, so a bad body is a 400 from the gateway, not a round trip to the upstream.
-func scanRouting(b []byte) (routing, error) {
+func scanRouting(b []byte) (Routing, error) {
 	r, err := scanTop(b)
 	r.MaxTokens = r.maxCompl
 	if r.MaxTokens < 0 {
@@ -37,8 +23,8 @@ func scanRouting(b []byte) (routing, error) {
 }
 
 // scanTop walks the body's top level for scanRouting.
-func scanTop(b []byte) (routing, error) {
-	r := routing{MaxTokens: -1, maxTokens: -1, maxCompl: -1}
+func scanTop(b []byte) (Routing, error) {
+	r := Routing{MaxTokens: -1, maxTokens: -1, maxCompl: -1}
 	s := scanner{b: b}
 	s.ws()
 	if !s.eat('{') {

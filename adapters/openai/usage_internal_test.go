@@ -1,0 +1,29 @@
+package openai
+
+import "testing"
+
+func TestJSONCount(t *testing.T) {
+	for _, tc := range []struct {
+		obj  string
+		want int64
+	}{
+		{`{"prompt_tokens":7,"total_tokens":11}`, 7},
+		{`{"total_tokens": 11, "prompt_tokens" :  12 ,`, 12},
+		{`{"prompt_tokens":null}`, -1},
+		{`{"prompt_tokens":"7"}`, -1},
+		{`{"prompt_tokens"7}`, -1},
+		{`{"completion_tokens":4}`, -1},
+		{`{"prompt_tokens":`, -1},
+	} {
+		if got := jsonCount([]byte(tc.obj), `"prompt_tokens"`); got != tc.want {
+			t.Errorf("%s: got %d, want %d", tc.obj, got, tc.want)
+		}
+	}
+}
+
+// A count too large for any real usage stops growing instead of overflowing into a negative.
+func TestJSONCountHuge(t *testing.T) {
+	if got := jsonCount([]byte(`{"prompt_tokens":99999999999999999999999999}`), `"prompt_tokens"`); got <= 1<<50 {
+		t.Fatalf("got %d", got)
+	}
+}

@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Error is a request the gateway answers itself, before or instead of an upstream: an HTTP status
+// and the fields of OpenAI's error object. Each surface turns it into its protocol's error (the
+// OpenAI HTTP API writes it as is; Connect and gRPC map the status to a code).
+type Error struct {
+	Status  int
+	Type    string // invalid_request_error, server_error, ...
+	Param   string // the request field at fault, if any
+	Code    string // model_not_found, no_healthy_upstream, ...
+	Message string
+	// Header is added to the response (Retry-After, X-RateLimit-* on a refusal).
+	Header http.Header
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// JSON is OpenAI's error object for e, {"error":{"message":...,"type":...,"param":...,"code":...}},
+// as a response body carries it.
+func (e *Error) JSON() []byte {
+	b, err := json.Marshal(e.object())
+	if err != nil { // a struct of strings always encodes
+		panic(err)
+	}
+	return b
+}
+
+// Write answers an HTTP request with the error: its status, its headers and OpenAI's error object.
+func (e *Error) Write(w http.ResponseWriter) {
+	for k, vv := range e.Header {
+		w.Header()[k] = vv
+	}
+	WriteJSON(w, e.Status, e.object())
+}
+
+// errorObject is OpenAI's error object.
+type errorObject struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func (e *Error) object() errorObject {
+	var b errorObject
+	b.Error.Message, b.Error.Type = e.Message, e.Type
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Error.Code = &e.Code
+	}
+	return b
+}
+
+// WriteJSON answers with status and v encoded as JSON (a 500 error object if v does not encode).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// The gateway's errors, one constructor each, so every surface words them alike.
+
+// InvalidRequest is a 400 for a request the gateway cannot serve as sent.
+func InvalidRequest(param, code, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Code: code, Message: msg}
+}
+
+// InvalidJSON is the 400 for a body that is not a JSON object.
+func InvalidJSON(err error) *Error {
+	return InvalidRequest("", "invalid_json", "We could not parse the JSON body of your request: "+err.Error())
+}
+
+// MissingModel is the 400 for a body that names no model.
+func MissingModel() *Error {
+	return InvalidRequest("model", "missing_required_parameter", "you must provide a model parameter")
+}
+
+// TooLarge is the 413 for a body over limit bytes.
+func TooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: fmt.Sprintf("Request body exceeds %d bytes.", limit)}
+}
+
+// ModelNotFound is the 404 for a model nothing serves, or that the caller may not see.
+func ModelNotFound(model string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
+}
+
+// ServerError is a failure of the gateway or of its upstreams: status 5xx, type server_error.
+func ServerError(status int, code, msg string) *Error {
+	return &Error{Status: status, Type: "server_error", Code: code, Message: msg}
+}
+
+// Unavailable is a 503 that says when to retry: Retry-After in whole seconds, rounded up, at
+// least 1.
+func Unavailable(code string, retryAfter time.Duration, msg string) *Error {
+	e := ServerError(http.StatusServiceUnavailable, code, msg)
+	e.Header = http.Header{"Retry-After": {strconv.FormatInt(CeilSeconds(retryAfter), 10)}}
+	return e
+}
+
+// CeilSeconds is d in whole seconds for Retry-After: rounded up (waiting less would be refused
+// again), at least 1.
+func CeilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return max(1, s)
+}
+
+// RetryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
+func RetryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// Truncate shortens s to at most n bytes, without cutting a character, marking the cut with
+// "...": for upstream text quoted in an error message.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) { // do not cut a character in two
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}

@@ -1,0 +1,234 @@
+// Package pipeline is the shape every LLM request takes between the surface that received it and
+// the upstream that answers it, in the style of connect-go's interceptors:
+//
+//	surface (OpenAI HTTP, OpenAI Connect/gRPC, KServe bridge, batch line)
+//	   -> Request -> [guard] -> [model's interceptors] -> terminal Handler (the metered upstream exchange)
+//	   <- Response (status, headers, a body read as it arrives: bytes or SSE events)
+//
+// A Handler answers a Request; an Interceptor wraps a Handler. Every surface builds a Request from
+// its own wire format and calls one Handler, so a stage written once (a cache, a chat template, a
+// session window, a router) applies to all of them.
+//
+// A Request is an OpenAI API request body (chat completion, completion, embedding): every surface
+// speaks it, or converts to it. Only its routing fields are read up front (model, stream, the
+// completion length), by a scanner that skips everything else without decoding it; the full body
+// is decoded only when a stage asks for it (Fields), so a model without interceptors keeps the
+// zero-parse byte-forwarding path.
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Handler answers one request. It returns a Response (whose body the caller reads and finishes)
+// or an error: an *Error is the gateway's own answer (its status and OpenAI error object); a
+// context's error means the caller went away; anything else is an internal failure.
+type Handler func(ctx context.Context, req *Request) (*Response, error)
+
+// Interceptor wraps a Handler: it may change the request, answer it itself (never calling next),
+// call next once or several times, and change or replace the response.
+type Interceptor func(next Handler) Handler
+
+// Chain wraps h in the interceptors, the first outermost: Chain(h, a, b) runs a, then b, then h.
+func Chain(h Handler, interceptors ...Interceptor) Handler {
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		h = interceptors[i](h)
+	}
+	return h
+}
+
+// Request is one LLM request on its way to an upstream.
+type Request struct {
+	// Path is the OpenAI API path the body is for: /v1/chat/completions, /v1/completions,
+	// /v1/embeddings.
+	Path string
+	// RawQuery is the client's query string, passed upstream as sent; empty for internal calls.
+	RawQuery string
+	// Header holds the client's headers, passed upstream minus hop-by-hop ones and those the
+	// gateway consumed; nil for internal calls (Connect, KServe bridge, batch).
+	Header http.Header
+	// RemoteAddr is the client's address, for X-Forwarded-For; empty for internal calls.
+	RemoteAddr string
+	// ID is the request id, sent upstream as X-Request-Id.
+	ID string
+	// Start is when the gateway received the request: latency is measured from it.
+	Start time.Time
+
+	body   []byte
+	scan   Routing
+	fields map[string]json.RawMessage // Fields' result, until the body changes
+}
+
+// Routing is what the gateway reads from a request body without decoding it: the two fields it
+// routes on, and the completion length the guard's token estimate needs.
+type Routing struct {
+	Model  string
+	Stream bool
+	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
+	// non-negative integer; -1 otherwise.
+	MaxTokens int
+	// ModelStart and ModelEnd delimit the model's JSON string, quotes included, so a model name
+	// can be replaced in place without re-encoding the body.
+	ModelStart, ModelEnd int
+	maxTokens, maxCompl  int // each key's value, -1 when absent
+}
+
+// NewRequest reads body's routing fields and returns a request for path. The error is an *Error
+// for the client (a 400: malformed JSON, or no model).
+func NewRequest(path string, body []byte) (*Request, error) {
+	r := &Request{Path: path}
+	if err := r.SetBody(body); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Body is the request body as it goes upstream. The caller must not modify it.
+func (r *Request) Body() []byte { return r.body }
+
+// Routing is what the gateway routes the request on.
+func (r *Request) Routing() Routing { return r.scan }
+
+// Model is the model the request names.
+func (r *Request) Model() string { return r.scan.Model }
+
+// Stream reports whether the request asks for a server-sent-events stream.
+func (r *Request) Stream() bool { return r.scan.Stream }
+
+// SetBody replaces the body (a stage that rewrote the request) and reads its routing fields
+// again; on error the request is unchanged. The body must name a model.
+func (r *Request) SetBody(body []byte) error {
+	rt, err := scanRouting(body)
+	if err != nil {
+		return InvalidJSON(err)
+	}
+	if rt.Model == "" {
+		return MissingModel()
+	}
+	r.body, r.scan, r.fields = body, rt, nil
+	return nil
+}
+
+// Fields decodes the body's top-level members, once: later calls return the same map until the
+// body changes. The map and its values are the request's: a stage that changes the request
+// builds a new body and calls SetBody.
+func (r *Request) Fields() (map[string]json.RawMessage, error) {
+	if r.fields != nil {
+		return r.fields, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		return nil, fmt.Errorf("decoding the request body: %w", err)
+	}
+	r.fields = m
+	return m, nil
+}
+
+// BodyWithModel is the body with the model's name replaced by name and every other byte as it
+// was (a copy: the request's own body is kept, for a retry on an endpoint that names the model
+// otherwise).
+func (r *Request) BodyWithModel(name string) []byte {
+	q, _ := json.Marshal(name)
+	out := make([]byte, 0, len(r.body)-(r.scan.ModelEnd-r.scan.ModelStart)+len(q))
+	out = append(out, r.body[:r.scan.ModelStart]...)
+	out = append(out, q...)
+	return append(out, r.body[r.scan.ModelEnd:]...)
+}
+
+// Response is an answer to a Request: an upstream's, or one a stage made. The caller reads the
+// body (Read, or Events for a stream) and calls Close, or Body.Finish, once it is done: until then
+// an upstream's endpoint counts the request as outstanding.
+type Response struct {
+	StatusCode int
+	// Header is the upstream's response header (the caller may take its values).
+	Header http.Header
+	// GatewayHeader holds headers the gateway's stages add for the client (the guard's
+	// X-RateLimit-*), sent ahead of Header's, which win where both name one.
+	GatewayHeader http.Header
+	// Stream reports a successful server-sent-events response: its body is OpenAI's chunks.
+	Stream bool
+	// Endpoint names the endpoint that answered, Model the name it knows the model by,
+	// BackendType its type (vllm, openai, ...); empty when a stage answered.
+	Endpoint, Model, BackendType string
+	Body                         Body
+}
+
+// Body is a response body.
+type Body interface {
+	io.Reader
+	// Finish ends the body (its later calls do nothing) and returns what the request used.
+	// clientErr is the consumer's failure to pass the body on (its client went away); nil when
+	// it read to the end, or stopped early on purpose.
+	Finish(clientErr error) Usage
+	// Err is the upstream's failure that stopped the body short: nil when it ended, or when
+	// reading stopped because the caller's context ended.
+	Err() error
+}
+
+// Read reads the body.
+func (r *Response) Read(b []byte) (int, error) { return r.Body.Read(b) }
+
+// Close finishes the body; closing before its end cancels the rest of it.
+func (r *Response) Close() error {
+	r.Body.Finish(nil)
+	return nil
+}
+
+// UpstreamFailed reports whether reading stopped because the upstream failed mid-body, rather
+// than at the body's end or because the caller's context ended.
+func (r *Response) UpstreamFailed() bool { return r.Body.Err() != nil }
+
+// Usage is what a request used, as far as the gateway knows.
+type Usage struct {
+	// PromptTokens and CompletionTokens are the upstream's usage object's, when it sent one.
+	PromptTokens, CompletionTokens int64
+	// Chunks, for a stream without a usage object, counts its events: about one per generated
+	// token (PromptTokens and CompletionTokens are then 0).
+	Chunks int64
+	// Status is the upstream's HTTP status; 0 when the request never reached one (no healthy
+	// endpoint, every one failing), so it used nothing.
+	Status int
+}
+
+type requestIDKey struct{}
+
+// WithRequestID returns a context whose requests carry id as their X-Request-Id, for surfaces
+// that take the id from their own protocol (gRPC metadata, a batch line).
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID is the id WithRequestID put in ctx, else a fresh one.
+func RequestID(ctx context.Context) string {
+	if id, ok := ctx.Value(requestIDKey{}).(string); ok && id != "" {
+		return id
+	}
+	return NewRequestID()
+}
+
+// NewRequestID returns a fresh request id: 128 random bits as 32 hex digits.
+func NewRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var s [32]byte
+	hex.Encode(s[:], b[:])
+	return string(s[:])
+}
+
+// ForAll is a Stages function (model name -> its interceptors) that gives every model the same
+// interceptors.
+func ForAll(interceptors ...Interceptor) func(model string) []Interceptor {
+	return func(string) []Interceptor { return interceptors }
+}
+
+// Scan reads the routing fields of an OpenAI API request body without decoding anything else,
+// rejecting malformed JSON, as NewRequest does; unlike NewRequest it accepts a body without a
+// model (Model is then empty), for callers with their own wording of that error.
+func Scan(body []byte) (Routing, error) { return scanRouting(body) }

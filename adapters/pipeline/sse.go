@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// Events reads server-sent events as OpenAI streams them: each Next returns one event's data (the
+// JSON of one chunk), until the "[DONE]" event or the end of the body, which are io.EOF. An event
+// of type "error", or a data line holding an error object, is returned as the data it carries:
+// the caller decodes the chunk and finds the error in it.
+type Events struct {
+	r    *bufio.Reader
+	data []byte
+	done bool
+}
+
+// NewEvents reads events from r.
+func NewEvents(r io.Reader) *Events {
+	return &Events{r: bufio.NewReaderSize(r, 16<<10)}
+}
+
+var errEventTooLong = errors.New("server-sent event longer than 16 MiB")
+
+// Next returns the next event's data; it is valid until the following call.
+func (e *Events) Next() ([]byte, error) {
+	e.data = e.data[:0]
+	have := false
+	for {
+		line, err := e.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line: collect it whole, bounded.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = e.r.ReadSlice('\n')
+				long = append(long, line...)
+				if len(long) > 16<<20 {
+					return nil, errEventTooLong
+				}
+			}
+			line = long
+		}
+		if err != nil && !(err == io.EOF && len(line) > 0) {
+			if err == io.EOF && have {
+				return e.end()
+			}
+			return nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0:
+			if have {
+				return e.end()
+			}
+		case line[0] == ':': // a comment, such as a keep-alive
+		default:
+			field, value, _ := bytes.Cut(line, []byte(":"))
+			value = bytes.TrimPrefix(value, []byte(" "))
+			if string(field) == "data" {
+				if have {
+					e.data = append(e.data, '\n')
+				}
+				e.data = append(e.data, value...)
+				have = true
+			}
+		}
+		if err == io.EOF {
+			if have {
+				return e.end()
+			}
+			return nil, io.EOF
+		}
+	}
+}
+
+// Done reports whether the events ended with the "[DONE]" event, rather than with the body.
+func (e *Events) Done() bool { return e.done }
+
+func (e *Events) end() ([]byte, error) {
+	if string(e.data) == "[DONE]" {
+		e.done = true
+		return nil, io.EOF
+	}
+	return e.data, nil
+}
+
+// NewBody is a body that reads b, for a response a stage made (a cached answer). Finish reports
+// usage as the response's own usage object does, which the stage passes in.
+func NewBody(b []byte, usage Usage) Body {
+	return &memBody{r: bytes.NewReader(b), usage: usage}
+}
+
+// NewEventBody is the body of a stream a stage made: each chunk as one "data:" event, then
+// "data: [DONE]", as OpenAI streams. The chunks must be single-line JSON.
+func NewEventBody(chunks [][]byte, usage Usage) Body {
+	n := len("data: [DONE]\n\n")
+	for _, c := range chunks {
+		n += len("data: \n\n") + len(c)
+	}
+	b := make([]byte, 0, n)
+	for _, c := range chunks {
+		b = append(b, "data: "...)
+		b = append(b, c...)
+		b = append(b, "\n\n"...)
+	}
+	b = append(b, "data: [DONE]\n\n"...)
+	if usage.PromptTokens == 0 && usage.CompletionTokens == 0 && usage.Chunks == 0 {
+		usage.Chunks = int64(len(chunks)) + 1
+	}
+	return NewBody(b, usage)
+}
+
+type memBody struct {
+	r        *bytes.Reader
+	usage    Usage
+	finished bool
+}
+
+func (m *memBody) Read(b []byte) (int, error) {
+	if m.finished {
+		return 0, errFinished
+	}
+	return m.r.Read(b)
+}
+
+func (m *memBody) Finish(error) Usage {
+	m.finished = true
+	return m.usage
+}
+
+func (m *memBody) Err() error { return nil }
+
+var errFinished = errors.New("response body already finished")
