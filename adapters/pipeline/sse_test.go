@@ -55,4 +55,3 @@ func FuzzEvents(f *testing.F) {
 		t.Fatalf("more events than input bytes")
 	})
 }
-
