@@ -39,6 +39,8 @@ type exchange struct {
 	readErr  error
 	finished bool
 	usage    pipeline.Usage // what Finish returns, once finished
+	// resp is the Response forward returns, allocated with the exchange.
+	resp pipeline.Response
 	// tail keeps the body's last bytes: the usage object sits at the end of a response, and at the
 	// end of a stream (in its last usage chunk), so one scan at EOF finds it whatever the read
 	// boundaries were. It comes from tails on the first read and goes back there when finished.

@@ -112,12 +112,23 @@ func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 		req.ID = pipeline.RequestID(ctx)
 	}
 	res, err := h(ctx, req)
+	if err != nil {
+		return nil, p.refusal(err)
+	}
+	return res, nil
+}
+
+// refusal counts a pipeline.Admit refusal as a request the gateway refused before routing and
+// returns the *pipeline.Error to answer with; other errors pass as they are (the terminal
+// handler counted its own). Apart from Handle, so its variable stays off the heap of a request
+// that succeeded.
+func (p *Proxy) refusal(err error) error {
 	var refused *pipeline.Refused
 	if errors.As(err, &refused) {
 		p.m.requests.WithLabelValues("", "", codeLabel(refused.Err.Status)).Inc()
-		return nil, refused.Err
+		return refused.Err
 	}
-	return res, err
+	return err
 }
 
 // forward is the terminal Handler: the metered exchange with the upstream the routing picks.
@@ -127,8 +138,9 @@ func (p *Proxy) forward(ctx context.Context, req *pipeline.Request) (*pipeline.R
 		return nil, err
 	}
 	ep := x.route.ep
-	return &pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
-		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}, nil
+	x.resp = pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
+		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}
+	return &x.resp, nil
 }
 
 // durationHeader writes d as Duration.String does, but in ASCII ("412us", not "412µs"): a
