@@ -133,3 +133,52 @@ func (m *memBody) Finish(error) Usage {
 func (m *memBody) Err() error { return nil }
 
 var errFinished = errors.New("response body already finished")
+
+// RewriteEvents is a stream's body with each event's data passed through fn on its way out (an
+// output processor): fn returns the data to send instead, or SkipEvent to drop the event; any
+// other error ends the body with it. OpenAI's closing "[DONE]" passes through untouched, and Finish and Err are
+// the upstream body's, so metering and usage still count what the upstream sent.
+func RewriteEvents(b Body, fn func(data []byte) ([]byte, error)) Body {
+	return &rewritten{Body: b, ev: NewEvents(b), fn: fn}
+}
+
+// SkipEvent, returned by RewriteEvents' fn, drops the event.
+var SkipEvent = errors.New("skip this event")
+
+type rewritten struct {
+	Body
+	ev  *Events
+	fn  func([]byte) ([]byte, error)
+	out []byte // rewritten events not yet read
+	err error  // what ends the body once out is drained
+}
+
+func (r *rewritten) Read(p []byte) (int, error) {
+	for len(r.out) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		data, err := r.ev.Next()
+		switch {
+		case err == io.EOF && r.ev.Done():
+			r.out, r.err = append(r.out[:0], "data: [DONE]\n\n"...), io.EOF
+			continue
+		case err != nil:
+			r.err = err
+			continue
+		}
+		data, err = r.fn(data)
+		switch {
+		case errors.Is(err, SkipEvent):
+		case err != nil:
+			r.err = err
+		default:
+			r.out = append(r.out[:0], "data: "...)
+			r.out = append(r.out, data...)
+			r.out = append(r.out, "\n\n"...)
+		}
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	return n, nil
+}

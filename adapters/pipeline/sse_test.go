@@ -55,3 +55,68 @@ func FuzzEvents(f *testing.F) {
 		t.Fatalf("more events than input bytes")
 	})
 }
+
+// An output processor rewrites a stream's events on their way out and drops some; [DONE] and the
+// usage pass through.
+func TestRewriteEvents(t *testing.T) {
+	in := NewEventBody([][]byte{[]byte(`{"n":1}`), []byte(`{"drop":true}`), []byte(`{"n":2}`)}, Usage{CompletionTokens: 2})
+	out := RewriteEvents(in, func(d []byte) ([]byte, error) {
+		if strings.Contains(string(d), "drop") {
+			return nil, SkipEvent
+		}
+		return []byte(strings.ReplaceAll(string(d), "n", "m")), nil
+	})
+	b, err := io.ReadAll(out)
+	require.NoError(t, err)
+	assert.Equal(t, "data: {\"m\":1}\n\ndata: {\"m\":2}\n\ndata: [DONE]\n\n", string(b))
+	assert.Equal(t, Usage{CompletionTokens: 2}, out.Finish(nil))
+
+	failing := RewriteEvents(NewEventBody([][]byte{[]byte(`{}`)}, Usage{}), func([]byte) ([]byte, error) { return nil, io.ErrUnexpectedEOF })
+	_, err = io.ReadAll(failing)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+
+	// A body cut short (no [DONE]) ends without inventing one.
+	cut := RewriteEvents(NewBody([]byte("data: {\"n\":1}\n\n"), Usage{}), func(d []byte) ([]byte, error) { return d, nil })
+	b, err = io.ReadAll(cut)
+	require.NoError(t, err)
+	assert.Equal(t, "data: {\"n\":1}\n\n", string(b))
+}
+
+// FuzzRewriteEvents: rewriting any byte stream with the identity yields the same events as the
+// stream itself (single-line data, as OpenAI's chunks are), and never panics.
+func FuzzRewriteEvents(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": keep-alive\r\ndata:x\r\n\r\ndata: y"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if strings.Contains(string(b), "\n") && strings.Count(string(b), "data") > 64 {
+			return
+		}
+		want := events(NewEvents(strings.NewReader(string(b))))
+		out, err := io.ReadAll(RewriteEvents(NewBody(b, Usage{}), func(d []byte) ([]byte, error) {
+			if strings.ContainsAny(string(d), "\r\n") {
+				return nil, io.ErrUnexpectedEOF // multi-line data: not OpenAI's, compared no further
+			}
+			return d, nil
+		}))
+		if err != nil {
+			return
+		}
+		if got := events(NewEvents(strings.NewReader(string(out)))); strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+			t.Fatalf("events %q became %q", want, got)
+		}
+	})
+}
+
+func events(ev *Events) []string {
+	var out []string
+	for {
+		d, err := ev.Next()
+		if err != nil {
+			if ev.Done() {
+				out = append(out, "[DONE]")
+			}
+			return out
+		}
+		out = append(out, string(d))
+	}
+}
