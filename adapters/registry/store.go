@@ -35,7 +35,8 @@ import (
 var ErrNotFound = errors.New("registry: lease not found")
 
 // Store holds registrations, each under a lease that expires when it is not renewed for its ttl.
-// Both implementations pass the same contract tests (contract_test.go).
+// Both implementations pass the same contract test suite, package registrytest, which a new
+// implementation runs too.
 //
 // Backends passed in and handed out are shared, not copied: callers must not modify them.
 type Store interface {

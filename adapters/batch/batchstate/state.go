@@ -1,7 +1,8 @@
 // Package batchstate keeps the state of OpenAI batches: each batch's object (status, timestamps,
 // errors, metadata) and the result of every line, stored at most once per (batch, custom_id) so a
 // redelivered line never yields a second output line. Two implementations of one Store: in-process
-// (the default) and Redis, shared by every gateway replica and batch worker.
+// (the default) and Redis, shared by every gateway replica and batch worker; both pass the contract
+// test suite of package batchstatetest, which a new implementation runs too.
 package batchstate
 
 import (

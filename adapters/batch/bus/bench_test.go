@@ -31,7 +31,7 @@ func BenchmarkBusThroughput(b *testing.B) {
 		benchmarkBus(b, newKafka(b, k), payload)
 	})
 	b.Run("gochannel", func(b *testing.B) {
-		bs := bus.NewGoChannel(testLogger(b))
+		bs := bus.NewGoChannel(bustest.Logger(b))
 		b.Cleanup(func() { closeBus(b, bs) })
 		benchmarkBus(b, bs, payload)
 	})

@@ -1,7 +1,8 @@
 // Package bus carries batch work between gateway replicas and batch workers on a Watermill
 // publisher/subscriber pair: GoChannel in one process (the default), Kafka (watermill-kafka v3)
 // with consumer groups across machines. Delivery is at least once: a message comes back until it
-// is acked, so consumers store what they do idempotently.
+// is acked, so consumers store what they do idempotently. Both pass the contract test suite of
+// package bustest, which a new bus runs too.
 package bus
 
 import (

@@ -12,8 +12,9 @@
 //	resp, err := send(...)
 //	t.Done(breaker.Classify(status, err)) // or Success / Failure / Throttled / Ignored
 //
-// Two implementations share the semantics below and one contract test suite: Local (in-process,
-// the default) and Redis (state shared by every gateway replica using the same Redis).
+// Two implementations share the semantics below and one contract test suite (package
+// breakertest, which a new implementation runs too): Local (in-process, the default) and Redis
+// (state shared by every gateway replica using the same Redis).
 //
 // Semantics (close to sony/gobreaker's, plus an error-rate rule and a 429 cooldown):
 //   - Closed: every request is admitted. The breaker trips (goes Open) after

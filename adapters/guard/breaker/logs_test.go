@@ -21,7 +21,7 @@ func TestRedisFlappingLogsOncePerInterval(t *testing.T) {
 	sink := &logtest.Sink{}
 	log := sink.JSON()
 	clk := newFakeClock() // the throttle's clock only: the breaker runs in real time
-	b := newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: contractSettings},
+	b := newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: testSettings},
 		Timeout: 50 * time.Millisecond, SyncInterval: 20 * time.Millisecond, RetryInterval: 20 * time.Millisecond,
 		Logger: log, Throttle: logthrottle.New(log, time.Minute, logthrottle.WithClock(clk.Now))})
 	tk, err := b.Allow(context.Background(), "up")

@@ -13,7 +13,7 @@ import (
 func TestRedisHangingIsBoundedByTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr) // can make Redis hang
-	s := contractSettings
+	s := testSettings
 	const timeout = 50 * time.Millisecond
 	newReplica := func() *Redis {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proxy.Addr}, DisableCache: true})

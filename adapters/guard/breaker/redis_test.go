@@ -16,7 +16,7 @@ import (
 
 func TestRedisOneReplicasFailuresOpenTheOther(t *testing.T) {
 	srv := redistest.Start(t)
-	s := contractSettings
+	s := testSettings
 	s.OpenTimeout, s.MaxCooldown = time.Minute, time.Minute
 	a := newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: s}})
 	b := newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: s}})
@@ -75,7 +75,7 @@ func asOpen(err error, oe **OpenError) bool {
 
 func TestRedisHalfOpenAdmitsProbesAcrossReplicas(t *testing.T) {
 	srv := redistest.Start(t)
-	s := contractSettings
+	s := testSettings
 	s.HalfOpenProbes, s.SuccessesToClose = 3, 3
 	reps := []*Redis{
 		newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: s}}),
@@ -140,7 +140,7 @@ func TestRedisHalfOpenAdmitsProbesAcrossReplicas(t *testing.T) {
 
 func TestRedisUnreachableFallsBackToLocalBreaking(t *testing.T) {
 	srv := redistest.Start(t)
-	s := contractSettings
+	s := testSettings
 	const timeout = 50 * time.Millisecond
 	opts := RedisOptions{Options: Options{Settings: s}, Timeout: timeout, RetryInterval: 50 * time.Millisecond}
 	a := newRedisBreaker(t, srv, opts)
@@ -314,7 +314,7 @@ func TestRedisBatchesOutcomes(t *testing.T) {
 
 func TestRedisResyncsAfterAMissedChange(t *testing.T) {
 	srv := redistest.Start(t)
-	s := contractSettings
+	s := testSettings
 	s.OpenTimeout = time.Minute
 	b := newRedisBreaker(t, srv, RedisOptions{Options: Options{Settings: s}, SyncInterval: 50 * time.Millisecond})
 	ctx := context.Background()

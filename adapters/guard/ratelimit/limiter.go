@@ -1,6 +1,6 @@
 // Package ratelimit is the guard's token bucket rate limiter: one Limiter interface with an
 // in-process implementation (Local) and a shared one in Redis (Redis), tested by the same
-// contract tests.
+// contract test suite (package ratelimittest, which a new implementation runs too).
 //
 // A bucket holds up to Limit.Burst tokens and refills at Limit.Rate tokens per second. Allow
 // spends cost tokens if the bucket holds them, all or nothing; Adjust corrects an earlier charge.

@@ -1,26 +1,3 @@
-// Package bustest starts a Kafka broker for tests: kfake (github.com/twmb/franz-go/pkg/kfake),
-// an in-process fake that speaks the real Kafka wire protocol on 127.0.0.1, so bus.NewKafka
-// (IBM/sarama) talks to it exactly as it would to a Kafka cluster.
-//
-// What kfake can simulate, and what this package gives of it:
-//
-//   - A broker restart that keeps the data: Restart, or Stop then Start. The cluster persists
-//     to a temporary directory (kfake.DataDir); Stop closes it gracefully (listeners closed,
-//     every client connection dropped, topics, records, committed offsets and group state
-//     written out), and Start brings a cluster up from that directory on the same ports, so
-//     clients reconnect to the addresses they know. Between Stop and Start the brokers refuse
-//     connections. This is the only restart kfake offers in which clients really lose their
-//     connections. It is a clean shutdown, not a crash: kfake has no way to lose the writes a
-//     crash would.
-//   - Other faults, on Cluster(): RemoveNode/AddNode (with several brokers) close and reopen
-//     one broker's listener and hand its partitions to the others, but connections already
-//     open to it stay open (it just leads nothing), so it is a leader change more than a
-//     restart; ShufflePartitionLeaders and MoveTopicPartition force leader elections; Fault
-//     and ControlKey answer chosen requests with errors or hold them back.
-//
-// The cluster has one broker unless WithBrokers says otherwise, does not create topics on its
-// own (bus.NewKafka creates them, as a cluster with auto-creation off needs), and is closed
-// when the test ends.
 package bustest
 
 import (
