@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 )
@@ -74,7 +75,7 @@ func newModel(name, kind string, proxy *openai.Proxy) *model {
 	return m
 }
 
-func (m *model) setKind(kind string) { m.chat.Store(kind == openai.KindChat) }
+func (m *model) setKind(kind string) { m.chat.Store(kind == upstream.KindChat) }
 
 func (m *model) Config() *inference.ModelConfig { return m.cfg }
 

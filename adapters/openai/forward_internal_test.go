@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +35,7 @@ func TestRequestOneWrite(t *testing.T) {
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	defer up.Close()
-	p, err := New(Options{Endpoints: []Endpoint{{Name: "a", URL: up.URL, Type: TypeVLLM, CheckInterval: time.Hour}}})
+	p, err := New(Options{Endpoints: []upstream.Endpoint{{Name: "a", URL: up.URL, Type: upstream.TypeVLLM, CheckInterval: time.Hour}}})
 	require.NoError(t, err)
 	e := p.endpoints()[0]
 	var writes atomic.Int64
@@ -57,7 +59,7 @@ func TestRequestOneWrite(t *testing.T) {
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	for i := range 3 {
 		x, err := p.attempt(context.Background(), rt, &outbound{path: "/v1/chat/completions", header: http.Header{},
-			remoteAddr: "127.0.0.1:1", body: body, rt: routing{Model: "m"}, reqID: "r", start: time.Now()}, true)
+			remoteAddr: "127.0.0.1:1", body: body, rt: routing{Model: "m"}, reqID: "r", start: time.Now()}, breaker.Ticket{}, true)
 		require.NoError(t, err)
 		_, err = io.Copy(io.Discard, x)
 		require.NoError(t, err)
