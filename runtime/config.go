@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/inflate"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -26,7 +26,7 @@ type fileConfig struct {
 	BuiltinModels *bool `yaml:"builtin_models"`
 	// Upstreams are the servers behind the gateway: vLLM, OpenAI and Ollama behind the OpenAI API
 	// (and, through the bridge, the KServe surface), Triton/KServe servers behind the KServe surface.
-	Upstreams []openai.Endpoint `yaml:"upstreams"`
+	Upstreams []upstream.Endpoint `yaml:"upstreams"`
 	// Redis, when its address is set, shares state between gateway replicas.
 	Redis redisConfig `yaml:"redis"`
 	// Registry is the RegistryService where backends register themselves.
@@ -167,7 +167,7 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var lines []string
-	if err := openai.ValidateEndpoints(c.Upstreams); err != nil {
+	if err := upstream.Validate(c.Upstreams); err != nil {
 		for _, e := range unjoin(err) {
 			lines = append(lines, fmt.Sprintf("%s: upstreams: %v", name, e))
 		}

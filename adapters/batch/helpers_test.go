@@ -23,6 +23,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
@@ -61,8 +62,8 @@ type envOptions struct {
 func startEnv(t testing.TB, eo envOptions) *env {
 	t.Helper()
 	up := openaitest.Start(t, "vllm-a", "m1")
-	p, err := openai.New(openai.Options{Logger: quiet(), Stages: stagesOf(eo.admit), Endpoints: []openai.Endpoint{{Name: up.Name,
-		URL: up.URL, Type: openai.TypeVLLM, CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}}})
+	p, err := openai.New(openai.Options{Logger: quiet(), Stages: stagesOf(eo.admit), Endpoints: []upstream.Endpoint{{Name: up.Name,
+		URL: up.URL, Type: upstream.TypeVLLM, CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	p.Start(ctx)

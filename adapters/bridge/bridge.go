@@ -40,6 +40,7 @@ import (
 	"sync"
 
 	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 )
 
@@ -82,7 +83,7 @@ func New(reg *engines.Registry, proxy *openai.Proxy, opts ...Option) *Bridge {
 func (b *Bridge) Sync() {
 	want := map[string]string{}
 	for _, m := range b.proxy.Models() {
-		if m.Kind != openai.KindEmbeddings {
+		if m.Kind != upstream.KindEmbeddings {
 			want[m.Name] = m.Kind
 		}
 	}

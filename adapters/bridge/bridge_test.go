@@ -12,6 +12,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
@@ -35,7 +36,7 @@ func TestInferFolded(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	c := openaitest.Start(t, "c", "chatty")
 	chat := vllm(c)
-	chat.Kind = openai.KindChat
+	chat.Kind = upstream.KindChat
 	e := start(t, vllm(a), chat)
 	e.waitModel(t, "llama")
 	e.waitModel(t, "chatty")
@@ -311,7 +312,7 @@ func TestSync(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama", "simple")
 	emb := openaitest.Start(t, "emb", "embedder")
 	embEp := vllm(emb)
-	embEp.Kind = openai.KindEmbeddings
+	embEp.Kind = upstream.KindEmbeddings
 	e := start(t, vllm(a), embEp)
 	e.waitModel(t, "llama")
 	ctx := context.Background()
@@ -338,7 +339,7 @@ func TestSync(t *testing.T) {
 
 	// An endpoint added at run time brings its models; removing it takes them away.
 	reg := openaitest.Start(t, "reg", "mistral")
-	require.NoError(t, e.proxy.AddEndpoint(openai.Endpoint{Name: "reg", URL: reg.URL, Type: openai.TypeVLLM, Kind: openai.KindChat,
+	require.NoError(t, e.proxy.AddEndpoint(upstream.Endpoint{Name: "reg", URL: reg.URL, Type: upstream.TypeVLLM, Kind: upstream.KindChat,
 		SkipDiscovery: true, Models: []string{"mistral"}, CheckInterval: time.Hour}))
 	e.waitModel(t, "mistral")
 	md, err := e.client.ModelMetadata(ctx, &inference.ModelMetadataRequest{Name: "mistral"})

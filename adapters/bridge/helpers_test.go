@@ -19,6 +19,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -53,7 +54,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func start(t testing.TB, eps ...openai.Endpoint) *env {
+func start(t testing.TB, eps ...upstream.Endpoint) *env {
 	t.Helper()
 	e := &env{logs: &syncBuffer{}}
 	var br atomic.Pointer[bridge.Bridge]
@@ -88,8 +89,8 @@ func (e *env) waitModel(t testing.TB, name string) {
 }
 
 // vllm is an endpoint for a fake, discovered by listing its models, with rare health checks.
-func vllm(u *openaitest.Upstream) openai.Endpoint {
-	return openai.Endpoint{Name: u.Name, URL: u.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour, CheckTimeout: time.Second}
+func vllm(u *openaitest.Upstream) upstream.Endpoint {
+	return upstream.Endpoint{Name: u.Name, URL: u.URL, Type: upstream.TypeVLLM, CheckInterval: time.Hour, CheckTimeout: time.Second}
 }
 
 // llm builds a request for the bridge model: prompt in text_input (raw or typed, shaped

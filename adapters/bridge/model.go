@@ -13,6 +13,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 )
@@ -75,7 +76,7 @@ func newModel(name, kind string, proxy *openai.Proxy) *model {
 	return m
 }
 
-func (m *model) setKind(kind string) { m.chat.Store(kind == openai.KindChat) }
+func (m *model) setKind(kind string) { m.chat.Store(kind == upstream.KindChat) }
 
 func (m *model) Config() *inference.ModelConfig { return m.cfg }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	"google.golang.org/grpc"
@@ -27,7 +28,7 @@ import (
 func BenchmarkHardening(b *testing.B) {
 	up := openaitest.Start(b, "bench", "llama")
 	start := func(cfg func(gateway.Config) gateway.Config) *gatewaytest.Server {
-		p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour}}})
+		p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{{Name: "up", URL: up.URL, Type: upstream.TypeVLLM, CheckInterval: time.Hour}}})
 		if err != nil {
 			b.Fatal(err)
 		}

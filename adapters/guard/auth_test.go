@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/registry"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
@@ -47,7 +48,7 @@ func startAuthed(t *testing.T) *gatewaytest.Server {
 	require.NoError(t, err)
 	auth := guard.NewAuth(keys, nil)
 	up := openaitest.Start(t, "up", "llama")
-	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM}}})
+	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{{Name: "up", URL: up.URL, Type: upstream.TypeVLLM}}})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	t.Cleanup(p.Close)

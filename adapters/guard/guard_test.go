@@ -17,6 +17,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,7 @@ func startGuardedWith(t *testing.T, opts guard.Options) *guarded {
 	auth := guard.NewAuth(keys, nil)
 	g := guard.New(opts)
 	up := openaitest.Start(t, "up", "llama", "qwen")
-	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{{Name: "up", URL: up.URL, Type: openai.TypeVLLM, CheckInterval: time.Hour}},
+	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{{Name: "up", URL: up.URL, Type: upstream.TypeVLLM, CheckInterval: time.Hour}},
 		Stages: pipeline.ForAll(pipeline.Admit(g.OpenAI()))})
 	require.NoError(t, err)
 	p.Start(context.Background())

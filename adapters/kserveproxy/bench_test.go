@@ -17,7 +17,7 @@ import (
 // upstream (baseline), with the same client; the difference is the proxy hop. Goal: added p50
 // <= 100 µs at c=1 (one more gRPC round trip on loopback is most of it).
 func BenchmarkKServeProxy(b *testing.B) {
-	up := upstream(b)
+	up := startUpstream(b)
 	f := startFront(b, fast(slowChecks(ep("triton", up.Addr, 0))))
 	targets := []struct {
 		name string

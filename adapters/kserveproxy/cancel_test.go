@@ -35,7 +35,7 @@ func TestClientCancelsAreNotUpstreamFailures(t *testing.T) {
 		}
 		return echo(ctx, r, send)
 	}
-	up := upstream(t, &testModel{name: "m", exec: slowOrFailing})
+	up := startUpstream(t, &testModel{name: "m", exec: slowOrFailing})
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1, OpenTimeout: time.Hour}})
 	opts := fast(slowChecks(ep("a", up.Addr, 0)))
 	opts.Breaker = br

@@ -16,7 +16,7 @@ import (
 // is an upstream's (the built-ins and an LLM-shaped model for the bridge and generate checks): the
 // proxied models must behave as the upstream's own do. No check is excluded.
 func TestConformanceThroughProxy(t *testing.T) {
-	up := upstream(t, llm{})
+	up := startUpstream(t, llm{})
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: f.Addr, HTTPURL: f.URL})
 	require.NoError(t, err)

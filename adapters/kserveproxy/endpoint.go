@@ -16,7 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/kserve"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
@@ -33,7 +33,8 @@ import (
 
 // endpoint is one upstream at run time: its gRPC connection, health and discovered models.
 type endpoint struct {
-	cfg     openai.Endpoint // resolved: defaults applied, headers expanded
+	upstream.State
+	cfg     upstream.Resolved
 	conn    *grpc.ClientConn
 	client  inference.GRPCInferenceServiceClient
 	md      metadata.MD  // the configured headers, on every call; nil when none
@@ -42,14 +43,10 @@ type endpoint struct {
 	allowed map[string]bool
 	log     *slog.Logger
 
-	healthy     atomic.Bool
-	checked     atomic.Bool // the first health check ran
-	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model name -> its config.
 	models atomic.Pointer[map[string]*upstreamModel]
 	// supplied, when set, is the endpoint's fixed model set, given to Add instead of discovered.
 	supplied map[string]*upstreamModel
-	kick     chan struct{}   // asks the health loop for an early check after a failed request
 	ctx      context.Context // ends when the endpoint is removed or the proxy closes
 	stop     context.CancelFunc
 }
@@ -67,13 +64,13 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 
 // newEndpoint resolves ep and builds its client. grpc.NewClient does not connect: the first
 // health check does.
-func newEndpoint(ep openai.Endpoint, opts Options, log *slog.Logger) (*endpoint, error) {
-	cfg, err := openai.Resolve(ep)
+func newEndpoint(ep upstream.Endpoint, opts Options, log *slog.Logger) (*endpoint, error) {
+	cfg, err := upstream.Resolve(ep)
 	if err != nil {
 		return nil, err
 	}
 	bad := func(field, format string, args ...any) error {
-		return &openai.FieldError{Endpoint: ep.Name, Field: field, Err: fmt.Errorf(format, args...)}
+		return &upstream.FieldError{Endpoint: ep.Name, Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
@@ -87,7 +84,8 @@ func newEndpoint(ep openai.Endpoint, opts Options, log *slog.Logger) (*endpoint,
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
 	target := net.JoinHostPort(u.Hostname(), port)
-	e := &endpoint{cfg: cfg, log: log.With("endpoint", cfg.Name), kick: make(chan struct{}, 1)}
+	e := &endpoint{cfg: cfg, log: log.With("endpoint", cfg.Name)}
+	e.Init(&e.cfg, e.log)
 	for name, value := range cfg.Headers {
 		key := strings.ToLower(name)
 		switch {
@@ -156,13 +154,10 @@ func (e *endpoint) outgoing(ctx context.Context) context.Context {
 // unavailable records an UNAVAILABLE answer to a request. When the connection itself is gone the
 // endpoint leaves rotation at once; either way the health loop checks it again soon.
 func (e *endpoint) unavailable(err error) {
-	if e.conn.GetState() != connectivity.Ready && e.healthy.Swap(false) {
-		e.log.Warn("upstream unreachable; out of rotation until a health check passes", "err", err)
+	if e.conn.GetState() != connectivity.Ready {
+		e.Down("upstream unreachable; out of rotation until a health check passes", err)
 	}
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
+	e.Kick()
 }
 
 // check runs one health check: gRPC ServerReady answering ready, or a 2xx from the HTTP
@@ -170,7 +165,7 @@ func (e *endpoint) unavailable(err error) {
 func (e *endpoint) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
 	defer cancel()
-	if !e.healthy.Load() {
+	if !e.Healthy() {
 		// A recovered upstream should be found by this check, not after grpc-go's next retry.
 		e.conn.ResetConnectBackoff()
 	}
@@ -207,18 +202,10 @@ func (e *endpoint) check(ctx context.Context) error {
 // It reports whether the check passed and whether the endpoint's models changed. A failure marks
 // the endpoint unhealthy at once; a pass is for Proxy.probe to publish, after the routes.
 func (e *endpoint) probe(ctx context.Context, discoverDue bool) (up, changed bool) {
-	err := e.check(ctx)
-	was := e.healthy.Load()
+	was, err := e.Check(ctx, e.check)
 	if err != nil {
-		// Warn when a healthy endpoint fails, and on the very first check, so an upstream that is
-		// unreachable from the start is not silent.
-		if was || !e.checked.Swap(true) {
-			e.log.Warn("upstream unhealthy", "err", err)
-		}
-		e.healthy.Store(false)
 		return false, false
 	}
-	e.checked.Store(true)
 	if !was || discoverDue || e.models.Load() == nil {
 		models, derr := e.discover(ctx)
 		if derr != nil {
@@ -405,7 +392,7 @@ func suppliedModels(configs []*tensorv1.TensorModelConfig) (map[string]*upstream
 func (e *endpoint) closeWhenIdle(ctx context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for e.outstanding.Load() > 0 {
+	for e.Outstanding() > 0 {
 		select {
 		case <-ctx.Done():
 			e.close()

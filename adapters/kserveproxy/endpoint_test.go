@@ -17,8 +17,8 @@ import (
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/kserveproxy"
-	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
@@ -35,35 +35,35 @@ import (
 func TestConfigErrors(t *testing.T) {
 	reg := engines.NewRegistry()
 	for name, tc := range map[string]struct {
-		ep   openai.Endpoint
+		ep   upstream.Endpoint
 		want string
 	}{
-		"path":           {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001/v2"}, `endpoint "x": url: "http://h:8001/v2" has a path`},
-		"grpc header":    {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Grpc-Timeout": "1S"}}, `endpoint "x": headers: "Grpc-Timeout" is set by the gRPC client itself`},
-		"unset env":      {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Authorization": "${INFERGATE_UNSET_KSP}"}}, "INFERGATE_UNSET_KSP is not set"},
-		"metadata key":   {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X!": "v"}}, `"X!" is not a valid gRPC metadata key`},
-		"metadata value": {openai.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X": "caf\xe9"}}, "printable ASCII"},
-		"no url":         {openai.Endpoint{Name: "x", Type: "kserve"}, `endpoint "x": url: required`},
+		"path":           {upstream.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001/v2"}, `endpoint "x": url: "http://h:8001/v2" has a path`},
+		"grpc header":    {upstream.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Grpc-Timeout": "1S"}}, `endpoint "x": headers: "Grpc-Timeout" is set by the gRPC client itself`},
+		"unset env":      {upstream.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"Authorization": "${INFERGATE_UNSET_KSP}"}}, "INFERGATE_UNSET_KSP is not set"},
+		"metadata key":   {upstream.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X!": "v"}}, `"X!" is not a valid gRPC metadata key`},
+		"metadata value": {upstream.Endpoint{Name: "x", Type: "kserve", URL: "http://h:8001", Headers: map[string]string{"X": "caf\xe9"}}, "printable ASCII"},
+		"no url":         {upstream.Endpoint{Name: "x", Type: "kserve"}, `endpoint "x": url: required`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Endpoints: []openai.Endpoint{tc.ep}})
+			_, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Endpoints: []upstream.Endpoint{tc.ep}})
 			require.ErrorContains(t, err, tc.want)
-			var fe *openai.FieldError
+			var fe *upstream.FieldError
 			assert.True(t, errors.As(err, &fe))
 		})
 	}
-	_, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Endpoints: []openai.Endpoint{
+	_, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Endpoints: []upstream.Endpoint{
 		{Name: "x", Type: "kserve", URL: "http://h:1"}, {Name: "x", Type: "kserve", URL: "http://h:2"}}})
 	require.ErrorContains(t, err, `endpoint "x": name: duplicate endpoint name`)
 	_, err = kserveproxy.New(kserveproxy.Options{Endpoints: nil})
 	require.ErrorContains(t, err, "Registry is required")
 
 	// Other types are the OpenAI proxy's: ignored by New, refused by Add.
-	p, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Logger: quiet(), Endpoints: []openai.Endpoint{
+	p, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Logger: quiet(), Endpoints: []upstream.Endpoint{
 		{Name: "vllm", Type: "vllm", URL: "http://h:8000"}}})
 	require.NoError(t, err)
 	assert.Empty(t, p.Status())
-	require.ErrorContains(t, p.Add(openai.Endpoint{Name: "v", Type: "vllm", URL: "http://h:8000"}), `"vllm" is not kserve`)
+	require.ErrorContains(t, p.Add(upstream.Endpoint{Name: "v", Type: "vllm", URL: "http://h:8000"}), `"vllm" is not kserve`)
 	p.Close()
 }
 
@@ -77,7 +77,7 @@ func TestHeadersAndEnv(t *testing.T) {
 		seen.Store(md)
 		return echo(ctx, req, send)
 	}
-	up := upstream(t, &testModel{name: "whoami", exec: whoami}, &testModel{name: "whoami_stream", decoupled: true, exec: whoami})
+	up := startUpstream(t, &testModel{name: "whoami", exec: whoami}, &testModel{name: "whoami_stream", decoupled: true, exec: whoami})
 	e := ep("triton", up.Addr, 0)
 	e.Headers = map[string]string{"Authorization": "Bearer ${INFERGATE_TEST_TOKEN}", "X-Tenant": "t1"}
 	f := startFront(t, fast(e))
@@ -101,7 +101,7 @@ func TestHeadersAndEnv(t *testing.T) {
 // TestHTTPHealthCheck: with health_check_url the endpoint's health is that URL's (Triton's HTTP
 // /v2/health/ready on its other port, say); models are discovered only once it is healthy.
 func TestHTTPHealthCheck(t *testing.T) {
-	up := upstream(t)
+	up := startUpstream(t)
 	var ready atomic.Bool
 	var auth atomic.Value
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,8 +132,8 @@ func TestHTTPHealthCheck(t *testing.T) {
 // TestAddRemove: endpoints added at run time serve their models once healthy; removing the last
 // endpoint serving a model takes the model out of the registry.
 func TestAddRemove(t *testing.T) {
-	a := upstream(t)
-	b := upstream(t, &testModel{name: "only_b", exec: echo})
+	a := startUpstream(t)
+	b := startUpstream(t, &testModel{name: "only_b", exec: echo})
 	f := startFront(t, fast(ep("a", a.Addr, 0)))
 	assert.NotContains(t, f.proxy.Models(), "only_b")
 
@@ -161,7 +161,7 @@ func TestAddRemove(t *testing.T) {
 // not routed to; the model follows the higher-priority endpoint's config.
 func TestIncompatibleConfigNotRouted(t *testing.T) {
 	other := &testModel{name: "simple", exec: echo} // INPUT/OUTPUT, not simple's INPUT0/INPUT1
-	a := upstream(t)
+	a := startUpstream(t)
 	bReg := engines.NewRegistry()
 	_, err := bReg.Register(other)
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/guard/breaker"
-	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc/codes"
@@ -45,81 +45,48 @@ func (m *model) execute(ctx context.Context, req *engines.Request, send func(*en
 	routes := *m.routes.Load()
 	seqID := req.Sequence.ID
 	sequence := m.seq != nil && !seqID.IsZero()
-	var only *endpoint // the endpoint holding the request's sequence
-	if sequence && !req.Sequence.Start {
-		only = m.seq.get(seqID)
-	}
 	var (
-		tried   []*endpoint
-		lastErr error
+		only *endpoint // the endpoint holding the request's sequence
+		pin  *upstream.State
 	)
-	for {
-		r := m.pick(routes, tried, only)
-		if r == nil {
-			break
+	if sequence && !req.Sequence.Start {
+		if only = m.seq.get(seqID); only != nil {
+			pin = &only.State
 		}
-		var ticket breaker.Ticket
-		if b := m.p.opts.Breaker; b != nil {
-			var berr error
-			if ticket, berr = b.Allow(ctx, r.ep.cfg.Name); berr != nil {
-				tried = append(tried, r.ep) // open or cooling down: the next endpoint
-				lastErr = connect.NewError(connect.CodeUnavailable, berr)
-				continue
-			}
-		}
+	}
+	res := upstream.Failover(ctx, &m.p.router, routes, pin, func(ctx context.Context, r *route, ticket breaker.Ticket, _ bool) (bool, error) {
 		if sequence && req.Sequence.Start {
 			m.seq.set(seqID, r.ep)
 		}
 		relayed, err := m.attempt(ctx, r, req, send)
 		ticket.Done(outcome(ctx, err))
-		if err == nil {
-			if sequence && req.Sequence.End {
-				m.seq.del(seqID)
-			}
-			return nil
-		}
 		// A sequence's later requests have nowhere else to go: no other endpoint knows it.
-		if relayed || ctx.Err() != nil || status.Code(err) != codes.Unavailable || only != nil {
-			return passThrough(err)
-		}
-		tried = append(tried, r.ep)
-		lastErr = err
-	}
+		return !relayed && status.Code(err) == codes.Unavailable && only == nil, err
+	})
 	switch {
-	case lastErr != nil:
-		return passThrough(lastErr)
+	case res.OK:
+		if sequence && req.Sequence.End {
+			m.seq.del(seqID)
+		}
+		return nil
+	case res.Refused: // open or cooling down
+		return passThrough(connect.NewError(connect.CodeUnavailable, res.Err))
+	case res.Err != nil:
+		return passThrough(res.Err)
 	case only != nil:
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("upstream endpoint '%s', which holds sequence %s of model '%s', is not healthy", only.cfg.Name, seqID, m.public))
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("no healthy upstream endpoint serves model '%s'", m.public))
 }
 
-// pick chooses the endpoint for a request: the highest healthy priority tier, the fewest
-// outstanding requests inside it, ties rotating; only, when set, is the one endpoint allowed.
-func (m *model) pick(routes []*route, tried []*endpoint, only *endpoint) *route {
-	i := openai.Pick(len(routes),
-		func(i int) int { return routes[i].ep.cfg.Priority },
-		func(i int) bool {
-			e := routes[i].ep
-			return e.healthy.Load() && (only == nil || e == only) && !slices.Contains(tried, e) &&
-				(m.p.opts.Breaker == nil || m.p.opts.Breaker.State(e.cfg.Name) != breaker.Open)
-		},
-		func(i int) int64 { return routes[i].ep.outstanding.Load() },
-		m.p.rr.Add(1))
-	if i < 0 {
-		return nil
-	}
-	return routes[i]
-}
-
 // attempt forwards req to one endpoint and reports whether any response reached the client.
 func (m *model) attempt(ctx context.Context, r *route, req *engines.Request, send func(*engines.Response) error) (relayed bool, err error) {
 	ep := r.ep
-	ep.outstanding.Add(1)
+	ep.AddOutstanding(1)
 	r.inflight.Inc()
 	start := time.Now()
 	defer func() {
-		ep.outstanding.Add(-1)
+		ep.AddOutstanding(-1)
 		r.inflight.Dec()
 		r.latency.Observe(time.Since(start).Seconds())
 		if err == nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/kserveproxy"
-	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
@@ -57,9 +57,9 @@ func (s *server) stop() {
 	s.done = nil
 }
 
-// upstream is the "Triton" behind the proxy: an infergate serving the built-in models (Triton's
+// startUpstream starts the "Triton" behind the proxy: an infergate serving the built-in models (Triton's
 // examples) plus extra.
-func upstream(tb testing.TB, extra ...engines.Model) *gatewaytest.Server {
+func startUpstream(tb testing.TB, extra ...engines.Model) *gatewaytest.Server {
 	tb.Helper()
 	return gatewaytest.Start(tb, gateway.Config{}, extra...)
 }
@@ -95,7 +95,7 @@ type front struct {
 }
 
 // fast are Options for tests: quick health checks and discovery.
-func fast(eps ...openai.Endpoint) kserveproxy.Options {
+func fast(eps ...upstream.Endpoint) kserveproxy.Options {
 	return kserveproxy.Options{Endpoints: eps, Logger: quiet(), DiscoveryInterval: 50 * time.Millisecond}
 }
 
@@ -114,13 +114,13 @@ func startFront(tb testing.TB, opts kserveproxy.Options) *front {
 }
 
 // ep is a kserve endpoint for an upstream with fast health checks.
-func ep(name, addr string, priority int) openai.Endpoint {
-	return openai.Endpoint{Name: name, URL: "http://" + addr, Type: openai.TypeKServe, Priority: priority,
+func ep(name, addr string, priority int) upstream.Endpoint {
+	return upstream.Endpoint{Name: name, URL: "http://" + addr, Type: upstream.TypeKServe, Priority: priority,
 		CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}
 }
 
 // slowChecks makes an endpoint's health checks rare, so only the proxy's own failures move it.
-func slowChecks(e openai.Endpoint) openai.Endpoint {
+func slowChecks(e upstream.Endpoint) upstream.Endpoint {
 	e.CheckInterval = time.Hour
 	return e
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
@@ -39,11 +40,17 @@ type route struct {
 	ok       prometheus.Counter
 }
 
+// State is the route's endpoint's, for routing.
+func (r *route) State() *upstream.State { return &r.ep.State }
+
+// candidate is an endpoint's model offered under a public name.
 type candidate struct {
 	ep       *endpoint
 	upstream string
 	um       *upstreamModel
 }
+
+func (c candidate) State() *upstream.State { return &c.ep.State }
 
 // rebuildLocked reconciles the registry with every endpoint's last discovered models: a public
 // name gets one model whose config is that of the highest-priority endpoint serving it (a healthy
@@ -54,35 +61,21 @@ func (p *Proxy) rebuildLocked(up ...*endpoint) {
 	if p.closed {
 		return
 	}
-	cands := map[string][]candidate{}
-	for _, e := range p.endpoints() {
-		mp := e.models.Load()
-		if mp == nil {
-			continue
-		}
-		for name, um := range *mp {
-			cands[name] = append(cands[name], candidate{e, name, um})
-		}
-		for alias, target := range e.cfg.Aliases {
-			if um, ok := (*mp)[target]; ok {
-				if _, shadowed := (*mp)[alias]; !shadowed {
-					cands[alias] = append(cands[alias], candidate{e, target, um})
-				}
+	// Each name's candidates are sorted by priority; equal priorities keep configuration order.
+	t := upstream.BuildTable(p.endpoints(),
+		func(e *endpoint) (map[string]*upstreamModel, map[string]string) {
+			if mp := e.models.Load(); mp != nil {
+				return *mp, e.cfg.Aliases
 			}
-		}
-	}
-	publics := make([]string, 0, len(cands))
-	for public := range cands {
-		publics = append(publics, public)
-	}
-	slices.Sort(publics) // registration order is listing order: keep it stable
-	for _, public := range publics {
+			return nil, nil
+		},
+		func(e *endpoint, _, served string, um *upstreamModel) candidate { return candidate{e, served, um} })
+	cands := t.Routes
+	for _, public := range t.Names { // registration order is listing order: keep it stable
 		cs := cands[public]
-		// Stable: equal priorities keep configuration order.
-		slices.SortStableFunc(cs, func(a, b candidate) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
 		chosen := cs[0]
 		for _, c := range cs {
-			if c.ep.healthy.Load() || slices.Contains(up, c.ep) {
+			if c.ep.Healthy() || slices.Contains(up, c.ep) {
 				chosen = c
 				break
 			}

@@ -1,6 +1,6 @@
 // Package kserveproxy serves the models of KServe v2 gRPC upstreams (Triton, another infergate, any
 // inference.GRPCInferenceService) through infergate's own KServe surface. Each upstream is an
-// openai.Endpoint of type kserve: health-checked (gRPC ServerReady, or an HTTP health_check_url),
+// upstream.Endpoint of type kserve: health-checked (gRPC ServerReady, or an HTTP health_check_url),
 // its models discovered (RepositoryIndex, then ModelConfig per model) and registered in the
 // gateway's engines.Registry as remote models whose config is the upstream's own, returned
 // verbatim by ModelConfig. Requests are validated by the gateway, then forwarded to the highest
@@ -44,7 +44,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/kserve"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +55,7 @@ import (
 type Options struct {
 	// Endpoints are the configured upstreams; those whose Type is not kserve are ignored (the
 	// OpenAI proxy serves them), so the whole upstreams list can be passed.
-	Endpoints []openai.Endpoint
+	Endpoints []upstream.Endpoint
 	// Registry receives the upstreams' models. Required.
 	Registry *engines.Registry
 	// Logger defaults to slog.Default().
@@ -81,7 +81,9 @@ type Proxy struct {
 	reg  *engines.Registry
 	m    *metrics
 	eps  atomic.Pointer[[]*endpoint] // copy-on-write under mu
-	rr   atomic.Uint32               // rotates ties in least-outstanding picks
+	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
+	// fails over; its breaker is Options.Breaker.
+	router upstream.Router
 
 	mu      sync.Mutex // guards endpoint changes, models and skipped
 	models  map[string]*model
@@ -109,7 +111,7 @@ func New(opts Options) (*Proxy, error) {
 		opts.MaxMessageBytes = kserve.DefaultMaxMessageBytes
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, reg: opts.Registry, m: newMetrics(),
-		models: map[string]*model{}, skipped: map[string]bool{}}
+		router: upstream.Router{Breaker: opts.Breaker}, models: map[string]*model{}, skipped: map[string]bool{}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	var (
 		eps  []*endpoint
@@ -117,11 +119,11 @@ func New(opts Options) (*Proxy, error) {
 		seen = map[string]bool{}
 	)
 	for _, ep := range opts.Endpoints {
-		if ep.Type != openai.TypeKServe {
+		if ep.Type != upstream.TypeKServe {
 			continue
 		}
 		if seen[ep.Name] {
-			errs = append(errs, &openai.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")})
+			errs = append(errs, &upstream.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")})
 			continue
 		}
 		seen[ep.Name] = true
@@ -144,7 +146,7 @@ func New(opts Options) (*Proxy, error) {
 
 func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
 
-func (p *Proxy) newEndpoint(ep openai.Endpoint) (*endpoint, error) {
+func (p *Proxy) newEndpoint(ep upstream.Endpoint) (*endpoint, error) {
 	e, err := newEndpoint(ep, p.opts, p.log)
 	if err != nil {
 		return nil, err
@@ -165,14 +167,14 @@ func (p *Proxy) newEndpoint(ep openai.Endpoint) (*endpoint, error) {
 // when a config cannot be served (engines.NewRemoteModel refuses it, or names a model another
 // config names) or names a model the registry holds for something other than this proxy (a
 // built-in: AlreadyExists). With configs, ep.Models and ep.SkipDiscovery must be unset.
-func (p *Proxy) Add(ep openai.Endpoint, configs ...*tensorv1.TensorModelConfig) error {
-	if ep.Type != openai.TypeKServe {
-		return &openai.FieldError{Endpoint: ep.Name, Field: "type", Err: fmt.Errorf("%q is not kserve", ep.Type)}
+func (p *Proxy) Add(ep upstream.Endpoint, configs ...*tensorv1.TensorModelConfig) error {
+	if ep.Type != upstream.TypeKServe {
+		return &upstream.FieldError{Endpoint: ep.Name, Field: "type", Err: fmt.Errorf("%q is not kserve", ep.Type)}
 	}
 	var supplied map[string]*upstreamModel
 	if len(configs) > 0 {
 		if len(ep.Models) > 0 || ep.SkipDiscovery {
-			return &openai.FieldError{Endpoint: ep.Name, Field: "models", Err: errors.New("must be empty when the models' configs are supplied")}
+			return &upstream.FieldError{Endpoint: ep.Name, Field: "models", Err: errors.New("must be empty when the models' configs are supplied")}
 		}
 		var err error
 		if supplied, err = suppliedModels(configs); err != nil {
@@ -185,7 +187,7 @@ func (p *Proxy) Add(ep openai.Endpoint, configs ...*tensorv1.TensorModelConfig) 
 		return errors.New("kserveproxy: Add after Close")
 	}
 	if slices.ContainsFunc(p.endpoints(), func(x *endpoint) bool { return x.cfg.Name == ep.Name }) {
-		return &openai.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
+		return &upstream.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
 	}
 	for name := range supplied {
 		if held := p.reg.Lookup(name); held != nil && (p.models[name] == nil || p.models[name].entry != held) {
@@ -220,13 +222,11 @@ func (p *Proxy) Remove(name string) bool {
 	e := eps[i]
 	eps = slices.Delete(slices.Clone(eps), i, i+1)
 	p.eps.Store(&eps)
-	e.healthy.Store(false) // requests that loaded the old routes pass it by
+	e.SetHealthy(false) // requests that loaded the old routes pass it by
 	p.rebuildLocked()
 	e.stop()
 	p.m.forget(e.cfg.Name) // added endpoints come and go (one per registration): their series must too
-	if r, ok := p.opts.Breaker.(interface{ Remove(string) }); ok {
-		r.Remove(e.cfg.Name)
-	}
+	p.router.Forget(e.cfg.Name)
 	if p.closed {
 		e.close()
 	} else {
@@ -276,9 +276,9 @@ func (p *Proxy) run(e *endpoint, probeFirst bool) {
 		if probeFirst {
 			p.probe(e.ctx, e, true)
 		}
-		openai.HealthLoop(e.ctx, e.cfg.CheckInterval, p.opts.DiscoveryInterval, e.kick, func(ctx context.Context, due bool) bool {
+		upstream.HealthLoop(e.ctx, e.cfg.CheckInterval, p.opts.DiscoveryInterval, e.Kicks(), func(ctx context.Context, due bool) bool {
 			p.probe(ctx, e, due)
-			return e.healthy.Load()
+			return e.Healthy()
 		})
 	})
 }
@@ -286,7 +286,7 @@ func (p *Proxy) run(e *endpoint, probeFirst bool) {
 // probe checks e once and publishes the result.
 func (p *Proxy) probe(ctx context.Context, e *endpoint, discoverDue bool) {
 	up, changed := e.probe(ctx, discoverDue)
-	if !up || (!changed && e.healthy.Load()) {
+	if !up || (!changed && e.Healthy()) {
 		return
 	}
 	p.mu.Lock()
@@ -303,7 +303,7 @@ func (p *Proxy) publishLocked(up ...*endpoint) {
 	up = slices.DeleteFunc(up, func(e *endpoint) bool { return e.ctx.Err() != nil })
 	p.rebuildLocked(up...)
 	for _, e := range up {
-		if !e.healthy.Swap(true) {
+		if !e.SetHealthy(true) {
 			e.log.Info("upstream healthy")
 		}
 	}
@@ -356,7 +356,7 @@ func (p *Proxy) Status() []EndpointStatus {
 		names := served[e]
 		sort.Strings(names)
 		out = append(out, EndpointStatus{Name: e.cfg.Name, URL: e.cfg.URL, Priority: e.cfg.Priority,
-			Healthy: e.healthy.Load(), Outstanding: e.outstanding.Load(), Models: append([]string{}, names...)})
+			Healthy: e.Healthy(), Outstanding: e.Outstanding(), Models: append([]string{}, names...)})
 	}
 	return out
 }
@@ -380,7 +380,7 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 	for {
 		for _, e := range p.endpoints() {
 			v := 0.0
-			if e.healthy.Load() {
+			if e.Healthy() {
 				v = 1
 			}
 			p.m.healthy.WithLabelValues(e.cfg.Name).Set(v)

@@ -24,7 +24,7 @@ var builtins = []string{"identity_fp32", "repeat_int32", "simple", "simple_dyna_
 // TestProxiesUpstreamModels: every upstream model is served by the front with the upstream's own
 // ModelConfig and ModelMetadata, and ModelInfer computes through the upstream.
 func TestProxiesUpstreamModels(t *testing.T) {
-	up := upstream(t)
+	up := startUpstream(t)
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	ctx := context.Background()
 	direct := client(t, up.Addr)
@@ -98,10 +98,10 @@ func TestProxiesUpstreamModels(t *testing.T) {
 // upstream would give, and never reaches the upstream; unknown models and decoupled models on
 // ModelInfer get Triton's errors too.
 func TestValidationAtFront(t *testing.T) {
-	up := upstream(t)
+	up := startUpstream(t)
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	ctx := context.Background()
-	direct := client(t, upstream(t).Addr) // another upstream: the proxied one must see nothing
+	direct := client(t, startUpstream(t).Addr) // another upstream: the proxied one must see nothing
 
 	for name, mutate := range map[string]func(*inference.ModelInferRequest){
 		"shape":    func(r *inference.ModelInferRequest) { r.Inputs[0].Shape = []int64{1, 15} },
@@ -144,7 +144,7 @@ func TestUpstreamErrorsPassThrough(t *testing.T) {
 	busy := &testModel{name: "busy", exec: func(context.Context, *engines.Request, func(*engines.Response) error) error {
 		return connect.NewError(connect.CodeResourceExhausted, errNew("model 'busy' is out of slots"))
 	}}
-	up := upstream(t, busy)
+	up := startUpstream(t, busy)
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	ctx := context.Background()
 
@@ -176,7 +176,7 @@ func errNew(s string) error { return strErr(s) }
 // TestDecoupledStreams: decoupled models are relayed response by response with Triton's final
 // flags: the front's stream equals the upstream's, with and without an empty final response.
 func TestDecoupledStreams(t *testing.T) {
-	up := upstream(t)
+	up := startUpstream(t)
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	ctx := context.Background()
 	direct := client(t, up.Addr)
@@ -236,7 +236,7 @@ func TestDecoupledStreams(t *testing.T) {
 // TestAliasesAndTakenNames: a front that serves the built-ins itself keeps them; the upstream's
 // simple is reachable under an alias, with its config renamed and otherwise verbatim.
 func TestAliasesAndTakenNames(t *testing.T) {
-	up := upstream(t)
+	up := startUpstream(t)
 	reg := engines.NewRegistry()
 	require.NoError(t, cpu.Register(reg))
 	e := ep("triton", up.Addr, 0)
@@ -273,7 +273,7 @@ func TestAliasesAndTakenNames(t *testing.T) {
 // TestModelRemovedAndChanged: a model the upstream no longer lists leaves the front; one whose
 // config changed is registered again with the new config.
 func TestModelRemovedAndChanged(t *testing.T) {
-	up := upstream(t, &testModel{name: "m", exec: echo})
+	up := startUpstream(t, &testModel{name: "m", exec: echo})
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	ctx := context.Background()
 	f.waitModel(t, "simple_int8")

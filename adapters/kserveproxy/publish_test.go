@@ -10,7 +10,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,13 +37,13 @@ func TestHealthyOnlyWithRoutes(t *testing.T) {
 	p.Start(context.Background())
 	t.Cleanup(p.Close)
 
-	require.NoError(t, p.Add(openai.Endpoint{Name: "a", URL: "http://" + up.Addr, Type: openai.TypeKServe,
+	require.NoError(t, p.Add(upstream.Endpoint{Name: "a", URL: "http://" + up.Addr, Type: upstream.TypeKServe,
 		CheckInterval: time.Hour, CheckTimeout: 10 * time.Second}))
 	e := p.endpoints()[0]
 	p.mu.Lock()
 	close(checked)
 	require.Eventually(t, func() bool { return e.models.Load() != nil }, 10*time.Second, time.Millisecond, "discovery ran")
-	ok := assert.Never(t, e.healthy.Load, 200*time.Millisecond, time.Millisecond, "healthy before its routes exist")
+	ok := assert.Never(t, e.Healthy, 200*time.Millisecond, time.Millisecond, "healthy before its routes exist")
 	p.mu.Unlock()
 	if !ok {
 		return

@@ -25,7 +25,7 @@ import (
 // TestFailoverStoppedEndpoint: an endpoint that died since its last health check costs the request
 // nothing: it fails over to the next endpoint, and the dead one leaves rotation at once.
 func TestFailoverStoppedEndpoint(t *testing.T) {
-	a, b := upstream(t), upstream(t)
+	a, b := startUpstream(t), startUpstream(t)
 	f := startFront(t, fast(slowChecks(ep("a", a.Addr, 10)), slowChecks(ep("b", b.Addr, 0))))
 	ctx := context.Background()
 
@@ -55,8 +55,8 @@ func TestFailoverUnavailable(t *testing.T) {
 	unavailable := func(context.Context, *engines.Request, func(*engines.Response) error) error {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("model 'flaky' is warming up"))
 	}
-	a := upstream(t, &testModel{name: "flaky", exec: unavailable})
-	b := upstream(t, &testModel{name: "flaky", exec: echo})
+	a := startUpstream(t, &testModel{name: "flaky", exec: unavailable})
+	b := startUpstream(t, &testModel{name: "flaky", exec: echo})
 	f := startFront(t, fast(slowChecks(ep("a", a.Addr, 10)), slowChecks(ep("b", b.Addr, 0))))
 	ctx := context.Background()
 	f.waitModel(t, "flaky")
@@ -93,8 +93,8 @@ func TestNoRetryAfterRelay(t *testing.T) {
 		}
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("lost the GPU"))
 	}
-	a := upstream(t, &testModel{name: "gen", decoupled: true, exec: half})
-	b := upstream(t, &testModel{name: "gen", decoupled: true, exec: echo})
+	a := startUpstream(t, &testModel{name: "gen", decoupled: true, exec: half})
+	b := startUpstream(t, &testModel{name: "gen", decoupled: true, exec: echo})
 	f := startFront(t, fast(slowChecks(ep("a", a.Addr, 10)), slowChecks(ep("b", b.Addr, 0))))
 	f.waitModel(t, "gen")
 
@@ -109,7 +109,7 @@ func TestNoRetryAfterRelay(t *testing.T) {
 // TestPriorityTiersAndRecovery: the higher tier serves while healthy, the lower one while it is
 // down, and the higher one again once its health checks pass.
 func TestPriorityTiersAndRecovery(t *testing.T) {
-	a, b := upstream(t), upstream(t)
+	a, b := startUpstream(t), startUpstream(t)
 	f := startFront(t, fast(ep("a", a.Addr, 10), ep("b", b.Addr, 0)))
 	ctx := context.Background()
 	infer := func() {
@@ -156,8 +156,8 @@ func TestLeastOutstanding(t *testing.T) {
 		}
 		return echo(ctx, req, send)
 	}
-	a := upstream(t, &testModel{name: "gate", exec: gate})
-	b := upstream(t, &testModel{name: "gate", exec: gate})
+	a := startUpstream(t, &testModel{name: "gate", exec: gate})
+	b := startUpstream(t, &testModel{name: "gate", exec: gate})
 	f := startFront(t, fast(ep("a", a.Addr, 0), ep("b", b.Addr, 0)))
 	ctx := context.Background()
 	f.waitModel(t, "gate")
@@ -199,7 +199,7 @@ func TestCancelReachesUpstream(t *testing.T) {
 		canceled <- ctx.Err()
 		return ctx.Err()
 	}
-	up := upstream(t, &testModel{name: "hold", exec: hold})
+	up := startUpstream(t, &testModel{name: "hold", exec: hold})
 	f := startFront(t, fast(ep("triton", up.Addr, 0)))
 	f.waitModel(t, "hold")
 
@@ -242,7 +242,7 @@ func TestCancelReachesUpstream(t *testing.T) {
 // TestSequencesStickToTheirEndpoint: every request of a sequence reaches the endpoint its START
 // went to (the upstream holds the sequence), while sequences themselves spread over the tier.
 func TestSequencesStickToTheirEndpoint(t *testing.T) {
-	a, b := upstream(t), upstream(t)
+	a, b := startUpstream(t), startUpstream(t)
 	f := startFront(t, fast(ep("a", a.Addr, 0), ep("b", b.Addr, 0)))
 	ctx := context.Background()
 	seqReq := func(id uint64, v int32, start, end bool) *inference.ModelInferRequest {
@@ -306,8 +306,8 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 		}
 		return echo(ctx, r, send)
 	}
-	a := upstream(t, &testModel{name: "m", exec: flaky})
-	b := upstream(t, &testModel{name: "m", exec: echo})
+	a := startUpstream(t, &testModel{name: "m", exec: flaky})
+	b := startUpstream(t, &testModel{name: "m", exec: echo})
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1, OpenTimeout: time.Hour}})
 	opts := fast(slowChecks(ep("a", a.Addr, 10)), slowChecks(ep("b", b.Addr, 0)))
 	opts.Breaker = br

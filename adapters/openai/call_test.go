@@ -16,6 +16,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -86,7 +87,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	reg := openaitest.Start(t, "reg", "llama", "mistral")
 	var changes atomic.Int32
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 10))},
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 10))},
 		OnModelsChanged: func() { changes.Add(1) }})
 	require.NoError(t, err)
 	p.Start(context.Background())
@@ -94,7 +95,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())
 	before := changes.Load()
 
-	added := openai.Endpoint{Name: "reg", URL: reg.URL, Type: openai.TypeVLLM, Priority: 20, Kind: openai.KindChat,
+	added := upstream.Endpoint{Name: "reg", URL: reg.URL, Type: upstream.TypeVLLM, Priority: 20, Kind: upstream.KindChat,
 		SkipDiscovery: true, Models: []string{"llama", "mistral", "unlisted"}, CheckInterval: time.Hour}
 	require.NoError(t, p.AddEndpoint(added))
 	require.Eventually(t, func() bool { return len(p.Models()) > 1 }, 5*time.Second, 5*time.Millisecond)
@@ -108,7 +109,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	res.Close()
 	assert.Equal(t, "reg", res.Endpoint, "the added endpoint's higher priority wins")
 
-	var fe *openai.FieldError
+	var fe *upstream.FieldError
 	require.True(t, errors.As(p.AddEndpoint(added), &fe), "duplicate name")
 	assert.Equal(t, "name", fe.Field)
 	bad := added
@@ -132,7 +133,7 @@ func TestAdmission(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	var usage []pipeline.Usage
 	var mu sync.Mutex
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))},
 		Stages: pipeline.ForAll(pipeline.Admit(func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
 			model, body := r.Model(), r.Body()
 			if strings.Contains(string(body), "deny") {

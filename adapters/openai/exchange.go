@@ -16,6 +16,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 )
 
 // exchange is an upstream response being read: it meters the body as it passes (time to first
@@ -70,95 +71,52 @@ func (p *Proxy) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange
 		p.m.requests.WithLabelValues("", "", "404").Inc()
 		return nil, pipeline.ModelNotFound(model)
 	}
-	tried := make([]*endpoint, 0, 4)
-	var lastErr error
-	// refusal: the soonest Retry-After of the breakers that refused a ticket (an endpoint
-	// cooling down after a 429, or half-open with every probe out); -1 while none did.
-	refusal := time.Duration(-1)
-	for {
-		route := p.pick(routes, tried)
-		if route == nil {
-			break
-		}
-		tried = append(tried, route.ep)
-		last := len(tried) == len(routes) || p.pick(routes, tried) == nil
-		x, err := p.attempt(ctx, route, out, last)
-		if err == nil {
-			return x, nil
-		}
-		if ctx.Err() != nil {
-			p.m.requests.WithLabelValues(model, route.ep.cfg.Name, "499").Inc()
-			return nil, ctx.Err()
-		}
-		var open *breaker.OpenError
-		if errors.As(err, &open) {
-			// Cut off by its breaker: skipped, as routing skips an open one.
-			if refusal < 0 || open.RetryAfter < refusal {
-				refusal = open.RetryAfter
-			}
-			continue
-		}
-		lastErr = err
-	}
-	if lastErr != nil {
+	var x *exchange
+	res := upstream.Failover(ctx, &p.router, routes, nil, func(ctx context.Context, route *route, ticket breaker.Ticket, last bool) (bool, error) {
+		var err error
+		x, err = p.attempt(ctx, route, out, ticket, last)
+		return true, err
+	})
+	switch {
+	case res.OK:
+		return x, nil
+	case res.Stopped: // ctx ended
+		p.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, "499").Inc()
+		return nil, ctx.Err()
+	case res.Failure != nil:
 		p.m.requests.WithLabelValues(model, "", "502").Inc()
 		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_unreachable",
-			fmt.Sprintf("Every endpoint serving model `%s` failed: %v", model, lastErr))
+			fmt.Sprintf("Every endpoint serving model `%s` failed: %v", model, res.Failure))
 	}
 	p.m.requests.WithLabelValues(model, "", "503").Inc()
-	return nil, p.unavailable(model, routes, tried, refusal)
+	return nil, unavailable(model, res)
 }
 
 // unavailable is the answer when no endpoint serving model took the request: each one was out
-// of rotation (its health checks failing) or cut off by its breaker, either skipped by pick for
-// being open or tried and refused a ticket (refusal: the soonest Retry-After of those refusals,
-// -1 if there was none). When an endpoint that passes its
-// health checks is cut off, its breaker is what stands in the way: upstream_circuit_open, with
-// Retry-After when the soonest breaker lets a request through again. Otherwise
-// no_healthy_upstream, with Retry-After the shortest health check interval: an endpoint that
-// recovers is back in rotation after its next check.
-func (p *Proxy) unavailable(model string, routes []*route, tried []*endpoint, refusal time.Duration) *pipeline.Error {
-	wait, cutOff := refusal, refusal >= 0
-	var check time.Duration
-	for _, r := range routes {
-		e := r.ep
-		switch {
-		case !e.healthy.Load():
-			if check == 0 || e.cfg.CheckInterval < check {
-				check = e.cfg.CheckInterval
-			}
-		case p.opts.Breaker != nil && !slices.Contains(tried, e):
-			// Healthy yet skipped by pick: its breaker is open. (Should it have gone half-open
-			// since, RetryAfter is 0: retry in a second.)
-			if w := p.opts.Breaker.RetryAfter(e.cfg.Name); !cutOff || w < wait {
-				wait = w
-			}
-			cutOff = true
-		}
-	}
-	if cutOff {
-		return pipeline.Unavailable("upstream_circuit_open", wait,
+// of rotation (its health checks failing) or cut off by its breaker, either skipped for being
+// open or tried and refused a ticket. When an endpoint that passes its health checks is cut off,
+// its breaker is what stands in the way: upstream_circuit_open, with Retry-After when the soonest
+// breaker lets a request through again. Otherwise no_healthy_upstream, with Retry-After the
+// shortest health check interval: an endpoint that recovers is back in rotation after its next
+// check.
+func unavailable(model string, res upstream.Result[*route]) *pipeline.Error {
+	if res.CircuitOpen {
+		return pipeline.Unavailable("upstream_circuit_open", res.RetryAfter,
 			fmt.Sprintf("Every endpoint serving model `%s` is cut off by its circuit breaker (failing, or cooling "+
-				"down after a 429); retry after %d s.", model, pipeline.CeilSeconds(wait)))
+				"down after a 429); retry after %d s.", model, pipeline.CeilSeconds(res.RetryAfter)))
 	}
-	return pipeline.Unavailable("no_healthy_upstream", check, fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model))
+	return pipeline.Unavailable("no_healthy_upstream", res.RetryAfter, fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model))
 }
 
-// attempt sends the request to one endpoint. On success the endpoint stays counted as busy until
-// the exchange is finished. A 5xx is an error (so the caller tries the next endpoint) unless last.
-func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request, last bool) (*exchange, error) {
+// attempt sends the request to one endpoint, with the breaker's ticket for it. On success the
+// endpoint stays counted as busy, and the ticket open, until the exchange is finished. A 5xx is an
+// error (so the caller tries the next endpoint) unless last.
+func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request, ticket breaker.Ticket, last bool) (*exchange, error) {
 	ep := route.ep
-	var ticket breaker.Ticket
-	if p.opts.Breaker != nil {
-		var err error
-		if ticket, err = p.opts.Breaker.Allow(ctx, ep.cfg.Name); err != nil {
-			return nil, err // open or cooling down: the next endpoint, without counting a failure
-		}
-	}
-	ep.outstanding.Add(1)
+	ep.AddOutstanding(1)
 	route.inflight.Inc()
 	release := func() {
-		ep.outstanding.Add(-1)
+		ep.AddOutstanding(-1)
 		route.inflight.Dec()
 	}
 
@@ -195,7 +153,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 	if err != nil {
 		release()
 		if ctx.Err() == nil {
-			ep.failed(err)
+			ep.Failed(err)
 			ticket.Done(breaker.Failure)
 		} else {
 			ticket.Done(breaker.Ignored)
@@ -322,7 +280,7 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	}
 	x.finished = true
 	x.res.Body.Close()
-	x.route.ep.outstanding.Add(-1)
+	x.route.ep.AddOutstanding(-1)
 	x.route.inflight.Dec()
 	x.route.latency.Observe(time.Since(x.start).Seconds())
 	// A stream is complete once its [DONE] event has been read, even if the body's own end has

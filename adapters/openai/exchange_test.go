@@ -20,6 +20,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/internal/logtest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
@@ -75,7 +76,7 @@ func TestAllBreakersOpenAnswersCircuitOpen(t *testing.T) {
 	b := openaitest.Start(t, "b", "llama")
 	const openFor = 40 * time.Second
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1, OpenTimeout: openFor}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []openai.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
 
 	a.FailWith(http.StatusInternalServerError)
 	b.FailWith(http.StatusInternalServerError)
@@ -142,7 +143,7 @@ func TestAllBreakersOpenAnswersCircuitOpen(t *testing.T) {
 func TestCoolingDownAnswersCircuitOpen(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{Cooldown: 7 * time.Second}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
 	a.FailWith(http.StatusTooManyRequests)
 	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the upstream's 429 is the answer")
@@ -159,7 +160,7 @@ func TestNoHealthyUpstreamHasRetryAfter(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
 	e := startWith(t, openai.Options{Breaker: breaker.NewLocal(breaker.Options{}),
-		Endpoints: []openai.Endpoint{ep(a, 0), ep(b, 0)}})
+		Endpoints: []upstream.Endpoint{ep(a, 0), ep(b, 0)}})
 	e.servedBy(t, "llama") // the models are known
 	a.SetHealthy(false)
 	b.SetHealthy(false)
@@ -197,7 +198,7 @@ func requests499(t *testing.T, e *env, model string) int {
 func TestClientCancelIsNotAnUpstreamFailure(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 3, ErrorRate: -1, OpenTimeout: time.Hour}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
 	canceled := 0
 	// gone counts one more cancelled request, waits until the gateway has ended it (its
 	// outcome reported to the breaker: the 499 is counted after it) and checks the breaker.
@@ -315,7 +316,7 @@ func TestMidResponseFailuresLogThrottled(t *testing.T) {
 	a.DieAfter(2)
 	var logs logtest.Sink
 	e := startWith(t, openai.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))}})
+		Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
 	const n = 8
 	for range n {
 		res, err := http.Post(e.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))

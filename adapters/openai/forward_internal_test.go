@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard/breaker"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +36,7 @@ func TestRequestOneWrite(t *testing.T) {
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	defer up.Close()
-	p, err := New(Options{Endpoints: []Endpoint{{Name: "a", URL: up.URL, Type: TypeVLLM, CheckInterval: time.Hour}}})
+	p, err := New(Options{Endpoints: []upstream.Endpoint{{Name: "a", URL: up.URL, Type: upstream.TypeVLLM, CheckInterval: time.Hour}}})
 	require.NoError(t, err)
 	e := p.endpoints()[0]
 	var writes atomic.Int64
@@ -60,7 +62,7 @@ func TestRequestOneWrite(t *testing.T) {
 		req, err := pipeline.NewRequest("/v1/chat/completions", body)
 		require.NoError(t, err)
 		req.Header, req.RemoteAddr, req.ID, req.Start = http.Header{}, "127.0.0.1:1", "r", time.Now()
-		x, err := p.attempt(context.Background(), rt, req, true)
+		x, err := p.attempt(context.Background(), rt, req, breaker.Ticket{}, true)
 		require.NoError(t, err)
 		_, err = io.Copy(io.Discard, x)
 		require.NoError(t, err)

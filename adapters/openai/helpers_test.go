@@ -13,6 +13,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,7 @@ type env struct {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func start(tb testing.TB, eps ...openai.Endpoint) *env {
+func start(tb testing.TB, eps ...upstream.Endpoint) *env {
 	tb.Helper()
 	p, err := openai.New(openai.Options{Endpoints: eps, Logger: quiet()})
 	require.NoError(tb, err)
@@ -40,13 +41,13 @@ func start(tb testing.TB, eps ...openai.Endpoint) *env {
 }
 
 // ep is a vLLM endpoint for a fake with fast health checks.
-func ep(u *openaitest.Upstream, priority int) openai.Endpoint {
-	return openai.Endpoint{Name: u.Name, URL: u.URL, Type: openai.TypeVLLM, Priority: priority,
+func ep(u *openaitest.Upstream, priority int) upstream.Endpoint {
+	return upstream.Endpoint{Name: u.Name, URL: u.URL, Type: upstream.TypeVLLM, Priority: priority,
 		CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second}
 }
 
 // slowChecks makes an endpoint's health checks rare, so only the proxy's own failures move it.
-func slowChecks(e openai.Endpoint) openai.Endpoint {
+func slowChecks(e upstream.Endpoint) upstream.Endpoint {
 	e.CheckInterval = time.Hour
 	return e
 }

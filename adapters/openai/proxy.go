@@ -24,13 +24,14 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
 
 // Options configures a Proxy.
 type Options struct {
-	Endpoints []Endpoint
+	Endpoints []upstream.Endpoint
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// MaxBodyBytes limits a request body; default 64 MiB (multimodal requests carry base64 images).
@@ -72,7 +73,9 @@ type Proxy struct {
 	eps   atomic.Pointer[[]*endpoint] // copy-on-write under mu
 	table atomic.Pointer[table]
 	m     *metrics
-	rr    atomic.Uint32 // rotates ties in least-outstanding picks
+	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
+	// fails over; its breaker is Options.Breaker.
+	router upstream.Router
 	// terminal is the last Handler of every model's pipeline: p.forward, as one func value.
 	terminal pipeline.Handler
 
@@ -107,6 +110,9 @@ type route struct {
 	tokIn, tokOut lazyCounter
 }
 
+// State is the route's endpoint's, for routing.
+func (r *route) State() *upstream.State { return &r.ep.State }
+
 // lazyCounter is one child of a CounterVec, looked up once instead of on every request.
 type lazyCounter struct {
 	p atomic.Pointer[prometheus.Counter]
@@ -132,11 +138,11 @@ func New(opts Options) (*Proxy, error) {
 	if opts.DiscoveryInterval <= 0 {
 		opts.DiscoveryInterval = 30 * time.Second
 	}
-	cfgs, err := resolveAll(opts.Endpoints)
+	cfgs, err := upstream.ResolveAll(opts.Endpoints)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics()}
+	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics(), router: upstream.Router{Breaker: opts.Breaker, Last: true}}
 	p.terminal = p.forward
 	for _, k := range opts.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
@@ -144,10 +150,10 @@ func New(opts Options) (*Proxy, error) {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	var eps []*endpoint
 	for _, c := range cfgs {
-		if c.Type == TypeKServe {
+		if c.Type == upstream.TypeKServe {
 			continue // served by the KServe surface, not through OpenAI's API
 		}
-		eps = append(eps, p.newEndpoint(c))
+		eps = append(eps, p.newEndpoint(newResolved(c)))
 		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
 	}
 	p.eps.Store(&eps)
@@ -160,21 +166,21 @@ func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
 // AddEndpoint adds an endpoint at run time (a backend that registered itself): it is checked at
 // once, then like the configured ones, and its models become routable as soon as it is healthy.
 // Names are unique across configured and added endpoints.
-func (p *Proxy) AddEndpoint(ep Endpoint) error {
-	cfg, errs := resolve(ep.Name, ep)
-	if err := errors.Join(errs...); err != nil {
+func (p *Proxy) AddEndpoint(ep upstream.Endpoint) error {
+	cfg, err := upstream.Resolve(ep)
+	if err != nil {
 		return err
 	}
-	if cfg.Type == TypeKServe {
-		return &FieldError{ep.Name, "type", errors.New("kserve endpoints are served by the KServe surface")}
+	if cfg.Type == upstream.TypeKServe {
+		return &upstream.FieldError{Endpoint: ep.Name, Field: "type", Err: errors.New("kserve endpoints are served by the KServe surface")}
 	}
-	e := p.newEndpoint(cfg)
+	e := p.newEndpoint(newResolved(cfg))
 	p.mu.Lock()
 	for _, x := range p.endpoints() {
 		if x.cfg.Name == ep.Name {
 			p.mu.Unlock()
 			e.stop()
-			return &FieldError{ep.Name, "name", errors.New("duplicate endpoint name")}
+			return &upstream.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
 		}
 	}
 	eps := append(slices.Clone(p.endpoints()), e)
@@ -202,9 +208,7 @@ func (p *Proxy) RemoveEndpoint(name string) bool {
 	p.eps.Store(&eps)
 	p.mu.Unlock()
 	e.stop()
-	if r, ok := p.opts.Breaker.(interface{ Remove(string) }); ok {
-		r.Remove(e.cfg.Name)
-	}
+	p.router.Forget(e.cfg.Name)
 	e.client.CloseIdleConnections()
 	e.rt.CloseIdleConnections()
 	p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
@@ -298,7 +302,7 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 	for {
 		for _, e := range p.endpoints() {
 			v := 0.0
-			if e.healthy.Load() {
+			if e.Healthy() {
 				v = 1
 			}
 			p.m.healthy.WithLabelValues(e.cfg.Name, e.cfg.Type).Set(v)
@@ -315,63 +319,34 @@ func (p *Proxy) publishHealth(ctx context.Context) {
 func (p *Proxy) rebuild() {
 	p.mu.Lock()
 	old := p.table.Load()
-	t := &table{routes: map[string][]*route{}, chains: map[string]pipeline.Handler{}}
-	add := func(e *endpoint, public, upstream string, entry json.RawMessage) {
-		t.routes[public] = append(t.routes[public], &route{
-			ep: e, public: public, upstream: upstream, entry: entry,
-			inflight: p.m.inflight.WithLabelValues(public, e.cfg.Name),
-			latency:  p.m.latency.WithLabelValues(public, e.cfg.Name),
-			ttft:     p.m.ttft.WithLabelValues(public, e.cfg.Name),
-			itl:      p.m.itl.WithLabelValues(public, e.cfg.Name),
-		})
-	}
-	for _, e := range p.endpoints() {
-		mp := e.models.Load()
-		if mp == nil {
-			continue
-		}
-		for id, entry := range *mp {
-			add(e, id, id, entry)
-		}
-		for alias, target := range e.cfg.Aliases {
-			if entry, ok := (*mp)[target]; ok {
-				if _, shadowed := (*mp)[alias]; !shadowed {
-					add(e, alias, target, entry)
-				}
+	built := upstream.BuildTable(p.endpoints(),
+		func(e *endpoint) (map[string]json.RawMessage, map[string]string) {
+			if mp := e.models.Load(); mp != nil {
+				return *mp, e.cfg.Aliases
 			}
-		}
-	}
-	for name, rs := range t.routes {
-		slices.SortStableFunc(rs, func(a, b *route) int { return b.ep.cfg.Priority - a.ep.cfg.Priority })
-		t.names = append(t.names, name)
+			return nil, nil
+		},
+		func(e *endpoint, public, served string, entry json.RawMessage) *route {
+			return &route{
+				ep: e, public: public, upstream: served, entry: entry,
+				inflight: p.m.inflight.WithLabelValues(public, e.cfg.Name),
+				latency:  p.m.latency.WithLabelValues(public, e.cfg.Name),
+				ttft:     p.m.ttft.WithLabelValues(public, e.cfg.Name),
+				itl:      p.m.itl.WithLabelValues(public, e.cfg.Name),
+			}
+		})
+	t := &table{routes: built.Routes, names: built.Names, chains: make(map[string]pipeline.Handler, len(built.Names))}
+	for _, name := range t.names {
 		t.chains[name] = p.terminal
 		if p.opts.Stages != nil {
 			t.chains[name] = pipeline.Chain(p.terminal, p.opts.Stages(name)...)
 		}
 	}
-	slices.Sort(t.names)
 	p.table.Store(t)
 	p.mu.Unlock()
 	if p.opts.OnModelsChanged != nil && !slices.Equal(old.names, t.names) {
 		p.opts.OnModelsChanged()
 	}
-}
-
-// pick chooses among routes (sorted by priority) the highest tier with a healthy endpoint not yet
-// tried, and in it the endpoint with the fewest outstanding requests; ties rotate.
-func (p *Proxy) pick(routes []*route, tried []*endpoint) *route {
-	i := Pick(len(routes),
-		func(i int) int { return routes[i].ep.cfg.Priority },
-		func(i int) bool {
-			e := routes[i].ep
-			return e.healthy.Load() && !slices.Contains(tried, e) && (p.opts.Breaker == nil || p.opts.Breaker.State(e.cfg.Name) != breaker.Open)
-		},
-		func(i int) int64 { return routes[i].ep.outstanding.Load() },
-		p.rr.Add(1))
-	if i < 0 {
-		return nil
-	}
-	return routes[i]
 }
 
 // Mount registers the OpenAI routes and the OpenAIService Connect handler (Connect, gRPC-Web) on
@@ -393,7 +368,7 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 // healthyEntry returns the /v1/models entry of the first healthy endpoint serving a public name.
 func healthyEntry(rs []*route) (*route, bool) {
 	for _, r := range rs {
-		if r.ep.healthy.Load() {
+		if r.ep.Healthy() {
 			return r, true
 		}
 	}
@@ -489,11 +464,11 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 		if m := e.models.Load(); m != nil {
 			n = len(*m)
 		}
-		h := e.healthy.Load()
+		h := e.Healthy()
 		if h {
 			healthy++
 		}
-		out.Endpoints = append(out.Endpoints, epState{e.cfg.Name, e.cfg.Type, e.cfg.Priority, h, e.outstanding.Load(), n})
+		out.Endpoints = append(out.Endpoints, epState{e.cfg.Name, e.cfg.Type, e.cfg.Priority, h, e.Outstanding(), n})
 	}
 	code := http.StatusOK
 	switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -296,7 +297,7 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1,
 		OpenTimeout: 300 * time.Millisecond, Cooldown: time.Hour}})
 	p, err := openai.New(openai.Options{Logger: quiet(), Breaker: br,
-		Endpoints: []openai.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
+		Endpoints: []upstream.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	defer p.Close()
@@ -334,10 +335,10 @@ func TestStripHeaders(t *testing.T) {
 	epB.Headers = map[string]string{"Authorization": "Bearer upstream-secret"}
 	for _, tc := range []struct {
 		up   *openaitest.Upstream
-		ep   openai.Endpoint
+		ep   upstream.Endpoint
 		want string
 	}{{a, slowChecks(ep(a, 0)), ""}, {b, epB, "Bearer upstream-secret"}} {
-		p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{tc.ep}, StripHeaders: []string{"Authorization"}})
+		p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{tc.ep}, StripHeaders: []string{"Authorization"}})
 		require.NoError(t, err)
 		p.Start(context.Background())
 		srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
@@ -348,4 +349,13 @@ func TestStripHeaders(t *testing.T) {
 		assert.Equal(t, "kept", tc.up.LastHeader().Get("X-Other"))
 		p.Close()
 	}
+}
+
+// TestKServeEndpointSkipped: kserve endpoints validate but are not served yet.
+func TestKServeEndpointSkipped(t *testing.T) {
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{
+		{Name: "triton", URL: "http://127.0.0.1:1", Type: "kserve"},
+	}})
+	require.NoError(t, err)
+	p.Close()
 }

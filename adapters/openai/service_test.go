@@ -19,6 +19,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/stretchr/testify/assert"
@@ -610,7 +611,7 @@ func TestServiceReflection(t *testing.T) {
 // as response headers and gRPC clients as trailers.
 func TestServiceRefusalHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []openai.Endpoint{slowChecks(ep(a, 0))},
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))},
 		Stages: pipeline.ForAll(pipeline.Admit(func(context.Context, *pipeline.Request) (pipeline.Admitted, error) {
 			return pipeline.Admitted{}, &pipeline.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 				Message: "slow down", Header: http.Header{"Retry-After": {"7"}}}

@@ -14,6 +14,7 @@ import (
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
@@ -66,7 +67,7 @@ func TestStages(t *testing.T) {
 			return next(ctx, req)
 		}
 	}
-	p, err := openai.New(openai.Options{Endpoints: []openai.Endpoint{slowChecks(ep(up, 0))}, Logger: quiet(),
+	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{slowChecks(ep(up, 0))}, Logger: quiet(),
 		Stages: func(model string) []pipeline.Interceptor {
 			if model == "llama" {
 				return []pipeline.Interceptor{answer, rewrite}

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/adapters/logthrottle"
+	"github.com/infergate/infergate/adapters/upstream"
 )
 
 // endpoint is one upstream at run time: its pooled transport, health and discovered models.
 type endpoint struct {
+	upstream.State
 	cfg    resolved
 	client *http.Client    // health checks and discovery
 	tr     *http.Transport // health checks and discovery, and proxied requests to https:// upstreams
@@ -28,19 +30,24 @@ type endpoint struct {
 	// short) at most once per interval, with a count.
 	warn *logthrottle.Throttle
 
-	healthy     atomic.Bool
-	checked     atomic.Bool // the first health check ran
-	outstanding atomic.Int64
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
 	// urls caches the upstream URL of each API path requests went to (a handful): the transport
 	// only reads a request's URL, so one copy serves every request. Copy-on-write under urlMu.
 	urls  atomic.Pointer[map[string]*url.URL]
 	urlMu sync.Mutex
-	kick  chan struct{}   // asks the health loop for an early check after a proxy-side failure
 	ctx   context.Context // ends when the endpoint is removed or the proxy closes
 	stop  context.CancelFunc
 }
+
+// resolved is an endpoint's config, with the fields every request reads at hand.
+type resolved struct {
+	upstream.Resolved
+	base    *url.URL    // Resolved.BaseURL
+	headers [][2]string // Resolved.HeaderList
+}
+
+func newResolved(r upstream.Resolved) resolved { return resolved{r, r.BaseURL, r.HeaderList} }
 
 func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 	tr := &http.Transport{
@@ -67,15 +74,16 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		rt = newH1Transport(hostPort(cfg.base), tr)
 	}
 	log = log.With("endpoint", cfg.Name)
-	return &endpoint{
+	e := &endpoint{
 		cfg:    cfg,
 		tr:     tr,
 		rt:     rt,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		log:    log,
 		warn:   logthrottle.New(log, logthrottle.DefaultInterval),
-		kick:   make(chan struct{}, 1),
 	}
+	e.Init(&e.cfg.Resolved, log)
+	return e
 }
 
 // roundTripper is what proxied requests go through. The context travels beside the request, so
@@ -104,23 +112,11 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// failed records a proxy-side connection failure: the endpoint leaves rotation at once and the
-// health loop checks it again soon, with backoff, instead of waiting a full interval.
-func (e *endpoint) failed(err error) {
-	if e.healthy.Swap(false) {
-		e.log.Warn("upstream failed; out of rotation until a health check passes", "err", err)
-	}
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
-}
-
 // check runs one health check: any 2xx is healthy.
 func (e *endpoint) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.health.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.HealthURL.String(), nil)
 	if err != nil {
 		return err
 	}
@@ -132,7 +128,7 @@ func (e *endpoint) check(ctx context.Context) error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	res.Body.Close()
 	if res.StatusCode/100 != 2 {
-		return fmt.Errorf("health check %s: HTTP %d", e.cfg.health, res.StatusCode)
+		return fmt.Errorf("health check %s: HTTP %d", e.cfg.HealthURL, res.StatusCode)
 	}
 	return nil
 }
@@ -141,7 +137,7 @@ func (e *endpoint) check(ctx context.Context) error {
 func (e *endpoint) discover(ctx context.Context) (map[string]json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.CheckTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.models.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.ModelsURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -153,13 +149,13 @@ func (e *endpoint) discover(ctx context.Context) (map[string]json.RawMessage, er
 	defer res.Body.Close()
 	if res.StatusCode/100 != 2 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-		return nil, fmt.Errorf("model listing %s: HTTP %d", e.cfg.models, res.StatusCode)
+		return nil, fmt.Errorf("model listing %s: HTTP %d", e.cfg.ModelsURL, res.StatusCode)
 	}
 	var list struct {
 		Data []json.RawMessage `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 16<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("model listing %s: %w", e.cfg.models, err)
+		return nil, fmt.Errorf("model listing %s: %w", e.cfg.ModelsURL, err)
 	}
 	allowed := make(map[string]bool, len(e.cfg.Models))
 	for _, m := range e.cfg.Models {
@@ -219,18 +215,10 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 	if h1, ok := e.rt.(*h1Transport); ok {
 		h1.closeDead()
 	}
-	err := e.check(ctx)
-	was := e.healthy.Load()
+	was, err := e.Check(ctx, e.check)
 	if err != nil {
-		// Warn when a healthy endpoint fails, and on the very first check, so an upstream that is
-		// unreachable from the start is not silent.
-		if was || !e.checked.Swap(true) {
-			e.log.Warn("upstream unhealthy", "err", err)
-		}
-		e.healthy.Store(false)
 		return false
 	}
-	e.checked.Store(true)
 	if e.cfg.SkipDiscovery {
 		if e.models.Load() == nil {
 			models := make(map[string]json.RawMessage, len(e.cfg.Models))
@@ -253,7 +241,7 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 	if !was {
 		e.log.Info("upstream healthy")
 	}
-	e.healthy.Store(true)
+	e.SetHealthy(true)
 	return changed
 }
 
@@ -271,10 +259,10 @@ func sameKeys(a, b map[string]json.RawMessage) bool {
 
 // loop checks the endpoint until ctx ends; onChange is called when the model set changed.
 func (e *endpoint) loop(ctx context.Context, discoveryInterval time.Duration, onChange func()) {
-	HealthLoop(ctx, e.cfg.CheckInterval, discoveryInterval, e.kick, func(ctx context.Context, due bool) bool {
+	upstream.HealthLoop(ctx, e.cfg.CheckInterval, discoveryInterval, e.Kicks(), func(ctx context.Context, due bool) bool {
 		if e.probe(ctx, due) {
 			onChange()
 		}
-		return e.healthy.Load()
+		return e.Healthy()
 	})
 }

@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 )
 
 // OpenAIEndpoints is where chat, completions and embeddings registrations go: *openai.Proxy.
 type OpenAIEndpoints interface {
-	AddEndpoint(openai.Endpoint) error
+	AddEndpoint(upstream.Endpoint) error
 	RemoveEndpoint(name string) bool
 }
 
@@ -111,7 +111,7 @@ func (a *Applier) add(id string, b *registryv1.Backend) {
 		log.Warn("registry: OpenAI backend registered, but this gateway has no OpenAI proxy")
 		return
 	}
-	ep := openai.Endpoint{
+	ep := upstream.Endpoint{
 		Name:          EndpointName(id),
 		URL:           b.GetUrl(),
 		Type:          backendName(b.GetBackendType()),

@@ -3,14 +3,14 @@ package registry
 import (
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai"
+	"github.com/infergate/infergate/adapters/upstream"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 )
 
 // KServePool is the pool of KServe upstreams registered tensor backends join: *kserveproxy.Proxy.
 type KServePool interface {
 	// Add adds an endpoint serving exactly the models configs describe, without discovery.
-	Add(ep openai.Endpoint, configs ...*tensorv1.TensorModelConfig) error
+	Add(ep upstream.Endpoint, configs ...*tensorv1.TensorModelConfig) error
 	Remove(name string) bool
 }
 
@@ -32,7 +32,7 @@ type KServeTensors struct {
 
 // Add implements TensorBackends.
 func (k KServeTensors) Add(b TensorBackend) error {
-	return k.Pool.Add(openai.Endpoint{Name: EndpointName(b.LeaseID), URL: b.URL, Type: openai.TypeKServe, Priority: b.Priority,
+	return k.Pool.Add(upstream.Endpoint{Name: EndpointName(b.LeaseID), URL: b.URL, Type: upstream.TypeKServe, Priority: b.Priority,
 		CheckInterval: k.CheckInterval, CheckTimeout: k.CheckTimeout}, b.Config)
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"google.golang.org/grpc"
 )
@@ -79,11 +80,11 @@ func (b *loggedBody) Finish(clientErr error) pipeline.Usage {
 	return u
 }
 
-// newGateway serves OpenAI's API in front of the upstream, every model's requests passing
+// newGateway serves OpenAI's API in front of the upstream at base, every model's requests passing
 // through logRequests. The caller starts the proxy (Start) and closes it after the gateway.
-func newGateway(upstream string, log *slog.Logger) (*gateway.Gateway, *openai.Proxy, error) {
+func newGateway(base string, log *slog.Logger) (*gateway.Gateway, *openai.Proxy, error) {
 	p, err := openai.New(openai.Options{Logger: log,
-		Endpoints: []openai.Endpoint{{Name: "upstream", URL: upstream, Type: openai.TypeVLLM}},
+		Endpoints: []upstream.Endpoint{{Name: "upstream", URL: base, Type: upstream.TypeVLLM}},
 		Stages:    pipeline.ForAll(logRequests(log))})
 	if err != nil {
 		return nil, nil, err

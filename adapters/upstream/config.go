@@ -1,4 +1,15 @@
-package openai
+// Package upstream is what every pool of upstream servers shares, whatever protocol it speaks
+// to them (adapters/openai for OpenAI-compatible HTTP servers, adapters/kserveproxy for KServe v2
+// gRPC ones): the endpoint config (the YAML `upstreams` entries) and its resolution, the health
+// loop and its backoff, each endpoint's run-time State (in rotation or not, requests outstanding,
+// the health loop's early-check requests), the route table (public model name -> endpoints,
+// highest priority first), the Picker that chooses an endpoint for a request (LeastOutstanding:
+// the highest healthy priority tier, the fewest outstanding requests inside it) and Failover, the
+// loop that tries one endpoint after another with the circuit breaker's consent.
+//
+// A protocol keeps its own wire code: how it checks health, discovers models and sends a request,
+// which of its errors may be retried on another endpoint, and the errors it answers with.
+package upstream
 
 import (
 	"errors"
@@ -64,11 +75,18 @@ const (
 	KindEmbeddings  = "embeddings"
 )
 
-// resolved is an endpoint with defaults applied, URLs parsed and headers expanded.
-type resolved struct {
+// Resolved is an endpoint as pools use it: check_interval and check_timeout defaulted, header
+// values with ${ENV} expanded, and for the HTTP types health_check_url and model_url defaulted and
+// made absolute. A kserve endpoint keeps health_check_url empty unless one is configured (its pool
+// then checks health over gRPC), and an absolute URL when one is; its model_url stays empty.
+type Resolved struct {
 	Endpoint
-	base, health, models *url.URL
-	headers              [][2]string
+	// BaseURL is URL parsed, without a trailing slash.
+	BaseURL *url.URL
+	// HealthURL and ModelsURL are HealthCheckURL and ModelURL parsed; nil when empty.
+	HealthURL, ModelsURL *url.URL
+	// HeaderList is Headers as name/value pairs, for the paths that set them on every request.
+	HeaderList [][2]string
 }
 
 // FieldError names the endpoint and field a config problem is in.
@@ -84,38 +102,52 @@ func (e *FieldError) Error() string {
 
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// ValidateEndpoints checks a list of endpoints (names unique, URLs, types, durations, headers
-// including ${ENV} references) and returns every problem found, each a *FieldError.
-func ValidateEndpoints(eps []Endpoint) error {
-	_, err := resolveAll(eps)
+// Validate checks a list of endpoints (names unique, URLs, types, durations, headers including
+// ${ENV} references) and returns every problem found, each a *FieldError.
+func Validate(eps []Endpoint) error {
+	_, err := ResolveAll(eps)
 	return err
 }
 
-func resolveAll(eps []Endpoint) ([]resolved, error) {
+// Resolve validates one endpoint and returns it resolved. Problems are *FieldError values, joined.
+func Resolve(ep Endpoint) (Resolved, error) {
+	r, errs := resolve(ep.Name, ep)
+	if err := errors.Join(errs...); err != nil {
+		return Resolved{}, err
+	}
+	return r, nil
+}
+
+// ResolveAll is Validate returning the endpoints resolved, in order; nil when any has a problem.
+// An endpoint without a name is named "#i" (its index) in its errors.
+func ResolveAll(eps []Endpoint) ([]Resolved, error) {
 	var errs []error
 	seen := make(map[string]bool, len(eps))
-	out := make([]resolved, 0, len(eps))
+	out := make([]Resolved, 0, len(eps))
 	for i, ep := range eps {
 		id := ep.Name
 		if id == "" {
 			id = fmt.Sprintf("#%d", i)
 		} else if seen[id] {
-			errs = append(errs, &FieldError{id, "name", errors.New("duplicate endpoint name")})
+			errs = append(errs, &FieldError{Endpoint: id, Field: "name", Err: errors.New("duplicate endpoint name")})
 		}
 		seen[id] = true
 		r, epErrs := resolve(id, ep)
 		errs = append(errs, epErrs...)
 		out = append(out, r)
 	}
-	return out, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-func resolve(id string, ep Endpoint) (resolved, []error) {
+func resolve(id string, ep Endpoint) (Resolved, []error) {
 	var errs []error
 	bad := func(field string, format string, args ...any) {
-		errs = append(errs, &FieldError{id, field, fmt.Errorf(format, args...)})
+		errs = append(errs, &FieldError{Endpoint: id, Field: field, Err: fmt.Errorf(format, args...)})
 	}
-	r := resolved{Endpoint: ep}
+	r := Resolved{Endpoint: ep}
 	if ep.Name == "" {
 		bad("name", "required")
 	}
@@ -152,7 +184,7 @@ func resolve(id string, ep Endpoint) (resolved, []error) {
 	default:
 		base.Path = strings.TrimSuffix(base.Path, "/")
 		base.RawPath = ""
-		r.base = base
+		r.BaseURL = base
 	}
 	// A kserve endpoint is checked and listed over gRPC (ServerReady, RepositoryIndex): it gets
 	// no HTTP defaults, and model_url means nothing to it.
@@ -170,15 +202,19 @@ func resolve(id string, ep Endpoint) (resolved, []error) {
 	if r.ModelURL == "" && ep.Type != TypeKServe {
 		r.ModelURL = "/v1/models"
 	}
-	if r.base != nil {
+	if r.BaseURL != nil {
 		if r.HealthCheckURL != "" {
-			if r.health, err = join(r.base, r.HealthCheckURL); err != nil {
+			if r.HealthURL, err = join(r.BaseURL, r.HealthCheckURL); err != nil {
 				bad("health_check_url", "%v", err)
+			} else {
+				r.HealthCheckURL = r.HealthURL.String()
 			}
 		}
 		if r.ModelURL != "" {
-			if r.models, err = join(r.base, r.ModelURL); err != nil {
+			if r.ModelsURL, err = join(r.BaseURL, r.ModelURL); err != nil {
 				bad("model_url", "%v", err)
+			} else {
+				r.ModelURL = r.ModelsURL.String()
 			}
 		}
 	}
@@ -208,7 +244,11 @@ func resolve(id string, ep Endpoint) (resolved, []error) {
 			bad("headers."+name, "value is not a valid header value (after ${ENV} expansion)")
 			continue
 		}
-		r.headers = append(r.headers, [2]string{name, v})
+		r.HeaderList = append(r.HeaderList, [2]string{name, v})
+	}
+	r.Headers = make(map[string]string, len(r.HeaderList))
+	for _, kv := range r.HeaderList {
+		r.Headers[kv[0]] = kv[1]
 	}
 	allowed := make(map[string]bool, len(ep.Models))
 	for _, m := range ep.Models {

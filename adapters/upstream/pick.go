@@ -1,0 +1,58 @@
+package upstream
+
+// Candidates are the endpoints a Picker chooses among for one request, sorted by priority,
+// highest first.
+type Candidates interface {
+	Len() int
+	Priority(i int) int
+	// Outstanding is the number of requests the i-th endpoint is serving.
+	Outstanding(i int) int64
+	// Usable reports whether the i-th endpoint may be picked: it is in rotation, its breaker is
+	// not open, the request has not tried it yet (and, for a request pinned to one endpoint,
+	// it is that one).
+	Usable(i int) bool
+}
+
+// Picker chooses the endpoint a request tries next.
+type Picker interface {
+	// Pick returns the index of the candidate to try, or -1 when none is usable. rotate changes
+	// from one call to the next: a picker spreads equal candidates' work with it.
+	Pick(c Candidates, rotate uint32) int
+}
+
+// LeastOutstanding picks in the highest priority tier that has a usable candidate the one with
+// the fewest outstanding requests. Ties go to the first in an order rotated by rotate, so equal
+// endpoints share the work. It is the Router's default.
+type LeastOutstanding struct{}
+
+// Pick implements Picker.
+func (LeastOutstanding) Pick(c Candidates, rotate uint32) int {
+	return leastOutstanding(c.Len(), c.Priority, c.Usable, c.Outstanding, rotate)
+}
+
+// leastOutstanding is LeastOutstanding over functions, which Failover calls directly: a call
+// through the Candidates interface would move its request's state to the heap.
+func leastOutstanding(n int, priority func(i int) int, usable func(i int) bool, load func(i int) int64, rotate uint32) int {
+	for i := 0; i < n; {
+		j := i
+		for j < n && priority(j) == priority(i) {
+			j++
+		}
+		best, bestN := -1, int64(0)
+		size := j - i
+		for k := range size {
+			c := i + (k+int(rotate%uint32(size)))%size
+			if !usable(c) {
+				continue
+			}
+			if l := load(c); best < 0 || l < bestN {
+				best, bestN = c, l
+			}
+		}
+		if best >= 0 {
+			return best
+		}
+		i = j
+	}
+	return -1
+}

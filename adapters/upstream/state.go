@@ -1,0 +1,87 @@
+package upstream
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+)
+
+// State is one endpoint's run-time state as routing sees it: whether it is in rotation (healthy),
+// how many requests it has outstanding, and the requests for an early health check that failing
+// requests make. A pool's endpoint embeds it and calls Init before use; its methods are safe for
+// concurrent use.
+type State struct {
+	cfg         *Resolved
+	log         *slog.Logger
+	healthy     atomic.Bool
+	checked     atomic.Bool // the first health check ran
+	outstanding atomic.Int64
+	kick        chan struct{} // asks the health loop for an early check
+}
+
+// Init sets the endpoint's config (its name, priority and check interval are what routing reads)
+// and the logger its state changes are written to (with the endpoint's name already attached).
+func (s *State) Init(cfg *Resolved, log *slog.Logger) {
+	s.cfg, s.log = cfg, log
+	s.kick = make(chan struct{}, 1)
+}
+
+// Healthy reports whether the endpoint is in rotation.
+func (s *State) Healthy() bool { return s.healthy.Load() }
+
+// SetHealthy puts the endpoint in rotation or takes it out, silently, and reports whether it was
+// in rotation.
+func (s *State) SetHealthy(healthy bool) (was bool) { return s.healthy.Swap(healthy) }
+
+// Outstanding is the number of requests the endpoint is serving.
+func (s *State) Outstanding() int64 { return s.outstanding.Load() }
+
+// AddOutstanding counts requests that start (delta 1) or end (-1) on the endpoint.
+func (s *State) AddOutstanding(delta int64) { s.outstanding.Add(delta) }
+
+// Check runs one health check and records a failure: the endpoint leaves rotation, with a
+// warning ("upstream unhealthy") when it was in rotation and on the very first check, so an
+// upstream that is unreachable from the start is not silent. It reports whether the endpoint was
+// in rotation when the check ended, and the check's error. A check that passes does not put the
+// endpoint back in rotation: that is for the pool to do (SetHealthy), once it has what it needs
+// to route to it.
+func (s *State) Check(ctx context.Context, check func(context.Context) error) (was bool, err error) {
+	err = check(ctx)
+	was = s.healthy.Load()
+	if err != nil {
+		if was || !s.checked.Swap(true) {
+			s.log.Warn("upstream unhealthy", "err", err)
+		}
+		s.healthy.Store(false)
+		return was, err
+	}
+	s.checked.Store(true)
+	return was, nil
+}
+
+// Failed records a request that failed for the endpoint's sake (its connection failed): the
+// endpoint leaves rotation at once and the health loop checks it again soon, with backoff,
+// instead of waiting a full interval.
+func (s *State) Failed(err error) {
+	s.Down("upstream failed; out of rotation until a health check passes", err)
+	s.Kick()
+}
+
+// Down takes the endpoint out of rotation until a health check passes, warning msg with err when
+// it was in rotation (so a failing endpoint is logged once, not once per request).
+func (s *State) Down(msg string, err error) {
+	if s.healthy.Swap(false) {
+		s.log.Warn(msg, "err", err)
+	}
+}
+
+// Kick asks the health loop for an early check; a request already pending absorbs it.
+func (s *State) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Kicks is what HealthLoop's kick reads.
+func (s *State) Kicks() <-chan struct{} { return s.kick }
