@@ -95,7 +95,10 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 		r := routes[i]
 		v.tried.set(i)
 		tried++
-		last := rt.Last && (tried == len(routes) || pick(rt, &v) < 0)
+		// Whether any endpoint is left, asked without the picker: a pick would also move the
+		// rotation on, and two picks per request would send every request to the same one of two
+		// equal endpoints.
+		last := rt.Last && (tried == len(routes) || !v.anyUsable())
 		res.Route = r
 		var t breaker.Ticket
 		if rt.Breaker != nil {
@@ -149,6 +152,16 @@ type view[R Route] struct {
 }
 
 func (v *view[R]) Len() int { return len(v.routes) }
+
+// anyUsable reports whether a route is still usable.
+func (v *view[R]) anyUsable() bool {
+	for i := range v.routes {
+		if v.Usable(i) {
+			return true
+		}
+	}
+	return false
+}
 
 func (v *view[R]) Priority(i int) int { return v.routes[i].State().cfg.Priority }
 

@@ -218,18 +218,24 @@ func TestFailoverOnly(t *testing.T) {
 }
 
 // TestFailoverRotates: equal endpoints share sequential requests.
+// Equal endpoints with nothing outstanding take turns, whether or not the attempts are told
+// which is the last (telling must not move the rotation on: it once sent every request to one
+// of two equal endpoints).
 func TestFailoverRotates(t *testing.T) {
-	rs := routes("a", "b")
-	rs[1].cfg.Priority = rs[0].cfg.Priority
-	rt := &upstream.Router{}
-	count := map[string]int{}
-	for range 10 {
-		s := &script{}
-		res := upstream.Failover(context.Background(), rt, rs, nil, s.attempt)
-		require.True(t, res.OK)
-		count[res.Route.name()]++
+	for _, last := range []bool{false, true} {
+		rs := routes("a", "b")
+		rs[1].cfg.Priority = rs[0].cfg.Priority
+		rt := &upstream.Router{Last: last}
+		count := map[string]int{}
+		for range 10 {
+			s := &script{}
+			res := upstream.Failover(context.Background(), rt, rs, nil, s.attempt)
+			require.True(t, res.OK)
+			assert.False(t, s.lasts[0], "another endpoint was left")
+			count[res.Route.name()]++
+		}
+		assert.Equal(t, map[string]int{"a": 5, "b": 5}, count, "Last: %v", last)
 	}
-	assert.Equal(t, map[string]int{"a": 5, "b": 5}, count)
 }
 
 // lastUsable picks the lowest-priority usable candidate.
