@@ -88,6 +88,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 				b.Sync()
 			}
 		},
+		UpstreamClient: cfg.UpstreamClient,
 		Admit: func(ctx context.Context, r openai.AdmissionRequest) (openai.Admitted, error) {
 			return admit(ctx, r)
 		}})

@@ -57,6 +57,10 @@ type Options struct {
 	// it. When every healthy endpoint of a model is cut off, the answer is 503
 	// upstream_circuit_open with a Retry-After of the soonest breaker's wait.
 	Breaker breaker.Breaker
+	// UpstreamClient is what proxied requests to http:// upstreams go through: "fast" (the
+	// default) is internal/h1client, the hand-written HTTP/1.1 client; "std" is net/http's
+	// Transport, which https:// upstreams always use.
+	UpstreamClient string
 }
 
 // Admission decides whether a request may go upstream now. It returns what to proceed with, or
@@ -186,6 +190,13 @@ func New(opts Options) (*Proxy, error) {
 	if opts.DiscoveryInterval <= 0 {
 		opts.DiscoveryInterval = 30 * time.Second
 	}
+	switch opts.UpstreamClient {
+	case "":
+		opts.UpstreamClient = "fast"
+	case "fast", "std":
+	default:
+		return nil, fmt.Errorf("openai: UpstreamClient %q is not one of fast, std", opts.UpstreamClient)
+	}
 	cfgs, err := resolveAll(opts.Endpoints)
 	if err != nil {
 		return nil, err
@@ -277,7 +288,7 @@ func (p *Proxy) run(e *endpoint) {
 }
 
 func (p *Proxy) newEndpoint(cfg resolved) *endpoint {
-	e := newEndpoint(cfg, p.log)
+	e := newEndpoint(cfg, p.log, p.opts.UpstreamClient == "fast")
 	e.ctx, e.stop = context.WithCancel(p.ctx)
 	return e
 }

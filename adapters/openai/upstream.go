@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/adapters/logthrottle"
+	"github.com/infergate/infergate/internal/h1client"
 )
 
 // endpoint is one upstream at run time: its pooled transport, health and discovered models.
@@ -22,7 +23,7 @@ type endpoint struct {
 	cfg    resolved
 	client *http.Client    // health checks and discovery
 	tr     *http.Transport // health checks and discovery, and proxied requests to https:// upstreams
-	rt     roundTripper    // what proxied requests go through: h1Transport for http://, else tr
+	rt     roundTripper    // what proxied requests go through: h1client for http:// (when fast), else tr
 	log    *slog.Logger
 	// warn writes the warnings a failing upstream can cause on every request (a response cut
 	// short) at most once per interval, with a count.
@@ -42,7 +43,9 @@ type endpoint struct {
 	stop  context.CancelFunc
 }
 
-func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
+// newEndpoint makes an endpoint; fast sends proxied requests to an http:// upstream through
+// h1client (where h1client.Supported), not net/http's Transport.
+func newEndpoint(cfg resolved, log *slog.Logger, fast bool) *endpoint {
 	tr := &http.Transport{
 		Proxy: nil, // upstreams are addressed directly; an environment proxy would add a hop
 		DialContext: (&net.Dialer{
@@ -63,8 +66,13 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		WriteBufferSize:     32 << 10,
 	}
 	var rt roundTripper = transport{tr}
-	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
-		rt = newH1Transport(hostPort(cfg.base), tr)
+	if fast && h1client.Supported && cfg.base != nil && cfg.base.Scheme == "http" {
+		// It dials as tr dials (tr.DialContext is read at each dial, so tests can count them),
+		// and tr carries what it does not (bodies over h1client.MaxBody).
+		rt = fastTransport{h1client.New(hostPort(cfg.base), tr,
+			h1client.WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return tr.DialContext(ctx, network, addr)
+			}))}
 	}
 	log = log.With("endpoint", cfg.Name)
 	return &endpoint{
@@ -90,6 +98,13 @@ type transport struct{ *http.Transport }
 
 func (t transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	return t.RoundTrip(req.WithContext(ctx))
+}
+
+// fastTransport sends proxied requests on h1client.
+type fastTransport struct{ *h1client.Transport }
+
+func (t fastTransport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	return t.RoundTrip(ctx, req)
 }
 
 // hostPort is u's host with its scheme's default port when it names none.
@@ -216,8 +231,8 @@ func (e *endpoint) setHeaders(h http.Header) {
 // probe runs one health check and, when healthy and due (or just recovered), a model discovery.
 // It reports whether the model set changed.
 func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
-	if h1, ok := e.rt.(*h1Transport); ok {
-		h1.closeDead()
+	if f, ok := e.rt.(fastTransport); ok {
+		f.CloseDead()
 	}
 	err := e.check(ctx)
 	was := e.healthy.Load()
