@@ -27,6 +27,9 @@ type fileConfig struct {
 	// Upstreams are the servers behind the gateway: vLLM, OpenAI and Ollama behind the OpenAI API
 	// (and, through the bridge, the KServe surface), Triton/KServe servers behind the KServe surface.
 	Upstreams []upstream.Endpoint `yaml:"upstreams"`
+	// UpstreamClient is what proxied requests to http:// upstreams go through: fast (the default,
+	// the gateway's own HTTP/1.1 client) or std (net/http's Transport, as https:// upstreams use).
+	UpstreamClient string `yaml:"upstream_client"`
 	// Redis, when its address is set, shares state between gateway replicas.
 	Redis redisConfig `yaml:"redis"`
 	// Registry is the RegistryService where backends register themselves.
@@ -171,6 +174,11 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 		for _, e := range unjoin(err) {
 			lines = append(lines, fmt.Sprintf("%s: upstreams: %v", name, e))
 		}
+	}
+	switch c.UpstreamClient {
+	case "", "fast", "std":
+	default:
+		lines = append(lines, fmt.Sprintf("%s: upstream_client: %q is not one of fast, std", name, c.UpstreamClient))
 	}
 	switch s := c.Registry.Store; s {
 	case "", "memory":

@@ -46,6 +46,7 @@ func TestParseConfig(t *testing.T) {
 		{"upstreams:\n  - name: a\n    url: http://h\n    type: vllm\n    headers: {Authorization: \"Bearer ${INFERGATE_NOPE}\"}\n", "bad.yaml: upstreams: endpoint \"a\": headers.Authorization: environment variable INFERGATE_NOPE is not set"},
 		{"upstreams: {", "bad.yaml: yaml:"},
 		{"registry: {store: etcd}", "bad.yaml: registry.store: \"etcd\" is not one of memory, redis"},
+		{"upstream_client: h2", "bad.yaml: upstream_client: \"h2\" is not one of fast, std"},
 		{"registry: {store: redis}", "bad.yaml: registry.store: redis needs redis.addr"},
 		{"redis: {adress: x}", "field adress not found"},
 		{"batch: {concurrency: -1}", "bad.yaml: batch: counts and sizes must not be negative"},
@@ -79,6 +80,11 @@ func TestEnvOverrides(t *testing.T) {
 	assert.False(t, c.builtins())
 	assert.Equal(t, 3*time.Second, c.Registry.DefaultTTL)
 	assert.Equal(t, "redis", c.registryStore(), "redis.addr makes Redis the registry's default store")
+
+	t.Setenv("INFERGATE_UPSTREAM_CLIENT", "std")
+	c, err = parseConfig("f.yaml", []byte("upstream_client: fast\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "std", c.UpstreamClient)
 
 	t.Setenv("INFERGATE_BATCH_KAFKA_BROKERS", "k1:9092, k2:9092,")
 	c, err = parseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\nredis: {addr: r:1}\n"))

@@ -97,7 +97,8 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 				b.Sync()
 			}
 		},
-		Stages: llmStages(g)})
+		UpstreamClient: cfg.UpstreamClient,
+		Stages:         llmStages(g)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -185,8 +185,8 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header 
 	for _, vv := range src {
 		nv += len(vv)
 	}
-	h := make(http.Header, len(src)+4+len(ep.cfg.headers))
-	vals := make([]string, 0, nv+4+len(ep.cfg.headers))
+	h := make(http.Header, len(src)+4+len(ep.cfg.HeaderList))
+	vals := make([]string, 0, nv+4+len(ep.cfg.HeaderList))
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -218,7 +218,7 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header 
 		// an explicit identity keeps upstreams from compressing what the client cannot read.
 		set("Accept-Encoding", "identity")
 	}
-	for _, kv := range ep.cfg.headers {
+	for _, kv := range ep.cfg.HeaderList {
 		set(textproto.CanonicalMIMEHeaderKey(kv[0]), kv[1])
 	}
 	return h

@@ -62,6 +62,10 @@ type Options struct {
 	// it. When every healthy endpoint of a model is cut off, the answer is 503
 	// upstream_circuit_open with a Retry-After of the soonest breaker's wait.
 	Breaker breaker.Breaker
+	// UpstreamClient is what proxied requests to http:// upstreams go through: "fast" (the
+	// default) is internal/h1client, the hand-written HTTP/1.1 client; "std" is net/http's
+	// Transport, which https:// upstreams always use.
+	UpstreamClient string
 }
 
 // Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
@@ -138,6 +142,13 @@ func New(opts Options) (*Proxy, error) {
 	if opts.DiscoveryInterval <= 0 {
 		opts.DiscoveryInterval = 30 * time.Second
 	}
+	switch opts.UpstreamClient {
+	case "":
+		opts.UpstreamClient = "fast"
+	case "fast", "std":
+	default:
+		return nil, fmt.Errorf("openai: UpstreamClient %q is not one of fast, std", opts.UpstreamClient)
+	}
 	cfgs, err := upstream.ResolveAll(opts.Endpoints)
 	if err != nil {
 		return nil, err
@@ -153,7 +164,7 @@ func New(opts Options) (*Proxy, error) {
 		if c.Type == upstream.TypeKServe {
 			continue // served by the KServe surface, not through OpenAI's API
 		}
-		eps = append(eps, p.newEndpoint(newResolved(c)))
+		eps = append(eps, p.newEndpoint(c))
 		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
 	}
 	p.eps.Store(&eps)
@@ -174,7 +185,7 @@ func (p *Proxy) AddEndpoint(ep upstream.Endpoint) error {
 	if cfg.Type == upstream.TypeKServe {
 		return &upstream.FieldError{Endpoint: ep.Name, Field: "type", Err: errors.New("kserve endpoints are served by the KServe surface")}
 	}
-	e := p.newEndpoint(newResolved(cfg))
+	e := p.newEndpoint(cfg)
 	p.mu.Lock()
 	for _, x := range p.endpoints() {
 		if x.cfg.Name == ep.Name {
@@ -227,8 +238,8 @@ func (p *Proxy) run(e *endpoint) {
 	})
 }
 
-func (p *Proxy) newEndpoint(cfg resolved) *endpoint {
-	e := newEndpoint(cfg, p.log)
+func (p *Proxy) newEndpoint(cfg upstream.Resolved) *endpoint {
+	e := newEndpoint(cfg, p.log, p.opts.UpstreamClient == "fast")
 	e.ctx, e.stop = context.WithCancel(p.ctx)
 	return e
 }

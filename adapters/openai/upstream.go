@@ -16,15 +16,16 @@ import (
 
 	"github.com/infergate/infergate/adapters/logthrottle"
 	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/internal/h1client"
 )
 
 // endpoint is one upstream at run time: its pooled transport, health and discovered models.
 type endpoint struct {
 	upstream.State
-	cfg    resolved
+	cfg    upstream.Resolved
 	client *http.Client    // health checks and discovery
 	tr     *http.Transport // health checks and discovery, and proxied requests to https:// upstreams
-	rt     roundTripper    // what proxied requests go through: h1Transport for http://, else tr
+	rt     roundTripper    // what proxied requests go through: h1client for http:// (when fast), else tr
 	log    *slog.Logger
 	// warn writes the warnings a failing upstream can cause on every request (a response cut
 	// short) at most once per interval, with a count.
@@ -40,16 +41,9 @@ type endpoint struct {
 	stop  context.CancelFunc
 }
 
-// resolved is an endpoint's config, with the fields every request reads at hand.
-type resolved struct {
-	upstream.Resolved
-	base    *url.URL    // Resolved.BaseURL
-	headers [][2]string // Resolved.HeaderList
-}
-
-func newResolved(r upstream.Resolved) resolved { return resolved{r, r.BaseURL, r.HeaderList} }
-
-func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
+// newEndpoint makes an endpoint; fast sends proxied requests to an http:// upstream through
+// h1client (where h1client.Supported), not net/http's Transport.
+func newEndpoint(cfg upstream.Resolved, log *slog.Logger, fast bool) *endpoint {
 	tr := &http.Transport{
 		Proxy: nil, // upstreams are addressed directly; an environment proxy would add a hop
 		DialContext: (&net.Dialer{
@@ -70,8 +64,13 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		WriteBufferSize:     32 << 10,
 	}
 	var rt roundTripper = transport{tr}
-	if h1Supported && cfg.base != nil && cfg.base.Scheme == "http" {
-		rt = newH1Transport(hostPort(cfg.base), tr)
+	if fast && h1client.Supported && cfg.BaseURL != nil && cfg.BaseURL.Scheme == "http" {
+		// It dials as tr dials (tr.DialContext is read at each dial, so tests can count them),
+		// and tr carries what it does not (bodies over h1client.MaxBody).
+		rt = fastTransport{h1client.New(hostPort(cfg.BaseURL), tr,
+			h1client.WithDialContext(func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return tr.DialContext(ctx, network, addr)
+			}))}
 	}
 	log = log.With("endpoint", cfg.Name)
 	e := &endpoint{
@@ -82,7 +81,7 @@ func newEndpoint(cfg resolved, log *slog.Logger) *endpoint {
 		log:    log,
 		warn:   logthrottle.New(log, logthrottle.DefaultInterval),
 	}
-	e.Init(&e.cfg.Resolved, log)
+	e.Init(&e.cfg, log)
 	return e
 }
 
@@ -98,6 +97,13 @@ type transport struct{ *http.Transport }
 
 func (t transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	return t.RoundTrip(req.WithContext(ctx))
+}
+
+// fastTransport sends proxied requests on h1client.
+type fastTransport struct{ *h1client.Transport }
+
+func (t fastTransport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	return t.RoundTrip(ctx, req)
 }
 
 // hostPort is u's host with its scheme's default port when it names none.
@@ -188,8 +194,8 @@ func (e *endpoint) urlFor(path string) *url.URL {
 			return u
 		}
 	}
-	u := *e.cfg.base
-	u.Path = e.cfg.base.Path + path
+	u := *e.cfg.BaseURL
+	u.Path = e.cfg.BaseURL.Path + path
 	e.urlMu.Lock()
 	defer e.urlMu.Unlock()
 	if m = e.urls.Load(); m == nil || len(*m) < maxCachedURLs {
@@ -204,7 +210,7 @@ func (e *endpoint) urlFor(path string) *url.URL {
 }
 
 func (e *endpoint) setHeaders(h http.Header) {
-	for _, kv := range e.cfg.headers {
+	for _, kv := range e.cfg.HeaderList {
 		h.Set(kv[0], kv[1])
 	}
 }
@@ -212,8 +218,8 @@ func (e *endpoint) setHeaders(h http.Header) {
 // probe runs one health check and, when healthy and due (or just recovered), a model discovery.
 // It reports whether the model set changed.
 func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
-	if h1, ok := e.rt.(*h1Transport); ok {
-		h1.closeDead()
+	if f, ok := e.rt.(fastTransport); ok {
+		f.CloseDead()
 	}
 	was, err := e.Check(ctx, e.check)
 	if err != nil {

@@ -1,12 +1,10 @@
-package openai
+package h1client
 
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -132,10 +130,10 @@ func TestWriteRequestMatchesRequestWrite(t *testing.T) {
 	}
 }
 
-// FuzzWriteRequest: for any request h1Transport would send (its header passes checkHeader, its
-// length is known), a server reads from writeRequest's bytes what it reads from Request.Write's,
-// both writers refuse the same requests (a body that does not match its ContentLength), and what
-// writeRequest wrote for a refused one never holds a second request.
+// FuzzWriteRequest: for any request a Transport writes itself (its header passes checkHeader,
+// its length is known), a server reads from writeRequest's bytes what it reads from
+// Request.Write's, both writers refuse the same requests (a body that does not match its
+// ContentLength), and what writeRequest wrote for a refused one never holds a second request.
 func FuzzWriteRequest(f *testing.F) {
 	f.Add("/v1/chat/completions", "", "X-Request-Id", "abc", "up:8000", "POST", []byte(`{"model":"m"}`), false, int8(0))
 	f.Add("/v1/completions", "a=b", "User-Agent", " ", "[::1%25lo]:80", "PUT", []byte(nil), true, int8(0))
@@ -146,7 +144,7 @@ func FuzzWriteRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, path, query, key, value, host, method string, body []byte, closeConn bool, lengthOff int8) {
 		length := int64(len(body)) + int64(lengthOff)
 		if length < 0 || length == 0 && len(body) > 0 {
-			t.Skip() // a length h1Transport leaves to http.Transport: unknown
+			t.Skip() // a length a Transport leaves to its fallback: unknown
 		}
 		newReq := func() *http.Request {
 			req := &http.Request{Method: method, URL: &url.URL{Scheme: "http", Host: "up", Path: path, RawQuery: query},
@@ -158,7 +156,7 @@ func FuzzWriteRequest(f *testing.F) {
 			return req
 		}
 		if checkHeader(newReq().Header) != nil || !validFuzzMethod(method) || method == http.MethodConnect {
-			t.Skip() // h1Transport refuses these, or leaves them to http.Transport, before writing
+			t.Skip() // a Transport refuses these, or leaves them to its fallback, before writing
 		}
 		var a, b bytes.Buffer
 		bw := bufio.NewWriter(&a)
@@ -216,7 +214,7 @@ func validFuzzMethod(m string) bool {
 	return true
 }
 
-// BenchmarkH1Write: h1Transport's request writer (infergate) against Request.Write (baseline), on
+// BenchmarkH1Write: Transport's request writer (infergate) against Request.Write (baseline), on
 // a proxied chat request's shape.
 func BenchmarkH1Write(b *testing.B) {
 	body := []byte(`{"model":"llama","messages":[{"role":"user","content":"Tell me about the weather in Paris."}],"max_tokens":64}`)
@@ -281,43 +279,4 @@ func TestWriteRequestBodyPastItsLength(t *testing.T) {
 	require.NoError(t, w.Flush())
 	assert.Equal(t, 1, requestsIn(out.Bytes()))
 	assert.NotContains(t, out.String(), "/admin")
-}
-
-// TestH1TransportUnknownLength: a body that claims no length (ContentLength 0, not http.NoBody)
-// goes out whole and chunked, as http.Transport sends it.
-func TestH1TransportUnknownLength(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "%d %v %s", r.ContentLength, r.TransferEncoding, b)
-	}))
-	defer up.Close()
-	tr := newH1Transport(up.Listener.Addr().String(), &http.Transport{})
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, up.URL+"/x", io.NopCloser(strings.NewReader("{}")))
-	require.NoError(t, err)
-	require.Zero(t, req.ContentLength)
-	res, err := tr.RoundTrip(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	assert.Equal(t, "-1 [chunked] {}", string(b))
-}
-
-// TestH1TransportConnect: a CONNECT, whose request target is an authority, is left to
-// http.Transport, which writes it so.
-func TestH1TransportConnect(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", r.Method, r.RequestURI)
-	}))
-	defer up.Close()
-	addr := up.Listener.Addr().String()
-	tr := newH1Transport(addr, &http.Transport{})
-	defer tr.CloseIdleConnections()
-	res, err := tr.RoundTrip(&http.Request{Method: http.MethodConnect, URL: &url.URL{Scheme: "http", Host: addr}, Host: addr, Header: http.Header{}})
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	assert.Equal(t, "CONNECT "+addr, string(b))
 }

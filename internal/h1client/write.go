@@ -1,4 +1,4 @@
-package openai
+package h1client
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 // defaultUserAgent is what Request.Write sends when a request has no User-Agent header.
 const defaultUserAgent = "Go-http-client/1.1"
 
-// writeRequest writes req as Request.Write writes it, for the requests h1Transport carries (a
+// writeRequest writes req as Request.Write writes it, for the requests Transport carries (a
 // known ContentLength, no trailers, not CONNECT, header values vetted by checkHeader), without
 // its fmt calls, header sorting and body wrappers: a quarter of the time, and one allocation
 // where it makes eight (BenchmarkH1Write), about 1 µs of the gateway's CPU per proxied request.
@@ -33,11 +33,11 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 		}()
 	}
 	if req.URL == nil {
-		return errors.New("openai: request without a URL")
+		return errors.New("h1client: request without a URL")
 	}
 	ruri := req.URL.RequestURI()
 	if containsCTL(ruri) {
-		return errors.New("openai: control character in request URL")
+		return errors.New("h1client: control character in request URL")
 	}
 	method := req.Method
 	if method == "" {
@@ -103,7 +103,7 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 		n += extra
 	}
 	if n != length {
-		return fmt.Errorf("openai: ContentLength=%d with body length %d", length, n)
+		return fmt.Errorf("h1client: ContentLength=%d with body length %d", length, n)
 	}
 	return nil
 }

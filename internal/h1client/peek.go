@@ -1,14 +1,15 @@
 //go:build linux || darwin
 
-package openai
+package h1client
 
 import (
 	"net"
 	"syscall"
 )
 
-// h1Supported: a peeker can peek at a socket here, so cleartext upstreams use h1Transport.
-const h1Supported = true
+// Supported reports whether a Transport reuses connections here: it can peek at an idle socket
+// (peeker), to see whether the upstream closed it, before it sends another request on it.
+const Supported = true
 
 // peeker peeks at an idle connection without blocking or consuming anything: it is still usable
 // when there is nothing to read yet. One the upstream closed (EOF) or sent unsolicited bytes on
