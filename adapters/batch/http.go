@@ -36,24 +36,21 @@ func (s *Service) Mount(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 }
 
 func invalid(param, format string, args ...any) *pipeline.Error {
-	return &pipeline.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param,
-		Message: fmt.Sprintf(format, args...)}
+	return pipeline.InvalidRequest(param, "", fmt.Sprintf(format, args...))
 }
 
 func notFound(what, id string) *pipeline.Error {
-	return &pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "id",
-		Message: fmt.Sprintf("No such %s object: %s", what, id)}
+	return pipeline.NotFound("id", "", fmt.Sprintf("No such %s object: %s", what, id))
 }
 
 func (s *Service) internal(w http.ResponseWriter, what string, err error) {
 	s.log.Error(what, "err", err)
-	(&pipeline.Error{Status: http.StatusInternalServerError, Type: "server_error",
-		Message: "The server had an error while processing your request."}).Write(w)
+	pipeline.ServerError(http.StatusInternalServerError, "", "The server had an error while processing your request.").Write(w)
 }
 
 // stateRetryAfter is the Retry-After of a request refused because the state store could not be
 // reached: an outage of Redis rarely ends sooner, and a client retrying sooner only adds load.
-const stateRetryAfter = "2"
+const stateRetryAfter = 2 * time.Second
 
 // stateContext bounds the state store's part of a request (Options.StoreTimeout).
 func (s *Service) stateContext(r *http.Request) (context.Context, context.CancelFunc) {
@@ -72,9 +69,8 @@ func (s *Service) stateFailed(w http.ResponseWriter, r *http.Request, what strin
 		// Debug only: with Redis down every request says the same, and the sweep already warns
 		// every few seconds that the store fails.
 		s.log.Debug(what+": the batch state store cannot be reached", "err", err)
-		(&pipeline.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "state_unavailable",
-			Message: "The batch state store cannot be reached right now; retry in a few seconds.",
-			Header:  http.Header{"Retry-After": {stateRetryAfter}}}).Write(w)
+		pipeline.Unavailable("state_unavailable", stateRetryAfter,
+			"The batch state store cannot be reached right now; retry in a few seconds.").Write(w)
 	default:
 		s.internal(w, what, err)
 	}
@@ -182,8 +178,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 			f, err := s.o.Files.Put(ctx, files.File{ID: files.NewID("file-"), CreatedAt: s.now().Unix(),
 				Filename: name, Purpose: "batch", Owner: ownerOf(r)}, content, s.o.MaxFileBytes)
 			if errors.Is(err, files.ErrTooLarge) {
-				(&pipeline.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "file",
-					Message: fmt.Sprintf("The file is larger than %d bytes.", s.o.MaxFileBytes)}).Write(w)
+				invalid("file", "The file is larger than %d bytes.", s.o.MaxFileBytes).Write(w)
 				return
 			}
 			if err != nil {
@@ -426,8 +421,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := s.o.Files.Get(ctx, req.InputFileID)
 	if errors.Is(err, files.ErrNotFound) || (err == nil && !visible(r, f.Owner)) {
-		(&pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input_file_id",
-			Message: fmt.Sprintf("No such File object: %s", req.InputFileID)}).Write(w)
+		pipeline.NotFound("input_file_id", "", fmt.Sprintf("No such File object: %s", req.InputFileID)).Write(w)
 		return
 	}
 	if err != nil {

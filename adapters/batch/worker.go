@@ -458,8 +458,8 @@ func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) 
 		return answer{}, fmt.Errorf("reading the upstream's response: %w", err)
 	}
 	if int64(len(b)) > w.o.MaxResponseBytes {
-		return answer{status: http.StatusBadGateway, final: true, body: (&pipeline.Error{Status: http.StatusBadGateway, Type: "server_error",
-			Code: "response_too_large", Message: fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)}).JSON()}, nil
+		return answer{status: http.StatusBadGateway, final: true, body: pipeline.ServerError(http.StatusBadGateway,
+			"response_too_large", fmt.Sprintf("The upstream's response is larger than %d bytes.", w.o.MaxResponseBytes)).JSON()}, nil
 	}
 	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }

@@ -11,13 +11,13 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/apierror"
 	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // answer is what the bridge reads of a completion, a chat completion, or a chunk of either.
 type answer struct {
-	Choices []choice        `json:"choices"`
-	Error   json.RawMessage `json:"error"`
+	Choices []choice `json:"choices"`
 }
 
 type choice struct {
@@ -53,12 +53,12 @@ func (c *choice) reason() string {
 
 // decodeAnswer parses one upstream answer or chunk, turning an error object in it into the error.
 func decodeAnswer(b []byte) (*answer, error) {
+	if obj, status, ok := apierror.ParseEvent(b); ok {
+		return nil, eventError(obj, status, b)
+	}
 	var a answer
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, fmt.Errorf("not an OpenAI response: %w", err)
-	}
-	if len(a.Error) > 0 && string(a.Error) != "null" {
-		return nil, errorObject(a.Error)
 	}
 	for i := range a.Choices {
 		if x := a.Choices[i].Index; x < 0 || x >= maxChoices {
@@ -145,86 +145,41 @@ func callError(err error) error {
 	var oe *pipeline.Error
 	switch {
 	case errors.As(err, &oe):
-		return connect.NewError(codeOf(oe.Status), errors.New(validUTF8(oe.Message)))
+		return connect.NewError(apierror.Code(apierror.KServe, oe.Status), errors.New(validUTF8(oe.Message)))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
 }
 
-// codeOf maps an HTTP status from the OpenAI side to a gRPC code.
-func codeOf(status int) connect.Code {
-	switch {
-	case status == http.StatusUnauthorized:
-		return connect.CodeUnauthenticated
-	case status == http.StatusForbidden:
-		return connect.CodePermissionDenied
-	case status == http.StatusNotFound:
-		return connect.CodeNotFound
-	case status == http.StatusTooManyRequests, status == http.StatusBadGateway,
-		status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
-		return connect.CodeUnavailable
-	case status >= 400 && status < 500:
-		return connect.CodeInvalidArgument
-	}
-	return connect.CodeInternal
-}
-
 // upstreamStatus turns an upstream's error answer into an error with its status's code and its
 // message.
 func upstreamStatus(res *pipeline.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(res, 64<<10))
-	msg := errorMessage(b)
+	return connect.NewError(apierror.Code(apierror.KServe, res.StatusCode),
+		fmt.Errorf("upstream '%s' answered HTTP %d: %s", res.Endpoint, res.StatusCode, upstreamMessage(res.StatusCode, b)))
+}
+
+// upstreamMessage is the message of an upstream's error body; failing that, the body itself
+// (clipped), or the status's text when the body is empty.
+func upstreamMessage(status int, body []byte) string {
+	if obj, ok := apierror.ParseBody(status, body); ok {
+		return obj.Message
+	}
+	if msg := clipMessage(bytes.TrimSpace(body)); msg != "" {
+		return msg
+	}
+	return http.StatusText(status)
+}
+
+// eventError is the error an upstream reported in band (ParseEvent's obj and status): its
+// status's code, its message or, failing that, the event itself (clipped).
+func eventError(obj apierror.Object, status int, data []byte) error {
+	msg := obj.Message
 	if msg == "" {
-		msg = http.StatusText(res.StatusCode)
+		msg = clipMessage(bytes.TrimSpace(data))
 	}
-	return connect.NewError(codeOf(res.StatusCode), fmt.Errorf("upstream '%s' answered HTTP %d: %s", res.Endpoint, res.StatusCode, msg))
-}
-
-// errorMessage finds the message in an error body: OpenAI's {"error":{"message"}}, vLLM's
-// {"object":"error","message"}, {"error":"..."}, FastAPI's {"detail":...}; else the body itself.
-func errorMessage(b []byte) string {
-	var e struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-		Detail  json.RawMessage `json:"detail"`
-	}
-	if json.Unmarshal(b, &e) == nil {
-		switch {
-		case len(e.Error) > 0 && string(e.Error) != "null":
-			var inner struct {
-				Message string `json:"message"`
-			}
-			var s string
-			if json.Unmarshal(e.Error, &s) == nil && s != "" {
-				return validUTF8(s)
-			}
-			if json.Unmarshal(e.Error, &inner) == nil && inner.Message != "" {
-				return validUTF8(inner.Message)
-			}
-		case e.Message != "":
-			return validUTF8(e.Message)
-		case len(e.Detail) > 0:
-			return clipMessage(e.Detail)
-		}
-	}
-	return clipMessage(bytes.TrimSpace(b))
-}
-
-// errorObject is the error an upstream reported inside a stream: its code when it names an HTTP
-// status, else INTERNAL.
-func errorObject(raw json.RawMessage) error {
-	var e struct {
-		Code json.RawMessage `json:"code"`
-	}
-	code := connect.CodeInternal
-	if json.Unmarshal(raw, &e) == nil {
-		var status int
-		if json.Unmarshal(e.Code, &status) == nil && status >= 400 && status < 600 {
-			code = codeOf(status)
-		}
-	}
-	return connect.NewError(code, errors.New(errorMessage([]byte(`{"error":`+string(raw)+`}`))))
+	return connect.NewError(apierror.Code(apierror.KServe, status), errors.New(msg))
 }
 
 // upstreamInvalid reports an answer the bridge cannot read (or an error object inside it).

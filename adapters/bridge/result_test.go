@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -75,22 +76,40 @@ func TestAccumulatorStream(t *testing.T) {
 	assert.Equal(t, []string{"length", "stop"}, finalReasons)
 }
 
-func TestErrorMessage(t *testing.T) {
+// TestUpstreamMessage: the message of an upstream's error body is apierror.ParseBody's (tested
+// there); a body without one is quoted itself, clipped and valid UTF-8, an empty one named by its
+// status.
+func TestUpstreamMessage(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"error":{"message":"bad key","type":"invalid_request_error"}}`: "bad key",
 		`{"object":"error","message":"vllm says no","code":400}`:         "vllm says no",
 		`{"error":"plain"}`:                     "plain",
+		`{"detail":"Not Found"}`:                "Not Found",
 		`{"detail":[{"msg":"field required"}]}`: `[{"msg":"field required"}]`,
 		"  not json \xff ":                      "not json \ufffd",
+		"":                                      "Bad Request",
 	} {
-		assert.Equal(t, want, errorMessage([]byte(body)), body)
+		assert.Equal(t, want, upstreamMessage(http.StatusBadRequest, []byte(body)), body)
 	}
-	assert.Equal(t, connect.CodeInvalidArgument, codeOf(http.StatusBadRequest))
-	assert.Equal(t, connect.CodeInvalidArgument, codeOf(http.StatusRequestEntityTooLarge))
-	assert.Equal(t, connect.CodeNotFound, codeOf(http.StatusNotFound))
-	assert.Equal(t, connect.CodePermissionDenied, codeOf(http.StatusForbidden))
-	assert.Equal(t, connect.CodeUnavailable, codeOf(http.StatusTooManyRequests))
-	assert.Equal(t, connect.CodeUnavailable, codeOf(http.StatusGatewayTimeout))
-	assert.Equal(t, connect.CodeInternal, codeOf(http.StatusNotImplemented))
-	assert.Equal(t, connect.CodeInternal, codeOf(http.StatusMovedPermanently))
+	assert.Len(t, upstreamMessage(http.StatusBadGateway, []byte(strings.Repeat("x", 2000))), 512+len("..."))
+}
+
+// TestAnswerError: an error object in an answer or chunk (OpenAI's, or vLLM's flat one) is the
+// error, with its code's status's code.
+func TestAnswerError(t *testing.T) {
+	for data, want := range map[string]connect.Code{
+		`{"error":{"message":"oops","code":400}}`:                   connect.CodeInvalidArgument,
+		`{"object":"error","message":"engine dead","code":503}`:     connect.CodeUnavailable,
+		`{"error":{"message":"slow down","code":429}}`:              connect.CodeUnavailable,
+		`{"error":"plain"}`:                                         connect.CodeInternal,
+		`{"choices":[{"index":0,"text":"x"}],"error":{"code":404}}`: connect.CodeNotFound,
+	} {
+		_, err := decodeAnswer([]byte(data))
+		var ce *connect.Error
+		require.ErrorAs(t, err, &ce, data)
+		assert.Equal(t, want, ce.Code(), data)
+		assert.NotEmpty(t, ce.Message(), data)
+	}
+	_, err := decodeAnswer([]byte(`{"choices":[],"error":null}`))
+	assert.NoError(t, err)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/apierror"
 	"github.com/infergate/infergate/adapters/logthrottle"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -132,7 +133,7 @@ func (a *Auth) refuseHTTP(w http.ResponseWriter, r *http.Request, cerr *connect.
 		_ = a.ew.Write(w, r, cerr)
 		return
 	}
-	status := HTTPStatus(cerr.Code())
+	status := apierror.RESTStatus(cerr.Code())
 	var body any
 	if strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1" {
 		code := "invalid_api_key"
@@ -159,21 +160,6 @@ func openAIError(msg, code string) any {
 	return struct {
 		Error errObj `json:"error"`
 	}{errObj{Message: msg, Type: "invalid_request_error", Code: code}}
-}
-
-// HTTPStatus is the HTTP status the guard answers for a code.
-func HTTPStatus(c connect.Code) int {
-	switch c {
-	case connect.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case connect.CodePermissionDenied:
-		return http.StatusForbidden
-	case connect.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case connect.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusBadRequest
 }
 
 // GRPCOption authenticates native gRPC calls in the transport's tap, which runs when a call's

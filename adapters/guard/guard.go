@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -171,41 +170,21 @@ func priorityOf(ctx context.Context) Priority {
 	return p
 }
 
-// refusal is why a request was refused, in terms every surface can render.
+// refusal is why a request was refused, in terms every surface can render: the OpenAI error
+// (status, error object, headers such as Retry-After and X-RateLimit-*) and KServe's code, which
+// gets the same message and headers.
 type refusal struct {
-	result     string // the metric's label
-	code       connect.Code
-	status     int
-	errType    string // OpenAI's error type
-	errCode    string // OpenAI's error code
-	param      string // OpenAI's error param: the request field at fault
-	msg        string
-	retryAfter time.Duration
-	limit      *ratelimit.Decision // the refusing budget, for X-RateLimit-*
-}
-
-func (r *refusal) header() http.Header {
-	h := http.Header{}
-	if r.limit != nil {
-		r.limit.SetHeaders(h)
-		return h
-	}
-	if r.retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((r.retryAfter+time.Second-1)/time.Second)))
-	}
-	return h
+	result string       // the metric's label
+	code   connect.Code // KServe's
+	err    *pipeline.Error
 }
 
 func (r *refusal) connectError() *connect.Error {
-	e := connect.NewError(r.code, errors.New(r.msg))
-	for k, vv := range r.header() {
+	e := connect.NewError(r.code, errors.New(r.err.Message))
+	for k, vv := range r.err.Header {
 		e.Meta()[k] = vv
 	}
 	return e
-}
-
-func (r *refusal) openAIError() *pipeline.Error {
-	return &pipeline.Error{Status: r.status, Type: r.errType, Code: r.errCode, Param: r.param, Message: r.msg, Header: r.header()}
 }
 
 // ticket is an admitted request.
@@ -283,12 +262,11 @@ func (g *Guard) decide(ctx context.Context, model, route string, tokens float64)
 	if p != nil && !p.MayUse(model) {
 		// To a key, a model it may not use does not exist: the same answer as for an unknown
 		// name, in each protocol's words, so keys cannot probe other tenants' models.
-		msg := fmt.Sprintf("Request for unknown model: '%s' is not found", model)
-		if route == RouteOpenAI {
-			msg = fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)
+		e := pipeline.ModelNotFound(model)
+		if route != RouteOpenAI {
+			e = pipeline.NotFound("model", "model_not_found", fmt.Sprintf("Request for unknown model: '%s' is not found", model))
 		}
-		return nil, &refusal{code: connect.CodeNotFound, status: http.StatusNotFound, result: "forbidden",
-			errType: "invalid_request_error", errCode: "model_not_found", param: "model", msg: msg}
+		return nil, &refusal{result: "forbidden", code: connect.CodeNotFound, err: e}
 	}
 	t := &ticket{release: noRelease}
 	if g.opts.Limiter != nil {
@@ -426,26 +404,27 @@ func (g *Guard) limitWith(ctx context.Context, t *ticket, keyName, model, route 
 	}
 	switch {
 	case failed != nil && ctx.Err() != nil:
-		return &refusal{code: connect.CodeCanceled, status: 499, result: "canceled", errType: "server_error", msg: ctx.Err().Error()}
+		return &refusal{result: "canceled", code: connect.CodeCanceled, err: pipeline.Canceled(ctx.Err())}
 	case failed != nil:
 		g.warn.Warn("limiter-failed", "rate limiter failed; requests refused (fail-closed)", "err", failed)
-		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, errType: "server_error",
-			result: "limiter_unavailable", errCode: "rate_limiter_unavailable", msg: "rate limits cannot be checked right now; retry later", retryAfter: time.Second}
+		return &refusal{result: "limiter_unavailable", code: connect.CodeUnavailable,
+			err: pipeline.Unavailable("rate_limiter_unavailable", time.Second, "rate limits cannot be checked right now; retry later")}
 	case refused != nil:
-		r := &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, errType: "requests",
-			result: "rate_limited", errCode: "rate_limit_exceeded", retryAfter: refused.d.RetryAfter, limit: ptr(refused.d)}
-		what := "requests"
+		result, what := "rate_limited", "requests"
 		if refused.tokens {
-			r.errType, what = "tokens", "tokens"
+			what = "tokens"
 		}
 		per := refused.limit.Burst
+		var msg string
 		if refused.d.TooLarge {
-			r.result = "too_large"
-			r.msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope(), refused.cost, per)
+			result = "too_large"
+			msg = fmt.Sprintf("request too large for %s: about %.0f tokens, but the limit is %.0f tokens per minute", refused.scope(), refused.cost, per)
 		} else {
-			r.msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope(), per, what, ceil(refused.d.RetryAfter))
+			msg = fmt.Sprintf("rate limit reached for %s: %.0f %s per minute; retry after %s", refused.scope(), per, what, ceil(refused.d.RetryAfter))
 		}
-		return r
+		h := http.Header{}
+		refused.d.SetHeaders(h)
+		return &refusal{result: result, code: connect.CodeResourceExhausted, err: pipeline.RateLimited(what, msg, h)}
 	}
 	// X-RateLimit-* describe the budget closest to running out.
 	tightest := &cs[0]
@@ -507,14 +486,13 @@ func ceil(d time.Duration) time.Duration {
 func (g *Guard) shedRefusal(ctx context.Context, err error) *refusal {
 	switch {
 	case errors.Is(err, ErrOverloaded):
-		return &refusal{code: connect.CodeResourceExhausted, status: http.StatusTooManyRequests, result: "overloaded",
-			errType: "server_error", errCode: "overloaded", msg: err.Error(), retryAfter: g.opts.Shedder.RetryAfter()}
+		return &refusal{result: "overloaded", code: connect.CodeResourceExhausted, err: pipeline.Overloaded(g.opts.Shedder.RetryAfter(), err.Error())}
 	case errors.Is(err, ErrQueueTimeout):
-		return &refusal{code: connect.CodeUnavailable, status: http.StatusServiceUnavailable, result: "queue_timeout",
-			errType: "server_error", errCode: "queue_timeout", msg: err.Error(), retryAfter: g.opts.Shedder.RetryAfter()}
+		return &refusal{result: "queue_timeout", code: connect.CodeUnavailable,
+			err: pipeline.Unavailable("queue_timeout", g.opts.Shedder.RetryAfter(), err.Error())}
 	}
 	// The caller went away while waiting: nobody reads the answer, but keep it truthful.
-	return &refusal{code: connect.CodeCanceled, status: 499, result: "canceled", errType: "server_error", msg: ctx.Err().Error()}
+	return &refusal{result: "canceled", code: connect.CodeCanceled, err: pipeline.Canceled(ctx.Err())}
 }
 
 // KServe is the model registry's Admission: every KServe request, on every transport.
@@ -546,7 +524,7 @@ func (g *Guard) OpenAI() pipeline.Admission {
 			t, r = g.admit(ctx, req.Model(), RouteOpenAI, tokens)
 		}
 		if r != nil {
-			return pipeline.Admitted{}, r.openAIError()
+			return pipeline.Admitted{}, r.err
 		}
 		var h http.Header
 		if t.limited {
@@ -593,6 +571,3 @@ func (g *Guard) estimate(req *pipeline.Request) (total, prompt float64) {
 	prompt = ratelimit.EstimateTokens(len(req.Body()), 0)
 	return prompt + float64(maxTokens), prompt
 }
-
-// ptr is a copy of v on the heap, so the original may stay on the stack.
-func ptr[T any](v T) *T { return &v }

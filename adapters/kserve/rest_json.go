@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strconv"
 
-	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/apierror"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -316,31 +316,14 @@ type restError struct {
 
 func (e *restError) Error() string { return e.msg }
 
-// restStatus maps an error to Triton's HTTP status: INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503,
-// UNIMPLEMENTED 501, everything else 400; and the guard's refusals (which Triton does not have) to
-// 401, 403 and 429.
+// restStatus maps an error to its HTTP status: a restError's own, else its code's (Triton's
+// statuses, and the guard's refusals': apierror.RESTStatus).
 func restStatus(err error) int {
 	var re *restError
 	if errors.As(err, &re) {
 		return re.status
 	}
-	switch asStatus(err).Code() {
-	case connect.CodeInternal:
-		return 500
-	case connect.CodeNotFound:
-		return 404
-	case connect.CodeUnavailable:
-		return 503
-	case connect.CodeUnimplemented:
-		return 501
-	case connect.CodeUnauthenticated:
-		return 401
-	case connect.CodePermissionDenied:
-		return 403
-	case connect.CodeResourceExhausted:
-		return 429
-	}
-	return 400
+	return apierror.RESTStatus(asStatus(err).Code())
 }
 
 // restMessage is the text of an error as the client sees it: the status message without

@@ -17,34 +17,29 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-func TestParseErrorBody(t *testing.T) {
+// TestUpstreamError: an upstream's error answer keeps its error object (apierror.ParseBody, tested
+// there) and its status's code; a body without one gets a message that names the status.
+func TestUpstreamError(t *testing.T) {
+	e := upstreamError(http.StatusTooManyRequests, []byte(`{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}`))
+	assert.Equal(t, connect.CodeResourceExhausted, e.code)
+	assert.True(t, proto.Equal(&openaiv1.Error{Message: "Rate limit reached", Type: "requests", Code: "rate_limit_exceeded"}, e.obj), "%v", e.obj)
 	cases := []struct {
 		name, body string
 		want       *openaiv1.Error
-		ok         bool
 	}{
-		{"openai", `{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}`,
-			&openaiv1.Error{Message: "Rate limit reached", Type: "requests", Code: "rate_limit_exceeded"}, true},
-		{"vllm flat", `{"object":"error","message":"bad","type":"BadRequestError","param":"n","code":400}`,
-			&openaiv1.Error{Message: "bad", Type: "BadRequestError", Param: "n", Code: "400"}, true},
-		{"vllm nested", `{"error":{"message":"bad","type":"BadRequestError","param":null,"code":400}}`,
-			&openaiv1.Error{Message: "bad", Type: "BadRequestError", Code: "400"}, true},
-		{"plain string", `{"error":"model 'x' not found"}`, &openaiv1.Error{Message: "model 'x' not found", Type: "invalid_request_error"}, true},
-		{"fastapi", `{"detail":"Not Found"}`, &openaiv1.Error{Message: "Not Found", Type: "invalid_request_error"}, true},
-		{"fastapi list", `{"detail":[{"loc":["body"],"msg":"field required"}]}`,
-			&openaiv1.Error{Message: `[{"loc":["body"],"msg":"field required"}]`, Type: "invalid_request_error"}, true},
-		{"text", "upstream connect error\n", &openaiv1.Error{Message: "upstream answered HTTP 404: upstream connect error", Type: "invalid_request_error"}, false},
-		{"empty", "", &openaiv1.Error{Message: "upstream answered HTTP 404", Type: "invalid_request_error"}, false},
-		{"binary", "\xff\xfe", &openaiv1.Error{Message: "upstream answered HTTP 404", Type: "invalid_request_error"}, false},
+		{"text", "upstream connect error\n", &openaiv1.Error{Message: "upstream answered HTTP 404: upstream connect error", Type: "invalid_request_error"}},
+		{"empty", "", &openaiv1.Error{Message: "upstream answered HTTP 404", Type: "invalid_request_error"}},
+		{"binary", "\xff\xfe", &openaiv1.Error{Message: "upstream answered HTTP 404", Type: "invalid_request_error"}},
 	}
 	for _, tc := range cases {
-		got, ok := parseErrorBody(http.StatusNotFound, []byte(tc.body))
-		assert.True(t, proto.Equal(tc.want, got), "%s: %v", tc.name, got)
-		assert.Equal(t, tc.ok, ok, tc.name)
+		e := upstreamError(http.StatusNotFound, []byte(tc.body))
+		assert.Equal(t, connect.CodeNotFound, e.code, tc.name)
+		assert.True(t, proto.Equal(tc.want, e.obj), "%s: %v", tc.name, e.obj)
 	}
-	got, _ := parseErrorBody(http.StatusBadGateway, []byte(strings.Repeat("é", 400)))
-	assert.True(t, utf8.ValidString(got.GetMessage()))
-	assert.Less(t, len(got.GetMessage()), 600, "a long body is cut")
+	e = upstreamError(http.StatusBadGateway, []byte(strings.Repeat("é", 400)))
+	assert.Equal(t, connect.CodeUnavailable, e.code)
+	assert.True(t, utf8.ValidString(e.obj.GetMessage()))
+	assert.Less(t, len(e.obj.GetMessage()), 600, "a long body is cut")
 }
 
 func TestEventError(t *testing.T) {
@@ -54,6 +49,7 @@ func TestEventError(t *testing.T) {
 		`{"error":{"message":"oops","type":"BadRequestError","code":400}}`:                             connect.CodeInvalidArgument,
 		`{"object":"error","message":"engine dead","type":"InternalServerError","code":503}`:           connect.CodeUnavailable,
 		`{"error":{"message":"oops","type":"server_error","code":null}}`:                               connect.CodeInternal,
+		`{"error":{"type":"server_error","code":429}}`:                                                 connect.CodeResourceExhausted,
 		`"error"`: 0,
 	} {
 		e := eventError([]byte(data))
@@ -69,7 +65,7 @@ func TestEventError(t *testing.T) {
 
 // FuzzUpstreamJSON: whatever an upstream sends, as an error body, a stream event or a response,
 // decoding returns a message or an error, never panics; errors always have a message and a
-// valid code.
+// valid code. (apierror's FuzzParse fuzzes the error parser itself.)
 func FuzzUpstreamJSON(f *testing.F) {
 	f.Add([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi","tool_calls":[{"index":0,"function":{"arguments":"{"}}]},"logprobs":null,"finish_reason":null}]}`))
 	f.Add([]byte(`{"id":"c","object":"text_completion","choices":[{"text":"x","logprobs":{"tokens":["x"],"token_logprobs":[null]}}],"usage":{"prompt_tokens":1}}`))
@@ -78,9 +74,8 @@ func FuzzUpstreamJSON(f *testing.F) {
 	f.Add([]byte(`{"object":"error","message":"m","code":"x"}`))
 	f.Add([]byte(`{"error":"text","detail":[1]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		obj, _ := parseErrorBody(http.StatusBadGateway, b)
-		if obj.GetMessage() == "" || !utf8.ValidString(obj.GetMessage()) {
-			t.Fatalf("error message %q from %q", obj.GetMessage(), b)
+		if e := upstreamError(http.StatusBadGateway, b); e.code != connect.CodeUnavailable || e.obj.GetMessage() == "" || !utf8.ValidString(e.obj.GetMessage()) {
+			t.Fatalf("upstream error %v from %q", e, b)
 		}
 		if e := eventError(b); e != nil && (e.code < connect.CodeCanceled || e.code > connect.CodeUnauthenticated || e.obj.GetMessage() == "") {
 			t.Fatalf("event error %v from %q", e, b)

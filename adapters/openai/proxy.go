@@ -371,8 +371,7 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/embeddings", p.proxy)
 	mux.HandleFunc("GET /health", p.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		(&pipeline.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)}).Write(w)
+		pipeline.NotFound("", "unknown_url", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)).Write(w)
 	})
 }
 

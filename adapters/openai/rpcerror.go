@@ -3,14 +3,13 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/apierror"
 	"github.com/infergate/infergate/adapters/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"google.golang.org/grpc"
@@ -65,6 +64,18 @@ func serverError(code connect.Code, errCode, msg string) *rpcError {
 	return &rpcError{code: code, obj: &openaiv1.Error{Message: msg, Type: "server_error", Code: errCode}}
 }
 
+// statusError is the error for an HTTP status and OpenAI's error object: the status's code on
+// this service (apierror's table), the object as its detail, header sent along.
+func statusError(status int, obj apierror.Object, header http.Header) *rpcError {
+	return &rpcError{code: apierror.Code(apierror.OpenAIService, status),
+		obj: &openaiv1.Error{Message: obj.Message, Type: obj.Type, Param: obj.Param, Code: obj.Code}, header: header}
+}
+
+// gatewayError is the gateway's own error, as the OpenAI HTTP API would answer it.
+func gatewayError(e *pipeline.Error) *rpcError {
+	return statusError(e.Status, apierror.Object{Message: e.Message, Type: e.Type, Param: e.Param, Code: e.Code}, e.Header)
+}
+
 // fromGatewayError converts what Proxy.Call returns before an upstream answered.
 func fromGatewayError(ctx context.Context, err error) *rpcError {
 	var gw *pipeline.Error
@@ -76,7 +87,7 @@ func fromGatewayError(ctx context.Context, err error) *rpcError {
 			}
 			_ = grpc.SetTrailer(ctx, md) // a no-op outside grpc-go's transport
 		}
-		return &rpcError{codeForStatus(gw.Status), &openaiv1.Error{Message: gw.Message, Type: gw.Type, Param: gw.Param, Code: gw.Code}, gw.Header}
+		return gatewayError(gw)
 	}
 	return fromContext(ctx, err)
 }
@@ -93,133 +104,36 @@ func fromContext(ctx context.Context, err error) *rpcError {
 	return serverError(connect.CodeInternal, "", err.Error())
 }
 
-// codeForStatus maps an OpenAI HTTP status to a status code. 409 is ABORTED: OpenAI answers it to
-// a request that conflicts with one in progress, which a client may retry. 413 joins 429 as
-// RESOURCE_EXHAUSTED, as gRPC reports messages over its size limit.
-func codeForStatus(s int) connect.Code {
-	switch s {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
-		return connect.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return connect.CodeUnauthenticated
-	case http.StatusForbidden:
-		return connect.CodePermissionDenied
-	case http.StatusNotFound:
-		return connect.CodeNotFound
-	case http.StatusRequestTimeout:
-		return connect.CodeDeadlineExceeded
-	case http.StatusConflict:
-		return connect.CodeAborted
-	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return connect.CodeResourceExhausted
-	case http.StatusNotImplemented:
-		return connect.CodeUnimplemented
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return connect.CodeUnavailable
+// upstreamError is the error of an upstream's answer with an error status: the status's code,
+// and the error object of its body (at most a few KiB are passed in).
+func upstreamError(status int, body []byte) *rpcError {
+	obj, ok := apierror.ParseBody(status, body)
+	if !ok {
+		obj.Message = unparsedMessage(status, body)
 	}
-	switch {
-	case s >= 500:
-		return connect.CodeInternal
-	case s >= 400:
-		return connect.CodeInvalidArgument
-	}
-	return connect.CodeUnknown
+	return statusError(status, obj, nil)
 }
 
-// errorShape holds the error bodies OpenAI-compatible servers send: OpenAI's {"error": {...}},
-// vLLM's flat {"object": "error", "message": ..., "code": 404}, a plain {"error": "text"}
-// (Ollama's native API), FastAPI's {"detail": ...}.
-type errorShape struct {
-	Error  json.RawMessage `json:"error"`
-	Object string          `json:"object"`
-	Detail json.RawMessage `json:"detail"`
-	errorFields
-}
-
-type errorFields struct {
-	Message string          `json:"message"`
-	Type    string          `json:"type"`
-	Param   json.RawMessage `json:"param"`
-	Code    json.RawMessage `json:"code"`
-}
-
-// parseErrorBody reads OpenAI's error object from an upstream's error body (at most a few KiB are
-// passed in). ok is false when the body holds none; the object then says only what status came.
-func parseErrorBody(status int, body []byte) (obj *openaiv1.Error, ok bool) {
-	var s errorShape
-	if json.Unmarshal(body, &s) == nil {
-		var f errorFields
-		var text string
-		switch {
-		case json.Unmarshal(s.Error, &text) == nil && text != "":
-			return &openaiv1.Error{Message: text, Type: errorType(status)}, true
-		case json.Unmarshal(s.Error, &f) == nil && f.Message != "":
-		case s.Message != "":
-			f = s.errorFields
-		case json.Unmarshal(s.Detail, &text) == nil && text != "":
-			return &openaiv1.Error{Message: text, Type: errorType(status)}, true
-		case len(s.Detail) > 0 && string(s.Detail) != "null":
-			return &openaiv1.Error{Message: string(s.Detail), Type: errorType(status)}, true
-		}
-		if f.Message != "" {
-			if f.Type == "" {
-				f.Type = errorType(status)
-			}
-			return &openaiv1.Error{Message: f.Message, Type: f.Type, Param: scalarText(f.Param), Code: scalarText(f.Code)}, true
-		}
-	}
+// unparsedMessage is the message of an error whose body holds none: the status, and the body if
+// it is text.
+func unparsedMessage(status int, body []byte) string {
 	msg := fmt.Sprintf("upstream answered HTTP %d", status)
 	if t := bytes.TrimSpace(body); len(t) > 0 && utf8.Valid(t) {
 		msg += ": " + pipeline.Truncate(string(t), 512)
 	}
-	return &openaiv1.Error{Message: msg, Type: errorType(status)}, false
+	return msg
 }
-
-func errorType(status int) string {
-	if status >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-// scalarText is a JSON string's text or a number's digits; "" for null and anything else.
-func scalarText(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	if _, err := strconv.ParseFloat(string(raw), 64); err == nil {
-		return string(raw)
-	}
-	return ""
-}
-
-var errorKey = []byte(`"error"`)
 
 // eventError reads an error a stream carries in band, as an event holding an error object
 // instead of a chunk; nil if data is not one. A numeric code that is an HTTP error status gives
 // the status code (vLLM sends its errors' statuses); other errors are INTERNAL.
 func eventError(data []byte) *rpcError {
-	// A chunk's text cannot hold `"error"` unescaped, so only error objects (and a chunk whose
-	// object or finish reason is literally "error") pass this test.
-	if !bytes.Contains(data, errorKey) {
+	obj, status, ok := apierror.ParseEvent(data)
+	if !ok {
 		return nil
 	}
-	var s errorShape
-	if json.Unmarshal(data, &s) != nil {
-		return nil
+	if obj.Message == "" {
+		obj.Message = unparsedMessage(status, data)
 	}
-	if len(s.Error) == 0 && s.Object != "error" {
-		return nil
-	}
-	obj, _ := parseErrorBody(http.StatusInternalServerError, data)
-	code := connect.CodeInternal
-	if n, err := strconv.Atoi(obj.GetCode()); err == nil && n >= 400 && n <= 599 {
-		code = codeForStatus(n)
-	}
-	return &rpcError{code: code, obj: obj}
+	return statusError(status, obj, nil)
 }

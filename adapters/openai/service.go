@@ -128,8 +128,7 @@ func (s *service) embedding(ctx context.Context, req *openaiv1.CreateEmbeddingRe
 // *rpcError. The caller closes the response.
 func (s *service) call(ctx context.Context, path string, body []byte) (*pipeline.Response, error) {
 	if limit := s.p.opts.MaxBodyBytes; int64(len(body)) > limit {
-		return nil, &rpcError{code: connect.CodeResourceExhausted, obj: &openaiv1.Error{Type: "invalid_request_error", Code: "request_too_large",
-			Message: fmt.Sprintf("Request body exceeds %d bytes.", limit)}}
+		return nil, gatewayError(pipeline.TooLarge(limit))
 	}
 	reqID := incomingRequestID(ctx)
 	res, err := s.p.Call(pipeline.WithRequestID(ctx, reqID), path, body)
@@ -140,8 +139,7 @@ func (s *service) call(ctx context.Context, path string, body []byte) (*pipeline
 	if res.StatusCode != http.StatusOK {
 		defer res.Close()
 		b, _ := io.ReadAll(io.LimitReader(res, 64<<10))
-		obj, _ := parseErrorBody(res.StatusCode, b)
-		return nil, &rpcError{code: codeForStatus(res.StatusCode), obj: obj}
+		return nil, upstreamError(res.StatusCode, b)
 	}
 	return res, nil
 }

@@ -99,13 +99,31 @@ func TooLarge(limit int64) *Error {
 		Message: fmt.Sprintf("Request body exceeds %d bytes.", limit)}
 }
 
-// ModelNotFound is the 404 for a model nothing serves, or that the caller may not see.
-func ModelNotFound(model string) *Error {
-	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-		Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
+// NotFound is a 404 for something the request names (param, when a field of it) that does not
+// exist: a URL, a model, a batch or file.
+func NotFound(param, code, msg string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: param, Code: code, Message: msg}
 }
 
-// ServerError is a failure of the gateway or of its upstreams: status 5xx, type server_error.
+// ModelNotFound is the 404 for a model nothing serves, or that the caller may not see.
+func ModelNotFound(model string) *Error {
+	return NotFound("model", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+}
+
+// RateLimited is the 429 for a request over a rate limit: typ names the budget (requests,
+// tokens), as OpenAI's type does; header carries Retry-After and X-RateLimit-*.
+func RateLimited(typ, msg string, header http.Header) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: typ, Code: "rate_limit_exceeded", Message: msg, Header: header}
+}
+
+// Overloaded is the 429 for a request shed because the gateway is at capacity, with Retry-After
+// (whole seconds, rounded up, at least 1).
+func Overloaded(retryAfter time.Duration, msg string) *Error {
+	return withRetryAfter(ServerError(http.StatusTooManyRequests, "overloaded", msg), retryAfter)
+}
+
+// ServerError is a failure of the gateway or of its upstreams, type server_error: a 5xx status,
+// or the 429 and 499 of Overloaded and Canceled.
 func ServerError(status int, code, msg string) *Error {
 	return &Error{Status: status, Type: "server_error", Code: code, Message: msg}
 }
@@ -113,7 +131,16 @@ func ServerError(status int, code, msg string) *Error {
 // Unavailable is a 503 that says when to retry: Retry-After in whole seconds, rounded up, at
 // least 1.
 func Unavailable(code string, retryAfter time.Duration, msg string) *Error {
-	e := ServerError(http.StatusServiceUnavailable, code, msg)
+	return withRetryAfter(ServerError(http.StatusServiceUnavailable, code, msg), retryAfter)
+}
+
+// Canceled is the 499 (nginx's "client closed request") for a request whose caller went away
+// before it was answered: nobody reads it, but it stays truthful. err is the context's error.
+func Canceled(err error) *Error {
+	return ServerError(499, "", err.Error())
+}
+
+func withRetryAfter(e *Error, retryAfter time.Duration) *Error {
 	e.Header = http.Header{"Retry-After": {strconv.FormatInt(CeilSeconds(retryAfter), 10)}}
 	return e
 }

@@ -155,6 +155,30 @@ func TestErrorJSON(t *testing.T) {
 	assert.EqualValues(t, 1, pipeline.CeilSeconds(0))
 }
 
+// TestErrorConstructors: each constructor's status, error object and headers, as a surface sees
+// them.
+func TestErrorConstructors(t *testing.T) {
+	rl := http.Header{"Retry-After": {"7"}, "X-Ratelimit-Limit": {"10"}}
+	for _, c := range []struct {
+		err    *pipeline.Error
+		status int
+		json   string
+		header http.Header
+	}{
+		{pipeline.InvalidRequest("n", "", "bad n"), 400, `{"message":"bad n","type":"invalid_request_error","param":"n","code":null}`, nil},
+		{pipeline.NotFound("", "unknown_url", "Invalid URL (GET /v1/x)"), 404, `{"message":"Invalid URL (GET /v1/x)","type":"invalid_request_error","param":null,"code":"unknown_url"}`, nil},
+		{pipeline.TooLarge(10), 413, `{"message":"Request body exceeds 10 bytes.","type":"invalid_request_error","param":null,"code":"request_too_large"}`, nil},
+		{pipeline.RateLimited("tokens", "slow down", rl), 429, `{"message":"slow down","type":"tokens","param":null,"code":"rate_limit_exceeded"}`, rl},
+		{pipeline.Overloaded(1500*time.Millisecond, "busy"), 429, `{"message":"busy","type":"server_error","param":null,"code":"overloaded"}`, http.Header{"Retry-After": {"2"}}},
+		{pipeline.Unavailable("queue_timeout", 0, "waited"), 503, `{"message":"waited","type":"server_error","param":null,"code":"queue_timeout"}`, http.Header{"Retry-After": {"1"}}},
+		{pipeline.Canceled(context.Canceled), 499, `{"message":"context canceled","type":"server_error","param":null,"code":null}`, nil},
+	} {
+		assert.Equal(t, c.status, c.err.Status, c.json)
+		assert.JSONEq(t, `{"error":`+c.json+`}`, string(c.err.JSON()))
+		assert.Equal(t, c.header, c.err.Header, c.json)
+	}
+}
+
 func answer(body string) pipeline.Handler {
 	return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 		return &pipeline.Response{StatusCode: 200, Body: pipeline.NewBody([]byte(body), pipeline.Usage{})}, nil
