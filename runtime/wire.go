@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/adapters/bridge"
@@ -78,9 +77,6 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	reg.SetAdmission(g.KServe())
 	collectors = append(collectors, g.Collectors()...)
 
-	// The bridge gives every LLM the proxy routes a KServe model; the proxy announces its model set
-	// changing before the bridge exists, so the callback looks the bridge up.
-	var bridged atomic.Pointer[bridge.Bridge]
 	// With API keys on, a client's Authorization is the gateway's key: never passed upstream.
 	// A key sees only the models it may use, on every surface.
 	var strip []string
@@ -91,18 +87,14 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		reg.SetVisibility(guard.Visible)
 	}
 	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
-		Ready: func() bool { return gw.Ready() },
-		OnModelsChanged: func() {
-			if b := bridged.Load(); b != nil {
-				b.Sync()
-			}
-		},
+		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
 		Stages:         llmStages(g)})
 	if err != nil {
 		return nil, nil, err
 	}
-	bridged.Store(bridge.New(reg, proxy, bridge.WithLogger(log)))
+	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
+	bridged := bridge.New(reg, proxy, bridge.WithLogger(log))
 	kp, err := kserveproxy.New(kserveproxy.Options{Endpoints: cfg.Upstreams, Registry: reg, Logger: log,
 		MaxMessageBytes: gwCfg.MaxMessageBytes, Breaker: br})
 	if err != nil {
@@ -161,7 +153,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	closers = append(closers, proxy.Close)
 	kp.Start(ctx)
 	closers = append(closers, kp.Close)
-	bridged.Load().Sync()
+	bridged.Sync()
 	if store != nil {
 		// Registered tensor backends join the KServe upstream pool, routed like configured ones.
 		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: registry.KServeTensors{Pool: kp}, Logger: log})

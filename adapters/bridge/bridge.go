@@ -66,19 +66,21 @@ type Option func(*Bridge)
 // WithLogger sets the logger for models added, removed and skipped; default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(b *Bridge) { b.log = l } }
 
-// New returns a bridge from proxy's models to reg. It registers nothing until Sync.
+// New returns a bridge from proxy's models to reg, kept in step with them from then on (it
+// watches the proxy's model set). It registers nothing until the first change or Sync.
 func New(reg *engines.Registry, proxy *openai.Proxy, opts ...Option) *Bridge {
 	b := &Bridge{reg: reg, proxy: proxy, log: slog.Default(), owned: map[string]owned{}, taken: map[string]bool{}}
 	for _, o := range opts {
 		o(b)
 	}
+	proxy.Watch(b.Sync)
 	return b
 }
 
 // Sync makes the registry hold one bridge model per model the proxy routes (except embeddings
 // models) and no bridge model for a name it no longer routes. A name another model already holds
-// (a built-in, a KServe upstream's model) is skipped with a warning, never replaced. Call it when
-// the proxy's models change (openai.Options.OnModelsChanged); it is safe to call concurrently and
+// (a built-in, a KServe upstream's model) is skipped with a warning, never replaced. New calls it
+// when the proxy's models change; it is safe to call concurrently and
 // repeatedly, and does no I/O.
 func (b *Bridge) Sync() {
 	want := map[string]string{}

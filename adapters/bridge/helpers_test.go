@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,19 +56,12 @@ func (s *syncBuffer) String() string {
 func start(t testing.TB, eps ...upstream.Endpoint) *env {
 	t.Helper()
 	e := &env{logs: &syncBuffer{}}
-	var br atomic.Pointer[bridge.Bridge]
-	p, err := openai.New(openai.Options{Endpoints: eps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnModelsChanged: func() {
-			if b := br.Load(); b != nil {
-				b.Sync()
-			}
-		}})
+	p, err := openai.New(openai.Options{Endpoints: eps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	t.Cleanup(p.Close) // after the gateway's drain (cleanups run last-in first-out)
 	e.proxy = p
 	e.srv = gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
 	e.bridge = bridge.New(e.srv.Registry, p, bridge.WithLogger(slog.New(slog.NewTextHandler(e.logs, nil))))
-	br.Store(e.bridge)
 	p.Start(context.Background())
 	e.bridge.Sync()
 	conn, err := grpc.NewClient(e.srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

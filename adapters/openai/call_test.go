@@ -87,9 +87,9 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	reg := openaitest.Start(t, "reg", "llama", "mistral")
 	var changes atomic.Int32
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 10))},
-		OnModelsChanged: func() { changes.Add(1) }})
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 10))}})
 	require.NoError(t, err)
+	p.Watch(func() { changes.Add(1) })
 	p.Start(context.Background())
 	defer p.Close()
 	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())

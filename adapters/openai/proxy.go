@@ -40,9 +40,6 @@ type Options struct {
 	DiscoveryInterval time.Duration
 	// Ready, when set, makes /health report 503 once it returns false (the gateway draining).
 	Ready func() bool
-	// OnModelsChanged, when set, is called after the set of served model names changed (an
-	// endpoint's discovery found other models, an endpoint was added or removed). It must not block.
-	OnModelsChanged func()
 	// Stages, when set, returns the interceptors a model's requests pass through before the
 	// upstream exchange, outermost first (the guard's admission first). It is asked once per
 	// model name, whenever the routing table is rebuilt, so it must be cheap and not block.
@@ -80,6 +77,8 @@ type Proxy struct {
 	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
 	// fails over; its breaker is Options.Breaker.
 	router upstream.Router
+	// watchers are Watch's callbacks; copy-on-write under mu.
+	watchers atomic.Pointer[[]func()]
 	// terminal is the last Handler of every model's pipeline: p.forward, as one func value.
 	terminal pipeline.Handler
 
@@ -155,6 +154,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics(), router: upstream.Router{Breaker: opts.Breaker, Last: true}}
 	p.terminal = p.forward
+	p.watchers.Store(&[]func(){})
 	for _, k := range opts.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
 	}
@@ -355,9 +355,20 @@ func (p *Proxy) rebuild() {
 	}
 	p.table.Store(t)
 	p.mu.Unlock()
-	if p.opts.OnModelsChanged != nil && !slices.Equal(old.names, t.names) {
-		p.opts.OnModelsChanged()
+	if !slices.Equal(old.names, t.names) {
+		for _, f := range *p.watchers.Load() {
+			f()
+		}
 	}
+}
+
+// Watch calls f after every change of the set of served model names (an endpoint's discovery
+// found other models, an endpoint was added or removed). f must not block.
+func (p *Proxy) Watch(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ws := append(slices.Clone(*p.watchers.Load()), f)
+	p.watchers.Store(&ws)
 }
 
 // Mount registers the OpenAI routes and the OpenAIService Connect handler (Connect, gRPC-Web) on
