@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -881,6 +882,8 @@ type textModel struct {
 	cfg       *inference.ModelConfig
 	cancelled chan struct{}
 	once      sync.Once
+	// held, for a request with parameter "hold", is closed to let it go on past its first word.
+	held atomic.Pointer[chan struct{}]
 }
 
 func newTextModel(name string, decoupled bool, maxBatch int32) *textModel {
@@ -927,6 +930,13 @@ func (m *textModel) Execute(ctx context.Context, req *engines.Request, send func
 		err := send(&engines.Response{Outputs: []engines.Tensor{{Name: "text_output", Datatype: inference.DataType_TYPE_STRING, Shape: []int64{1}, Data: tensor.JoinBytes([]string{w})}}})
 		if err != nil {
 			return err
+		}
+		if i == 0 && req.Parameters["hold"].GetBoolParam() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-*m.held.Load():
+			}
 		}
 	}
 	if req.Parameters["empty_final"].GetBoolParam() {
@@ -1022,23 +1032,26 @@ func TestRESTGenerateStream(t *testing.T) {
 	srv := start(t, words, newTextModel("text_echo", false, 8))
 	for _, p := range restPeers(srv) {
 		t.Run(p.name, func(t *testing.T) {
+			// The model holds after its first word until the test has read it: it arrives only if
+			// each event is flushed as the model produces it, not at the end.
+			release := make(chan struct{})
+			words.held.Store(&release)
 			req, err := http.NewRequest(http.MethodPost, p.url+"/v2/models/text_words/generate_stream",
-				strings.NewReader(`{"id":"s1","text_input":"the quick brown fox","parameters":{"delay_ms":200}}`))
+				strings.NewReader(`{"id":"s1","text_input":"the quick brown fox","parameters":{"hold":true}}`))
 			require.NoError(t, err)
-			t0 := time.Now()
-			res, err := p.c.Do(req)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang fails, not a slow run
+			defer cancel()
+			res, err := p.c.Do(req.WithContext(ctx))
 			require.NoError(t, err)
 			defer res.Body.Close()
 			require.Equal(t, http.StatusOK, res.StatusCode)
 			assert.Equal(t, "text/event-stream; charset=utf-8", res.Header.Get("Content-Type"))
-			// Events arrive as the model produces them (one word each 200 ms), not all at the end.
 			rd := bufio.NewReader(res.Body)
 			first, err := rd.ReadString('\n')
-			require.NoError(t, err)
-			assert.Less(t, time.Since(t0), 600*time.Millisecond, "the first word is flushed before the rest are generated")
+			require.NoError(t, err, "the first word is flushed before the rest are generated")
+			close(release)
 			assert.Equal(t, `data: {"id":"s1","model_name":"text_words","model_version":"1","text_output":"the"}`+"\n", first)
 			rest := sseEvents(t, rd)
-			assert.GreaterOrEqual(t, time.Since(t0), 700*time.Millisecond)
 			assert.Equal(t, []string{
 				`{"id":"s1","model_name":"text_words","model_version":"1","text_output":"quick"}`,
 				`{"id":"s1","model_name":"text_words","model_version":"1","text_output":"brown"}`,
