@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -287,7 +288,6 @@ func TestHandlerReaderOutlivesHandler(t *testing.T) {
 	read := make(chan []byte)
 	h := in.Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		go func() {
-			close(reading)
 			buf := make([]byte, 64<<10)
 			n, err := r.Body.Read(buf) // in progress when the Handler is done
 			assert.NoError(t, err)
@@ -297,7 +297,10 @@ func TestHandlerReaderOutlivesHandler(t *testing.T) {
 		}()
 		<-reading
 	}))
-	req := httptest.NewRequest(http.MethodPost, "/inference.GRPCInferenceService/ModelStreamInfer", pr)
+	// The body says when the read has reached it: the read is then in progress for sure (a
+	// signal sent before calling Read could let the Handler return before the read began).
+	body := &signalReader{r: pr, reading: reading}
+	req := httptest.NewRequest(http.MethodPost, "/inference.GRPCInferenceService/ModelStreamInfer", body)
 	req.Header.Set("Content-Type", "application/grpc-web+proto")
 	req.Header.Set("Grpc-Encoding", "gzip")
 	h.ServeHTTP(httptest.NewRecorder(), req) // returns while its goroutine waits in Read
@@ -306,4 +309,16 @@ func TestHandlerReaderOutlivesHandler(t *testing.T) {
 	got := <-read
 	assert.Equal(t, envelope(0, msg)[:len(got)], got, "the read in progress inflated its message")
 	assert.Zero(t, in.budget.used.Load(), "released by the read that outlived the Handler")
+}
+
+// signalReader closes reading when its first Read begins.
+type signalReader struct {
+	r       io.Reader
+	reading chan struct{}
+	once    sync.Once
+}
+
+func (s *signalReader) Read(p []byte) (int, error) {
+	s.once.Do(func() { close(s.reading) })
+	return s.r.Read(p)
 }
