@@ -2,7 +2,9 @@ package chattemplate
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
+	"unicode"
 )
 
 // The engine (github.com/ardanlabs/jinja) has no hooks for limits and no way to replace a
@@ -17,7 +19,9 @@ import (
 //   - EXPR | tojson(ARGS) becomes __ig_tojson(EXPR, ARGS): transformers' tojson (Python's
 //     json.dumps: key order kept, indent, separators, sort_keys, ensure_ascii), where the engine's
 //     own sorts keys and escapes <, > and & when given indent;
-//   - a single trailing newline is dropped, as Jinja2 does (keep_trailing_newline=False).
+//   - Jinja2's whitespace control (trim_blocks, lstrip_blocks, '-' and '+' marks, one trailing
+//     newline dropped) is applied here, and the text between tags handed over as string
+//     literals, since the engine's own rules go wrong where a block tag touches an expression.
 //
 // Filter and test names are checked against the engine's, so a template that uses one the engine
 // lacks fails at Compile rather than on the first request that reaches it.
@@ -35,6 +39,7 @@ const (
 	tagExpr tagKind = iota
 	tagStmt
 	tagComment
+	tagRaw // {% raw %}...{% endraw %}: [cstart, cend) is the literal text between them
 )
 
 // tag is one {{ }}, {% %} or {# #} of a source: [start, end) the whole tag, [cstart, cend) its
@@ -42,6 +47,7 @@ const (
 type tag struct {
 	kind                     tagKind
 	start, end, cstart, cend int
+	left, right              byte // the whitespace-control marks: '-', '+' or 0
 }
 
 // scanTags finds the tags as the engine's scanner does: a tag opens at "{{", "{%" or "{#" and
@@ -68,13 +74,29 @@ func scanTags(src string) ([]tag, error) {
 		}
 		t := tag{kind: kind, start: i}
 		j := i + 2
-		if j < len(src) && src[j] == '-' {
+		if j < len(src) && (src[j] == '-' || src[j] == '+') {
+			t.left = src[j]
 			j++
 		}
 		t.cstart = j
 		found := false
+		depth := 0 // Jinja2 does not end a tag inside brackets: {{ {'a': {}} }}
 		for j < len(src) {
 			c := src[j]
+			if kind != tagComment {
+				switch c {
+				case '(', '[', '{':
+					depth++
+				case ')', ']':
+					depth--
+				case '}':
+					if depth > 0 {
+						depth--
+						j++
+						continue
+					}
+				}
+			}
 			if kind != tagComment && (c == '\'' || c == '"') {
 				j++
 				for j < len(src) && src[j] != c {
@@ -88,8 +110,12 @@ func scanTags(src string) ([]tag, error) {
 				}
 				continue
 			}
-			if c == '-' && j+2 < len(src) && src[j+1] == closer[0] && src[j+2] == closer[1] {
-				t.cend, t.end, found = j, j+3, true
+			if depth > 0 {
+				j++
+				continue
+			}
+			if (c == '-' || c == '+') && j+2 < len(src) && src[j+1] == closer[0] && src[j+2] == closer[1] {
+				t.cend, t.end, t.right, found = j, j+3, c, true
 				break
 			}
 			if j+1 < len(src) && c == closer[0] && src[j+1] == closer[1] {
@@ -101,11 +127,39 @@ func scanTags(src string) ([]tag, error) {
 		if !found {
 			return nil, &SyntaxError{Msg: fmt.Sprintf("unclosed tag at line %d", lineOf(src, i))}
 		}
+		if kind == tagStmt && strings.TrimSpace(src[t.cstart:t.cend]) == "raw" {
+			// Everything up to {% endraw %} is text.
+			m := endraw.FindStringSubmatchIndex(src[t.end:])
+			if m == nil {
+				return nil, &SyntaxError{Msg: fmt.Sprintf("line %d: raw block without endraw", lineOf(src, i))}
+			}
+			inner := t.right // '-' after raw strips the text's leading whitespace
+			t.kind, t.cstart, t.cend = tagRaw, t.end, t.end+m[0]
+			if inner == '-' {
+				t.cstart = t.cend - len(strings.TrimLeftFunc(src[t.cstart:t.cend], pyIsSpace))
+			}
+			switch src[t.end+m[2] : t.end+m[3]] {
+			case "-": // {%- endraw
+				t.cend = t.cstart + len(strings.TrimRightFunc(src[t.cstart:t.cend], pyIsSpace))
+			case "": // lstrip_blocks
+				text := src[t.cstart:t.cend]
+				if lpos := strings.LastIndexByte(text, '\n') + 1; lpos > 0 && lpos < len(text) && strings.TrimLeftFunc(text[lpos:], pyIsSpace) == "" {
+					t.cend = t.cstart + lpos
+				}
+			}
+			t.right = 0
+			if m[5] > m[4] {
+				t.right = src[t.end+m[4]]
+			}
+			t.end += m[1]
+		}
 		tags = append(tags, t)
 		i = t.end
 	}
 	return tags, nil
 }
+
+var endraw = regexp.MustCompile(`\{%([-+]?)\s*endraw\s*([-+]?)%\}`)
 
 func lineOf(src string, pos int) int { return 1 + strings.Count(src[:pos], "\n") }
 
@@ -388,6 +442,10 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 	if len(src) > lim.MaxTemplateBytes {
 		return nil, &LimitError{Limit: "MaxTemplateBytes", Max: lim.MaxTemplateBytes}
 	}
+	// Jinja2 reads "\r\n" and "\r" as "\n", and drops one trailing newline.
+	if strings.IndexByte(src, '\r') >= 0 {
+		src = strings.ReplaceAll(strings.ReplaceAll(src, "\r\n", "\n"), "\r", "\n")
+	}
 	src = strings.TrimSuffix(src, "\n")
 	tags, err := scanTags(src)
 	if err != nil {
@@ -395,51 +453,135 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 	}
 	out := &preprocessed{contentFormat: FormatString}
 	var b strings.Builder
-	b.Grow(len(src) + len(src)/8)
-	prev := 0
+	b.Grow(len(src) + len(src)/4)
+	prevEnd := 0
+	lineStarting := true // Jinja2's: the last thing read ended a line (or nothing was read yet)
 	nesting := 0
-	for _, t := range tags {
-		b.WriteString(src[prev:t.cstart])
-		prev = t.cend
+	for i := range tags {
+		t := &tags[i]
+		writeText(&b, whitespace(src[prevEnd:t.start], t, lineStarting))
 		content := src[t.cstart:t.cend]
-		if t.kind == tagComment {
-			b.WriteString(content)
-			continue
-		}
-		toks := lexExpr(content)
-		if err := checkNames(toks, src, t, lim); err != nil {
-			return nil, err
-		}
-		if t.kind == tagStmt && len(toks) > 0 && toks[0].kind == tokName {
-			word := toks[0].text
-			switch {
-			case blockOpeners[word] || word == "set" && !hasTopLevelOp(toks, "="):
-				nesting++
-				if nesting > lim.MaxNesting {
-					return nil, &LimitError{Limit: "MaxNesting", Max: lim.MaxNesting}
-				}
-			case strings.HasPrefix(word, "end"):
-				nesting--
+		switch t.kind {
+		case tagComment:
+			b.WriteString("{#" + content + "#}")
+		case tagRaw:
+			writeText(&b, content)
+		default:
+			toks := lexExpr(content)
+			if err := checkNames(toks, src, *t, lim); err != nil {
+				return nil, err
 			}
-			switch word {
-			case "for":
-				if iteratesContent(toks) {
-					out.contentFormat = FormatOpenAI
+			if t.kind == tagStmt && len(toks) > 0 && toks[0].kind == tokName {
+				word := toks[0].text
+				switch {
+				case blockOpeners[word] || word == "set" && !hasTopLevelOp(toks, "="):
+					nesting++
+					if nesting > lim.MaxNesting {
+						return nil, &LimitError{Limit: "MaxNesting", Max: lim.MaxNesting}
+					}
+				case strings.HasPrefix(word, "end"):
+					nesting--
 				}
-				content = rewriteFor(content, toks)
-			case "macro":
-				content = rewriteMacro(content, toks)
+				switch word {
+				case "for":
+					if iteratesContent(toks) {
+						out.contentFormat = FormatOpenAI
+					}
+					content = rewriteFor(content, toks)
+				case "macro":
+					content = rewriteMacro(content, toks)
+				}
+			}
+			if strings.Contains(content, "tojson") {
+				content = rewriteTojson(content)
+			}
+			// Spaced, so that the engine reads no trim mark in the content's first or last
+			// character, nor a closer in its "}}".
+			content = separateBraces(content)
+			if t.kind == tagExpr {
+				b.WriteString("{{ " + content + " }}")
+			} else {
+				b.WriteString("{% " + content + " %}")
 			}
 		}
-		if strings.Contains(content, "tojson") {
-			content = rewriteTojson(content)
+		prevEnd = t.end
+		// What the tag's closer took with it: with trim_blocks a block's or comment's "\n",
+		// with '-' all the whitespace after it.
+		switch {
+		case t.right == '-':
+			taken := len(src) - prevEnd - len(strings.TrimLeftFunc(src[prevEnd:], pyIsSpace))
+			lineStarting = taken > 0 && src[prevEnd+taken-1] == '\n'
+			prevEnd += taken
+		case t.kind != tagExpr && t.right != '+' && strings.HasPrefix(src[prevEnd:], "\n"):
+			prevEnd++
+			lineStarting = true
+		default:
+			lineStarting = false
 		}
-		b.WriteString(content)
 	}
-	b.WriteString(src[prev:])
+	writeText(&b, src[prevEnd:])
 	out.source = b.String()
 	return out, nil
 }
+
+// whitespace applies the next tag's side of Jinja2's whitespace control to the text before it
+// (the previous tag's side was applied as it was read): '-' strips all whitespace, and
+// lstrip_blocks the indentation before a block or comment that starts its line ('+' keeps it).
+func whitespace(text string, next *tag, lineStarting bool) string {
+	switch {
+	case next.left == '-':
+		return strings.TrimRightFunc(text, pyIsSpace)
+	case next.left != '+' && next.kind != tagExpr:
+		lpos := strings.LastIndexByte(text, '\n') + 1
+		if (lpos > 0 || lineStarting) && lpos < len(text) && strings.TrimLeftFunc(text[lpos:], pyIsSpace) == "" {
+			return text[:lpos]
+		}
+	}
+	return text
+}
+
+// writeText hands text to the engine as a string literal, {{ '...' }}: the engine then has no
+// text of its own to apply its whitespace rules to (they differ from Jinja2's where a block tag
+// touches an expression: {% for %}{{ x }}\n{% endfor %} loses its "\n").
+func writeText(b *strings.Builder, text string) {
+	if text == "" {
+		return
+	}
+	b.WriteString("{{ '")
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '\\', '\'':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("' }}")
+}
+
+// separateBraces puts a space between two closing braces outside strings ({'a': {}} -> {'a': {} }),
+// which the engine's scanner would take for the end of the tag.
+func separateBraces(content string) string {
+	if !strings.Contains(content, "}}") {
+		return content
+	}
+	toks := lexExpr(content)
+	var b strings.Builder
+	prev := 0
+	for i := 1; i < len(toks); i++ {
+		if isOp(toks[i], "}") && isOp(toks[i-1], "}") && toks[i].start == toks[i-1].end {
+			b.WriteString(content[prev:toks[i].start])
+			b.WriteByte(' ')
+			prev = toks[i].start
+		}
+	}
+	b.WriteString(content[prev:])
+	return b.String()
+}
+
+// pyIsSpace is Python's str.isspace, which Jinja2's whitespace control uses.
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
 func hasTopLevelOp(toks []token, op string) bool {
 	depth := 0

@@ -105,8 +105,9 @@ func hasMarkRune(s string) bool {
 // Safety does not rest on the marks: if any string of the request (contents, names, tool
 // definitions and arguments, documents, chat_template_kwargs, object keys included) contains a
 // special token, a third render replaces each such occurrence with a placeholder; if that
-// render, placeholders put back, is byte-identical to the real one, every placeholder's place is
-// a Content segment. If it is not (the template's logic depends on the special-token text
+// render, placeholders put back, is byte-identical to the real one (case aside: a template may
+// upper-case a title), every placeholder's place is a
+// Content segment. If it is not (the template's logic depends on the special-token text
 // itself), the render is accepted only when it holds none of the special tokens the request
 // contains; otherwise it is refused with an *InputError, never passed on with a forged
 // boundary.
@@ -266,40 +267,39 @@ func markContents(out, mout string, content []bool) {
 	}
 }
 
-// unmask checks that kout with its placeholders put back is out, and marks the placeholders'
-// places in content.
+// unmask matches kout against out, each placeholder standing for its token (or the token with
+// its case changed: an upper filter), the text between placeholders matching exactly, and marks
+// the placeholders' places in content. False when kout does not match out so.
 func unmask(out, kout string, masked []string, content []bool) bool {
-	pos := 0
 	var spans [][2]int
-	for i := 0; i < len(kout); {
-		j := strings.Index(kout[i:], maskOpen)
+	pos := 0
+	for {
+		j := strings.Index(kout, maskOpen)
 		if j < 0 {
-			j = len(kout) - i
+			j = len(kout)
 		}
-		if pos+j > len(out) || kout[i:i+j] != out[pos:pos+j] {
+		if !strings.HasPrefix(out[pos:], kout[:j]) {
 			return false
 		}
 		pos += j
-		i += j
-		if i == len(kout) {
+		if j == len(kout) {
 			break
 		}
-		i += len(maskOpen)
-		k := strings.Index(kout[i:], markEnd)
-		if k <= 0 {
+		k := strings.Index(kout[j:], markEnd)
+		if k < 0 {
 			return false
 		}
-		n, err := strconv.Atoi(kout[i : i+k])
+		n, err := strconv.Atoi(kout[j+len(maskOpen) : j+k])
 		if err != nil || n < 0 || n >= len(masked) {
 			return false
 		}
-		i += k + len(markEnd)
 		tok := masked[n]
-		if !strings.HasPrefix(out[pos:], tok) {
+		if len(out)-pos < len(tok) || !strings.EqualFold(out[pos:pos+len(tok)], tok) {
 			return false
 		}
 		spans = append(spans, [2]int{pos, pos + len(tok)})
 		pos += len(tok)
+		kout = kout[j+k+len(markEnd):]
 	}
 	if pos != len(out) {
 		return false
