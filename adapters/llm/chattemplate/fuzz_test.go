@@ -1,8 +1,11 @@
 package chattemplate
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +169,79 @@ func FuzzCompile(f *testing.F) {
 			t.Fatalf("%d bytes of output", len(out))
 		}
 	})
+}
+
+// FuzzDecodeRequest: DecodeRequest never panics, fails only with an *InputError, and its
+// one-pass decoder accepts nothing the field-by-field one refuses, and reads it alike.
+func FuzzDecodeRequest(f *testing.F) {
+	td := mustTestdata(f)
+	for _, name := range td.caseOrder {
+		f.Add([]byte(td.cases[name]))
+	}
+	f.Add([]byte(`{"messages": [{"role": "user", "content": [{"type": "image_url"}]}], "tools": [1]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := DecodeRequest(body)
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("%T: %v", err, err)
+			}
+			return
+		}
+		if fast := decodeFast(body); fast != nil {
+			checked, err := decodeChecked(body)
+			if err != nil {
+				t.Fatalf("the fast decoder took what the checked one refuses: %v", err)
+			}
+			// A key repeated in an object: encoding/json merges a struct's fields where the
+			// checked decoder keeps the last raw value; either reading is fine.
+			if !reflect.DeepEqual(fast, checked) && !hasRepeatedKey(body) {
+				t.Fatalf("the decoders differ: %+v / %+v", fast, checked)
+			}
+		}
+		_ = in
+	})
+}
+
+func hasRepeatedKey(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		key    bool // the next string is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return true
+				}
+				top.keys[k] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, object: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true
+		}
+	}
 }

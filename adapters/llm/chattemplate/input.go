@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -327,6 +329,14 @@ func isJSONObject(raw []byte) bool {
 // renders: messages, tools, documents, chat_template_kwargs and add_generation_prompt (vLLM's
 // extension; true when absent). Anything it cannot take is an *InputError naming the field.
 func DecodeRequest(body []byte) (*Input, error) {
+	if in := decodeFast(body); in != nil {
+		return in, nil
+	}
+	return decodeChecked(body)
+}
+
+// decodeChecked decodes field by field, to name the one at fault.
+func decodeChecked(body []byte) (*Input, error) {
 	var req struct {
 		Messages            []json.RawMessage `json:"messages"`
 		Tools               []json.RawMessage `json:"tools"`
@@ -552,4 +562,242 @@ func goTypeName(t string) string {
 		return "object"
 	}
 	return t
+}
+
+// The fast path reads a valid request in one pass; anything it does not like sends the request
+// to decodeChecked, which words the error.
+
+type fastRequest struct {
+	Messages []struct {
+		Role             *string        `json:"role"`
+		Content          fastContent    `json:"content"`
+		Name             *string        `json:"name"`
+		ToolCalls        []fastToolCall `json:"tool_calls"`
+		ToolCallID       *string        `json:"tool_call_id"`
+		Reasoning        *string        `json:"reasoning"`
+		ReasoningContent *string        `json:"reasoning_content"`
+	} `json:"messages"`
+	Tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name        *string         `json:"name"`
+			Description *string         `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      *bool           `json:"strict"`
+		} `json:"function"`
+	} `json:"tools"`
+	Documents           []json.RawMessage          `json:"documents"`
+	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
+}
+
+type fastToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function *struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+// fastContent is a message's content: a string, text parts, or null.
+type fastContent struct {
+	str   *string
+	parts []ContentPart
+}
+
+var errNotFast = errors.New("not for the fast path")
+
+func (c *fastContent) UnmarshalJSON(b []byte) error {
+	*c = fastContent{} // a repeated key: the last one wins
+	switch {
+	case len(b) == 0 || b[0] == 'n':
+		return nil
+	case b[0] == '"':
+		s, ok := unquote(b)
+		if !ok {
+			return errNotFast
+		}
+		c.str = &s
+		return nil
+	case b[0] == '[':
+		var parts []struct {
+			Type *string `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		c.parts = make([]ContentPart, len(parts))
+		for i, p := range parts {
+			if p.Type == nil || *p.Type != "text" || p.Text == nil {
+				return errNotFast
+			}
+			c.parts[i] = ContentPart{Type: "text", Text: *p.Text}
+		}
+		return nil
+	}
+	return errNotFast
+}
+
+func decodeFast(body []byte) *Input {
+	var req fastRequest
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return nil
+	}
+	in := &Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
+	in.Messages = make([]Message, len(req.Messages))
+	for i := range req.Messages {
+		w := &req.Messages[i]
+		if w.Role == nil || !roles[*w.Role] {
+			return nil
+		}
+		m := &in.Messages[i]
+		m.Role, m.Content, m.Parts = *w.Role, w.Content.str, w.Content.parts
+		if m.Content == nil && m.Parts == nil && m.Role != "assistant" {
+			return nil
+		}
+		if w.Name != nil {
+			m.Name = *w.Name
+		}
+		m.ToolCallID = w.ToolCallID
+		m.Reasoning = w.Reasoning
+		if m.Reasoning == nil {
+			m.Reasoning = w.ReasoningContent
+		}
+		if len(w.ToolCalls) > 0 {
+			m.ToolCalls = make([]ToolCall, len(w.ToolCalls))
+			for j, c := range w.ToolCalls {
+				if c.Function == nil || c.Function.Name == "" {
+					return nil
+				}
+				tc := ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
+				args := bytes.TrimSpace(c.Function.Arguments)
+				switch {
+				case len(args) > 0 && args[0] == '"':
+					if json.Unmarshal(args, &tc.Function.Arguments) != nil {
+						return nil
+					}
+				case len(args) > 0 && (args[0] == '{' || args[0] == '['):
+					tc.Function.Arguments = string(args)
+				}
+				m.ToolCalls[j] = tc
+			}
+		}
+	}
+	if req.Tools != nil {
+		in.Tools = make([]Tool, len(req.Tools))
+		for i, t := range req.Tools {
+			f := t.Function
+			if t.Type != "function" || f == nil || f.Name == nil || *f.Name == "" {
+				return nil
+			}
+			if p := bytes.TrimSpace(f.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !isJSONObject(p) {
+				return nil
+			}
+			in.Tools[i] = Tool{Type: t.Type, Function: FunctionDef{Name: *f.Name, Description: f.Description, Parameters: f.Parameters, Strict: f.Strict}}
+		}
+	}
+	for _, d := range req.Documents {
+		if !isJSONObject(d) {
+			return nil
+		}
+	}
+	in.Documents = req.Documents
+	if req.ChatTemplateKwargs != nil {
+		in.Kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
+		for k, v := range req.ChatTemplateKwargs {
+			in.Kwargs[k] = v
+		}
+	}
+	return in
+}
+
+// unquote reads a JSON string that encoding/json has already checked, as encoding/json does
+// (invalid UTF-8 and lone surrogates become U+FFFD) but without checking it again.
+func unquote(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	b = b[1 : len(b)-1]
+	i := bytes.IndexByte(b, '\\')
+	if i < 0 && utf8.Valid(b) {
+		return string(b), true
+	}
+	out := make([]byte, 0, len(b))
+	for len(b) > 0 {
+		c := b[0]
+		switch {
+		case c == '\\':
+			if len(b) < 2 {
+				return "", false
+			}
+			switch b[1] {
+			case '"', '\\', '/':
+				out = append(out, b[1])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(b[2:])
+				if !ok {
+					return "", false
+				}
+				b = b[6:]
+				if utf16.IsSurrogate(r) {
+					r2, ok2 := rune(-1), false
+					if len(b) >= 6 && b[0] == '\\' && b[1] == 'u' {
+						r2, ok2 = hex4(b[2:])
+					}
+					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+						b = b[6:]
+						r = dec
+					} else {
+						r = utf8.RuneError
+					}
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return "", false
+			}
+			b = b[2:]
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			b = b[1:]
+		default:
+			r, size := utf8.DecodeRune(b)
+			out = utf8.AppendRune(out, r) // U+FFFD for an invalid byte, as encoding/json
+			b = b[size:]
+		}
+	}
+	return string(out), true
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -183,5 +184,36 @@ func TestDecodeKeepsOrder(t *testing.T) {
 	if want := `{"z": 1, "y": {"b": 2, "a": 1}, "x": 0}`; out != want {
 		t.Errorf("got %s, want %s", out, want)
 	}
-	var _ = json.RawMessage{}
+}
+
+// TestDecodePaths: the one-pass decoder and the field-by-field one read every valid request of
+// the corpus alike, and the fast one gives up on every bad request of TestBadRequests.
+func TestDecodePaths(t *testing.T) {
+	td := mustTestdata(t)
+	for name, body := range td.cases {
+		fast := decodeFast(body)
+		checked, err := decodeChecked(body)
+		if fast == nil || err != nil {
+			t.Fatalf("%s: fast %v, checked %v", name, fast, err)
+		}
+		if !reflect.DeepEqual(fast, checked) {
+			fb, _ := json.Marshal(fast)
+			cb, _ := json.Marshal(checked)
+			t.Errorf("%s: the decoders differ\nfast:    %s\nchecked: %s", name, fb, cb)
+		}
+	}
+}
+
+// TestUnquote: the fast decoder's string reading is encoding/json's.
+func TestUnquote(t *testing.T) {
+	for _, lit := range []string{`""`, `"plain"`, `"a\nb\t\"c\"\\d\/e"`, `"\u00e9\u4e16\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`,
+		`"\ud83d\u0041"`, "\"\xff\xfe bad utf8 \xc3\"", `"\b\f\r"`, "\"raw é 🌍\""} {
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		if got, ok := unquote([]byte(lit)); !ok || got != want {
+			t.Errorf("unquote(%s) = %q, %v; want %q", lit, got, ok, want)
+		}
+	}
 }

@@ -77,3 +77,12 @@ func TestJinja2Probes(t *testing.T) {
 		})
 	}
 }
+
+// TestGenerationTag: transformers' {% generation %} block (training masks) renders its body.
+func TestGenerationTag(t *testing.T) {
+	tmpl := mustCompile(t, "{% for m in messages %}\n  {%- generation %}[{{ m.content }}]{% endgeneration %}\n{% endfor %}", Options{})
+	out, err := tmpl.Render(context.Background(), hi)
+	if err != nil || out != "[hi]" {
+		t.Fatalf("got %q, %v", out, err)
+	}
+}

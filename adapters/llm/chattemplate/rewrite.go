@@ -471,6 +471,12 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 			if err := checkNames(toks, src, *t, lim); err != nil {
 				return nil, err
 			}
+			if t.kind == tagStmt && len(toks) == 1 && (toks[0].text == "generation" || toks[0].text == "endgeneration") {
+				// transformers' {% generation %} marks the assistant's text for training masks;
+				// rendering a prompt, it is a block that renders its body.
+				prevEnd, lineStarting = afterTag(src, t)
+				continue
+			}
 			if t.kind == tagStmt && len(toks) > 0 && toks[0].kind == tokName {
 				word := toks[0].text
 				switch {
@@ -504,24 +510,25 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 				b.WriteString("{% " + content + " %}")
 			}
 		}
-		prevEnd = t.end
-		// What the tag's closer took with it: with trim_blocks a block's or comment's "\n",
-		// with '-' all the whitespace after it.
-		switch {
-		case t.right == '-':
-			taken := len(src) - prevEnd - len(strings.TrimLeftFunc(src[prevEnd:], pyIsSpace))
-			lineStarting = taken > 0 && src[prevEnd+taken-1] == '\n'
-			prevEnd += taken
-		case t.kind != tagExpr && t.right != '+' && strings.HasPrefix(src[prevEnd:], "\n"):
-			prevEnd++
-			lineStarting = true
-		default:
-			lineStarting = false
-		}
+		prevEnd, lineStarting = afterTag(src, t)
 	}
 	writeText(&b, src[prevEnd:])
 	out.source = b.String()
 	return out, nil
+}
+
+// afterTag returns where the text after t starts, and whether it starts a line: t's closer takes
+// with it, with trim_blocks, a block's or comment's "\n", and with '-' all the whitespace after it.
+func afterTag(src string, t *tag) (int, bool) {
+	end := t.end
+	switch {
+	case t.right == '-':
+		taken := len(src) - end - len(strings.TrimLeftFunc(src[end:], pyIsSpace))
+		return end + taken, taken > 0 && src[end+taken-1] == '\n'
+	case t.kind != tagExpr && t.right != '+' && strings.HasPrefix(src[end:], "\n"):
+		return end + 1, true
+	}
+	return end, false
 }
 
 // whitespace applies the next tag's side of Jinja2's whitespace control to the text before it
