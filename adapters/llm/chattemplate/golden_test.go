@@ -209,3 +209,38 @@ func TestGoldenCorpusCoverage(t *testing.T) {
 		t.Error("no golden case exercises raise_exception")
 	}
 }
+
+// TestConcurrentRenders: compiled templates are shared by concurrent requests (run with -race).
+func TestConcurrentRenders(t *testing.T) {
+	td := mustTestdata(t)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, g := range td.golden {
+				if i%4 != w || g.Output == nil {
+					continue
+				}
+				in, err := DecodeRequest(td.cases[g.Case])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				segs, err := td.templates[g.Template].RenderSegments(context.Background(), in, specialTokens)
+				if err != nil {
+					t.Errorf("%s/%s: %v", g.Template, g.Case, err)
+					return
+				}
+				var b strings.Builder
+				for _, s := range segs {
+					b.WriteString(s.Text)
+				}
+				if b.String() != *g.Output {
+					t.Errorf("%s/%s: concurrent render differs", g.Template, g.Case)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -296,7 +296,7 @@ func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
 	return d, nil
 }
 
-// mapValue applies sm's other to every string and key of v (in place: v is this render's own).
+// mapValue applies sm's other to every string and key of v, in a copy.
 func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 	if sm == nil || sm.other == nil {
 		return v
@@ -305,9 +305,11 @@ func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 	case v.IsString():
 		return jinja.NewString(sm.other(v.AsString()))
 	case v.IsList():
+		items := make([]jinja.Value, v.AsList().Len())
 		for i, item := range v.AsList().Items {
-			v.AsList().Items[i] = mapValue(item, sm)
+			items[i] = mapValue(item, sm)
 		}
+		return jinja.NewList(items)
 	case v.IsDict():
 		d := v.AsDict()
 		nd := jinja.NewDict()

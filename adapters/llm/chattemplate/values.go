@@ -109,8 +109,6 @@ func goValue(v any, depth int) (jinja.Value, error) {
 	switch x := v.(type) {
 	case nil:
 		return jinja.None(), nil
-	case jinja.Value:
-		return x, nil
 	case json.RawMessage:
 		return jsonValue(x, depth)
 	case json.Number:
