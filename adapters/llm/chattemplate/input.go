@@ -1,0 +1,805 @@
+package chattemplate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// Input is what a chat template renders: an OpenAI chat-completion request's conversation.
+// DecodeRequest fills it from a request body; a caller may also build one.
+//
+// The template sees the variables transformers' apply_chat_template gives it, with the messages
+// as vLLM passes them (see the package doc): messages, tools (none when absent), documents (none
+// when absent), add_generation_prompt, bos_token and eos_token (when set), the entries of Kwargs,
+// and the functions raise_exception and strftime_now.
+type Input struct {
+	Messages  []Message
+	Tools     []Tool
+	Documents []json.RawMessage // each a JSON object: {"title": ..., "text": ...} for most templates
+	// AddGenerationPrompt asks the template to open the assistant's turn.
+	AddGenerationPrompt bool
+	// Kwargs are the request's chat_template_kwargs: top-level variables of the template (vLLM's
+	// way: {"enable_thinking": false} for Qwen3). Values are Go values (json.RawMessage keeps
+	// an object's key order; a map's keys are sorted). They cannot replace the variables above.
+	Kwargs map[string]any
+}
+
+// Message is one message of the conversation.
+type Message struct {
+	Role string // system, developer, user, assistant or tool
+	// Content is the message's text; nil when it had none (an assistant's tool calls, say).
+	Content *string
+	// Parts is the content when it was given as a list of parts; Content is then nil.
+	Parts      []ContentPart
+	Name       string
+	ToolCalls  []ToolCall
+	ToolCallID *string
+	// Reasoning is an assistant's reasoning, given as "reasoning" or "reasoning_content"; the
+	// template sees it under both names (as vLLM passes it).
+	Reasoning *string
+}
+
+// ContentPart is one part of a message's content. Only text parts can be rendered.
+type ContentPart struct {
+	Type string
+	Text string
+}
+
+// ToolCall is one tool call of an assistant message.
+type ToolCall struct {
+	ID       string
+	Type     string
+	Function FunctionCall
+}
+
+// FunctionCall names the function called and its arguments, a JSON text as OpenAI sends it. The
+// template gets the arguments as an object (vLLM parses them; an unparsable text becomes {}).
+type FunctionCall struct {
+	Name      string
+	Arguments string
+}
+
+// Tool is one tool definition of the request.
+type Tool struct {
+	Type     string // "function"
+	Function FunctionDef
+}
+
+// FunctionDef is a tool's function. The template gets {"type": ..., "function": {"name": ...,
+// "description": ..., "parameters": ..., "strict": ...}} in that order, absent fields left out;
+// parameters keep their key order.
+type FunctionDef struct {
+	Name        string
+	Description *string
+	Parameters  json.RawMessage // a JSON object (a JSON Schema)
+	Strict      *bool
+}
+
+// Roles a message may have.
+var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+// reserved are the variables chat_template_kwargs may not set: the template's own inputs and
+// functions, and what vLLM refuses (chat_template, tokenize).
+var reserved = map[string]bool{
+	"messages": true, "tools": true, "documents": true, "add_generation_prompt": true,
+	"bos_token": true, "eos_token": true, "raise_exception": true, "strftime_now": true,
+	"range": true, "namespace": true, "dict": true, "joiner": true, "cycler": true,
+	"chat_template": true, "tokenize": true, "loop": true, "true": true, "false": true, "none": true,
+}
+
+// strMap rewrites the request's strings on their way into the template (RenderSegments marks
+// contents and masks special tokens with it); nil leaves them alone.
+type strMap struct {
+	content func(s string) string // message contents and reasoning
+	other   func(s string) string // every other string of the request, object keys included
+}
+
+func (m *strMap) text(s string) string {
+	if m == nil || m.content == nil {
+		return s
+	}
+	return m.content(s)
+}
+
+func (m *strMap) str(s string) string {
+	if m == nil || m.other == nil {
+		return s
+	}
+	return m.other(s)
+}
+
+// variables builds the template's variables for in.
+func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, error) {
+	if in == nil || len(in.Messages) == 0 {
+		return nil, &InputError{Param: "messages", Msg: "at least one message is required"}
+	}
+	vars := make(map[string]jinja.Value, len(in.Kwargs)+16)
+	for k, v := range in.Kwargs {
+		if reserved[k] || strings.HasPrefix(k, "__ig_") {
+			return nil, inputErrorf("chat_template_kwargs", "%q cannot be set through chat_template_kwargs (it is the chat template's own variable)", k)
+		}
+		jv, err := goValue(v, t.limits.MaxInputDepth)
+		if err != nil {
+			return nil, inputErrorf("chat_template_kwargs."+k, "%v", err)
+		}
+		vars[k] = mapValue(jv, sm)
+	}
+	msgs := make([]jinja.Value, len(in.Messages))
+	for i := range in.Messages {
+		m, err := t.message(&in.Messages[i], i, sm)
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	vars["messages"] = jinja.NewList(msgs)
+	vars["tools"] = jinja.None()
+	if in.Tools != nil {
+		tools := make([]jinja.Value, len(in.Tools))
+		for i := range in.Tools {
+			tv, err := t.tool(&in.Tools[i], i, sm)
+			if err != nil {
+				return nil, err
+			}
+			tools[i] = tv
+		}
+		vars["tools"] = jinja.NewList(tools)
+	}
+	vars["documents"] = jinja.None()
+	if in.Documents != nil {
+		docs := make([]jinja.Value, len(in.Documents))
+		for i, d := range in.Documents {
+			param := fmt.Sprintf("documents[%d]", i)
+			if !isJSONObject(d) {
+				return nil, inputErrorf(param, "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
+			}
+			dv, err := jsonValue(d, t.limits.MaxInputDepth)
+			if err != nil {
+				return nil, inputErrorf(param, "%v", err)
+			}
+			docs[i] = mapValue(dv, sm)
+		}
+		vars["documents"] = jinja.NewList(docs)
+	}
+	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
+	for k, v := range t.globals {
+		vars[k] = v
+	}
+	return vars, nil
+}
+
+func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
+	param := fmt.Sprintf("messages[%d]", i)
+	if !roles[m.Role] {
+		return jinja.Undefined(), inputErrorf(param+".role", "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
+	}
+	var texts []string
+	switch {
+	case m.Parts != nil:
+		texts = make([]string, len(m.Parts))
+		for j, p := range m.Parts {
+			if p.Type != "text" {
+				return jinja.Undefined(), inputErrorf(fmt.Sprintf("%s.content[%d].type", param, j),
+					"content parts of type %q are not supported: this model's chat template takes text parts only", p.Type)
+			}
+			texts[j] = p.Text
+		}
+	case m.Content != nil:
+		texts = []string{*m.Content}
+	}
+	d := jinja.NewDict()
+	msg := d.AsDict()
+	msg.Set("role", jinja.NewString(m.Role))
+	if t.format == FormatOpenAI && m.Role != "tool" {
+		parts := make([]jinja.Value, len(texts))
+		for j, s := range texts {
+			p := jinja.NewDict()
+			p.AsDict().Set("type", jinja.NewString("text"))
+			p.AsDict().Set("text", jinja.NewString(sm.text(s)))
+			parts[j] = p
+		}
+		msg.Set("content", jinja.NewList(parts))
+	} else {
+		msg.Set("content", jinja.NewString(sm.text(strings.Join(texts, "\n"))))
+	}
+	if m.Role == "assistant" {
+		if len(m.ToolCalls) > 0 {
+			calls := make([]jinja.Value, len(m.ToolCalls))
+			for j := range m.ToolCalls {
+				cv, err := t.toolCall(&m.ToolCalls[j], fmt.Sprintf("%s.tool_calls[%d]", param, j), sm)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				calls[j] = cv
+			}
+			msg.Set("tool_calls", jinja.NewList(calls))
+		}
+		if m.Reasoning != nil {
+			r := jinja.NewString(sm.text(*m.Reasoning))
+			msg.Set("reasoning", r)
+			msg.Set("reasoning_content", r)
+		}
+	}
+	if m.Role == "tool" && m.ToolCallID != nil {
+		msg.Set("tool_call_id", jinja.NewString(sm.str(*m.ToolCallID)))
+	}
+	if m.Name != "" {
+		msg.Set("name", jinja.NewString(sm.str(m.Name)))
+	}
+	return d, nil
+}
+
+func (t *Template) toolCall(c *ToolCall, param string, sm *strMap) (jinja.Value, error) {
+	if c.Function.Name == "" {
+		return jinja.Undefined(), inputErrorf(param+".function.name", "a tool call needs the name of the function it calls")
+	}
+	args := jinja.NewDict() // vLLM: arguments that are not JSON become {}
+	if a := strings.TrimSpace(c.Function.Arguments); a != "" {
+		if v, err := jsonValue([]byte(a), t.limits.MaxInputDepth); err == nil {
+			args = mapValue(v, sm)
+		} else if errors.Is(err, errTooDeep) {
+			return jinja.Undefined(), inputErrorf(param+".function.arguments", "%v", err)
+		}
+	}
+	fn := jinja.NewDict()
+	fn.AsDict().Set("name", jinja.NewString(sm.str(c.Function.Name)))
+	fn.AsDict().Set("arguments", args)
+	d := jinja.NewDict()
+	if c.ID != "" {
+		d.AsDict().Set("id", jinja.NewString(sm.str(c.ID)))
+	}
+	if c.Type != "" {
+		d.AsDict().Set("type", jinja.NewString(c.Type))
+	}
+	d.AsDict().Set("function", fn)
+	return d, nil
+}
+
+func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
+	param := fmt.Sprintf("tools[%d]", i)
+	if tl.Type != "function" {
+		return jinja.Undefined(), inputErrorf(param+".type", "unsupported tool type %q: only \"function\" tools can be rendered", tl.Type)
+	}
+	f := &tl.Function
+	if f.Name == "" {
+		return jinja.Undefined(), inputErrorf(param+".function.name", "a function tool needs a name")
+	}
+	fn := jinja.NewDict()
+	fd := fn.AsDict()
+	fd.Set("name", jinja.NewString(sm.str(f.Name)))
+	if f.Description != nil {
+		fd.Set("description", jinja.NewString(sm.str(*f.Description)))
+	}
+	if len(f.Parameters) > 0 && !bytes.Equal(bytes.TrimSpace(f.Parameters), []byte("null")) {
+		if !isJSONObject(f.Parameters) {
+			return jinja.Undefined(), inputErrorf(param+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
+		}
+		pv, err := jsonValue(f.Parameters, t.limits.MaxInputDepth)
+		if err != nil {
+			return jinja.Undefined(), inputErrorf(param+".function.parameters", "%v", err)
+		}
+		fd.Set("parameters", mapValue(pv, sm))
+	}
+	if f.Strict != nil {
+		fd.Set("strict", jinja.NewBool(*f.Strict))
+	}
+	d := jinja.NewDict()
+	d.AsDict().Set("type", jinja.NewString(tl.Type))
+	d.AsDict().Set("function", fn)
+	return d, nil
+}
+
+// mapValue applies sm's other to every string and key of v, in a copy.
+func mapValue(v jinja.Value, sm *strMap) jinja.Value {
+	if sm == nil || sm.other == nil {
+		return v
+	}
+	switch {
+	case v.IsString():
+		return jinja.NewString(sm.other(v.AsString()))
+	case v.IsList():
+		items := make([]jinja.Value, v.AsList().Len())
+		for i, item := range v.AsList().Items {
+			items[i] = mapValue(item, sm)
+		}
+		return jinja.NewList(items)
+	case v.IsDict():
+		d := v.AsDict()
+		nd := jinja.NewDict()
+		for _, k := range d.Keys {
+			item, _ := d.Get(k)
+			nd.AsDict().Set(sm.other(k), mapValue(item, sm))
+		}
+		return nd
+	}
+	return v
+}
+
+func isJSONObject(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '{'
+}
+
+// DecodeRequest reads the fields of an OpenAI chat-completion request body that a chat template
+// renders: messages, tools, documents, chat_template_kwargs and add_generation_prompt (vLLM's
+// extension; true when absent). Anything it cannot take is an *InputError naming the field.
+func DecodeRequest(body []byte) (*Input, error) {
+	if in := decodeFast(body); in != nil {
+		return in, nil
+	}
+	return decodeChecked(body)
+}
+
+// decodeChecked decodes field by field, to name the one at fault.
+func decodeChecked(body []byte) (*Input, error) {
+	var req struct {
+		Messages            []json.RawMessage `json:"messages"`
+		Tools               []json.RawMessage `json:"tools"`
+		Documents           []json.RawMessage `json:"documents"`
+		ChatTemplateKwargs  json.RawMessage   `json:"chat_template_kwargs"`
+		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, inputErrorf("", "the request is not a chat completion request: %v", jsonMsg(err))
+	}
+	in := &Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
+	if len(req.Messages) == 0 {
+		return nil, &InputError{Param: "messages", Msg: "at least one message is required"}
+	}
+	in.Messages = make([]Message, len(req.Messages))
+	for i, raw := range req.Messages {
+		if err := decodeMessage(raw, &in.Messages[i], fmt.Sprintf("messages[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	if req.Tools != nil {
+		in.Tools = make([]Tool, len(req.Tools))
+		for i, raw := range req.Tools {
+			if err := decodeTool(raw, &in.Tools[i], fmt.Sprintf("tools[%d]", i)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if req.Documents != nil {
+		for i, d := range req.Documents {
+			if !isJSONObject(d) {
+				return nil, inputErrorf(fmt.Sprintf("documents[%d]", i), "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
+			}
+		}
+		in.Documents = req.Documents
+	}
+	if k := bytes.TrimSpace(req.ChatTemplateKwargs); len(k) > 0 && !bytes.Equal(k, []byte("null")) {
+		if !isJSONObject(k) {
+			return nil, inputErrorf("chat_template_kwargs", "chat_template_kwargs must be a JSON object")
+		}
+		var kw map[string]json.RawMessage
+		if err := json.Unmarshal(k, &kw); err != nil {
+			return nil, inputErrorf("chat_template_kwargs", "%v", jsonMsg(err))
+		}
+		in.Kwargs = make(map[string]any, len(kw))
+		for name, v := range kw {
+			in.Kwargs[name] = v
+		}
+	}
+	return in, nil
+}
+
+func decodeMessage(raw json.RawMessage, m *Message, param string) error {
+	if !isJSONObject(raw) {
+		return inputErrorf(param, "a message must be a JSON object with a role and a content")
+	}
+	var w struct {
+		Role             *string           `json:"role"`
+		Content          json.RawMessage   `json:"content"`
+		Name             *string           `json:"name"`
+		ToolCalls        []json.RawMessage `json:"tool_calls"`
+		ToolCallID       *string           `json:"tool_call_id"`
+		Reasoning        *string           `json:"reasoning"`
+		ReasoningContent *string           `json:"reasoning_content"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return inputErrorf(param, "%v", jsonMsg(err))
+	}
+	if w.Role == nil {
+		return inputErrorf(param+".role", "a message needs a role: system, developer, user, assistant or tool")
+	}
+	m.Role = *w.Role
+	if !roles[m.Role] {
+		return inputErrorf(param+".role", "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
+	}
+	content := bytes.TrimSpace(w.Content)
+	switch {
+	case len(content) == 0 || bytes.Equal(content, []byte("null")):
+	case content[0] == '"':
+		var s string
+		if err := json.Unmarshal(content, &s); err != nil {
+			return inputErrorf(param+".content", "%v", jsonMsg(err))
+		}
+		m.Content = &s
+	case content[0] == '[':
+		var parts []json.RawMessage
+		if err := json.Unmarshal(content, &parts); err != nil {
+			return inputErrorf(param+".content", "%v", jsonMsg(err))
+		}
+		m.Parts = make([]ContentPart, len(parts))
+		for j, p := range parts {
+			pp := fmt.Sprintf("%s.content[%d]", param, j)
+			var part struct {
+				Type *string `json:"type"`
+				Text *string `json:"text"`
+			}
+			if !isJSONObject(p) {
+				return inputErrorf(pp, "a content part must be an object such as {\"type\": \"text\", \"text\": ...}")
+			}
+			if err := json.Unmarshal(p, &part); err != nil {
+				return inputErrorf(pp, "%v", jsonMsg(err))
+			}
+			if part.Type == nil {
+				return inputErrorf(pp+".type", "a content part needs a type")
+			}
+			if *part.Type != "text" {
+				return inputErrorf(pp+".type", "content parts of type %q are not supported: this model's chat template takes text parts only", *part.Type)
+			}
+			if part.Text == nil {
+				return inputErrorf(pp+".text", "a text part needs its text")
+			}
+			m.Parts[j] = ContentPart{Type: "text", Text: *part.Text}
+		}
+	default:
+		return inputErrorf(param+".content", "a message's content must be a string, a list of text parts or null")
+	}
+	if m.Content == nil && m.Parts == nil && m.Role != "assistant" {
+		return inputErrorf(param+".content", "a %s message needs a content", m.Role)
+	}
+	if w.Name != nil {
+		m.Name = *w.Name
+	}
+	m.ToolCallID = w.ToolCallID
+	m.Reasoning = w.Reasoning
+	if m.Reasoning == nil {
+		m.Reasoning = w.ReasoningContent
+	}
+	if len(w.ToolCalls) > 0 {
+		m.ToolCalls = make([]ToolCall, len(w.ToolCalls))
+		for j, raw := range w.ToolCalls {
+			cp := fmt.Sprintf("%s.tool_calls[%d]", param, j)
+			if !isJSONObject(raw) {
+				return inputErrorf(cp, "a tool call must be an object with an id, a type and a function")
+			}
+			var c struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function *struct {
+					Name      string          `json:"name"`
+					Arguments json.RawMessage `json:"arguments"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return inputErrorf(cp, "%v", jsonMsg(err))
+			}
+			if c.Function == nil || c.Function.Name == "" {
+				return inputErrorf(cp+".function.name", "a tool call needs the name of the function it calls")
+			}
+			tc := ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
+			args := bytes.TrimSpace(c.Function.Arguments)
+			switch {
+			case len(args) > 0 && args[0] == '"':
+				if err := json.Unmarshal(args, &tc.Function.Arguments); err != nil {
+					return inputErrorf(cp+".function.arguments", "%v", jsonMsg(err))
+				}
+			case len(args) > 0 && (args[0] == '{' || args[0] == '['):
+				tc.Function.Arguments = string(args) // some clients send the object itself
+			}
+			m.ToolCalls[j] = tc
+		}
+	}
+	return nil
+}
+
+func decodeTool(raw json.RawMessage, t *Tool, param string) error {
+	if !isJSONObject(raw) {
+		return inputErrorf(param, "a tool must be a JSON object such as {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}")
+	}
+	var w struct {
+		Type     string          `json:"type"`
+		Function json.RawMessage `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return inputErrorf(param, "%v", jsonMsg(err))
+	}
+	if w.Type != "function" {
+		return inputErrorf(param+".type", "unsupported tool type %q: only \"function\" tools can be rendered", w.Type)
+	}
+	if !isJSONObject(w.Function) {
+		return inputErrorf(param+".function", "a function tool needs a function object with a name")
+	}
+	var f struct {
+		Name        *string         `json:"name"`
+		Description *string         `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	}
+	if err := json.Unmarshal(w.Function, &f); err != nil {
+		return inputErrorf(param+".function", "%v", jsonMsg(err))
+	}
+	if f.Name == nil || *f.Name == "" {
+		return inputErrorf(param+".function.name", "a function tool needs a name")
+	}
+	if p := bytes.TrimSpace(f.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !isJSONObject(p) {
+		return inputErrorf(param+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
+	}
+	t.Type = w.Type
+	t.Function = FunctionDef{Name: *f.Name, Description: f.Description, Parameters: f.Parameters, Strict: f.Strict}
+	return nil
+}
+
+// jsonMsg words a decoding error for a client: which field, which type it should have been.
+func jsonMsg(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s must be of type %s, not %s", te.Field, goTypeName(te.Type.String()), te.Value)
+		}
+		return fmt.Sprintf("expected %s, got %s", goTypeName(te.Type.String()), te.Value)
+	}
+	return err.Error()
+}
+
+func goTypeName(t string) string {
+	switch {
+	case strings.Contains(t, "string"):
+		return "string"
+	case strings.Contains(t, "bool"):
+		return "boolean"
+	case strings.HasPrefix(t, "[]"):
+		return "array"
+	case strings.Contains(t, "struct"), strings.HasPrefix(t, "map"):
+		return "object"
+	}
+	return t
+}
+
+// The fast path reads a valid request in one pass; anything it does not like sends the request
+// to decodeChecked, which words the error.
+
+type fastRequest struct {
+	Messages []struct {
+		Role             *string        `json:"role"`
+		Content          fastContent    `json:"content"`
+		Name             *string        `json:"name"`
+		ToolCalls        []fastToolCall `json:"tool_calls"`
+		ToolCallID       *string        `json:"tool_call_id"`
+		Reasoning        *string        `json:"reasoning"`
+		ReasoningContent *string        `json:"reasoning_content"`
+	} `json:"messages"`
+	Tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name        *string         `json:"name"`
+			Description *string         `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      *bool           `json:"strict"`
+		} `json:"function"`
+	} `json:"tools"`
+	Documents           []json.RawMessage          `json:"documents"`
+	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
+}
+
+type fastToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function *struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+// fastContent is a message's content: a string, text parts, or null.
+type fastContent struct {
+	str   *string
+	parts []ContentPart
+}
+
+var errNotFast = errors.New("not for the fast path")
+
+func (c *fastContent) UnmarshalJSON(b []byte) error {
+	*c = fastContent{} // a repeated key: the last one wins
+	switch {
+	case len(b) == 0 || b[0] == 'n':
+		return nil
+	case b[0] == '"':
+		s, ok := unquote(b)
+		if !ok {
+			return errNotFast
+		}
+		c.str = &s
+		return nil
+	case b[0] == '[':
+		var parts []struct {
+			Type *string `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		c.parts = make([]ContentPart, len(parts))
+		for i, p := range parts {
+			if p.Type == nil || *p.Type != "text" || p.Text == nil {
+				return errNotFast
+			}
+			c.parts[i] = ContentPart{Type: "text", Text: *p.Text}
+		}
+		return nil
+	}
+	return errNotFast
+}
+
+func decodeFast(body []byte) *Input {
+	var req fastRequest
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return nil
+	}
+	in := &Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
+	in.Messages = make([]Message, len(req.Messages))
+	for i := range req.Messages {
+		w := &req.Messages[i]
+		if w.Role == nil || !roles[*w.Role] {
+			return nil
+		}
+		m := &in.Messages[i]
+		m.Role, m.Content, m.Parts = *w.Role, w.Content.str, w.Content.parts
+		if m.Content == nil && m.Parts == nil && m.Role != "assistant" {
+			return nil
+		}
+		if w.Name != nil {
+			m.Name = *w.Name
+		}
+		m.ToolCallID = w.ToolCallID
+		m.Reasoning = w.Reasoning
+		if m.Reasoning == nil {
+			m.Reasoning = w.ReasoningContent
+		}
+		if len(w.ToolCalls) > 0 {
+			m.ToolCalls = make([]ToolCall, len(w.ToolCalls))
+			for j, c := range w.ToolCalls {
+				if c.Function == nil || c.Function.Name == "" {
+					return nil
+				}
+				tc := ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
+				args := bytes.TrimSpace(c.Function.Arguments)
+				switch {
+				case len(args) > 0 && args[0] == '"':
+					if json.Unmarshal(args, &tc.Function.Arguments) != nil {
+						return nil
+					}
+				case len(args) > 0 && (args[0] == '{' || args[0] == '['):
+					tc.Function.Arguments = string(args)
+				}
+				m.ToolCalls[j] = tc
+			}
+		}
+	}
+	if req.Tools != nil {
+		in.Tools = make([]Tool, len(req.Tools))
+		for i, t := range req.Tools {
+			f := t.Function
+			if t.Type != "function" || f == nil || f.Name == nil || *f.Name == "" {
+				return nil
+			}
+			if p := bytes.TrimSpace(f.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !isJSONObject(p) {
+				return nil
+			}
+			in.Tools[i] = Tool{Type: t.Type, Function: FunctionDef{Name: *f.Name, Description: f.Description, Parameters: f.Parameters, Strict: f.Strict}}
+		}
+	}
+	for _, d := range req.Documents {
+		if !isJSONObject(d) {
+			return nil
+		}
+	}
+	in.Documents = req.Documents
+	if req.ChatTemplateKwargs != nil {
+		in.Kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
+		for k, v := range req.ChatTemplateKwargs {
+			in.Kwargs[k] = v
+		}
+	}
+	return in
+}
+
+// unquote reads a JSON string that encoding/json has already checked, as encoding/json does
+// (invalid UTF-8 and lone surrogates become U+FFFD) but without checking it again.
+func unquote(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	b = b[1 : len(b)-1]
+	i := bytes.IndexByte(b, '\\')
+	if i < 0 && utf8.Valid(b) {
+		return string(b), true
+	}
+	out := make([]byte, 0, len(b))
+	for len(b) > 0 {
+		c := b[0]
+		switch {
+		case c == '\\':
+			if len(b) < 2 {
+				return "", false
+			}
+			switch b[1] {
+			case '"', '\\', '/':
+				out = append(out, b[1])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(b[2:])
+				if !ok {
+					return "", false
+				}
+				b = b[6:]
+				if utf16.IsSurrogate(r) {
+					r2, ok2 := rune(-1), false
+					if len(b) >= 6 && b[0] == '\\' && b[1] == 'u' {
+						r2, ok2 = hex4(b[2:])
+					}
+					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+						b = b[6:]
+						r = dec
+					} else {
+						r = utf8.RuneError
+					}
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return "", false
+			}
+			b = b[2:]
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			b = b[1:]
+		default:
+			r, size := utf8.DecodeRune(b)
+			out = utf8.AppendRune(out, r) // U+FFFD for an invalid byte, as encoding/json
+			b = b[size:]
+		}
+	}
+	return string(out), true
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

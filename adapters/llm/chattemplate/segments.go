@@ -1,0 +1,328 @@
+package chattemplate
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Segment is a piece of a render. Content marks text that came from the request (a message's
+// content or reasoning, or special-token text anywhere in the request's strings): a tokenizer
+// must not read special tokens in it, so that a user cannot forge a role boundary by typing
+// "<|im_end|>". The segments of a render concatenate to exactly what Render returns; a tokenizer
+// may tokenize across segment boundaries, it only has to leave Content segments' special-token
+// text as plain text.
+type Segment struct {
+	Text    string
+	Content bool
+}
+
+// SpecialTokens is the set of a tokenizer's special-token strings (its added tokens), indexed
+// once for RenderSegments.
+type SpecialTokens struct {
+	byFirst [256][]string // by first byte, longest first
+	n       int
+}
+
+// NewSpecialTokens indexes tokens (empty strings are ignored).
+func NewSpecialTokens(tokens []string) *SpecialTokens {
+	s := &SpecialTokens{}
+	for _, t := range tokens {
+		if t == "" {
+			continue
+		}
+		s.byFirst[t[0]] = append(s.byFirst[t[0]], t)
+		s.n++
+	}
+	for i := range s.byFirst {
+		l := s.byFirst[i]
+		sort.SliceStable(l, func(a, b int) bool { return len(l[a]) > len(l[b]) })
+	}
+	return s
+}
+
+// match returns the longest special token at the start of s, or "".
+func (s *SpecialTokens) match(str string) string {
+	for _, t := range s.byFirst[str[0]] {
+		if strings.HasPrefix(str, t) {
+			return t
+		}
+	}
+	return ""
+}
+
+// find reports whether str contains a special token.
+func (s *SpecialTokens) find(str string) bool {
+	if s == nil || s.n == 0 {
+		return false
+	}
+	for i := 0; i < len(str); i++ {
+		if len(s.byFirst[str[i]]) > 0 && s.match(str[i:]) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// The marks RenderSegments puts into the request's strings: characters of Unicode's last
+// private-use plane, which no tokenizer's special tokens and no sensible request contain (a
+// request that does contain one is rendered without marks, see RenderSegments).
+const (
+	markOpen  = "\U0010FFF0" // markOpen ID markEnd: a content starts
+	markClose = "\U0010FFF2" // markClose ID markEnd: it ends
+	markEnd   = "\U0010FFF1"
+	maskOpen  = "\U0010FFF3" // maskOpen ID markEnd: special-token text of the request
+	markFirst = '\U0010FFF0'
+)
+
+func hasMarkRune(s string) bool {
+	if !strings.Contains(s, "\xf4\x8f\xbf") { // the UTF-8 prefix of U+10FFC0..U+10FFFF
+		return false
+	}
+	for _, r := range s {
+		if r >= markFirst && r <= unicode.MaxRune {
+			return true
+		}
+	}
+	return false
+}
+
+// RenderSegments renders in as Render does and tells which parts of the result came from the
+// request, so that special-token text inside message contents (or any other string of the
+// request) is tokenized as plain text.
+//
+// How: it renders once more with every message content (and reasoning) wrapped in marks, its
+// surrounding whitespace left outside them so that trim and strip see what they would have
+// seen. If that render, marks removed, is byte-identical to the real one, each pair of marks
+// delimits a Content segment. A template that cuts a content apart (Qwen3 splits an assistant's
+// "<think>...</think>" from its answer) or inspects it (startswith, length) may lose marks or
+// render differently; the contents concerned are then not marked, which is safe because of the
+// second step.
+//
+// Safety does not rest on the marks: if any string of the request (contents, names, tool
+// definitions and arguments, documents, chat_template_kwargs, object keys included) contains a
+// special token, a third render replaces each such occurrence with a placeholder; if that
+// render, placeholders put back, is byte-identical to the real one (case aside: a template may
+// upper-case a title), every placeholder's place is a
+// Content segment. If it is not (the template's logic depends on the special-token text
+// itself), the render is accepted only when it holds none of the special tokens the request
+// contains; otherwise it is refused with an *InputError, never passed on with a forged
+// boundary.
+//
+// What it cannot see: a special token formed across a boundary, a content ending in "<|im_" that
+// the template follows with "end|>". No known template emits a special token's tail after a
+// content.
+func (t *Template) RenderSegments(ctx context.Context, in *Input, special *SpecialTokens) ([]Segment, error) {
+	vars, err := t.variables(in, nil)
+	if err != nil {
+		return nil, err
+	}
+	out, err := t.render(ctx, vars)
+	if err != nil {
+		return nil, err
+	}
+	content := make([]bool, len(out)) // per byte of out: from the request
+
+	// Marks around contents; the same pass finds special tokens and mark characters in the
+	// request's strings.
+	var (
+		cores     []string
+		found     bool // a special token in some string of the request
+		collision bool // a mark character in some string of the request
+	)
+	scan := func(s string) {
+		if !found && special.find(s) {
+			found = true
+		}
+		if !collision && hasMarkRune(s) {
+			collision = true
+		}
+	}
+	sm := &strMap{
+		content: func(s string) string {
+			scan(s)
+			lead := strings.IndexFunc(s, notSpace)
+			if lead < 0 {
+				return s // all whitespace: nothing to mark
+			}
+			trail := strings.LastIndexFunc(s, notSpace)
+			_, size := utf8.DecodeRuneInString(s[trail:])
+			trail += size
+			id := strconv.Itoa(len(cores))
+			cores = append(cores, s[lead:trail])
+			return s[:lead] + markOpen + id + markEnd + s[lead:trail] + markClose + id + markEnd + s[trail:]
+		},
+		other: func(s string) string { scan(s); return s },
+	}
+	if mvars, err := t.variables(in, sm); err == nil && !collision && len(cores) > 0 {
+		if mout, err := t.render(ctx, mvars); err == nil {
+			markContents(out, mout, content)
+		} else if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+
+	if found {
+		if collision {
+			return nil, &InputError{Param: "messages", Msg: "the request contains characters of Unicode's private-use plane 16 together with special-token text; remove either"}
+		}
+		var masked []string
+		mask := func(s string) string {
+			if !special.find(s) {
+				return s
+			}
+			var b strings.Builder
+			for i := 0; i < len(s); {
+				if tok := special.match(s[i:]); tok != "" {
+					b.WriteString(maskOpen + strconv.Itoa(len(masked)) + markEnd)
+					masked = append(masked, tok)
+					i += len(tok)
+					continue
+				}
+				b.WriteByte(s[i])
+				i++
+			}
+			return b.String()
+		}
+		kvars, err := t.variables(in, &strMap{content: mask, other: mask})
+		if err != nil {
+			return nil, err
+		}
+		kout, err := t.render(ctx, kvars)
+		if err == nil && unmask(out, kout, masked, content) {
+			return segments(out, content), nil
+		}
+		if ctx.Err() != nil {
+			return nil, &RenderError{Err: ctx.Err()}
+		}
+		// The template reacts to the special-token text itself: accept the render only if it
+		// holds none of the request's special tokens.
+		for _, tok := range masked {
+			if strings.Contains(out, tok) {
+				return nil, inputErrorf("messages", "the request contains the special token %q, which this model's chat template interprets; remove it from the message contents", tok)
+			}
+		}
+	}
+	return segments(out, content), nil
+}
+
+func notSpace(r rune) bool { return !unicode.IsSpace(r) && (r < 0x1c || r > 0x1f) }
+
+// markContents sets content[i] for the bytes of out that lie between a content's two marks in
+// mout, provided mout without its marks is out.
+func markContents(out, mout string, content []bool) {
+	var ranges [][2]int
+	pos := 0     // in out
+	open := -1   // in out, where the open content started
+	openID := "" // its id
+	for i := 0; i < len(mout); {
+		j := strings.Index(mout[i:], "\xf4\x8f\xbf")
+		if j < 0 {
+			j = len(mout) - i
+		}
+		// mout[i:i+j] is plain text and must be out's next bytes.
+		if pos+j > len(out) || mout[i:i+j] != out[pos:pos+j] {
+			return
+		}
+		pos += j
+		i += j
+		if i == len(mout) {
+			break
+		}
+		var closing bool
+		switch {
+		case strings.HasPrefix(mout[i:], markOpen):
+		case strings.HasPrefix(mout[i:], markClose):
+			closing = true
+		default:
+			return // a mark character the request did not have: give up
+		}
+		i += len(markOpen)
+		k := strings.Index(mout[i:], markEnd)
+		if k <= 0 {
+			return
+		}
+		id := mout[i : i+k]
+		i += k + len(markEnd)
+		switch {
+		case !closing:
+			open, openID = pos, id // an unclosed earlier one (cut by the template) is dropped
+		case open >= 0 && id == openID:
+			ranges = append(ranges, [2]int{open, pos})
+			open = -1
+		default:
+			open = -1 // a close without its open: the template cut the content
+		}
+	}
+	if pos != len(out) {
+		return
+	}
+	for _, r := range ranges {
+		for b := r[0]; b < r[1]; b++ {
+			content[b] = true
+		}
+	}
+}
+
+// unmask matches kout against out, each placeholder standing for its token (or the token with
+// its case changed: an upper filter), the text between placeholders matching exactly, and marks
+// the placeholders' places in content. False when kout does not match out so.
+func unmask(out, kout string, masked []string, content []bool) bool {
+	var spans [][2]int
+	pos := 0
+	for {
+		j := strings.Index(kout, maskOpen)
+		if j < 0 {
+			j = len(kout)
+		}
+		if !strings.HasPrefix(out[pos:], kout[:j]) {
+			return false
+		}
+		pos += j
+		if j == len(kout) {
+			break
+		}
+		k := strings.Index(kout[j:], markEnd)
+		if k < 0 {
+			return false
+		}
+		n, err := strconv.Atoi(kout[j+len(maskOpen) : j+k])
+		if err != nil || n < 0 || n >= len(masked) {
+			return false
+		}
+		tok := masked[n]
+		if len(out)-pos < len(tok) || !strings.EqualFold(out[pos:pos+len(tok)], tok) {
+			return false
+		}
+		spans = append(spans, [2]int{pos, pos + len(tok)})
+		pos += len(tok)
+		kout = kout[j+k+len(markEnd):]
+	}
+	if pos != len(out) {
+		return false
+	}
+	for _, s := range spans {
+		for b := s[0]; b < s[1]; b++ {
+			content[b] = true
+		}
+	}
+	return true
+}
+
+func segments(out string, content []bool) []Segment {
+	var segs []Segment
+	start := 0
+	for i := 1; i <= len(out); i++ {
+		if i == len(out) || content[i] != content[start] {
+			segs = append(segs, Segment{Text: out[start:i], Content: content[start]})
+			start = i
+		}
+	}
+	if len(segs) == 0 {
+		segs = []Segment{{Text: ""}}
+	}
+	return segs
+}
