@@ -23,7 +23,9 @@ func TestConformanceThroughProxy(t *testing.T) {
 	// out of rotation in the middle of a check that has nothing to do with health.
 	e.CheckTimeout = 30 * time.Second
 	f := startFront(t, fast(e))
-	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: f.Addr, HTTPURL: f.URL})
+	// 64 MiB through two gateways under the race detector on a loaded machine can take longer
+	// than a check's default 30 s.
+	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: f.Addr, HTTPURL: f.URL, Timeout: 2 * time.Minute})
 	require.NoError(t, err)
 	var table strings.Builder
 	require.NoError(t, rep.WriteTable(&table, false))
