@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"math"
@@ -208,7 +209,8 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 	if err := json.Unmarshal(tj, &f); err != nil {
 		return nil, fail("%v", err)
 	}
-	t := &Tokenizer{}
+	runePropsOnce.Do(buildRuneProps)
+	t := &Tokenizer{cache: &pieceCache{seed: maphash.MakeSeed()}}
 	if err := t.buildModel(&f.Model, f.AddedTokens); err != nil {
 		return nil, fail("%v", err)
 	}
@@ -238,7 +240,7 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 
 // maxVocab bounds the token ids a file may use, so that a corrupt or hostile file cannot make
 // Load allocate more than a few hundred megabytes.
-const maxVocab = 1 << 22
+const maxVocab = 1 << idBits
 
 func (t *Tokenizer) buildModel(m *modelJSON, added []addedTokenJSON) error {
 	if m.Type != "BPE" && !(m.Type == "" && m.Vocab != nil && m.Merges != nil) {
@@ -376,7 +378,10 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage, vocab map[string]int) error
 			pairs[i] = [2]string{p[0], p[1]}
 		}
 	}
-	t.merges = make(map[uint64]uint64, len(pairs))
+	if len(pairs) >= 1<<rankBits {
+		return fmt.Errorf("model.merges: %d merges, at most %d are supported", len(pairs), 1<<rankBits-1)
+	}
+	t.merges = newPairTable(len(pairs))
 	for rank, p := range pairs {
 		a, okA := vocab[p[0]]
 		b, okB := vocab[p[1]]
@@ -390,7 +395,7 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage, vocab map[string]int) error
 			return fmt.Errorf("model.merges[%d]: merged token %q is not in the vocabulary", rank, p[0]+p[1])
 		}
 		// A later duplicate wins, as in Hugging Face's tokenizers and transformers.js.
-		t.merges[pairKey(int32(a), int32(b))] = uint64(rank)<<32 | uint64(ab)
+		t.merges.put(int32(a), int32(b), rank, int32(ab))
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package tokenizer
 
 import (
+	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // The pre-tokenizer: the regular expressions that split text into pieces before the BPE, as
@@ -59,6 +62,37 @@ func init() {
 	}
 }
 
+// runeProps holds, for the code points below propsLimit (the BMP and the two supplementary
+// planes with letters in use), the class in the low two bits and propNFC when the character
+// cannot combine with what is before it under NFC (NFC_QC=Yes and canonical combining class 0),
+// so that a text of only such characters is NFC already. It is built on the first Load
+// (196 KB, a few milliseconds) and replaces the unicode package's binary searches.
+var (
+	runeProps     []uint8
+	runePropsOnce sync.Once
+)
+
+const (
+	propsLimit = 0x30000
+	propNFC    = 4
+)
+
+func buildRuneProps() {
+	p := make([]uint8, propsLimit)
+	var buf [utf8.UTFMax]byte
+	for r := range rune(propsLimit) {
+		p[r] = slowClass(r)
+		if r >= 0xD800 && r < 0xE000 {
+			continue
+		}
+		n := utf8.EncodeRune(buf[:], r)
+		if norm.NFC.Properties(buf[:n]).BoundaryBefore() && norm.NFC.IsNormal(buf[:n]) {
+			p[r] |= propNFC
+		}
+	}
+	runeProps = p
+}
+
 func slowClass(r rune) uint8 {
 	switch {
 	case unicode.IsLetter(r):
@@ -81,7 +115,75 @@ func next(s string, i int) (rune, int, uint8) {
 	if r == utf8.RuneError && w == 1 {
 		return r, 1, clsOther
 	}
+	if r < propsLimit {
+		return r, w, runeProps[r] & 3
+	}
 	return r, w, slowClass(r)
+}
+
+// stableNFC: r is NFC on its own and cannot combine with a character before it.
+func stableNFC(r rune) bool {
+	return r < utf8.RuneSelf || r < propsLimit && runeProps[r]&propNFC != 0
+}
+
+// nfc returns the NFC form of s. Stretches of characters that are NFC on their own and cannot
+// combine with what precedes them (most text) are kept as they are; only the segments around
+// other characters go through norm.NFC, cut where such a character starts (a normalization
+// boundary), so that the result is norm.NFC.String(s).
+func nfc(s string, tmp *[]byte) string {
+	var out []byte
+	done := 0 // s[:done] is in out (when out != nil)
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && w == 1 || stableNFC(r) {
+			i += w
+			continue
+		}
+		// A segment to normalize: from the start of the last stable character before i to the
+		// next stable character after i.
+		start := i
+		for start > done {
+			r, w := utf8.DecodeLastRuneInString(s[done:start])
+			if r == utf8.RuneError && w == 1 {
+				break // a byte that is not UTF-8 stays out of norm's way
+			}
+			start -= w
+			if stableNFC(r) {
+				break
+			}
+		}
+		end := i + w
+		for end < len(s) {
+			r, w := utf8.DecodeRuneInString(s[end:])
+			if r == utf8.RuneError && w == 1 || stableNFC(r) {
+				break
+			}
+			end += w
+		}
+		if n := end - start; cap(*tmp) < n+n/4 {
+			*tmp = make([]byte, 0, n+n/4) // NFC rarely grows text by more (norm's stream-safe CGJs)
+		}
+		*tmp = norm.NFC.AppendString((*tmp)[:0], s[start:end])
+		if out == nil && string(*tmp) == s[start:end] {
+			i = end // NFC after all (a combining mark that combines with nothing here, say)
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(s)+len(s)/8)
+		}
+		out = append(out, s[done:start]...)
+		out = append(out, *tmp...)
+		done, i = end, end
+	}
+	if out == nil {
+		return s
+	}
+	return string(append(out, s[done:]...))
 }
 
 // run returns the end of the run of characters of class cls that starts at i.

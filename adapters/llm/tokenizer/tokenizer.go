@@ -26,7 +26,7 @@ type Tokenizer struct {
 	byteID [256]int32
 	unkID  int32
 	// merges maps a pair of token ids to rank<<32 | merged id.
-	merges       map[uint64]uint64
+	merges       pairTable
 	ignoreMerges bool
 
 	added   []addedToken
@@ -40,6 +40,7 @@ type Tokenizer struct {
 	suffix  []int
 	cfg     Config
 	scratch sync.Pool
+	cache   *pieceCache
 }
 
 type addedToken struct {
@@ -99,54 +100,66 @@ func (t *Tokenizer) IsSpecial(id int) bool {
 // is invalid (each such byte is a character of its own for the pre-tokenizer), so Decode gives
 // the same bytes back.
 func (t *Tokenizer) Encode(text string, opts Options) []int {
-	return t.AppendEncode(make([]int, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1), text, opts)
+	extra := len(t.prefix) + len(t.suffix)
+	if len(text) <= 64<<10 {
+		return t.AppendEncode(make([]int, 0, len(text)/3+extra+1), text, opts)
+	}
+	// A long text: collect the ids in blocks and copy them once into a slice of the right size,
+	// rather than growing one slice by copies (five times the ids' size for 10 MB of NULs).
+	var blocks [][]int
+	cur := make([]int, 0, 1<<16)
+	n := t.each(text, opts, func(ids []int) {
+		for len(ids) > 0 {
+			if len(cur) == cap(cur) {
+				blocks = append(blocks, cur)
+				cur = make([]int, 0, 1<<16)
+			}
+			k := copy(cur[len(cur):cap(cur)], ids)
+			cur, ids = cur[:len(cur)+k], ids[k:]
+		}
+	})
+	out := make([]int, 0, n)
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
+	return append(out, cur...)
 }
 
 // AppendEncode appends the ids of text to dst.
 func (t *Tokenizer) AppendEncode(dst []int, text string, opts Options) []int {
-	if opts.AddSpecialTokens {
-		dst = append(dst, t.prefix...)
-	}
-	sc := t.getScratch()
-	dst = t.encode(dst, text, opts.ParseSpecial, sc)
-	t.scratch.Put(sc)
-	if opts.AddSpecialTokens {
-		dst = append(dst, t.suffix...)
-	}
+	t.each(text, opts, func(ids []int) { dst = append(dst, ids...) })
 	return dst
 }
 
 // Count returns len(Encode(text, opts)) without keeping the ids.
 func (t *Tokenizer) Count(text string, opts Options) int {
-	sc := t.getScratch()
-	n := 0
-	t.eachSection(text, opts.ParseSpecial, func(section string, id int32) {
-		if id >= 0 {
-			n++
-			return
-		}
-		t.encodeSection(section, sc, func(ids []int) {
-			n += len(ids)
-		})
-	})
-	t.scratch.Put(sc)
-	if opts.AddSpecialTokens {
-		n += len(t.prefix) + len(t.suffix)
-	}
-	return n
+	return t.each(text, opts, func([]int) {})
 }
 
-func (t *Tokenizer) encode(dst []int, text string, parseSpecial bool, sc *scratch) []int {
-	t.eachSection(text, parseSpecial, func(section string, id int32) {
+// each gives emit the ids of text in batches and returns how many there were.
+func (t *Tokenizer) each(text string, opts Options, emit func([]int)) int {
+	n := 0
+	out := func(ids []int) {
+		n += len(ids)
+		emit(ids)
+	}
+	if opts.AddSpecialTokens && len(t.prefix) > 0 {
+		out(t.prefix)
+	}
+	sc := t.getScratch()
+	t.eachSection(text, opts.ParseSpecial, func(section string, id int32) {
 		if id >= 0 {
-			dst = append(dst, int(id))
+			sc.one[0] = int(id)
+			out(sc.one[:])
 			return
 		}
-		t.encodeSection(section, sc, func(ids []int) {
-			dst = append(dst, ids...)
-		})
+		t.encodeSection(section, sc, out)
 	})
-	return dst
+	t.putScratch(sc)
+	if opts.AddSpecialTokens && len(t.suffix) > 0 {
+		out(t.suffix)
+	}
+	return n
 }
 
 // eachSection splits text at added tokens (when parseSpecial) and calls f with each added
@@ -279,10 +292,10 @@ const (
 	normNFKD
 )
 
-func (n normalizer) apply(s string) string {
+func (n normalizer) apply(s string, tmp *[]byte) string {
 	switch n {
 	case normNFC:
-		return norm.NFC.String(s)
+		return nfc(s, tmp)
 	case normNFD:
 		return norm.NFD.String(s)
 	case normNFKC:
@@ -296,7 +309,7 @@ func (n normalizer) apply(s string) string {
 // encodeSection normalizes, pre-tokenizes and BPE-encodes a stretch of text between added tokens,
 // giving emit the ids in bounded batches.
 func (t *Tokenizer) encodeSection(s string, sc *scratch, emit func([]int)) {
-	s = t.norm.apply(s)
+	s = t.norm.apply(s, &sc.norm)
 	ids := sc.ids[:0]
 	t.pretokenize(s, 0, func(piece string) {
 		for len(piece) > MaxPieceBytes {
@@ -309,6 +322,10 @@ func (t *Tokenizer) encodeSection(s string, sc *scratch, emit func([]int)) {
 			}
 			ids = t.bpe(ids, piece[:cut], sc)
 			piece = piece[cut:]
+			if len(ids) >= 4096 {
+				emit(ids)
+				ids = ids[:0]
+			}
 		}
 		ids = t.bpe(ids, piece, sc)
 		if len(ids) >= 4096 {
@@ -347,16 +364,15 @@ func (t *Tokenizer) pretokenize(s string, step int, f func(string)) {
 
 // ---- the BPE ----------------------------------------------------------------------------------
 
-func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
-
 const noRank = ^uint32(0)
 
 // scratch holds the buffers of one Encode call.
 type scratch struct {
+	one   [1]int
 	ids   []int
+	norm  []byte
 	syms  []int32
 	ranks []uint32
-	into  []int32
 	// for long pieces
 	prev, nextI []int32
 	heap        []heapItem
@@ -374,13 +390,21 @@ func (t *Tokenizer) getScratch() *scratch {
 	return &scratch{}
 }
 
-// rank returns the rank of merging a and b and the merged token; noRank if they do not merge.
-func (t *Tokenizer) rank(a, b int32) (uint32, int32) {
-	if v, ok := t.merges[pairKey(a, b)]; ok {
-		return uint32(v >> 32), int32(uint32(v))
+// putScratch returns sc to the pool, less any buffer that a long input grew beyond what
+// ordinary inputs need, so that one 10 MB prompt does not pin its buffers.
+func (t *Tokenizer) putScratch(sc *scratch) {
+	const keep = 64 << 10
+	if cap(sc.norm) > keep {
+		sc.norm = nil
 	}
-	return noRank, -1
+	if cap(sc.ids) > keep {
+		sc.ids = nil
+	}
+	t.scratch.Put(sc)
 }
+
+// rank returns the rank of merging a and b, noRank if they do not merge.
+func (t *Tokenizer) rank(a, b int32) uint32 { return t.merges.get(a, b) }
 
 // bpe appends the ids of one piece.
 func (t *Tokenizer) bpe(dst []int, piece string, sc *scratch) []int {
@@ -392,7 +416,20 @@ func (t *Tokenizer) bpe(dst []int, piece string, sc *scratch) []int {
 	if id, ok := t.pieceID[piece]; ok && (t.ignoreMerges || t.whole[id]) {
 		return append(dst, int(id))
 	}
+	var h uint64
+	if len(piece) <= cacheMaxPiece {
+		var ids []int32
+		if ids, h = t.cache.get(piece); ids != nil {
+			for _, id := range ids {
+				dst = append(dst, int(id))
+			}
+			return dst
+		}
+	}
 	syms := t.merge(piece, sc)
+	if len(piece) <= cacheMaxPiece {
+		t.cache.put(h, piece, syms)
+	}
 	for _, id := range syms {
 		dst = append(dst, int(id))
 	}
@@ -416,10 +453,9 @@ func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
 		return t.mergeLong(syms, sc)
 	}
 	// Short pieces: a scan for the lowest rank is faster than a heap.
-	ranks, into := sc.ranks[:0], sc.into[:0]
+	ranks := sc.ranks[:0]
 	for i := 0; i+1 < len(syms); i++ {
-		r, m := t.rank(syms[i], syms[i+1])
-		ranks, into = append(ranks, r), append(into, m)
+		ranks = append(ranks, t.rank(syms[i], syms[i+1]))
 	}
 	for len(syms) > 1 {
 		best, at := noRank, -1
@@ -431,18 +467,17 @@ func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
 		if at < 0 {
 			break
 		}
-		syms[at] = into[at]
+		syms[at] = t.merges.into[best]
 		syms = append(syms[:at+1], syms[at+2:]...)
 		ranks = append(ranks[:at], ranks[at+1:]...)
-		into = append(into[:at], into[at+1:]...)
 		if at > 0 {
-			ranks[at-1], into[at-1] = t.rank(syms[at-1], syms[at])
+			ranks[at-1] = t.rank(syms[at-1], syms[at])
 		}
 		if at+1 < len(syms) {
-			ranks[at], into[at] = t.rank(syms[at], syms[at+1])
+			ranks[at] = t.rank(syms[at], syms[at+1])
 		}
 	}
-	sc.ranks, sc.into = ranks, into
+	sc.ranks = ranks
 	return syms
 }
 
@@ -451,13 +486,13 @@ func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
 func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
 	n := len(syms)
 	prev, nxt := grow(sc.prev, n), grow(sc.nextI, n)
-	ranks, into := growU(sc.ranks, n), grow(sc.into, n)
+	ranks := growU(sc.ranks, n)
 	h := sc.heap[:0]
 	for i := range n {
 		prev[i], nxt[i] = int32(i-1), int32(i+1)
 		ranks[i] = noRank
 		if i+1 < n {
-			ranks[i], into[i] = t.rank(syms[i], syms[i+1])
+			ranks[i] = t.rank(syms[i], syms[i+1])
 			if ranks[i] != noRank {
 				h = append(h, heapItem{ranks[i], int32(i)})
 			}
@@ -473,7 +508,7 @@ func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
 			continue // stale
 		}
 		j := nxt[i]
-		syms[i] = into[i]
+		syms[i] = t.merges.into[top.rank]
 		syms[j] = -1 // deleted
 		nxt[i] = nxt[j]
 		if k := nxt[j]; k >= 0 {
@@ -483,13 +518,13 @@ func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
 		// The pair (i, next) and (prev, i) are new.
 		ranks[i] = noRank
 		if k := nxt[i]; k >= 0 {
-			ranks[i], into[i] = t.rank(syms[i], syms[k])
+			ranks[i] = t.rank(syms[i], syms[k])
 			if ranks[i] != noRank {
 				h = heapPush(h, heapItem{ranks[i], i})
 			}
 		}
 		if p := prev[i]; p >= 0 {
-			ranks[p], into[p] = t.rank(syms[p], syms[i])
+			ranks[p] = t.rank(syms[p], syms[i])
 			if ranks[p] != noRank {
 				h = heapPush(h, heapItem{ranks[p], p})
 			}
@@ -499,7 +534,7 @@ func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
 	for i := int32(0); i >= 0; i = nxt[i] {
 		out = append(out, syms[i])
 	}
-	sc.prev, sc.nextI, sc.ranks, sc.into, sc.heap = prev, nxt, ranks, into, h
+	sc.prev, sc.nextI, sc.ranks, sc.heap = prev, nxt, ranks, h
 	return out
 }
 
