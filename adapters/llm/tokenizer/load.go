@@ -160,12 +160,9 @@ type modelJSON struct {
 	IgnoreMerges            bool            `json:"ignore_merges"`
 }
 
-// typed is the "type" field every component of tokenizer.json has.
-type typed struct {
-	Type string `json:"type"`
-}
-
-type preTokenizerJSON struct {
+// componentJSON has the fields of the pre-tokenizers, post-processors and decoders this package
+// reads.
+type componentJSON struct {
 	Type           string             `json:"type"`
 	PreTokenizers  []json.RawMessage  `json:"pretokenizers"`
 	Pattern        *patternJSON       `json:"pattern"`
@@ -444,7 +441,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var p preTokenizerJSON
+	var p componentJSON
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, err
 	}
@@ -485,7 +482,7 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage) error {
 	if isNull(raw) {
 		return nil
 	}
-	var p preTokenizerJSON
+	var p componentJSON
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return err
 	}
@@ -557,7 +554,7 @@ func checkDecoder(raw json.RawMessage) error {
 	if isNull(raw) {
 		return errors.New("none: a ByteLevel decoder is required")
 	}
-	var p preTokenizerJSON
+	var p componentJSON
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return err
 	}
