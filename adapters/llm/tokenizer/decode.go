@@ -21,7 +21,10 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 			buf = append(buf, t.tokBytes[id]...)
 		}
 	}
-	out, _ := appendValid(make([]byte, 0, len(buf)), buf, true)
+	if utf8.Valid(buf) {
+		return string(buf)
+	}
+	out, _ := appendValid(make([]byte, 0, len(buf)+8), buf, true)
 	return string(out)
 }
 

@@ -20,12 +20,12 @@ type Tokenizer struct {
 	// pieceID maps the bytes of every byte-level vocabulary token to its id.
 	pieceID map[string]int32
 	// whole[id]: the BPE of the token's own bytes is the token itself, so a piece equal to a
-	// vocabulary token needs no merging (always true with ignore_merges).
+	// vocabulary token needs no merging (not computed with ignore_merges: then any is looked up).
 	whole []bool
 	// byteID[b] is the token of the single byte b (-1: none).
 	byteID [256]int32
 	unkID  int32
-	// merges maps a pair of token ids to rank<<32 | merged id.
+	// merges maps a pair of token ids to the rank of their merge, and the rank to the result.
 	merges pairTable
 	// bytePairs[a<<8|b] is the rank of merging the tokens of bytes a and b (nil unless every
 	// byte has a token): the first lookups of every piece, from a table that stays in cache.
@@ -381,10 +381,13 @@ type scratch struct {
 	heap        []heapItem
 }
 
-type heapItem struct {
-	rank uint32
-	pos  int32
-}
+// heapItem is a candidate merge, rank<<32 | position: ordered by rank, then position.
+type heapItem uint64
+
+func (h heapItem) rank() uint32 { return uint32(h >> 32) }
+func (h heapItem) pos() int32   { return int32(uint32(h)) }
+
+func item(rank uint32, pos int32) heapItem { return heapItem(uint64(rank)<<32 | uint64(uint32(pos))) }
 
 func (t *Tokenizer) getScratch() *scratch {
 	if sc, ok := t.scratch.Get().(*scratch); ok {
@@ -505,7 +508,7 @@ func (t *Tokenizer) mergeLong(syms []int32, ranks []uint32, sc *scratch) []int32
 	for i := range n {
 		prev[i], nxt[i] = int32(i-1), int32(i+1)
 		if ranks[i] != noRank {
-			h = append(h, heapItem{ranks[i], int32(i)})
+			h = append(h, item(ranks[i], int32(i)))
 		}
 	}
 	nxt[n-1] = -1
@@ -513,12 +516,12 @@ func (t *Tokenizer) mergeLong(syms []int32, ranks []uint32, sc *scratch) []int32
 	for len(h) > 0 {
 		top := h[0]
 		h = heapPop(h)
-		i := top.pos
-		if syms[i] < 0 || ranks[i] != top.rank {
+		i := top.pos()
+		if syms[i] < 0 || ranks[i] != top.rank() {
 			continue // stale
 		}
 		j := nxt[i]
-		syms[i] = t.merges.into[top.rank]
+		syms[i] = t.merges.into[top.rank()]
 		syms[j] = -1 // deleted
 		nxt[i] = nxt[j]
 		if k := nxt[j]; k >= 0 {
@@ -530,13 +533,13 @@ func (t *Tokenizer) mergeLong(syms []int32, ranks []uint32, sc *scratch) []int32
 		if k := nxt[i]; k >= 0 {
 			ranks[i] = t.rank(syms[i], syms[k])
 			if ranks[i] != noRank {
-				h = heapPush(h, heapItem{ranks[i], i})
+				h = heapPush(h, item(ranks[i], i))
 			}
 		}
 		if p := prev[i]; p >= 0 {
 			ranks[p] = t.rank(syms[p], syms[i])
 			if ranks[p] != noRank {
-				h = heapPush(h, heapItem{ranks[p], p})
+				h = heapPush(h, item(ranks[p], p))
 			}
 		}
 	}
@@ -562,10 +565,6 @@ func growU(s []uint32, n int) []uint32 {
 	return s[:n]
 }
 
-func (a heapItem) less(b heapItem) bool {
-	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
-}
-
 func heapInit(h []heapItem) {
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		heapDown(h, i)
@@ -579,10 +578,10 @@ func heapDown(h []heapItem, i int) {
 			return
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+		if r := l + 1; r < len(h) && h[r] < h[l] {
 			m = r
 		}
-		if !h[m].less(h[i]) {
+		if h[m] >= h[i] {
 			return
 		}
 		h[i], h[m] = h[m], h[i]
@@ -595,7 +594,7 @@ func heapPush(h []heapItem, x heapItem) []heapItem {
 	i := len(h) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h[i].less(h[p]) {
+		if h[i] >= h[p] {
 			break
 		}
 		h[i], h[p] = h[p], h[i]
