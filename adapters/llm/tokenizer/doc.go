@@ -50,7 +50,7 @@
 // longer than MaxPieceBytes (16 KiB: a run of letters or punctuation without a break) is merged
 // in chunks cut at character boundaries, which keeps the BPE's time and memory linear in the
 // text; within the bound ids are exact, beyond it they may differ from tokenizers' at the cuts
-// (tokenizers merges the whole run, in time that grows faster than its length). A 10 MB prompt
+// (tokenizers merges the whole run at once). A 10 MB prompt
 // takes about 0.5 s and allocates about twice its ids' size (8 bytes an id); 10 MB of a single
 // letter takes about 2.5 s. Load reads at most MaxFileBytes a file and refuses ids beyond 2^22
 // or sparser than twice the token count, so a hostile file cannot make it allocate much more

@@ -69,9 +69,9 @@ type Options struct {
 // MaxPieceBytes bounds the pre-tokenizer pieces that the BPE merges as a whole. A longer piece
 // (a run of one character class: 40 KB of letters without a space, or of punctuation) is merged
 // in chunks of at most this many bytes, cut at character boundaries, so that the work and
-// memory of the BPE stay linear in the text. Within the bound ids are exactly Hugging Face's;
-// beyond it they may differ from Hugging Face's at the cuts (which takes quadratic time on such
-// input).
+// memory of the BPE stay linear in the text, and the scratch memory of one encode under 1 MB.
+// Within the bound ids are exactly Hugging Face's; beyond it they may differ from Hugging
+// Face's at the cuts (tokenizers merges the whole run).
 const MaxPieceBytes = 16 << 10
 
 // Config returns what tokenizer_config.json and generation_config.json said.
@@ -204,7 +204,7 @@ func (t *Tokenizer) eachSection(text string, parseSpecial bool, f func(section s
 	}
 }
 
-// trieNode is a node of the added tokens' byte trie: children sorted by byte.
+// trieNode is a node of the added tokens' byte trie (keys[i] leads to kids[i]).
 type trieNode struct {
 	keys  []byte
 	kids  []int32
