@@ -179,3 +179,44 @@ func clipS(s string) string {
 	}
 	return s
 }
+
+// TestGoldenCatchesBrokenMerges: the golden comparison fails when merges are out of order. A
+// fresh cl100k tokenizer gets the ranks of its fourth merge and of its 50,001st swapped.
+func TestGoldenCatchesBrokenMerges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads a tokenizer of its own")
+	}
+	tok, err := Load(filepath.Join("testdata", "cl100k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairOf := func(rank uint32) (a, b int32) {
+		for _, s := range tok.merges.slots {
+			if s != 0 && uint32(s&(1<<rankBits-1)) == rank {
+				pair := s>>rankBits - 1
+				return int32(pair >> idBits), int32(pair & (1<<idBits - 1))
+			}
+		}
+		t.Fatalf("no merge of rank %d", rank)
+		return
+	}
+	const r1, r2 = 3, 50000
+	a1, b1 := pairOf(r1)
+	a2, b2 := pairOf(r2)
+	m1, m2 := tok.merges.into[r1], tok.merges.into[r2]
+	tok.merges.put(a1, b1, r2, m1) // put overwrites a pair's slot in place
+	tok.merges.put(a2, b2, r1, m2)
+	tok.cache = &pieceCache{seed: tok.cache.seed}
+	tok.computeWholeTokens()
+	g := readGolden(t, "cl100k")
+	differ := 0
+	for _, c := range g.Cases {
+		if !slices.Equal(tok.Encode(c.Text, Options{ParseSpecial: true}), c.IDs) {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatal("merges out of order went unnoticed")
+	}
+	t.Logf("merges %q+%q and %q+%q swapped: %d of %d cases differ", tok.tokBytes[a1], tok.tokBytes[b1], tok.tokBytes[a2], tok.tokBytes[b2], differ, len(g.Cases))
+}
