@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -217,6 +218,9 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 	}
 	if t.pre, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, fail("pre_tokenizer: %v", err)
+	}
+	if !slices.ContainsFunc(t.pre, func(p preStep) bool { return p.byteLevel }) {
+		return nil, fail("pre_tokenizer: no ByteLevel step, so not a byte-level BPE")
 	}
 	if err = t.parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, fail("post_processor: %v", err)

@@ -106,6 +106,7 @@ func TestLoadErrors(t *testing.T) {
 		{`"type": "NFC"->"type": "Lowercase"`, `normalizer: type "Lowercase"`},
 		{`"decoder": {"type": "ByteLevel"}->"decoder": {"type": "Metaspace"}`, `decoder: type "Metaspace"`},
 		{`\\p{N}{1,3}->\\d+`, "is not one this package knows"},
+		{`{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}->{"type": "Split", "pattern": {"Regex": "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated"}`, "no ByteLevel step"},
 	} {
 		from, to, _ := strings.Cut(c.edit, "->")
 		tj := string(tinyTokenizerJSON(t))
