@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,9 @@ type fileConfig struct {
 	// UpstreamClient is what proxied requests to http:// upstreams go through: fast (the default,
 	// the gateway's own HTTP/1.1 client) or std (net/http's Transport, as https:// upstreams use).
 	UpstreamClient string `yaml:"upstream_client"`
+	// Models holds each LLM's settings, keyed by the public model name clients send (the
+	// name an upstream serves it under, or an alias): its tokenizer, context length, ...
+	Models map[string]modelConfig `yaml:"models"`
 	// Redis, when its address is set, shares state between gateway replicas.
 	Redis redisConfig `yaml:"redis"`
 	// Registry is the RegistryService where backends register themselves.
@@ -46,6 +51,34 @@ type fileConfig struct {
 	Batch batchConfig `yaml:"batch"`
 	// Server bounds what one connection and one request may cost the gateway.
 	Server serverConfig `yaml:"server"`
+}
+
+// modelConfig is one entry of models: what the gateway knows of an LLM beyond its upstreams.
+type modelConfig struct {
+	// Tokenizer is a local directory holding the model's Hugging Face tokenizer.json and
+	// tokenizer_config.json (optionally generation_config.json, chat_template.jinja; each may be
+	// gzipped). Read at start-up, never downloaded. It makes the gateway count prompt tokens,
+	// render the chat template, and serve /tokenize and /detokenize for the model.
+	Tokenizer string `yaml:"tokenizer"`
+	// MaxModelLen is the model's context length in tokens: a request whose prompt plus
+	// max_tokens exceeds it is refused with OpenAI's 400 context_length_exceeded before any
+	// upstream is asked. 0: no check. Needs tokenizer.
+	MaxModelLen int `yaml:"max_model_len"`
+	// SpecialTokensInContent reads special-token text in message contents ("<|im_end|>") as the
+	// token, as vLLM does; by default it is plain text, so a user cannot forge a role boundary.
+	SpecialTokensInContent bool `yaml:"special_tokens_in_content"`
+}
+
+// validate lists what is wrong with the entry of model name.
+func (m modelConfig) validate(name string) []string {
+	var out []string
+	if m.MaxModelLen < 0 {
+		out = append(out, fmt.Sprintf("models.%s.max_model_len: %d is negative", name, m.MaxModelLen))
+	}
+	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent) {
+		out = append(out, fmt.Sprintf("models.%s: max_model_len and special_tokens_in_content need tokenizer (the gateway counts tokens with it)", name))
+	}
+	return out
 }
 
 // serverConfig bounds what clients may make the gateway spend before a request reaches a model.
@@ -212,6 +245,11 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 	}
 	if err := c.Server.decompression().Validate(); err != nil {
 		lines = append(lines, fmt.Sprintf("%s: server.%v", name, err))
+	}
+	for _, model := range slices.Sorted(maps.Keys(c.Models)) {
+		for _, l := range c.Models[model].validate(model) {
+			lines = append(lines, fmt.Sprintf("%s: %s", name, l))
+		}
 	}
 	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 {
 		lines = append(lines, fmt.Sprintf("%s: server: timeouts must be positive", name))

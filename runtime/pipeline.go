@@ -1,7 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
 	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/pipeline"
 )
 
@@ -10,14 +16,38 @@ import (
 // bridge, batch workers), pass through them, outermost first, before the upstream exchange:
 //
 //	guard (API key limits, rate limits, load shedding)
-//	  -> chat sessions -> response cache -> processor / chat template + tokenizer  (per model, to come)
+//	  -> [chat sessions -> response cache: to come]
+//	  -> prompt: the context-length check (models.<name>.max_model_len, counted with the
+//	     model's tokenizer and chat template)
 //	  -> routing and forwarding (the terminal handler: pick, failover, the metered exchange)
 //
-// Today every model gets the guard alone; per-model stages will be chosen here, once per model,
-// from its models.<name> config.
-func llmStages(g *guard.Guard) func(model string) []pipeline.Interceptor {
+// A model's stages are chosen once per model, from its models.<name> config.
+func llmStages(g *guard.Guard, models map[string]*prompt.Model) func(model string) []pipeline.Interceptor {
 	admit := pipeline.Admit(g.OpenAI())
 	return func(model string) []pipeline.Interceptor {
-		return []pipeline.Interceptor{admit}
+		stages := []pipeline.Interceptor{admit}
+		if m := models[model]; m != nil && m.MaxModelLen() > 0 {
+			stages = append(stages, m.Limit())
+		}
+		return stages
 	}
+}
+
+// loadModels reads each configured model's tokenizer and chat template; an unreadable one fails
+// start-up, naming the model, the file and the reason.
+func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*prompt.Model, error) {
+	out := make(map[string]*prompt.Model, len(cfg))
+	for _, name := range slices.Sorted(maps.Keys(cfg)) {
+		c := cfg[name]
+		if c.Tokenizer == "" {
+			continue
+		}
+		m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent})
+		if err != nil {
+			return nil, fmt.Errorf("models.%s.tokenizer: %w", name, err)
+		}
+		log.Info("model tokenizer loaded", "model", name, "dir", c.Tokenizer, "vocab", m.Tokenizer().VocabSize(), "max_model_len", c.MaxModelLen)
+		out[name] = m
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/kserveproxy"
+	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
 	"github.com/infergate/infergate/engines"
@@ -34,14 +35,14 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
 	gwCfg.IdleTimeout = cfg.Server.IdleTimeout
 	var closers []func()
-	closeAll = func() {
+	stop := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			closeAll()
+			stop() // not closeAll: a failing return has set it to nil
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -67,6 +68,10 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	br, brCollectors := newBreaker(cfg, rdb, log, &closers)
 	collectors = append(collectors, brCollectors...)
 
+	models, err := loadModels(cfg.Models, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
 	if err != nil {
 		return nil, nil, err
@@ -89,7 +94,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
 		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
-		Stages:         llmStages(g)})
+		Stages:         llmStages(g, models)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -110,7 +115,9 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
 	}
+	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model { return models[name] }, Visible: visible}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+		tokenize.Mount(mux)
 		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {
 			names := proxy.EndpointNames()
 			for _, s := range kp.Status() {
@@ -171,7 +178,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		// they run through still works.
 		bp.start(ctx, log, &closers)
 	}
-	return gw, closeAll, nil
+	return gw, stop, nil
 }
 
 // newAuth returns the API key check, or nil (with a warning) when no keys are configured.

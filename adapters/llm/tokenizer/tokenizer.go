@@ -64,6 +64,12 @@ type Options struct {
 	// AddSpecialTokens: the post-processor's tokens around the text (Llama 3's
 	// <|begin_of_text|>; none for Qwen).
 	AddSpecialTokens bool
+	// Plain, with ParseSpecial, lists byte ranges [start, end) of the text, sorted and not
+	// overlapping, where added tokens are not recognised: a chat template's render with the
+	// request's text marked, encoded in one pass, so the BPE sees the same text it would in the
+	// whole render while a user's "<|im_end|>" stays plain text. A match that overlaps a range is
+	// no match.
+	Plain [][2]int
 }
 
 // MaxPieceBytes bounds the pre-tokenizer pieces that the BPE merges as a whole. A longer piece
@@ -92,6 +98,35 @@ func (t *Tokenizer) TokenID(s string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// AddedTokens lists the contents of the added tokens (special ones such as "<|im_end|>" and
+// others such as Qwen's "<think>"): the text a chat template's render may hold as tokens.
+func (t *Tokenizer) AddedTokens() []string {
+	out := make([]string, len(t.added))
+	for i, a := range t.added {
+		out[i] = a.content
+	}
+	return out
+}
+
+// TokenString is the token's spelling as tokenizer.json's vocabulary writes it (byte-level:
+// "Ġhello" for " hello"; an added token's content as is), as Hugging Face's
+// convert_ids_to_tokens gives it; "" for an id that is not a token.
+func (t *Tokenizer) TokenString(id int) string {
+	if id < 0 || id >= len(t.known) || !t.known[id] {
+		return ""
+	}
+	for _, a := range t.added {
+		if int(a.id) == id {
+			return a.content
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(t.tokBytes[id]); i++ {
+		b.WriteString(byteLevelAlphabet[t.tokBytes[id][i]])
+	}
+	return b.String()
 }
 
 // IsSpecial reports whether id is an added token marked special.
@@ -150,7 +185,7 @@ func (t *Tokenizer) each(text string, opts Options, emit func([]int)) int {
 		out(t.prefix)
 	}
 	sc := t.getScratch()
-	t.eachSection(text, opts.ParseSpecial, func(section string, id int32) {
+	t.eachSection(text, opts.ParseSpecial, opts.Plain, func(section string, id int32) {
 		if id >= 0 {
 			sc.one[0] = int(id)
 			out(sc.one[:])
@@ -167,7 +202,7 @@ func (t *Tokenizer) each(text string, opts Options, emit func([]int)) int {
 
 // eachSection splits text at added tokens (when parseSpecial) and calls f with each added
 // token's id, or with a stretch of text between them and id -1.
-func (t *Tokenizer) eachSection(text string, parseSpecial bool, f func(section string, id int32)) {
+func (t *Tokenizer) eachSection(text string, parseSpecial bool, plain [][2]int, f func(section string, id int32)) {
 	if !parseSpecial || len(t.added) == 0 {
 		if text != "" {
 			f(text, -1)
@@ -176,12 +211,19 @@ func (t *Tokenizer) eachSection(text string, parseSpecial bool, f func(section s
 	}
 	start, i := 0, 0 // the text before i from start on is not an added token
 	for i < len(text) {
+		for len(plain) > 0 && plain[0][1] <= i {
+			plain = plain[1:]
+		}
+		if len(plain) > 0 && plain[0][0] <= i {
+			i = plain[0][1] // inside a plain range: no added token starts here
+			continue
+		}
 		if !t.first[text[i]] {
 			i++
 			continue
 		}
 		a, n := t.matchAdded(text, i)
-		if a == nil {
+		if a == nil || len(plain) > 0 && i+n > plain[0][0] {
 			i++
 			continue
 		}
