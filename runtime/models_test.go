@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -35,20 +34,7 @@ func qwenTokenizer(t *testing.T) string {
 // startModels serves a config in process (no API keys) and waits until model is routed.
 func startModels(t *testing.T, yaml, model string) string {
 	t.Helper()
-	cfg, err := parseConfig("test", []byte(yaml))
-	require.NoError(t, err)
-	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DrainTimeout: time.Second})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = gw.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = gw.Shutdown(context.Background())
-		<-done
-		closeAll()
-	})
-	addr := ln.Addr().String()
+	addr := serveYAML(t, yaml, io.Discard)
 	require.Eventually(t, func() bool {
 		res, err := http.Get("http://" + addr + "/v1/models/" + model)
 		if err != nil {

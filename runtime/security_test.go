@@ -66,6 +66,18 @@ func startInProcess(t *testing.T, yaml string) string {
 // startLogged is startInProcess, logging to logs.
 func startLogged(t *testing.T, yaml string, logs io.Writer) string {
 	t.Helper()
+	addr := serveYAML(t, yaml, logs)
+	require.Eventually(t, func() bool {
+		code, _ := getWithKey(t, addr, "/v1/models/llama", secAdminKey)
+		return code == http.StatusOK
+	}, 10*time.Second, 10*time.Millisecond, "the upstream's models are routed")
+	return addr
+}
+
+// serveYAML builds the gateway from a YAML document as the binary does and serves it on a free
+// port until the test ends.
+func serveYAML(t *testing.T, yaml string, logs io.Writer) string {
+	t.Helper()
 	cfg, err := parseConfig("test", []byte(yaml))
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(logs, nil))
@@ -80,12 +92,7 @@ func startLogged(t *testing.T, yaml string, logs io.Writer) string {
 		<-done
 		closeAll()
 	})
-	addr := ln.Addr().String()
-	require.Eventually(t, func() bool {
-		code, _ := getWithKey(t, addr, "/v1/models/llama", secAdminKey)
-		return code == http.StatusOK
-	}, 10*time.Second, 10*time.Millisecond, "the upstream's models are routed")
-	return addr
+	return ln.Addr().String()
 }
 
 // h2c is an HTTP/2 cleartext client: how gRPC clients reach the gateway.

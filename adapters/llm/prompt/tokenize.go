@@ -54,19 +54,9 @@ type tokenizeResponse struct {
 }
 
 func (e *Endpoints) tokenize(w http.ResponseWriter, r *http.Request) {
-	body, perr := readBody(w, r)
-	if perr != nil {
-		perr.Write(w)
-		return
-	}
 	var req tokenizeRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		pipeline.InvalidJSON(err).Write(w)
-		return
-	}
-	m, perr := e.model(r.Context(), req.Model)
-	if perr != nil {
-		perr.Write(w)
+	body, m, ok := e.start(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	var ids []int
@@ -123,22 +113,12 @@ func (m *Model) reportedMaxLen() *int {
 }
 
 func (e *Endpoints) detokenize(w http.ResponseWriter, r *http.Request) {
-	body, perr := readBody(w, r)
-	if perr != nil {
-		perr.Write(w)
-		return
-	}
 	var req struct {
 		Model  string   `json:"model"`
 		Tokens *[]int64 `json:"tokens"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		pipeline.InvalidJSON(err).Write(w)
-		return
-	}
-	m, perr := e.model(r.Context(), req.Model)
-	if perr != nil {
-		perr.Write(w)
+	_, m, ok := e.start(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	if req.Tokens == nil {
@@ -156,6 +136,26 @@ func (e *Endpoints) detokenize(w http.ResponseWriter, r *http.Request) {
 		ids[i] = int(id)
 	}
 	pipeline.WriteJSON(w, http.StatusOK, map[string]string{"prompt": m.tok.Decode(ids, false)})
+}
+
+// start reads the body into req and finds the model it names (*model, once decoded); false when
+// it answered the request already.
+func (e *Endpoints) start(w http.ResponseWriter, r *http.Request, req any, model *string) ([]byte, *Model, bool) {
+	body, perr := readBody(w, r)
+	if perr != nil {
+		perr.Write(w)
+		return nil, nil, false
+	}
+	if err := json.Unmarshal(body, req); err != nil {
+		pipeline.InvalidJSON(err).Write(w)
+		return nil, nil, false
+	}
+	m, perr := e.model(r.Context(), *model)
+	if perr != nil {
+		perr.Write(w)
+		return nil, nil, false
+	}
+	return body, m, true
 }
 
 // model finds the request's model, or says why it cannot be tokenized.
