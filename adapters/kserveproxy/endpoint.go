@@ -200,7 +200,7 @@ func (e *endpoint) check(ctx context.Context) error {
 
 // probe runs one health check and, when healthy and due (or just recovered), a model discovery.
 // It reports whether the check passed and whether the endpoint's models changed. A failure marks
-// the endpoint unhealthy at once; a pass is for Proxy.probe to publish, after the routes.
+// the endpoint unhealthy at once; a pass is for Proxy.probe to publish, with the routes.
 func (e *endpoint) probe(ctx context.Context, discoverDue bool) (up, changed bool) {
 	was, err := e.Check(ctx, e.check)
 	if err != nil {

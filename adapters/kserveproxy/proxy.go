@@ -301,12 +301,15 @@ func (p *Proxy) probe(ctx context.Context, e *endpoint, discoverDue bool) {
 func (p *Proxy) publishLocked(up ...*endpoint) {
 	// Not one removed, or of a closed proxy, while it was being checked.
 	up = slices.DeleteFunc(up, func(e *endpoint) bool { return e.ctx.Err() != nil })
-	p.rebuildLocked(up...)
+	// Healthy first, then the routes: a model must not be served (ModelReady true) while the
+	// endpoint that brings it is still out of rotation, or the first requests a client sends
+	// once it is ready fail with "no healthy upstream endpoint".
 	for _, e := range up {
 		if !e.SetHealthy(true) {
 			e.log.Info("upstream healthy")
 		}
 	}
+	p.rebuildLocked(up...)
 }
 
 // Close stops health checks, takes the proxy's models out of the registry and closes the
