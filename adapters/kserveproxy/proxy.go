@@ -294,16 +294,15 @@ func (p *Proxy) probe(ctx context.Context, e *endpoint, discoverDue bool) {
 	p.publishLocked(e)
 }
 
-// publishLocked rebuilds the routes with the endpoints in up, whose checks passed, and only then
-// marks them healthy, under the lock Status takes: whoever sees an endpoint healthy (Status, the
-// health gauge, a request choosing an endpoint) also finds its models. A recovery rebuilds even
-// when no model changed: a model's served config is a healthy endpoint's where one offers it.
+// publishLocked marks the endpoints in up, whose checks passed, healthy and then rebuilds the
+// routes with them, under the lock Status takes (Status sees both or neither): a model the
+// rebuild registers is never ready while the endpoint that brings it is out of rotation. A
+// recovery rebuilds even when no model changed: a model's served config is a healthy
+// endpoint's where one offers it.
 func (p *Proxy) publishLocked(up ...*endpoint) {
 	// Not one removed, or of a closed proxy, while it was being checked.
 	up = slices.DeleteFunc(up, func(e *endpoint) bool { return e.ctx.Err() != nil })
-	// Healthy first, then the routes: a model must not be served (ModelReady true) while the
-	// endpoint that brings it is still out of rotation, or the first requests a client sends
-	// once it is ready fail with "no healthy upstream endpoint".
+	// Healthy first: a client that sees the model ready (ModelReady) sends requests at once.
 	for _, e := range up {
 		if !e.SetHealthy(true) {
 			e.log.Info("upstream healthy")
@@ -345,7 +344,7 @@ type EndpointStatus struct {
 
 // Status lists the endpoints in configuration order.
 func (p *Proxy) Status() []EndpointStatus {
-	// Health is read under the lock too: an endpoint turns healthy under it, after its routes.
+	// Health is read under the lock too: an endpoint turns healthy under it, with its routes.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	served := map[*endpoint][]string{}
