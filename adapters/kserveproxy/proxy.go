@@ -38,7 +38,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -80,19 +79,16 @@ type Proxy struct {
 	log  *slog.Logger
 	reg  *engines.Registry
 	m    *metrics
-	eps  atomic.Pointer[[]*endpoint] // copy-on-write under mu
+	// set holds the endpoints, configured and added, and drives their health checks.
+	set *upstream.Set[*endpoint]
 	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
 	// fails over; its breaker is Options.Breaker.
 	router upstream.Router
 
-	mu      sync.Mutex // guards endpoint changes, models and skipped
+	mu      sync.Mutex // guards models, skipped and closed; taken after the set's lock
 	models  map[string]*model
 	skipped map[string]bool // public names held by someone else, warned about once
-	ctx     context.Context
-	cancel  context.CancelFunc
-	started bool
 	closed  bool
-	wg      sync.WaitGroup
 }
 
 // New validates the kserve endpoints among opts.Endpoints and builds a proxy. It does no I/O;
@@ -112,7 +108,28 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, reg: opts.Registry, m: newMetrics(),
 		router: upstream.Router{Breaker: opts.Breaker}, models: map[string]*model{}, skipped: map[string]bool{}}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.set = upstream.NewSet(upstream.SetHooks[*endpoint]{
+		State:             func(e *endpoint) *upstream.State { return &e.State },
+		Config:            func(e *endpoint) *upstream.Resolved { return &e.cfg },
+		Context:           func(e *endpoint) context.Context { return e.ctx },
+		DiscoveryInterval: opts.DiscoveryInterval,
+		Check: func(ctx context.Context, e *endpoint, due bool) bool {
+			up, changed := e.probe(ctx, due)
+			return up && (changed || !e.Healthy())
+		},
+		Publish: func(up []*endpoint) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.publishLocked(up...) // one rebuild for all: a model's served config is settled at once
+		},
+		Gauge: func(e *endpoint, healthy bool) {
+			v := 0.0
+			if healthy {
+				v = 1
+			}
+			p.m.healthy.WithLabelValues(e.cfg.Name).Set(v)
+		},
+	})
 	var (
 		eps  []*endpoint
 		errs []error
@@ -140,19 +157,21 @@ func New(opts Options) (*Proxy, error) {
 		}
 		return nil, err
 	}
-	p.eps.Store(&eps)
+	for _, e := range eps {
+		_ = p.set.Add(e, nil) // names are unique: checked above
+		p.m.healthy.WithLabelValues(e.cfg.Name).Set(0)
+	}
 	return p, nil
 }
 
-func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
+func (p *Proxy) endpoints() []*endpoint { return p.set.All() }
 
 func (p *Proxy) newEndpoint(ep upstream.Endpoint) (*endpoint, error) {
 	e, err := newEndpoint(ep, p.opts, p.log)
 	if err != nil {
 		return nil, err
 	}
-	e.ctx, e.stop = context.WithCancel(p.ctx)
-	p.m.healthy.WithLabelValues(e.cfg.Name).Set(0)
+	e.ctx, e.stop = context.WithCancel(p.set.Context())
 	return e, nil
 }
 
@@ -181,30 +200,31 @@ func (p *Proxy) Add(ep upstream.Endpoint, configs ...*tensorv1.TensorModelConfig
 			return fmt.Errorf("kserveproxy: endpoint %q: %w", ep.Name, err)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errors.New("kserveproxy: Add after Close")
-	}
-	if slices.ContainsFunc(p.endpoints(), func(x *endpoint) bool { return x.cfg.Name == ep.Name }) {
-		return &upstream.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
-	}
-	for name := range supplied {
-		if held := p.reg.Lookup(name); held != nil && (p.models[name] == nil || p.models[name].entry != held) {
-			return connect.NewError(connect.CodeAlreadyExists,
-				fmt.Errorf("kserveproxy: endpoint %q: model '%s' is already served by the gateway, not by a KServe upstream", ep.Name, name))
-		}
-	}
 	e, err := p.newEndpoint(ep)
 	if err != nil {
 		return err
 	}
 	e.supplied = supplied
-	eps := append(slices.Clone(p.endpoints()), e)
-	p.eps.Store(&eps)
-	if p.started {
-		p.run(e, true)
+	err = p.set.Add(e, func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed {
+			return errors.New("kserveproxy: Add after Close")
+		}
+		for name := range supplied {
+			if held := p.reg.Lookup(name); held != nil && (p.models[name] == nil || p.models[name].entry != held) {
+				return connect.NewError(connect.CodeAlreadyExists,
+					fmt.Errorf("kserveproxy: endpoint %q: model '%s' is already served by the gateway, not by a KServe upstream", ep.Name, name))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.stop()
+		e.close()
+		return err
 	}
+	p.m.healthy.WithLabelValues(e.cfg.Name).Set(0)
 	return nil
 }
 
@@ -212,87 +232,26 @@ func (p *Proxy) Add(ep upstream.Endpoint, configs ...*tensorv1.TensorModelConfig
 // on it finish; models only it served leave the registry, and its metric series are dropped. It
 // reports whether the endpoint existed.
 func (p *Proxy) Remove(name string) bool {
-	p.mu.Lock()
-	eps := p.endpoints()
-	i := slices.IndexFunc(eps, func(e *endpoint) bool { return e.cfg.Name == name })
-	if i < 0 {
-		p.mu.Unlock()
-		return false
-	}
-	e := eps[i]
-	eps = slices.Delete(slices.Clone(eps), i, i+1)
-	p.eps.Store(&eps)
-	e.SetHealthy(false) // requests that loaded the old routes pass it by
-	p.rebuildLocked()
-	e.stop()
-	p.m.forget(e.cfg.Name) // added endpoints come and go (one per registration): their series must too
-	p.router.Forget(e.cfg.Name)
-	if p.closed {
-		e.close()
-	} else {
-		p.wg.Go(func() { e.closeWhenIdle(p.ctx) })
-	}
-	p.mu.Unlock()
-	return true
+	return p.set.Remove(name, func(e *endpoint) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		e.SetHealthy(false) // requests that loaded the old routes pass it by
+		p.rebuildLocked()
+		e.stop()
+		p.m.forget(e.cfg.Name) // added endpoints come and go (one per registration): their series must too
+		p.router.Forget(e.cfg.Name)
+		if p.closed {
+			e.close()
+		} else {
+			p.set.Go(func() { e.closeWhenIdle(p.set.Context()) })
+		}
+	})
 }
 
 // Start checks every endpoint once (concurrently, bounded by their check timeouts) and registers
 // the models of the healthy ones, so the first requests can be served; then it keeps checking in
 // the background until Close or ctx ends.
-func (p *Proxy) Start(ctx context.Context) {
-	stop := context.AfterFunc(ctx, p.cancel)
-	p.wg.Go(func() {
-		<-p.ctx.Done()
-		stop()
-	})
-	p.mu.Lock()
-	p.started = true
-	eps := p.endpoints()
-	p.mu.Unlock()
-	passed := make([]bool, len(eps))
-	var first sync.WaitGroup
-	for i, e := range eps {
-		first.Go(func() { passed[i], _ = e.probe(e.ctx, true) })
-	}
-	first.Wait()
-	var up []*endpoint
-	for i, e := range eps {
-		if passed[i] {
-			up = append(up, e)
-		}
-	}
-	p.mu.Lock()
-	p.publishLocked(up...) // one rebuild for all: a model's served config is settled at once
-	for _, e := range eps {
-		p.run(e, false)
-	}
-	p.mu.Unlock()
-	p.wg.Go(func() { p.publishHealth(p.ctx) })
-}
-
-// run keeps checking e in the background; probeFirst checks it at once first. Called with mu held.
-func (p *Proxy) run(e *endpoint, probeFirst bool) {
-	p.wg.Go(func() {
-		if probeFirst {
-			p.probe(e.ctx, e, true)
-		}
-		upstream.HealthLoop(e.ctx, e.cfg.CheckInterval, p.opts.DiscoveryInterval, e.Kicks(), func(ctx context.Context, due bool) bool {
-			p.probe(ctx, e, due)
-			return e.Healthy()
-		})
-	})
-}
-
-// probe checks e once and publishes the result.
-func (p *Proxy) probe(ctx context.Context, e *endpoint, discoverDue bool) {
-	up, changed := e.probe(ctx, discoverDue)
-	if !up || (!changed && e.Healthy()) {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.publishLocked(e)
-}
+func (p *Proxy) Start(ctx context.Context) { p.set.Start(ctx) }
 
 // publishLocked marks the endpoints in up, whose checks passed, healthy and then rebuilds the
 // routes with them, under the lock Status takes (Status sees both or neither): a model the
@@ -317,8 +276,7 @@ func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
+	p.set.Close()
 	p.mu.Lock()
 	for name, m := range p.models {
 		p.unregister(name, m)
@@ -373,24 +331,4 @@ func (p *Proxy) Models() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// publishHealth mirrors endpoint health into the gauge.
-func (p *Proxy) publishHealth(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		for _, e := range p.endpoints() {
-			v := 0.0
-			if e.Healthy() {
-				v = 1
-			}
-			p.m.healthy.WithLabelValues(e.cfg.Name).Set(v)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

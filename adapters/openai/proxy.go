@@ -70,8 +70,9 @@ type Options struct {
 type Proxy struct {
 	opts  Options
 	log   *slog.Logger
-	strip []string                    // StripHeaders, canonical
-	eps   atomic.Pointer[[]*endpoint] // copy-on-write under mu
+	strip []string // StripHeaders, canonical
+	// set holds the endpoints, configured and added, and drives their health checks.
+	set   *upstream.Set[*endpoint]
 	table atomic.Pointer[table]
 	m     *metrics
 	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
@@ -82,11 +83,7 @@ type Proxy struct {
 	// terminal is the last Handler of every model's pipeline: p.forward, as one func value.
 	terminal pipeline.Handler
 
-	mu      sync.Mutex // guards endpoint changes and table rebuilds
-	ctx     context.Context
-	cancel  context.CancelFunc
-	started bool
-	wg      sync.WaitGroup
+	mu sync.Mutex // guards table rebuilds and watchers
 }
 
 // table maps each public model name to the endpoints serving it, highest priority first.
@@ -158,21 +155,35 @@ func New(opts Options) (*Proxy, error) {
 	for _, k := range opts.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
 	}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	var eps []*endpoint
+	p.set = upstream.NewSet(upstream.SetHooks[*endpoint]{
+		State:             func(e *endpoint) *upstream.State { return &e.State },
+		Config:            func(e *endpoint) *upstream.Resolved { return &e.cfg },
+		Context:           func(e *endpoint) context.Context { return e.ctx },
+		DiscoveryInterval: opts.DiscoveryInterval,
+		Check:             func(ctx context.Context, e *endpoint, due bool) bool { return e.probe(ctx, due) },
+		Publish:           func([]*endpoint) { p.rebuild() },
+		Gauge: func(e *endpoint, healthy bool) {
+			v := 0.0
+			if healthy {
+				v = 1
+			}
+			p.m.healthy.WithLabelValues(e.cfg.Name, e.cfg.Type).Set(v)
+		},
+	})
 	for _, c := range cfgs {
 		if c.Type == upstream.TypeKServe {
 			continue // served by the KServe surface, not through OpenAI's API
 		}
-		eps = append(eps, p.newEndpoint(c))
+		if err := p.set.Add(p.newEndpoint(c), nil); err != nil {
+			return nil, err
+		}
 		p.m.healthy.WithLabelValues(c.Name, c.Type).Set(0)
 	}
-	p.eps.Store(&eps)
 	p.table.Store(&table{routes: map[string][]*route{}, chains: map[string]pipeline.Handler{}})
 	return p, nil
 }
 
-func (p *Proxy) endpoints() []*endpoint { return *p.eps.Load() }
+func (p *Proxy) endpoints() []*endpoint { return p.set.All() }
 
 // AddEndpoint adds an endpoint at run time (a backend that registered itself): it is checked at
 // once, then like the configured ones, and its models become routable as soon as it is healthy.
@@ -186,20 +197,9 @@ func (p *Proxy) AddEndpoint(ep upstream.Endpoint) error {
 		return &upstream.FieldError{Endpoint: ep.Name, Field: "type", Err: errors.New("kserve endpoints are served by the KServe surface")}
 	}
 	e := p.newEndpoint(cfg)
-	p.mu.Lock()
-	for _, x := range p.endpoints() {
-		if x.cfg.Name == ep.Name {
-			p.mu.Unlock()
-			e.stop()
-			return &upstream.FieldError{Endpoint: ep.Name, Field: "name", Err: errors.New("duplicate endpoint name")}
-		}
-	}
-	eps := append(slices.Clone(p.endpoints()), e)
-	p.eps.Store(&eps)
-	started := p.started
-	p.mu.Unlock()
-	if started {
-		p.run(e)
+	if err := p.set.Add(e, nil); err != nil {
+		e.stop()
+		return err
 	}
 	return nil
 }
@@ -207,40 +207,22 @@ func (p *Proxy) AddEndpoint(ep upstream.Endpoint) error {
 // RemoveEndpoint stops routing to the named endpoint and stops its health checks; requests in
 // flight on it finish. It reports whether the endpoint existed.
 func (p *Proxy) RemoveEndpoint(name string) bool {
-	p.mu.Lock()
-	eps := p.endpoints()
-	i := slices.IndexFunc(eps, func(e *endpoint) bool { return e.cfg.Name == name })
-	if i < 0 {
-		p.mu.Unlock()
-		return false
-	}
-	e := eps[i]
-	eps = slices.Delete(slices.Clone(eps), i, i+1)
-	p.eps.Store(&eps)
-	p.mu.Unlock()
-	e.stop()
-	p.router.Forget(e.cfg.Name)
-	e.client.CloseIdleConnections()
-	e.rt.CloseIdleConnections()
-	p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
-	p.rebuild()
-	return true
-}
-
-// run probes an endpoint once, then keeps checking it in the background until it is removed or
-// the proxy closes.
-func (p *Proxy) run(e *endpoint) {
-	p.wg.Go(func() {
-		if e.probe(e.ctx, true) {
-			p.rebuild()
-		}
-		e.loop(e.ctx, p.opts.DiscoveryInterval, p.rebuild)
+	ok := p.set.Remove(name, func(e *endpoint) {
+		e.stop()
+		p.router.Forget(e.cfg.Name)
+		e.client.CloseIdleConnections()
+		e.rt.CloseIdleConnections()
+		p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
 	})
+	if ok {
+		p.rebuild()
+	}
+	return ok
 }
 
 func (p *Proxy) newEndpoint(cfg upstream.Resolved) *endpoint {
 	e := newEndpoint(cfg, p.log, p.opts.UpstreamClient == "fast")
-	e.ctx, e.stop = context.WithCancel(p.ctx)
+	e.ctx, e.stop = context.WithCancel(p.set.Context())
 	return e
 }
 
@@ -273,56 +255,15 @@ func (p *Proxy) Collectors() []prometheus.Collector { return p.m.collectors() }
 
 // Start checks every endpoint once (concurrently, bounded by their check timeouts) so the first
 // requests can be routed, then keeps checking in the background until Close or ctx ends.
-func (p *Proxy) Start(ctx context.Context) {
-	stop := context.AfterFunc(ctx, p.cancel)
-	p.wg.Go(func() {
-		<-p.ctx.Done()
-		stop()
-	})
-	p.mu.Lock()
-	p.started = true
-	eps := p.endpoints()
-	p.mu.Unlock()
-	var first sync.WaitGroup
-	for _, e := range eps {
-		first.Go(func() { e.probe(e.ctx, true) })
-	}
-	first.Wait()
-	p.rebuild()
-	for _, e := range eps {
-		p.wg.Go(func() { e.loop(e.ctx, p.opts.DiscoveryInterval, p.rebuild) })
-	}
-	p.wg.Go(func() { p.publishHealth(p.ctx) })
-}
+func (p *Proxy) Start(ctx context.Context) { p.set.Start(ctx) }
 
 // Close stops health checks and closes idle upstream connections. In-flight requests are not
 // touched: the gateway's drain finishes them first.
 func (p *Proxy) Close() {
-	p.cancel()
-	p.wg.Wait()
+	p.set.Close()
 	for _, e := range p.endpoints() {
 		e.client.CloseIdleConnections()
 		e.rt.CloseIdleConnections()
-	}
-}
-
-// publishHealth mirrors endpoint health into the gauge.
-func (p *Proxy) publishHealth(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		for _, e := range p.endpoints() {
-			v := 0.0
-			if e.Healthy() {
-				v = 1
-			}
-			p.m.healthy.WithLabelValues(e.cfg.Name, e.cfg.Type).Set(v)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
 }
 

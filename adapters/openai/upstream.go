@@ -262,13 +262,3 @@ func sameKeys(a, b map[string]json.RawMessage) bool {
 	}
 	return true
 }
-
-// loop checks the endpoint until ctx ends; onChange is called when the model set changed.
-func (e *endpoint) loop(ctx context.Context, discoveryInterval time.Duration, onChange func()) {
-	upstream.HealthLoop(ctx, e.cfg.CheckInterval, discoveryInterval, e.Kicks(), func(ctx context.Context, due bool) bool {
-		if e.probe(ctx, due) {
-			onChange()
-		}
-		return e.Healthy()
-	})
-}

@@ -1,7 +1,8 @@
 // Package upstream is what every pool of upstream servers shares, whatever protocol it speaks
 // to them (adapters/openai for OpenAI-compatible HTTP servers, adapters/kserveproxy for KServe v2
-// gRPC ones): the endpoint config (the YAML `upstreams` entries) and its resolution, the health
-// loop and its backoff, each endpoint's run-time State (in rotation or not, requests outstanding,
+// gRPC ones): the endpoint config (the YAML `upstreams` entries) and its resolution, the Set of a
+// pool's endpoints over their lifetime (configured and added, each checked by its health loop
+// with backoff, its health mirrored into a gauge), each endpoint's run-time State (in rotation or not, requests outstanding,
 // the health loop's early-check requests), the route table (public model name -> endpoints,
 // highest priority first), the Picker that chooses an endpoint for a request (LeastOutstanding:
 // the highest healthy priority tier, the fewest outstanding requests inside it) and Failover, the
