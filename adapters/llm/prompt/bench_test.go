@@ -1,0 +1,61 @@
+package prompt_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/adapters/llm/prompt"
+	"github.com/infergate/infergate/adapters/pipeline"
+)
+
+// BenchmarkLimit is what the context-length stage adds to a request at c=1: rendering a chat of
+// about 1,000 tokens with Qwen 3's template and tokenizing it, against the same request passed
+// to the upstream handler untouched (a model without max_model_len). It reports the added
+// microseconds per request; the issue's target is under 200.
+func BenchmarkLimit(b *testing.B) {
+	tok, err := qwenTok()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := prompt.New("qwen", tok, prompt.Options{MaxModelLen: 32768})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var msgs []string
+	for i := range 14 {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"Question %d: how do I make the gateway count tokens for my model, and what happens when a prompt is too long? Please explain with an example."},{"role":"assistant","content":"Give it the tokenizer directory; a prompt over max_model_len gets a 400 with both numbers, before any upstream is asked (%d)."}`, i, i))
+	}
+	body := []byte(`{"model":"qwen","max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."},` + strings.Join(msgs, ",") + `]}`)
+	req, err := pipeline.NewRequest("/v1/chat/completions", body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, _, err := m.PromptLen(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := func(context.Context, *pipeline.Request) (*pipeline.Response, error) { return nil, nil }
+	var plain, limited float64
+	for _, arm := range []struct {
+		name string
+		h    pipeline.Handler
+		ns   *float64
+	}{{"plain", next, &plain}, {"limit", m.Limit()(next), &limited}} {
+		b.Run(arm.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _ := pipeline.NewRequest("/v1/chat/completions", body)
+				if _, err := arm.h(context.Background(), r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			*arm.ns = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(float64(n), "prompt-tokens")
+			if arm.ns == &limited && plain > 0 {
+				b.ReportMetric((limited-plain)/1e3, "added-us")
+			}
+		})
+	}
+}
