@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -387,7 +388,8 @@ type httpOutcome struct {
 // every kind of caller, as TestSecurityAuthMatrixRPC does for RPCs.
 func TestSecurityAuthMatrixHTTP(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama", "qwen")
-	addr := startInProcess(t, secureConfig(t, up.URL, ""))
+	// llama and qwen have a tokenizer, so /tokenize answers the key that may use the model.
+	addr := startInProcess(t, secureConfig(t, up.URL, fmt.Sprintf("models:\n  llama: {tokenizer: %[1]s}\n  qwen: {tokenizer: %[1]s}\n", qwenTokenizer(t))))
 	base := "http://" + addr
 	kserve := [3]string{"simple", "simple_int8", "no_such_model"}
 	llm := [3]string{"llama", "qwen", "no_such_model"}
@@ -420,6 +422,8 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"model":"$M","messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
 		{"POST", "/v1/completions", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"POST", "/v1/embeddings", `{"model":"$M","input":"hi"}`, scoped, &llm},
+		{"POST", "/tokenize", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
+		{"POST", "/detokenize", `{"model":"$M","tokens":[9707]}`, scoped, &llm},
 		{"GET", "/admin/guard", "", admin, nil},
 	}
 	call := func(method, path, body, key, model string) httpOutcome {

@@ -26,7 +26,7 @@ type Endpoints struct {
 	// Lookup returns the model clients call name, or nil when it has no tokenizer configured.
 	Lookup func(name string) *Model
 	// Visible, when set, hides the models a caller may not use (the guard's API key model
-	// lists): such a model is, to that caller, one that does not exist.
+	// lists): such a model is, to that caller, one the gateway has no tokenizer for.
 	Visible func(ctx context.Context, model string) bool
 }
 
@@ -163,10 +163,12 @@ func (e *Endpoints) model(ctx context.Context, name string) (*Model, *pipeline.E
 	if name == "" {
 		return nil, pipeline.MissingModel()
 	}
-	if e.Visible != nil && !e.Visible(ctx, name) {
-		return nil, pipeline.ModelNotFound(name)
+	var m *Model
+	// A model the caller may not see answers as one without a tokenizer, so that its existence
+	// does not show.
+	if e.Visible == nil || e.Visible(ctx, name) {
+		m = e.Lookup(name)
 	}
-	m := e.Lookup(name)
 	if m == nil {
 		return nil, pipeline.InvalidRequest("model", "tokenizer_missing", fmt.Sprintf(
 			"The gateway has no tokenizer for model `%s`: set models.%s.tokenizer in its config to a directory holding "+
