@@ -13,9 +13,9 @@ import (
 //
 //   - {% for x in EXPR %} becomes {% for x in __ig_iter(EXPR) %}: every loop is charged its
 //     length against Limits.MaxLoopItems, and the context is checked, before it starts;
-//   - {% macro f(a, b=1) %} gains a last parameter __ig_call=__ig_enter(), a default evaluated
-//     on every call: calls are counted against Limits.MaxMacroCalls (which bounds recursion) and
-//     the context is checked;
+//   - {% macro f(a, b=1) %} is followed by {% set __ig_call = __ig_enter() %}, run first on every
+//     call: calls are counted against Limits.MaxMacroCalls (which bounds recursion) and the
+//     context is checked;
 //   - EXPR | tojson(ARGS) becomes __ig_tojson(EXPR, ARGS): transformers' tojson (Python's
 //     json.dumps: key order kept, indent, separators, sort_keys, ensure_ascii), where the engine's
 //     own sorts keys and escapes <, > and & when given indent;
@@ -399,7 +399,7 @@ func rewriteFor(content string, toks []token) string {
 	return content[:a] + iterFunc + "(" + content[a:b] + ")" + content[b:]
 }
 
-// rewriteMacro adds the call-counting parameter: macro NAME(PARAMS).
+// rewriteMacro makes every call of macro NAME(PARAMS) count itself, first thing in its body.
 func rewriteMacro(content string, toks []token) string {
 	if len(toks) < 4 || toks[1].kind != tokName || !isOp(toks[2], "(") {
 		return content
@@ -408,12 +408,9 @@ func rewriteMacro(content string, toks []token) string {
 	if c < 0 {
 		return content
 	}
-	param := callParam + "=" + enterFunc + "()"
-	if c > 3 {
-		param = ", " + param
-	}
-	at := toks[c].start
-	return content[:at] + param + content[at:]
+	// A statement at the top of the body, not a parameter's default: a call that passes more
+	// arguments than the macro declares would fill such a parameter and skip the count.
+	return content + " %}{% set " + callParam + " = " + enterFunc + "()"
 }
 
 // The engine's filters and tests (github.com/ardanlabs/jinja v1.8.0), for the Compile-time check.
