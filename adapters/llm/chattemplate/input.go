@@ -330,6 +330,10 @@ func isJSONObject(raw []byte) bool {
 // DecodeRequest reads the fields of an OpenAI chat-completion request body that a chat template
 // renders: messages, tools, documents, chat_template_kwargs and add_generation_prompt (vLLM's
 // extension; true when absent). Anything it cannot take is an *InputError naming the field.
+//
+// Field names match as encoding/json matches them (in any letter case). A key repeated in one
+// object is read as encoding/json reads it into a struct, merging the repeats; no client sends
+// one, and which reading such a body gets is not part of the contract.
 func DecodeRequest(body []byte) (*Input, error) {
 	if in := decodeFast(body); in != nil {
 		return in, nil
