@@ -67,6 +67,11 @@ type modelConfig struct {
 	// SpecialTokensInContent reads special-token text in message contents ("<|im_end|>") as the
 	// token, as vLLM does; by default it is plain text, so a user cannot forge a role boundary.
 	SpecialTokensInContent bool `yaml:"special_tokens_in_content"`
+	// Input is what the model's upstreams take: text (the default; requests pass on as sent) or
+	// tokens (the gateway renders and tokenizes chat requests and sends the ids to the
+	// upstream's /v1/completions, turning the answer back into a chat completion). tokens needs
+	// tokenizer.
+	Input string `yaml:"input"`
 }
 
 // validate lists what is wrong with the entry of model name.
@@ -75,8 +80,13 @@ func (m modelConfig) validate(name string) []string {
 	if m.MaxModelLen < 0 {
 		out = append(out, fmt.Sprintf("models.%s.max_model_len: %d is negative", name, m.MaxModelLen))
 	}
-	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent) {
-		out = append(out, fmt.Sprintf("models.%s: max_model_len and special_tokens_in_content need tokenizer (the gateway counts tokens with it)", name))
+	switch m.Input {
+	case "", "text", "tokens":
+	default:
+		out = append(out, fmt.Sprintf("models.%s.input: %q is neither text nor tokens", name, m.Input))
+	}
+	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent || m.Input == "tokens") {
+		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))
 	}
 	return out
 }

@@ -8,12 +8,17 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/gateway"
+	"github.com/infergate/infergate/adapters/llm/chattemplate"
+	"github.com/infergate/infergate/adapters/llm/prompt"
+	"github.com/infergate/infergate/adapters/llm/tokenizer"
+	"github.com/infergate/infergate/adapters/llm/tokeninput/tokeninputtest"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
@@ -118,9 +123,132 @@ func TestModelsConfigErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), missing)
 
 	_, err = parseConfig("test", []byte("models:\n  qwen: {max_model_len: 4096}\n"))
-	require.ErrorContains(t, err, "models.qwen: max_model_len and special_tokens_in_content need tokenizer")
+	require.ErrorContains(t, err, "models.qwen: max_model_len, special_tokens_in_content and input: tokens need tokenizer")
+	_, err = parseConfig("test", []byte("models:\n  qwen: {input: tokens}\n"))
+	require.ErrorContains(t, err, "need tokenizer")
+	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, input: ids}\n"))
+	require.ErrorContains(t, err, `models.qwen.input: "ids" is neither text nor tokens`)
 	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, max_model_len: -1}\n"))
 	require.ErrorContains(t, err, "models.qwen.max_model_len: -1 is negative")
 	_, err = parseConfig("test", []byte("models:\n  qwen: {tokeniser: x}\n"))
 	require.ErrorContains(t, err, "tokeniser", "unknown keys stay errors")
+}
+
+// TestModelsTokenInput: a model with input: tokens is served by an engine that takes only token
+// ids. Chat requests from every surface (the OpenAI SDK, streaming too; OpenAIService over
+// Connect; the KServe bridge's generate; a batch line) reach it as the rendered prompt's ids, and
+// come back in each surface's own shape; a stream's usage and the guard's token budget are
+// settled on the gateway's exact counts.
+func TestModelsTokenInput(t *testing.T) {
+	engine := tokeninputtest.Start(t, "qwen")
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: engine, url: %s, type: vllm, check_interval: 1h}
+models:
+  qwen: {tokenizer: %s, input: tokens, max_model_len: 4096}
+batch: {dir: %s}
+`, engine.URL, qwenTokenizer(t), t.TempDir()), "qwen")
+	ctx := context.Background()
+	sdk := oai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	msgs := []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Say hello.")}
+
+	got, err := sdk.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "qwen", Messages: msgs})
+	require.NoError(t, err)
+	assert.Equal(t, "Hello world.", got.Choices[0].Message.Content)
+	prompts := engine.Prompts()
+	require.Len(t, prompts, 1)
+	// Qwen 3's template: <|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n
+	assert.Equal(t, 151644, prompts[0][0], "<|im_start|>: the engine got ids, not text")
+	assert.Equal(t, int64(len(prompts[0])), got.Usage.PromptTokens)
+
+	stream := sdk.Chat.Completions.NewStreaming(ctx, oai.ChatCompletionNewParams{Model: "qwen", Messages: msgs,
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}})
+	var text strings.Builder
+	var usage oai.CompletionUsage
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+		if u := stream.Current().Usage; u.TotalTokens > 0 {
+			usage = u
+		}
+	}
+	require.NoError(t, stream.Err())
+	assert.Equal(t, "Hello world.", text.String())
+	assert.Equal(t, int64(len(prompts[0])), usage.PromptTokens)
+
+	rpc, err := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, "http://"+addr).CreateChatCompletion(ctx,
+		&openaiv1.CreateChatCompletionRequest{Model: "qwen", Messages: []*openaiv1.ChatMessage{{Role: "user", Content: proto.String("Say hello.")}}})
+	require.NoError(t, err)
+	assert.Equal(t, "Hello world.", rpc.GetChoices()[0].GetMessage().GetContent())
+
+	res, err := http.Post("http://"+addr+"/v2/models/qwen/generate", "application/json", strings.NewReader(`{"text_input":"Once upon a time"}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	assert.Contains(t, string(b), `"text_output":"Hello world."`)
+	prompts = engine.Prompts()
+	assert.Equal(t, []int{12522, 5193, 264, 882}, prompts[len(prompts)-1], "the bridge's text prompt reached the engine as ids")
+
+	fileID := uploadBatchFile(t, "http://"+addr, "k", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"qwen","messages":[{"role":"user","content":"Say hello."}]}}`+"\n")
+	res, err = http.Post("http://"+addr+"/v1/batches", "application/json",
+		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	require.NoError(t, err)
+	var created struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
+	res.Body.Close()
+	done := waitBatch(t, addr, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+	require.NotNil(t, done.OutputFileID)
+	res, err = http.Get("http://" + addr + "/v1/files/" + *done.OutputFileID + "/content")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Contains(t, string(b), `"object":"chat.completion"`, string(b))
+	assert.Contains(t, string(b), `"content":"Hello world."`, string(b))
+	prompts = engine.Prompts()
+	assert.Equal(t, prompts[0], prompts[len(prompts)-1], "the batch line's chat reached the engine as the same ids")
+}
+
+// TestModelsExactTokenBudget: a stream without a usage object is charged against the guard's
+// token budget at the gateway's exact prompt count plus its chunks, not at the body's estimate.
+func TestModelsExactTokenBudget(t *testing.T) {
+	up := openaitest.Start(t, "vllm", "qwen")
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: vllm, url: %s, type: vllm, check_interval: 1h}
+models:
+  qwen: {tokenizer: %s}
+limits: {per_model: {tokens_per_minute: 100000}}
+`, up.URL, qwenTokenizer(t)), "qwen")
+	content := strings.Repeat("-", 2000)
+	body := `{"model":"qwen","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"` + content + `"}]}`
+	remaining := func() int {
+		res, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		n, err := strconv.Atoi(res.Header.Get("X-RateLimit-Remaining"))
+		require.NoError(t, err)
+		return n
+	}
+	first := remaining()
+	second := remaining()
+	estimate := (len(body)+3)/4 + 100
+	tok, err := tokenizer.Load(qwenTokenizer(t))
+	require.NoError(t, err)
+	in, err := chattemplate.DecodeRequest([]byte(body))
+	require.NoError(t, err)
+	m, err := prompt.New("qwen", tok, prompt.Options{})
+	require.NoError(t, err)
+	ids, err := m.ChatTokens(context.Background(), in, false)
+	require.NoError(t, err)
+	require.Less(t, len(ids)+6, (len(body)+3)/4, "the exact count differs from the estimate")
+	// The first stream (4 content chunks, a finish chunk and [DONE]: 6 events) was settled to
+	// its exact prompt plus 6 before the second was estimated.
+	assert.InDelta(t, 100000-estimate, first, 2)
+	assert.InDelta(t, 100000-(len(ids)+6)-estimate, second, 2)
 }

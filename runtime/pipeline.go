@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/llm/prompt"
+	"github.com/infergate/infergate/adapters/llm/tokeninput"
 	"github.com/infergate/infergate/adapters/pipeline"
 )
 
@@ -17,26 +19,44 @@ import (
 //
 //	guard (API key limits, rate limits, load shedding)
 //	  -> [chat sessions -> response cache: to come]
+//	  -> usage: the prompt's tokens counted by the gateway when the upstream reports none, so
+//	     the guard settles token budgets on exact counts (a model with a tokenizer)
 //	  -> prompt: the context-length check (models.<name>.max_model_len, counted with the
 //	     model's tokenizer and chat template)
+//	  -> token input: chat rendered and tokenized, sent as ids to /v1/completions, the answer
+//	     turned back into a chat completion (models.<name>.input: tokens)
 //	  -> routing and forwarding (the terminal handler: pick, failover, the metered exchange)
 //
 // A model's stages are chosen once per model, from its models.<name> config.
-func llmStages(g *guard.Guard, models map[string]*prompt.Model) func(model string) []pipeline.Interceptor {
+func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) []pipeline.Interceptor {
 	admit := pipeline.Admit(g.OpenAI())
 	return func(model string) []pipeline.Interceptor {
 		stages := []pipeline.Interceptor{admit}
-		if m := models[model]; m != nil && m.MaxModelLen() > 0 {
+		m := models[model]
+		if m == nil {
+			return stages
+		}
+		stages = append(stages, m.Usage())
+		if m.MaxModelLen() > 0 {
 			stages = append(stages, m.Limit())
+		}
+		if m.tokens {
+			stages = append(stages, tokeninput.Stage(m.Model))
 		}
 		return stages
 	}
 }
 
+// llmModel is a configured model's tokenizer and chat template, and how its upstreams take input.
+type llmModel struct {
+	*prompt.Model
+	tokens bool // input: tokens
+}
+
 // loadModels reads each configured model's tokenizer and chat template; an unreadable one fails
 // start-up, naming the model, the file and the reason.
-func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*prompt.Model, error) {
-	out := make(map[string]*prompt.Model, len(cfg))
+func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*llmModel, error) {
+	out := make(map[string]*llmModel, len(cfg))
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
 		if c.Tokenizer == "" {
@@ -46,8 +66,9 @@ func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*promp
 		if err != nil {
 			return nil, fmt.Errorf("models.%s.tokenizer: %w", name, err)
 		}
-		log.Info("model tokenizer loaded", "model", name, "dir", c.Tokenizer, "vocab", m.Tokenizer().VocabSize(), "max_model_len", c.MaxModelLen)
-		out[name] = m
+		log.Info("model tokenizer loaded", "model", name, "dir", c.Tokenizer, "vocab", m.Tokenizer().VocabSize(),
+			"max_model_len", c.MaxModelLen, "input", cmp.Or(c.Input, "text"))
+		out[name] = &llmModel{Model: m, tokens: c.Input == "tokens"}
 	}
 	return out, nil
 }

@@ -115,7 +115,12 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
 	}
-	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model { return models[name] }, Visible: visible}
+	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model {
+		if m := models[name]; m != nil {
+			return m.Model
+		}
+		return nil
+	}, Visible: visible}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		tokenize.Mount(mux)
 		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {

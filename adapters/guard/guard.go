@@ -208,8 +208,9 @@ type spent struct {
 
 // finish ends an admitted OpenAI request: its slot is freed and its budgets settled against what
 // it used. A request that never reached an upstream gets everything back; one answered with an
-// error status gets its tokens back; otherwise its token estimate becomes the upstream's usage, or
-// the prompt's estimate plus the stream's chunks when the upstream reported none, or stays as
+// error status gets its tokens back; otherwise its token estimate becomes the usage (the
+// upstream's, or the gateway's own prompt count), the stream's chunks standing in for the
+// completion and the prompt's estimate for the prompt when neither was counted, or stays as
 // charged when nothing is known.
 func (t *ticket) finish(u pipeline.Usage, promptEstimate float64) {
 	t.release()
@@ -224,10 +225,17 @@ func (t *ticket) finish(u pipeline.Usage, promptEstimate float64) {
 		return
 	case u.Status >= 400:
 		used = 0
-	case u.PromptTokens+u.CompletionTokens > 0:
-		used = float64(u.PromptTokens + u.CompletionTokens)
-	case u.Chunks > 0:
-		used = promptEstimate + float64(u.Chunks)
+	case u.PromptTokens+u.CompletionTokens+u.Chunks > 0:
+		// The upstream's counts, or the gateway's (a model with a tokenizer counts its prompts);
+		// where one is missing, the prompt's estimate and the stream's chunks stand in.
+		prompt, completion := float64(u.PromptTokens), float64(u.CompletionTokens)
+		if prompt == 0 && completion == 0 {
+			prompt = promptEstimate
+		}
+		if completion == 0 {
+			completion = float64(u.Chunks)
+		}
+		used = prompt + completion
 	default:
 		return
 	}

@@ -60,6 +60,11 @@ type Request struct {
 	ID string
 	// Start is when the gateway received the request: latency is measured from it.
 	Start time.Time
+	// PromptTokens are the prompt's token ids once a stage has counted them with the model's
+	// tokenizer (a chat request's rendered conversation, or a completion request's one prompt);
+	// nil until then. Later stages reuse them rather than tokenize again: the usage the gateway
+	// fills in, an upstream that takes token ids, routing on prefix caches.
+	PromptTokens []int
 
 	body   []byte
 	scan   Routing

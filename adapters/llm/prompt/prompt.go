@@ -125,8 +125,12 @@ func (m *Model) TextTokens(text string, addSpecial bool) []int {
 
 // PromptLen is the token count of a request's prompt: a chat request's render, or the longest of
 // a completion request's prompts (a string, a list of strings, token ids, or lists of them).
-// ok is false for a request without a prompt this package counts (embeddings).
+// ok is false for a request without a prompt this package counts (embeddings). A request with
+// one prompt keeps its ids in req.PromptTokens, and a request that has them is not counted again.
 func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok bool, err error) {
+	if req.PromptTokens != nil {
+		return len(req.PromptTokens), true, nil
+	}
 	switch req.Path {
 	case "/v1/chat/completions":
 		in, err := chattemplate.DecodeRequest(req.Body())
@@ -134,51 +138,67 @@ func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok
 			return 0, false, chattemplate.OpenAIError(err)
 		}
 		ids, err := m.ChatTokens(ctx, in, false)
-		return len(ids), err == nil, err
+		if err != nil {
+			return 0, false, err
+		}
+		req.PromptTokens = ids
+		return len(ids), true, nil
 	case "/v1/completions":
 		f, err := req.Fields()
 		if err != nil {
 			return 0, false, pipeline.InvalidJSON(err)
 		}
-		return m.completionPromptLen(f["prompt"])
+		prompts, err := m.CompletionPrompts(f["prompt"])
+		if err != nil {
+			return 0, false, err
+		}
+		longest := 0
+		for _, p := range prompts {
+			longest = max(longest, len(p))
+		}
+		if len(prompts) == 1 {
+			req.PromptTokens = prompts[0]
+		}
+		return longest, true, nil
 	}
 	return 0, false, nil
 }
 
-// completionPromptLen counts the longest prompt of a completion request.
-func (m *Model) completionPromptLen(raw json.RawMessage) (int, bool, error) {
-	bad := func(msg string) (int, bool, error) {
-		return 0, false, pipeline.InvalidRequest("prompt", "invalid_prompt", msg)
+// CompletionPrompts reads a completion request's prompt field (a string, a list of strings, token
+// ids, or a list mixing strings and lists of token ids) and returns each prompt's token ids,
+// strings tokenized as vLLM does (TextTokens with add_special_tokens). Errors are OpenAI 400s.
+func (m *Model) CompletionPrompts(raw json.RawMessage) ([][]int, error) {
+	bad := func(msg string) ([][]int, error) {
+		return nil, pipeline.InvalidRequest("prompt", "invalid_prompt", msg)
 	}
 	if len(raw) == 0 || string(raw) == "null" {
 		return bad("you must provide a prompt")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return len(m.TextTokens(s, true)), true, nil
+		return [][]int{m.TextTokens(s, true)}, nil
 	}
 	var list []json.RawMessage
 	if json.Unmarshal(raw, &list) != nil || len(list) == 0 {
 		return bad("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
 	}
-	longest := 0
-	var ids []int64
+	var ids []int
 	if json.Unmarshal(raw, &ids) == nil {
-		return len(ids), true, nil // one prompt of token ids
+		return [][]int{ids}, nil // one prompt of token ids
 	}
-	for _, p := range list {
-		n := 0
+	out := make([][]int, len(list))
+	for i, p := range list {
 		switch {
 		case json.Unmarshal(p, &s) == nil:
-			n = len(m.TextTokens(s, true))
+			out[i] = m.TextTokens(s, true)
 		case json.Unmarshal(p, &ids) == nil:
-			n = len(ids)
+			out[i] = ids
 		default:
 			return bad("each prompt of a list must be a string or a list of token ids")
 		}
-		longest = max(longest, n)
+		ids = nil
 	}
-	return longest, true, nil
+	return out, nil
 }
 
 // ContextLengthExceeded is OpenAI's 400 for a request whose prompt and completion do not fit the
@@ -214,4 +234,76 @@ func (m *Model) Limit() pipeline.Interceptor {
 			return next(ctx, req)
 		}
 	}
+}
+
+// Usage is the stage that fills in what a request used when the upstream's answer says nothing
+// of it (a stream the client asked no usage for, a server that never sends one): the prompt's
+// tokens, counted with the model's tokenizer, so the guard's token budgets settle on exact counts
+// and batch usage holds them. It counts only then, after the answer, unless an inner stage has
+// counted already (req.PromptTokens). The answer the client gets is not changed.
+func (m *Model) Usage() pipeline.Interceptor {
+	return func(next pipeline.Handler) pipeline.Handler {
+		return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				return res, err
+			}
+			res.Body = &usageBody{Body: res.Body, m: m, ctx: context.WithoutCancel(ctx), req: req}
+			return res, nil
+		}
+	}
+}
+
+type usageBody struct {
+	pipeline.Body
+	m        *Model
+	ctx      context.Context
+	req      *pipeline.Request
+	finished bool
+	usage    pipeline.Usage
+}
+
+func (b *usageBody) Finish(clientErr error) pipeline.Usage {
+	if b.finished {
+		return b.usage
+	}
+	b.finished = true
+	u := b.Body.Finish(clientErr)
+	if u.Status == 200 && u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		u.PromptTokens = b.m.promptTotal(b.ctx, b.req)
+	}
+	b.usage = u
+	return u
+}
+
+// promptTotal is the prompt tokens of a request as OpenAI's usage counts them: every prompt of a
+// completion request (or input of an embeddings request) summed; 0 when it cannot be counted.
+func (m *Model) promptTotal(ctx context.Context, req *pipeline.Request) int64 {
+	if req.PromptTokens != nil {
+		return int64(len(req.PromptTokens))
+	}
+	field := "prompt"
+	switch req.Path {
+	case "/v1/chat/completions":
+		n, _, err := m.PromptLen(ctx, req)
+		if err != nil {
+			return 0
+		}
+		return int64(n)
+	case "/v1/embeddings":
+		field = "input"
+	}
+	f, err := req.Fields()
+	if err != nil {
+		return 0
+	}
+	prompts, err := m.CompletionPrompts(f[field])
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, p := range prompts {
+		n += int64(len(p))
+	}
+	return n
 }
