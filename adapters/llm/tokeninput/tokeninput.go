@@ -368,7 +368,11 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 		}
 		cc.Message = message{Role: "assistant", Content: text}
 		out.Choices[i] = cc
-		completionTokens += int64(p.tok.Count(text, tokenizer.Options{}))
+		if len(ch.TokenIDs) > 0 {
+			completionTokens += int64(len(ch.TokenIDs)) // what was generated, special tokens too
+		} else {
+			completionTokens += int64(p.tok.Count(text, tokenizer.Options{}))
+		}
 	}
 	out.Usage = c.Usage
 	if out.Usage == nil {

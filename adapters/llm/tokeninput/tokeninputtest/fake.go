@@ -1,9 +1,10 @@
 // Package tokeninputtest is a fake inference engine that takes token ids and has no tokenizer,
 // as a Dynamo token-input worker or an engine started with --skip-tokenizer-init: its
 // /v1/completions refuses a text prompt, records the ids it was sent, and answers with canned
-// pieces of text (or of token ids, with no text), whole or streamed, one piece per chunk. It
-// does not know stop strings: it generates on past them, as such an engine does. It also serves
-// /v1/models and /health, so a gateway's discovery and health checks see a model.
+// pieces of text (or of token ids, with no text, or its prompt's own ids: SetEcho), whole or
+// streamed, one piece per chunk. It does not know stop strings: it generates on past them, as
+// such an engine does. It also serves /v1/models and /health, so a gateway's discovery and health
+// checks see a model. examples/tokenengine serves it as a command.
 package tokeninputtest
 
 import (
@@ -22,32 +23,42 @@ type Engine struct {
 	URL string // http://127.0.0.1:port, without /v1
 
 	model    string
+	mux      *http.ServeMux
 	mu       sync.Mutex
 	pieces   []string
 	ids      [][]int
+	echo     bool
 	usage    bool
 	prompts  [][]int
 	requests atomic.Int64
 	sent     atomic.Int64 // stream chunks written
 }
 
-// Start serves a fake for model on 127.0.0.1 until tb ends. It answers "Hello" " world" "." until
-// SetReply changes that, and sends no usage until SetUsage.
+// New is a fake for model, not yet serving (Handler serves it). It answers "Hello" " world" "."
+// until SetReply changes that, and sends no usage until SetUsage.
+func New(model string) *Engine {
+	e := &Engine{model: model, pieces: []string{"Hello", " world", "."}, mux: http.NewServeMux()}
+	e.mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	e.mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","owned_by":"fake"}]}`, model)
+	})
+	e.mux.HandleFunc("POST /v1/completions", e.complete)
+	return e
+}
+
+// Handler serves the engine's routes.
+func (e *Engine) Handler() http.Handler { return e.mux }
+
+// Start serves New(model) on 127.0.0.1 until tb ends.
 func Start(tb testing.TB, model string) *Engine {
 	tb.Helper()
-	e := &Engine{model: model, pieces: []string{"Hello", " world", "."}}
+	e := New(model)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	e.URL = "http://" + ln.Addr().String()
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
-	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","owned_by":"fake"}]}`, model)
-	})
-	mux.HandleFunc("POST /v1/completions", e.complete)
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: e.mux}
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Close() })
 	return e
@@ -65,6 +76,14 @@ func (e *Engine) SetReplyIDs(ids ...[]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ids, e.pieces = ids, nil
+}
+
+// SetEcho makes answers the prompt's own ids, one per chunk, with no text: what the gateway's
+// detokenizer makes of them is the prompt the model saw.
+func (e *Engine) SetEcho(on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.echo = on
 }
 
 // SetUsage makes answers carry a usage object (a stream's when asked with include_usage).
@@ -114,6 +133,12 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.prompts = append(e.prompts, ids)
 	pieces, pieceIDs, withUsage := e.pieces, e.ids, e.usage
+	if e.echo {
+		pieces, pieceIDs = nil, make([][]int, len(ids))
+		for i, id := range ids {
+			pieceIDs[i] = []int{id}
+		}
+	}
 	e.mu.Unlock()
 	steps := max(len(pieces), len(pieceIDs))
 	reason := "stop"
