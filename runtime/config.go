@@ -72,6 +72,15 @@ type modelConfig struct {
 	// upstream's /v1/completions, turning the answer back into a chat completion). tokens needs
 	// tokenizer.
 	Input string `yaml:"input"`
+	// Routing picks the endpoint of each request: least_outstanding (the default),
+	// round_robin, or cache_aware (the endpoint most likely to hold the prompt's prefix in its
+	// KV cache, from the prompt blocks the gateway sent each endpoint; token blocks with a
+	// tokenizer, text blocks without).
+	Routing string `yaml:"routing"`
+	// KVBlockSize is the engines' KV block size in tokens, for cache_aware (default 16, vLLM's).
+	KVBlockSize int `yaml:"kv_block_size"`
+	// KVCacheBlocks bounds the blocks cache_aware remembers per endpoint (default 32768).
+	KVCacheBlocks int `yaml:"kv_cache_blocks"`
 }
 
 // validate lists what is wrong with the entry of model name.
@@ -84,6 +93,14 @@ func (m modelConfig) validate(name string) []string {
 	case "", "text", "tokens":
 	default:
 		out = append(out, fmt.Sprintf("models.%s.input: %q is neither text nor tokens", name, m.Input))
+	}
+	switch m.Routing {
+	case "", "least_outstanding", "round_robin", "cache_aware":
+	default:
+		out = append(out, fmt.Sprintf("models.%s.routing: %q is none of least_outstanding, round_robin, cache_aware", name, m.Routing))
+	}
+	if m.KVBlockSize < 0 || m.KVCacheBlocks < 0 {
+		out = append(out, fmt.Sprintf("models.%s: kv_block_size and kv_cache_blocks cannot be negative", name))
 	}
 	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent || m.Input == "tokens") {
 		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))

@@ -128,6 +128,8 @@ func TestModelsConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "need tokenizer")
 	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, input: ids}\n"))
 	require.ErrorContains(t, err, `models.qwen.input: "ids" is neither text nor tokens`)
+	_, err = parseConfig("test", []byte("models:\n  qwen: {routing: sticky}\n"))
+	require.ErrorContains(t, err, `models.qwen.routing: "sticky" is none of least_outstanding, round_robin, cache_aware`)
 	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, max_model_len: -1}\n"))
 	require.ErrorContains(t, err, "models.qwen.max_model_len: -1 is negative")
 	_, err = parseConfig("test", []byte("models:\n  qwen: {tokeniser: x}\n"))

@@ -2,15 +2,18 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 
 	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/llm/kvroute"
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/llm/tokeninput"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 )
 
 // llmStages is the one place the order of an LLM request's stages is written: every model's
@@ -36,39 +39,61 @@ func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) [
 		if m == nil {
 			return stages
 		}
-		stages = append(stages, m.Usage())
-		if m.MaxModelLen() > 0 {
-			stages = append(stages, m.Limit())
+		if m.Model != nil {
+			stages = append(stages, m.Usage())
+			if m.MaxModelLen() > 0 {
+				stages = append(stages, m.Limit())
+			}
+			if m.tokens {
+				stages = append(stages, tokeninput.Stage(m.Model))
+			}
 		}
-		if m.tokens {
-			stages = append(stages, tokeninput.Stage(m.Model))
+		if m.route != nil {
+			stages = append(stages, m.route)
 		}
 		return stages
 	}
 }
 
-// llmModel is a configured model's tokenizer and chat template, and how its upstreams take input.
+// llmModel is what the gateway knows of a configured model: its tokenizer and chat template
+// (nil without models.<name>.tokenizer), how its upstreams take input, and its routing stage
+// (nil: the proxy's least-outstanding pick).
 type llmModel struct {
 	*prompt.Model
 	tokens bool // input: tokens
+	route  pipeline.Interceptor
 }
 
-// loadModels reads each configured model's tokenizer and chat template; an unreadable one fails
-// start-up, naming the model, the file and the reason.
+// loadModels reads each configured model's tokenizer and chat template, and builds its routing;
+// an unreadable tokenizer fails start-up, naming the model, the file and the reason.
 func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
-		if c.Tokenizer == "" {
-			continue
+		lm := &llmModel{tokens: c.Input == "tokens"}
+		if c.Tokenizer != "" {
+			m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent})
+			if err != nil {
+				return nil, fmt.Errorf("models.%s.tokenizer: %w", name, err)
+			}
+			log.Info("model tokenizer loaded", "model", name, "dir", c.Tokenizer, "vocab", m.Tokenizer().VocabSize(),
+				"max_model_len", c.MaxModelLen, "input", cmp.Or(c.Input, "text"))
+			lm.Model = m
 		}
-		m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent})
-		if err != nil {
-			return nil, fmt.Errorf("models.%s.tokenizer: %w", name, err)
+		switch c.Routing {
+		case "round_robin":
+			lm.route = roundRobin
+		case "cache_aware":
+			lm.route = kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks}).Stage(lm.Model)
 		}
-		log.Info("model tokenizer loaded", "model", name, "dir", c.Tokenizer, "vocab", m.Tokenizer().VocabSize(),
-			"max_model_len", c.MaxModelLen, "input", cmp.Or(c.Input, "text"))
-		out[name] = &llmModel{Model: m, tokens: c.Input == "tokens"}
+		out[name] = lm
 	}
 	return out, nil
+}
+
+// roundRobin is the routing stage of models.<name>.routing: round_robin.
+func roundRobin(next pipeline.Handler) pipeline.Handler {
+	return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+		return next(upstream.WithPicker(ctx, upstream.RoundRobin{}), req)
+	}
 }

@@ -117,7 +117,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	}
 	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model {
 		if m := models[name]; m != nil {
-			return m.Model
+			return m.Model // nil without a tokenizer
 		}
 		return nil
 	}, Visible: visible}

@@ -74,7 +74,7 @@ type Result[R Route] struct {
 }
 
 // Failover tries routes (sorted by priority, highest first) one endpoint after another, as the
-// Router's Picker chooses among those usable (in rotation, breaker not open, not tried yet, and
+// request's Picker (WithPicker) or else the Router's chooses among those usable (in rotation, breaker not open, not tried yet, and
 // the endpoint only when only is set), until an attempt serves the request, an attempt's error
 // is the answer, ctx has ended after a failed attempt or a refusal, or no endpoint is left.
 // Before each attempt it asks the Router's breaker for a ticket; an endpoint that is refused one
@@ -87,8 +87,12 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 	// cooling down after a 429, or half-open with every probe out); -1 while none did.
 	refusal := time.Duration(-1)
 	tried := 0
+	picker := rt.Picker
+	if p, ok := ctx.Value(pickerKey{}).(Picker); ok {
+		picker = p
+	}
 	for {
-		i := pick(rt, &v)
+		i := pick(rt, picker, &v)
 		if i < 0 {
 			break
 		}
@@ -133,14 +137,14 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 	return res
 }
 
-// pick asks the Router's picker for the next route.
-func pick[R Route](rt *Router, v *view[R]) int {
+// pick asks picker (the Router's, or the request's own) for the next route.
+func pick[R Route](rt *Router, picker Picker, v *view[R]) int {
 	rotate := rt.rr.Add(1)
-	if rt.Picker == nil {
+	if picker == nil {
 		return leastOutstanding(len(v.routes), v.Priority, v.Usable, v.Outstanding, rotate)
 	}
 	c := *v // a copy for the interface: v itself stays on Failover's stack
-	return rt.Picker.Pick(&c, rotate)
+	return picker.Pick(&c, rotate)
 }
 
 // view is one request's routes as Candidates.
@@ -162,6 +166,8 @@ func (v *view[R]) anyUsable() bool {
 	}
 	return false
 }
+
+func (v *view[R]) Name(i int) string { return v.routes[i].State().cfg.Name }
 
 func (v *view[R]) Priority(i int) int { return v.routes[i].State().cfg.Priority }
 

@@ -1,9 +1,13 @@
 package upstream
 
+import "context"
+
 // Candidates are the endpoints a Picker chooses among for one request, sorted by priority,
 // highest first.
 type Candidates interface {
 	Len() int
+	// Name is the i-th endpoint's name (unique in the pool).
+	Name(i int) string
 	Priority(i int) int
 	// Outstanding is the number of requests the i-th endpoint is serving.
 	Outstanding(i int) int64
@@ -18,6 +22,25 @@ type Picker interface {
 	// Pick returns the index of the candidate to try, or -1 when none is usable. rotate changes
 	// from one call to the next: a picker spreads equal candidates' work with it.
 	Pick(c Candidates, rotate uint32) int
+}
+
+// pickerKey carries a request's own Picker in its context.
+type pickerKey struct{}
+
+// WithPicker makes Failover pick the endpoints of the request ctx belongs to with p instead of
+// its Router's Picker: a request-scoped choice, such as a prefix-cache-aware one that knows the
+// request's prompt.
+func WithPicker(ctx context.Context, p Picker) context.Context {
+	return context.WithValue(ctx, pickerKey{}, p)
+}
+
+// RoundRobin picks in the highest priority tier that has a usable candidate the next one in an
+// order rotated by rotate, whatever the load.
+type RoundRobin struct{}
+
+// Pick implements Picker.
+func (RoundRobin) Pick(c Candidates, rotate uint32) int {
+	return leastOutstanding(c.Len(), c.Priority, c.Usable, func(int) int64 { return 0 }, rotate)
 }
 
 // LeastOutstanding picks in the highest priority tier that has a usable candidate the one with

@@ -1,6 +1,7 @@
 package upstream_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/upstream"
@@ -15,6 +16,7 @@ type cands []struct {
 }
 
 func (c cands) Len() int                { return len(c) }
+func (c cands) Name(i int) string       { return fmt.Sprint("ep", i) }
 func (c cands) Priority(i int) int      { return c[i].prio }
 func (c cands) Outstanding(i int) int64 { return c[i].load }
 func (c cands) Usable(i int) bool       { return c[i].ok }
@@ -41,4 +43,18 @@ func TestLeastOutstanding(t *testing.T) {
 	c[5].ok = false
 	assert.Equal(t, -1, p.Pick(c, 0), "none usable")
 	assert.Equal(t, -1, p.Pick(cands{}, 0), "no candidates")
+}
+
+// RoundRobin takes turns in the highest usable tier whatever the load; a request's own picker
+// (WithPicker) replaces the Router's.
+func TestRoundRobin(t *testing.T) {
+	var p upstream.Picker = upstream.RoundRobin{}
+	c := cands{{10, 9, true}, {10, 0, true}, {10, 5, true}, {0, 0, true}}
+	seen := map[int]int{}
+	for r := range uint32(30) {
+		seen[p.Pick(c, r)]++
+	}
+	assert.Equal(t, map[int]int{0: 10, 1: 10, 2: 10}, seen, "each of the top tier in turn, loaded or not")
+	c[0].ok, c[1].ok, c[2].ok = false, false, false
+	assert.Equal(t, 3, p.Pick(c, 7))
 }

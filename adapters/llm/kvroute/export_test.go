@@ -1,0 +1,6 @@
+package kvroute
+
+import "github.com/infergate/infergate/adapters/upstream"
+
+// PickerFor is the picker the stage gives a request whose prompt has hashes.
+func PickerFor(x *Index, hashes []uint64) upstream.Picker { return &picker{x: x, hashes: hashes} }
