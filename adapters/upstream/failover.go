@@ -91,6 +91,9 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 	if p, ok := ctx.Value(pickerKey{}).(Picker); ok {
 		picker = p
 	}
+	if allow, ok := ctx.Value(filterKey{}).(func(string) bool); ok {
+		v.allow = allow
+	}
 	for {
 		i := pick(rt, picker, &v)
 		if i < 0 {
@@ -151,6 +154,7 @@ func pick[R Route](rt *Router, picker Picker, v *view[R]) int {
 type view[R Route] struct {
 	routes []R
 	only   *State
+	allow  func(endpoint string) bool // WithFilter's; nil allows every endpoint
 	br     breaker.Breaker
 	tried  bitset // indices into routes
 }
@@ -167,6 +171,8 @@ func (v *view[R]) anyUsable() bool {
 	return false
 }
 
+func (v *view[R]) allowed(s *State) bool { return v.allow == nil || v.allow(s.cfg.Name) }
+
 func (v *view[R]) Name(i int) string { return v.routes[i].State().cfg.Name }
 
 func (v *view[R]) Priority(i int) int { return v.routes[i].State().cfg.Priority }
@@ -175,7 +181,7 @@ func (v *view[R]) Outstanding(i int) int64 { return v.routes[i].State().Outstand
 
 func (v *view[R]) Usable(i int) bool {
 	s := v.routes[i].State()
-	return s.Healthy() && (v.only == nil || s == v.only) && !v.tried.has(i) &&
+	return s.Healthy() && (v.only == nil || s == v.only) && !v.tried.has(i) && v.allowed(s) &&
 		(v.br == nil || v.br.State(s.cfg.Name) != breaker.Open)
 }
 
@@ -187,7 +193,7 @@ func (v *view[R]) unavailable(refusal time.Duration) (cutOff bool, wait time.Dur
 	for i, r := range v.routes {
 		s := r.State()
 		switch {
-		case v.only != nil && s != v.only:
+		case v.only != nil && s != v.only, !v.allowed(s):
 		case !s.Healthy():
 			if check == 0 || s.cfg.CheckInterval < check {
 				check = s.cfg.CheckInterval

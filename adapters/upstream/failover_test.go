@@ -260,3 +260,30 @@ func TestFailoverPicker(t *testing.T) {
 	assert.Equal(t, []string{"c", "b", "a"}, s.calls, "the Router's picker, with tried endpoints not usable")
 	assert.Equal(t, []int{3, 3, 3, 3}, p.seen)
 }
+
+// A request's own picker replaces the Router's, and its filter keeps it to some endpoints: those
+// filtered out are neither tried nor reported as out of rotation.
+func TestFailoverRequestPickerAndFilter(t *testing.T) {
+	rs := routes("a", "b", "c")
+	for _, r := range rs {
+		r.cfg.Priority = 0
+	}
+	s := &script{}
+	ctx := upstream.WithPicker(context.Background(), &lastUsable{})
+	res := upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
+	require.True(t, res.OK)
+	assert.Equal(t, []string{"c"}, s.calls, "the request's picker chose")
+
+	s = &script{errs: map[string]error{"a": errA}}
+	ctx = upstream.WithFilter(context.Background(), func(name string) bool { return name != "b" })
+	res = upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
+	require.True(t, res.OK)
+	assert.Equal(t, []string{"a", "c"}, s.calls, "b is not in the request's pool")
+
+	s = &script{}
+	ctx = upstream.WithFilter(context.Background(), func(string) bool { return false })
+	res = upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
+	assert.False(t, res.OK)
+	assert.Empty(t, s.calls)
+	assert.False(t, res.CircuitOpen)
+}

@@ -34,6 +34,16 @@ func WithPicker(ctx context.Context, p Picker) context.Context {
 	return context.WithValue(ctx, pickerKey{}, p)
 }
 
+// filterKey carries a request's endpoint filter in its context.
+type filterKey struct{}
+
+// WithFilter makes Failover consider, for the request ctx belongs to, only the endpoints allow
+// accepts (by name): one pool of a model's endpoints, such as its prefill workers. It composes
+// with any Picker: those filtered out are not Usable.
+func WithFilter(ctx context.Context, allow func(endpoint string) bool) context.Context {
+	return context.WithValue(ctx, filterKey{}, allow)
+}
+
 // RoundRobin picks in the highest priority tier that has a usable candidate the next one in an
 // order rotated by rotate, whatever the load.
 type RoundRobin struct{}
