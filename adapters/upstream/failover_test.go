@@ -274,6 +274,7 @@ func TestFailoverRequestPickerAndFilter(t *testing.T) {
 	require.True(t, res.OK)
 	assert.Equal(t, []string{"c"}, s.calls, "the request's picker chose")
 
+	rs = routes("a", "b", "c") // a first, b next, c last
 	s = &script{errs: map[string]error{"a": errA}}
 	ctx = upstream.WithFilter(context.Background(), func(name string) bool { return name != "b" })
 	res = upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
