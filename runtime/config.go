@@ -81,6 +81,72 @@ type modelConfig struct {
 	KVBlockSize int `yaml:"kv_block_size"`
 	// KVCacheBlocks bounds the blocks cache_aware remembers per endpoint (default 32768).
 	KVCacheBlocks int `yaml:"kv_cache_blocks"`
+	// Disaggregation serves the model in two steps with vLLM's prefill/decode protocol: a
+	// prefill endpoint computes the prompt's KV cache, a decode endpoint pulls it and generates.
+	Disaggregation *disaggConfig `yaml:"disaggregation"`
+}
+
+// disaggConfig is models.<name>.disaggregation.
+type disaggConfig struct {
+	// Prefill and Decode name the upstreams of each pool (disjoint, each at least one).
+	Prefill []string `yaml:"prefill"`
+	Decode  []string `yaml:"decode"`
+	// MinPromptTokens: shorter prompts go straight to a decode endpoint, which prefills them
+	// itself (counted with the model's tokenizer, else estimated at 4 bytes a token).
+	MinPromptTokens int `yaml:"min_prompt_tokens"`
+	// MaxPrefillQueue: with this many prefill legs in flight, new requests are decoded locally
+	// (0: no limit).
+	MaxPrefillQueue int `yaml:"max_prefill_queue"`
+	// OnPrefillFailure, when no prefill endpoint gives transfer params: fallback (decode
+	// locally, the default) or fail (502).
+	OnPrefillFailure string `yaml:"on_prefill_failure"`
+}
+
+// validateDisagg lists what is wrong with model name's disaggregation, given the upstreams.
+func (m modelConfig) validateDisagg(name string, ups []upstream.Endpoint) []string {
+	d := m.Disaggregation
+	if d == nil {
+		return nil
+	}
+	key := "models." + name + ".disaggregation"
+	var out []string
+	byName := map[string]upstream.Endpoint{}
+	for _, u := range ups {
+		byName[u.Name] = u
+	}
+	seen := map[string]string{}
+	for _, pool := range []struct {
+		name  string
+		names []string
+	}{{"prefill", d.Prefill}, {"decode", d.Decode}} {
+		if len(pool.names) == 0 {
+			out = append(out, fmt.Sprintf("%s.%s: the pool is empty: name at least one upstream", key, pool.name))
+		}
+		for _, n := range pool.names {
+			u, ok := byName[n]
+			switch {
+			case !ok:
+				out = append(out, fmt.Sprintf("%s.%s: %q is not one of the upstreams", key, pool.name, n))
+			case u.Type == upstream.TypeKServe:
+				out = append(out, fmt.Sprintf("%s.%s: %q is a kserve upstream: disaggregation speaks vLLM's OpenAI API", key, pool.name, n))
+			case u.Kind == upstream.KindEmbeddings:
+				out = append(out, fmt.Sprintf("%s.%s: %q serves embeddings, which have no decode to disaggregate", key, pool.name, n))
+			}
+			if other, dup := seen[n]; dup {
+				out = append(out, fmt.Sprintf("%s: %q is in both the %s and the %s pool", key, n, other, pool.name))
+			}
+			seen[n] = pool.name
+		}
+	}
+	if d.MinPromptTokens < 0 || d.MaxPrefillQueue < 0 {
+		out = append(out, fmt.Sprintf("%s: min_prompt_tokens and max_prefill_queue cannot be negative", key))
+	}
+	switch d.OnPrefillFailure {
+	case "", "fallback", "fail":
+	default:
+		out = append(out, fmt.Sprintf("%s.on_prefill_failure: %q is neither fallback nor fail", key, d.OnPrefillFailure))
+	}
+	return out
 }
 
 // validate lists what is wrong with the entry of model name.
@@ -274,7 +340,7 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 		lines = append(lines, fmt.Sprintf("%s: server.%v", name, err))
 	}
 	for _, model := range slices.Sorted(maps.Keys(c.Models)) {
-		for _, l := range c.Models[model].validate(model) {
+		for _, l := range append(c.Models[model].validate(model), c.Models[model].validateDisagg(model, c.Upstreams)...) {
 			lines = append(lines, fmt.Sprintf("%s: %s", name, l))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/adapters/llm/disagg"
 	"github.com/infergate/infergate/adapters/llm/kvroute"
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/llm/tokeninput"
@@ -34,7 +35,7 @@ import (
 func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) []pipeline.Interceptor {
 	admit := pipeline.Admit(g.OpenAI())
 	return func(model string) []pipeline.Interceptor {
-		stages := []pipeline.Interceptor{admit}
+		stages := []pipeline.Interceptor{admit, disagg.DropClientParams}
 		m := models[model]
 		if m == nil {
 			return stages
@@ -48,6 +49,9 @@ func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) [
 				stages = append(stages, tokeninput.Stage(m.Model))
 			}
 		}
+		if m.disagg != nil {
+			stages = append(stages, m.disagg)
+		}
 		if m.route != nil {
 			stages = append(stages, m.route)
 		}
@@ -60,13 +64,14 @@ func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) [
 // (nil: the proxy's least-outstanding pick).
 type llmModel struct {
 	*prompt.Model
-	tokens bool // input: tokens
+	tokens bool                 // input: tokens
+	disagg pipeline.Interceptor // prefill then decode; nil: aggregated
 	route  pipeline.Interceptor
 }
 
 // loadModels reads each configured model's tokenizer and chat template, and builds its routing;
 // an unreadable tokenizer fails start-up, naming the model, the file and the reason.
-func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*llmModel, error) {
+func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
@@ -85,6 +90,11 @@ func loadModels(cfg map[string]modelConfig, log *slog.Logger) (map[string]*llmMo
 			lm.route = roundRobin
 		case "cache_aware":
 			lm.route = kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks}).Stage(lm.Model)
+		}
+		if d := c.Disaggregation; d != nil {
+			lm.disagg = disagg.New(disagg.Options{Model: name, Prefill: d.Prefill, Decode: d.Decode,
+				MinPromptTokens: d.MinPromptTokens, MaxPrefillQueue: d.MaxPrefillQueue,
+				FailOnPrefillError: d.OnPrefillFailure == "fail", Metrics: dm}).Interceptor()
 		}
 		out[name] = lm
 	}

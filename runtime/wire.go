@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/kserveproxy"
+	"github.com/infergate/infergate/adapters/llm/disagg"
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
@@ -68,7 +69,9 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	br, brCollectors := newBreaker(cfg, rdb, log, &closers)
 	collectors = append(collectors, brCollectors...)
 
-	models, err := loadModels(cfg.Models, log)
+	dm := disagg.NewMetrics()
+	collectors = append(collectors, dm.Collectors()...)
+	models, err := loadModels(cfg.Models, dm, log)
 	if err != nil {
 		return nil, nil, err
 	}
