@@ -18,7 +18,6 @@
 package kvroute
 
 import (
-	"container/list"
 	"context"
 	"encoding/binary"
 	"sync"
@@ -164,7 +163,7 @@ func (x *Index) Record(endpoint string, hashes []uint64) {
 	defer x.mu.Unlock()
 	b := x.eps[endpoint]
 	if b == nil {
-		b = &blocks{at: map[uint64]*list.Element{}, cap: x.opts.Capacity}
+		b = newBlocks(x.opts.Capacity)
 		x.eps[endpoint] = b
 	}
 	b.add(hashes)
@@ -213,11 +212,23 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 	return best
 }
 
-// blocks is an endpoint's LRU of block hashes.
+// blocks is an endpoint's LRU of block hashes. It holds no pointers (slots linked by index), so
+// the garbage collector never scans its entries: an index of millions of blocks costs a
+// request nothing at GC time.
 type blocks struct {
-	at  map[uint64]*list.Element
-	lru list.List // front: most recently sent
-	cap int
+	at         map[uint64]int32 // hash -> slot
+	slots      []slot
+	head, tail int32 // most and least recently sent; -1 when empty
+	cap        int
+}
+
+type slot struct {
+	hash       uint64
+	prev, next int32 // towards head, towards tail; -1 at the ends
+}
+
+func newBlocks(capacity int) *blocks {
+	return &blocks{at: map[uint64]int32{}, head: -1, tail: -1, cap: capacity}
 }
 
 // prefix counts the leading hashes present (a nil b holds none).
@@ -239,15 +250,47 @@ func (b *blocks) prefix(hashes []uint64) int {
 func (b *blocks) add(hashes []uint64) {
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
-		if e, ok := b.at[h]; ok {
-			b.lru.MoveToFront(e)
+		if s, ok := b.at[h]; ok {
+			b.unlink(s)
+			b.pushFront(s)
 			continue
 		}
-		b.at[h] = b.lru.PushFront(h)
-		if b.lru.Len() > b.cap {
-			old := b.lru.Back()
-			b.lru.Remove(old)
-			delete(b.at, old.Value.(uint64))
+		var s int32
+		if len(b.slots) < b.cap {
+			b.slots = append(b.slots, slot{})
+			s = int32(len(b.slots) - 1)
+		} else {
+			s = b.tail
+			b.unlink(s)
+			delete(b.at, b.slots[s].hash)
 		}
+		b.slots[s].hash = h
+		b.at[h] = s
+		b.pushFront(s)
+	}
+}
+
+func (b *blocks) unlink(s int32) {
+	p, n := b.slots[s].prev, b.slots[s].next
+	if p >= 0 {
+		b.slots[p].next = n
+	} else {
+		b.head = n
+	}
+	if n >= 0 {
+		b.slots[n].prev = p
+	} else {
+		b.tail = p
+	}
+}
+
+func (b *blocks) pushFront(s int32) {
+	b.slots[s].prev, b.slots[s].next = -1, b.head
+	if b.head >= 0 {
+		b.slots[b.head].prev = s
+	}
+	b.head = s
+	if b.tail < 0 {
+		b.tail = s
 	}
 }
