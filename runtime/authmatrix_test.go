@@ -50,7 +50,7 @@ var rpcAccess = map[string]access{
 	"SystemSharedMemoryStatus": anyKey, "SystemSharedMemoryRegister": anyKey, "SystemSharedMemoryUnregister": anyKey,
 	"CudaSharedMemoryStatus": anyKey, "CudaSharedMemoryRegister": anyKey, "CudaSharedMemoryUnregister": anyKey,
 	"ListModels": anyKey, "CreateChatCompletion": scoped, "StreamChatCompletion": scoped, "CreateCompletion": scoped,
-	"StreamCompletion": scoped, "CreateEmbedding": scoped,
+	"StreamCompletion": scoped, "CreateEmbedding": scoped, "Tokenize": scoped, "Detokenize": scoped,
 	"Register": admin, "Heartbeat": admin, "Deregister": admin, "ListBackends": admin,
 }
 
@@ -160,6 +160,9 @@ var openAIRequests = map[string]string{
 	"CreateCompletion":     `{"model":"$M","prompt":["hi"]}`,
 	"StreamCompletion":     `{"request":{"model":"$M","prompt":["hi"]}}`,
 	"CreateEmbedding":      `{"model":"$M","input":["hi"]}`,
+	// No model has a tokenizer here: the upstream, a fake vLLM, answers them.
+	"Tokenize":   `{"model":"$M","prompt":"hi"}`,
+	"Detokenize": `{"model":"$M","tokens":[104,105]}`,
 }
 
 // requestFor is a request of m's input type naming model, and whether the type names a model at

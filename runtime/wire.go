@@ -19,6 +19,7 @@ import (
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
+	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,12 +95,28 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		visible = guard.Visible
 		reg.SetVisibility(guard.Visible)
 	}
+	// /tokenize and /detokenize, over HTTP and as OpenAIService's RPCs alike: the model's own
+	// tokenizer when it has one configured, else its vLLM upstream's endpoints (Forward, below).
+	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model {
+		if m := models[name]; m != nil {
+			return m.Model // nil without a tokenizer
+		}
+		return nil
+	}, Visible: visible}
 	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
 		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
-		Stages:         llmStages(g, models)})
+		Stages:         llmStages(g, models),
+		Tokens:         tokenize.Serve})
 	if err != nil {
 		return nil, nil, err
+	}
+	tokenize.Forward = func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
+		status, answer, err := proxy.Post(ctx, upstream.TypeVLLM, model, path, body)
+		if errors.Is(err, openai.ErrNotServed) {
+			return 0, nil, prompt.ErrNoUpstream // only vLLM has the endpoints among the upstream types
+		}
+		return status, answer, err
 	}
 	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
 	bridged := bridge.New(reg, proxy, bridge.WithLogger(log))
@@ -118,12 +135,6 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
 	}
-	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model {
-		if m := models[name]; m != nil {
-			return m.Model // nil without a tokenizer
-		}
-		return nil
-	}, Visible: visible}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		tokenize.Mount(mux)
 		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {

@@ -123,6 +123,62 @@ func embeddingBody(r *openaiv1.CreateEmbeddingRequest) ([]byte, error) {
 	return w.result()
 }
 
+// tokenizeBody is the JSON body of vLLM's POST /tokenize: the completion form (prompt) or the chat
+// form (messages, tools, chat_template_kwargs); the endpoint tells a prompt and messages both
+// given, or neither, apart itself.
+func tokenizeBody(r *openaiv1.TokenizeRequest) ([]byte, error) {
+	w := newJSONWriter(r)
+	w.begin('{')
+	w.model(r.GetModel())
+	if r.Prompt != nil {
+		w.str("prompt", *r.Prompt)
+	}
+	if len(r.GetMessages()) > 0 {
+		w.key("messages")
+		w.begin('[')
+		for i, m := range r.GetMessages() {
+			w.elem()
+			w.chatMessage(i, m)
+		}
+		w.end(']')
+	}
+	if len(r.GetTools()) > 0 {
+		w.key("tools")
+		w.begin('[')
+		for i, t := range r.GetTools() {
+			w.elem()
+			w.tool(i, t)
+		}
+		w.end(']')
+	}
+	w.optBool("add_special_tokens", r.AddSpecialTokens)
+	w.optBool("add_generation_prompt", r.AddGenerationPrompt)
+	w.optBool("continue_final_message", r.ContinueFinalMessage)
+	if kw := r.GetChatTemplateKwargs(); kw != nil {
+		w.key("chat_template_kwargs")
+		if !w.object(kw) {
+			w.notFinite("chat_template_kwargs")
+		}
+	}
+	if r.GetReturnTokenStrs() {
+		w.key("return_token_strs")
+		w.bool(true)
+	}
+	w.end('}')
+	return w.result()
+}
+
+// detokenizeBody is the JSON body of vLLM's POST /detokenize.
+func detokenizeBody(r *openaiv1.DetokenizeRequest) ([]byte, error) {
+	w := newJSONWriter(r)
+	w.begin('{')
+	w.model(r.GetModel())
+	w.key("tokens")
+	w.ints(r.GetTokens())
+	w.end('}')
+	return w.result()
+}
+
 func (w *jsonWriter) model(m string) {
 	if m == "" {
 		w.invalid("model", "you must provide a model parameter")

@@ -59,6 +59,12 @@ type Options struct {
 	// it. When every healthy endpoint of a model is cut off, the answer is 503
 	// upstream_circuit_open with a Retry-After of the soonest breaker's wait.
 	Breaker breaker.Breaker
+	// Tokens, when set, answers OpenAIService's Tokenize and Detokenize RPCs: given vLLM's path
+	// (/tokenize or /detokenize) and the request as that endpoint's JSON body, it returns the HTTP
+	// status and JSON answer, or the gateway's own error. The gateway sets it to the function
+	// that serves those HTTP endpoints (prompt.Endpoints.Serve), so the two surfaces answer
+	// alike. Unset, the RPCs are UNIMPLEMENTED.
+	Tokens func(ctx context.Context, path string, body []byte) (status int, answer []byte, err *pipeline.Error)
 	// UpstreamClient is what proxied requests to http:// upstreams go through: "fast" (the
 	// default) is internal/h1client, the hand-written HTTP/1.1 client; "std" is net/http's
 	// Transport, which https:// upstreams always use.

@@ -18,7 +18,8 @@ import (
 
 // service serves infergate.openai.v1.OpenAIService through Call: every request becomes the JSON
 // body an HTTP client would send (convert.go), so it gets the same routing, failover and metrics,
-// and every response or chunk is decoded into its message.
+// and every response or chunk is decoded into its message. Tokenize and Detokenize become vLLM's
+// /tokenize and /detokenize bodies in the same way, answered by Options.Tokens.
 //
 // Responses are decoded with protojson: the messages' field names are OpenAI's keys, so it reads
 // OpenAI's JSON as is (nulls included) and drops what the messages do not have (vLLM's stop_reason,
@@ -122,6 +123,51 @@ func (s *service) embedding(ctx context.Context, req *openaiv1.CreateEmbeddingRe
 		return nil, err
 	}
 	return out, nil
+}
+
+func (s *service) tokenize(ctx context.Context, req *openaiv1.TokenizeRequest) (*openaiv1.TokenizeResponse, error) {
+	body, err := tokenizeBody(req)
+	if err != nil {
+		return nil, err
+	}
+	out := new(openaiv1.TokenizeResponse)
+	if err := s.tokens(ctx, "/tokenize", body, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *service) detokenize(ctx context.Context, req *openaiv1.DetokenizeRequest) (*openaiv1.DetokenizeResponse, error) {
+	body, err := detokenizeBody(req)
+	if err != nil {
+		return nil, err
+	}
+	out := new(openaiv1.DetokenizeResponse)
+	if err := s.tokens(ctx, "/detokenize", body, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// tokens answers a Tokenize or Detokenize call with Options.Tokens, the code that serves the
+// HTTP endpoint at path, and decodes its answer into out.
+func (s *service) tokens(ctx context.Context, path string, body []byte, out proto.Message) error {
+	if s.p.opts.Tokens == nil {
+		return serverError(connect.CodeUnimplemented, "", "this gateway does not serve "+path)
+	}
+	status, answer, perr := s.p.opts.Tokens(ctx, path, body)
+	switch {
+	case ctx.Err() != nil:
+		return fromContext(ctx, ctx.Err())
+	case perr != nil:
+		return fromGatewayError(ctx, perr)
+	case status != http.StatusOK: // a forwarded request's upstream said no
+		return upstreamError(status, answer)
+	}
+	if err := fromJSON.Unmarshal(answer, out); err != nil {
+		return serverError(connect.CodeInternal, "invalid_upstream_response", fmt.Sprintf("the %s answer is not vLLM's JSON: %v", path, err))
+	}
+	return nil
 }
 
 // call sends body and returns the upstream's successful response; any other outcome is an
@@ -273,6 +319,16 @@ func (h connectHandler) CreateEmbedding(ctx context.Context, req *openaiv1.Creat
 	return res, connectError(err)
 }
 
+func (h connectHandler) Tokenize(ctx context.Context, req *openaiv1.TokenizeRequest) (*openaiv1.TokenizeResponse, error) {
+	res, err := h.s.tokenize(ctx, req)
+	return res, connectError(err)
+}
+
+func (h connectHandler) Detokenize(ctx context.Context, req *openaiv1.DetokenizeRequest) (*openaiv1.DetokenizeResponse, error) {
+	res, err := h.s.detokenize(ctx, req)
+	return res, connectError(err)
+}
+
 // grpcServer serves the service to gRPC clients on grpc-go's transport; grpc-go reads the status
 // of an *rpcError through its GRPCStatus method.
 type grpcServer struct{ s *service }
@@ -299,4 +355,12 @@ func (g grpcServer) StreamCompletion(req *openaiv1.StreamCompletionRequest, st g
 
 func (g grpcServer) CreateEmbedding(ctx context.Context, req *openaiv1.CreateEmbeddingRequest) (*openaiv1.CreateEmbeddingResponse, error) {
 	return g.s.embedding(ctx, req)
+}
+
+func (g grpcServer) Tokenize(ctx context.Context, req *openaiv1.TokenizeRequest) (*openaiv1.TokenizeResponse, error) {
+	return g.s.tokenize(ctx, req)
+}
+
+func (g grpcServer) Detokenize(ctx context.Context, req *openaiv1.DetokenizeRequest) (*openaiv1.DetokenizeResponse, error) {
+	return g.s.detokenize(ctx, req)
 }

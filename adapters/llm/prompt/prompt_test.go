@@ -3,6 +3,8 @@ package prompt_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/adapters/llm/chattemplate"
 	"github.com/infergate/infergate/adapters/llm/prompt"
@@ -214,6 +217,101 @@ func TestEndpoints(t *testing.T) {
 	_, out = post("/tokenize", `{"model":"llama","prompt":"x"}`)
 	assert.Contains(t, out["error"].(map[string]any)["message"], "models.llama.tokenizer", "names the setting to add")
 	assert.True(t, slices.Contains([]int{imStart}, chatIDs[0]))
+}
+
+// A model without a tokenizer goes to Forward, which passes it to its upstream: the upstream's
+// status and answer come back as they are (an HTTP client gets them byte for byte). A model no
+// upstream tokenizes, and one the caller may not see (never forwarded), get the missing
+// tokenizer's 400; the gateway's own errors and a body that is not JSON are the gateway's answer.
+func TestEndpointsForward(t *testing.T) {
+	m := load(t, prompt.Options{})
+	type call struct{ model, path, body string }
+	var calls []call
+	var answer func(model string) (int, []byte, error)
+	e := &prompt.Endpoints{
+		Lookup: func(name string) *prompt.Model {
+			if name == "qwen" {
+				return m
+			}
+			return nil
+		},
+		Visible: func(_ context.Context, model string) bool { return model != "hidden" },
+		Forward: func(_ context.Context, model, path string, body []byte) (int, []byte, error) {
+			calls = append(calls, call{model, path, string(body)})
+			return answer(model)
+		},
+	}
+	answer = func(model string) (int, []byte, error) {
+		switch model {
+		case "vllm":
+			return http.StatusOK, []byte(`{"count":1,"max_model_len":8,"tokens":[7],"token_strs":null}`), nil
+		case "busy":
+			return 0, nil, pipeline.Unavailable("no_healthy_upstream", time.Second, "No healthy endpoint serves model `busy` right now.")
+		case "html":
+			return http.StatusBadGateway, []byte("<html>bad gateway</html>"), nil
+		case "cut":
+			return 0, nil, errors.New("connection reset")
+		}
+		return 0, nil, fmt.Errorf("model %s: %w", model, prompt.ErrNoUpstream)
+	}
+	mux := http.NewServeMux()
+	e.Mount(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	body := `{"model":"vllm","prompt":"x", "add_special_tokens":false}`
+	res, err := http.Post(srv.URL+"/tokenize", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, `{"count":1,"max_model_len":8,"tokens":[7],"token_strs":null}`, string(b), "the upstream's answer, as it is")
+	assert.Equal(t, []call{{"vllm", "/tokenize", body}}, calls, "the body is forwarded as the client sent it")
+
+	status, out, perr := e.Serve(context.Background(), "/detokenize", []byte(`{"model":"vllm","tokens":[7]}`))
+	require.Nil(t, perr)
+	assert.Equal(t, http.StatusOK, status)
+	assert.JSONEq(t, `{"count":1,"max_model_len":8,"tokens":[7],"token_strs":null}`, string(out))
+	assert.Equal(t, "/detokenize", calls[1].path)
+
+	calls = nil
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"hidden","prompt":"x"}`))
+	require.NotNil(t, perr)
+	hidden := *perr
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"nowhere","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, "tokenizer_missing", perr.Code)
+	assert.Contains(t, perr.Message, "models.nowhere.tokenizer")
+	assert.Equal(t, strings.ReplaceAll(perr.Message, "nowhere", "hidden"), hidden.Message, "a hidden model answers as one no upstream tokenizes")
+	hidden.Message = perr.Message
+	assert.Equal(t, *perr, hidden)
+	assert.Equal(t, []call{{"nowhere", "/tokenize", `{"model":"nowhere","prompt":"x"}`}}, calls, "a hidden model is never forwarded")
+
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"busy","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, http.StatusServiceUnavailable, perr.Status)
+	assert.Equal(t, "no_healthy_upstream", perr.Code)
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"html","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, http.StatusBadGateway, perr.Status)
+	assert.Equal(t, "invalid_upstream_response", perr.Code)
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"cut","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, http.StatusBadGateway, perr.Status)
+	assert.Contains(t, perr.Message, "connection reset")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, perr = e.Serve(ctx, "/tokenize", []byte(`{"model":"cut","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, 499, perr.Status, "a caller that went away")
+
+	// The model is the one the upstream reads: a key in another letter case is not the model.
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"model":"hidden","Model":"vllm","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, "tokenizer_missing", perr.Code)
+	_, _, perr = e.Serve(context.Background(), "/tokenize", []byte(`{"Model":"qwen","prompt":"x"}`))
+	require.NotNil(t, perr)
+	assert.Equal(t, "missing_required_parameter", perr.Code)
 }
 
 // Load reads a tokenizer directory and names what is wrong with one.

@@ -1,7 +1,8 @@
 // Package openaitest is a fake vLLM server for tests and benchmarks: OpenAI's /v1/models,
 // /v1/chat/completions, /v1/completions and /v1/embeddings (SSE streaming with a configurable
-// chunk count and gap), /health and /metrics, on a real loopback socket, with injected failures:
-// an HTTP status, refused connections, and dying mid-stream.
+// chunk count and gap), vLLM's /tokenize and /detokenize (one token per byte), /health and
+// /metrics, on a real loopback socket, with injected failures: an HTTP status, refused
+// connections, and dying mid-stream.
 package openaitest
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +43,7 @@ type Upstream struct {
 	failOn   map[string]int // body substring -> status
 
 	requests atomic.Int64 // POSTs to /v1/*
+	tokenize atomic.Int64 // POSTs to /tokenize and /detokenize
 	canceled atomic.Int64 // requests whose client went away before the response ended
 	inflight atomic.Int64
 	peak     atomic.Int64  // most requests in flight at once
@@ -73,6 +76,8 @@ func (u *Upstream) serve(ln net.Listener) {
 	mux.HandleFunc("POST /v1/chat/completions", u.generate)
 	mux.HandleFunc("POST /v1/completions", u.generate)
 	mux.HandleFunc("POST /v1/embeddings", u.embeddings)
+	mux.HandleFunc("POST /tokenize", u.tokenizeHandler)
+	mux.HandleFunc("POST /detokenize", u.tokenizeHandler)
 	srv := &http.Server{Handler: mux, ErrorLog: nil}
 	u.mu.Lock()
 	u.srv = srv
@@ -191,11 +196,12 @@ func (u *Upstream) Hold() (release func()) {
 // Started receives one value each time a POST reaches the handler.
 func (u *Upstream) Started() <-chan struct{} { return u.started }
 
-// Requests counts POSTs received; Canceled those whose client went away mid-request; InFlight
+// Requests counts POSTs to /v1 received; Tokenizes those to /tokenize and /detokenize; Canceled those whose client went away mid-request; InFlight
 // those being answered now.
-func (u *Upstream) Requests() int64 { return u.requests.Load() }
-func (u *Upstream) Canceled() int64 { return u.canceled.Load() }
-func (u *Upstream) InFlight() int64 { return u.inflight.Load() }
+func (u *Upstream) Requests() int64  { return u.requests.Load() }
+func (u *Upstream) Tokenizes() int64 { return u.tokenize.Load() }
+func (u *Upstream) Canceled() int64  { return u.canceled.Load() }
+func (u *Upstream) InFlight() int64  { return u.inflight.Load() }
 
 // PeakInFlight is the most generation and embedding requests it had in flight at once.
 func (u *Upstream) PeakInFlight() int64 { return u.peak.Load() }
@@ -206,7 +212,7 @@ func (u *Upstream) enter() {
 	}
 }
 
-// LastBody and LastHeader are the last POST's body and headers as received.
+// LastBody and LastHeader are the last POST's body and headers as received (/tokenize's included).
 func (u *Upstream) LastBody() []byte {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -286,7 +292,11 @@ type request struct {
 
 // begin records a POST and applies the injected failure; ok=false means it was answered.
 func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, body []byte, knobs knobs, ok bool) {
-	u.requests.Add(1)
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		u.requests.Add(1)
+	} else {
+		u.tokenize.Add(1)
+	}
 	body, _ = io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.lastBody, u.lastHdr, u.lastQry = body, r.Header.Clone(), r.URL.RawQuery
@@ -452,4 +462,64 @@ func (u *Upstream) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":"embd-%s","object":"list","created":1700000000,"model":%q,"data":[{"index":0,"object":"embedding","embedding":[0.25,-0.5,1.0]}],"usage":{"prompt_tokens":3,"total_tokens":3,"completion_tokens":0}}`, u.Name, req.Model)
+}
+
+// tokenizeHandler answers vLLM's /tokenize and /detokenize in their shapes, with a tokenizer of
+// its own: a prompt's tokens are its bytes (a conversation's, its messages' string contents, one
+// after another), and detokenizing turns them back into bytes. Injected failures apply as to /v1.
+func (u *Upstream) tokenizeHandler(w http.ResponseWriter, r *http.Request) {
+	_, body, _, ok := u.begin(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Prompt   *string `json:"prompt"`
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+		ReturnTokenStrs bool  `json:"return_token_strs"`
+		Tokens          []int `json:"tokens"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.URL.Path == "/detokenize" {
+		b := make([]byte, 0, len(req.Tokens))
+		for _, t := range req.Tokens {
+			if t < 0 || t > 255 {
+				writeErr(w, http.StatusBadRequest, fmt.Sprintf("token id %d out of vocabulary", t))
+				return
+			}
+			b = append(b, byte(t))
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"prompt": string(b)})
+		return
+	}
+	var text string
+	switch {
+	case req.Prompt != nil:
+		text = *req.Prompt
+	case req.Messages != nil:
+		for _, m := range req.Messages {
+			text += m.Content
+		}
+	default:
+		writeErr(w, http.StatusBadRequest, "give a prompt or messages")
+		return
+	}
+	out := struct {
+		Count       int      `json:"count"`
+		MaxModelLen int      `json:"max_model_len"`
+		Tokens      []int    `json:"tokens"`
+		TokenStrs   []string `json:"token_strs"`
+	}{Count: len(text), MaxModelLen: 4096, Tokens: make([]int, len(text))}
+	for i := range len(text) {
+		out.Tokens[i] = int(text[i])
+		if req.ReturnTokenStrs {
+			out.TokenStrs = append(out.TokenStrs, text[i:i+1])
+		}
+	}
+	_ = json.NewEncoder(w).Encode(out)
 }

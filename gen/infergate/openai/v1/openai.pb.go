@@ -1,6 +1,7 @@
 // OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings, and OpenAIService, which serves them to gRPC, gRPC-Web and Connect clients
-// through the same upstreams, routing, failover and metrics as the gateway's OpenAI HTTP API.
+// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
+// the gateway's OpenAI HTTP API.
 //
 // Field names are OpenAI's JSON keys, so a message's proto JSON is the OpenAI object it mirrors.
 // A request is translated into OpenAI's JSON body: unset fields are left out (scalars OpenAI
@@ -2880,6 +2881,300 @@ func (x *Embedding) GetEmbedding() []float32 {
 	return nil
 }
 
+// TokenizeRequest mirrors the body of vLLM's POST /tokenize: a completion prompt (prompt) or a
+// conversation (messages), not both.
+type TokenizeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The completion form: the prompt's text.
+	Prompt *string `protobuf:"bytes,2,opt,name=prompt,proto3,oneof" json:"prompt,omitempty"`
+	// The chat form: the conversation, rendered with the model's chat template.
+	Messages []*ChatMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The chat form: the tools the template is given. A Struct keeps no key order, so their
+	// schemas' keys are sent sorted, and counted in that order by templates that print the tools.
+	Tools []*Tool `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Whether the tokenizer adds its special tokens (BOS, ...). Unset: true for a prompt, false for
+	// messages, whose template writes its own.
+	AddSpecialTokens *bool `protobuf:"varint,5,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
+	// The chat form: open the assistant's turn after the conversation. Unset: true.
+	AddGenerationPrompt *bool `protobuf:"varint,6,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
+	// The chat form: leave the last message open, to be continued; not with add_generation_prompt.
+	ContinueFinalMessage *bool `protobuf:"varint,7,opt,name=continue_final_message,json=continueFinalMessage,proto3,oneof" json:"continue_final_message,omitempty"`
+	// The chat form: more variables for the chat template (enable_thinking, ...).
+	ChatTemplateKwargs *structpb.Struct `protobuf:"bytes,8,opt,name=chat_template_kwargs,json=chatTemplateKwargs,proto3" json:"chat_template_kwargs,omitempty"`
+	// Answer each token's string too (token_strs).
+	ReturnTokenStrs bool `protobuf:"varint,9,opt,name=return_token_strs,json=returnTokenStrs,proto3" json:"return_token_strs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TokenizeRequest) Reset() {
+	*x = TokenizeRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeRequest) ProtoMessage() {}
+
+func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
+func (*TokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TokenizeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetPrompt() string {
+	if x != nil && x.Prompt != nil {
+		return *x.Prompt
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetAddSpecialTokens() bool {
+	if x != nil && x.AddSpecialTokens != nil {
+		return *x.AddSpecialTokens
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetAddGenerationPrompt() bool {
+	if x != nil && x.AddGenerationPrompt != nil {
+		return *x.AddGenerationPrompt
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetContinueFinalMessage() bool {
+	if x != nil && x.ContinueFinalMessage != nil {
+		return *x.ContinueFinalMessage
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetChatTemplateKwargs() *structpb.Struct {
+	if x != nil {
+		return x.ChatTemplateKwargs
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetReturnTokenStrs() bool {
+	if x != nil {
+		return x.ReturnTokenStrs
+	}
+	return false
+}
+
+// TokenizeResponse mirrors the answer of POST /tokenize.
+type TokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The number of tokens.
+	Count int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The model's context length; unset when neither the config nor the tokenizer names one.
+	MaxModelLen *int32  `protobuf:"varint,2,opt,name=max_model_len,json=maxModelLen,proto3,oneof" json:"max_model_len,omitempty"`
+	Tokens      []int32 `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// Each token's string, when return_token_strs asked for them.
+	TokenStrs     []string `protobuf:"bytes,4,rep,name=token_strs,json=tokenStrs,proto3" json:"token_strs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeResponse) Reset() {
+	*x = TokenizeResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeResponse) ProtoMessage() {}
+
+func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
+func (*TokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TokenizeResponse) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetMaxModelLen() int32 {
+	if x != nil && x.MaxModelLen != nil {
+		return *x.MaxModelLen
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetTokenStrs() []string {
+	if x != nil {
+		return x.TokenStrs
+	}
+	return nil
+}
+
+// DetokenizeRequest mirrors the body of vLLM's POST /detokenize.
+type DetokenizeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Token IDs of the model's vocabulary.
+	Tokens        []int32 `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetokenizeRequest) Reset() {
+	*x = DetokenizeRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetokenizeRequest) ProtoMessage() {}
+
+func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
+func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DetokenizeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *DetokenizeRequest) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+// DetokenizeResponse mirrors the answer of POST /detokenize.
+type DetokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tokens' text.
+	Prompt        string `protobuf:"bytes,1,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetokenizeResponse) Reset() {
+	*x = DetokenizeResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetokenizeResponse) ProtoMessage() {}
+
+func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
+func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DetokenizeResponse) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
 var File_infergate_openai_v1_openai_proto protoreflect.FileDescriptor
 
 const file_infergate_openai_v1_openai_proto_rawDesc = "" +
@@ -3153,7 +3448,33 @@ const file_infergate_openai_v1_openai_proto_rawDesc = "" +
 	"\tEmbedding\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x16\n" +
 	"\x06object\x18\x02 \x01(\tR\x06object\x12\x1c\n" +
-	"\tembedding\x18\x03 \x03(\x02R\tembedding2\xbc\x05\n" +
+	"\tembedding\x18\x03 \x03(\x02R\tembedding\"\xa8\x04\n" +
+	"\x0fTokenizeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x88\x01\x01\x12<\n" +
+	"\bmessages\x18\x03 \x03(\v2 .infergate.openai.v1.ChatMessageR\bmessages\x12/\n" +
+	"\x05tools\x18\x04 \x03(\v2\x19.infergate.openai.v1.ToolR\x05tools\x121\n" +
+	"\x12add_special_tokens\x18\x05 \x01(\bH\x01R\x10addSpecialTokens\x88\x01\x01\x127\n" +
+	"\x15add_generation_prompt\x18\x06 \x01(\bH\x02R\x13addGenerationPrompt\x88\x01\x01\x129\n" +
+	"\x16continue_final_message\x18\a \x01(\bH\x03R\x14continueFinalMessage\x88\x01\x01\x12I\n" +
+	"\x14chat_template_kwargs\x18\b \x01(\v2\x17.google.protobuf.StructR\x12chatTemplateKwargs\x12*\n" +
+	"\x11return_token_strs\x18\t \x01(\bR\x0freturnTokenStrsB\t\n" +
+	"\a_promptB\x15\n" +
+	"\x13_add_special_tokensB\x18\n" +
+	"\x16_add_generation_promptB\x19\n" +
+	"\x17_continue_final_message\"\x9a\x01\n" +
+	"\x10TokenizeResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x05R\x05count\x12'\n" +
+	"\rmax_model_len\x18\x02 \x01(\x05H\x00R\vmaxModelLen\x88\x01\x01\x12\x16\n" +
+	"\x06tokens\x18\x03 \x03(\x05R\x06tokens\x12\x1d\n" +
+	"\n" +
+	"token_strs\x18\x04 \x03(\tR\ttokenStrsB\x10\n" +
+	"\x0e_max_model_len\"A\n" +
+	"\x11DetokenizeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\",\n" +
+	"\x12DetokenizeResponse\x12\x16\n" +
+	"\x06prompt\x18\x01 \x01(\tR\x06prompt2\xf4\x06\n" +
 	"\rOpenAIService\x12]\n" +
 	"\n" +
 	"ListModels\x12&.infergate.openai.v1.ListModelsRequest\x1a'.infergate.openai.v1.ListModelsResponse\x12{\n" +
@@ -3161,7 +3482,10 @@ const file_infergate_openai_v1_openai_proto_rawDesc = "" +
 	"\x14StreamChatCompletion\x120.infergate.openai.v1.StreamChatCompletionRequest\x1a1.infergate.openai.v1.StreamChatCompletionResponse0\x01\x12o\n" +
 	"\x10CreateCompletion\x12,.infergate.openai.v1.CreateCompletionRequest\x1a-.infergate.openai.v1.CreateCompletionResponse\x12q\n" +
 	"\x10StreamCompletion\x12,.infergate.openai.v1.StreamCompletionRequest\x1a-.infergate.openai.v1.StreamCompletionResponse0\x01\x12l\n" +
-	"\x0fCreateEmbedding\x12+.infergate.openai.v1.CreateEmbeddingRequest\x1a,.infergate.openai.v1.CreateEmbeddingResponseBAZ?github.com/infergate/infergate/gen/infergate/openai/v1;openaiv1b\x06proto3"
+	"\x0fCreateEmbedding\x12+.infergate.openai.v1.CreateEmbeddingRequest\x1a,.infergate.openai.v1.CreateEmbeddingResponse\x12W\n" +
+	"\bTokenize\x12$.infergate.openai.v1.TokenizeRequest\x1a%.infergate.openai.v1.TokenizeResponse\x12]\n" +
+	"\n" +
+	"Detokenize\x12&.infergate.openai.v1.DetokenizeRequest\x1a'.infergate.openai.v1.DetokenizeResponseBAZ?github.com/infergate/infergate/gen/infergate/openai/v1;openaiv1b\x06proto3"
 
 var (
 	file_infergate_openai_v1_openai_proto_rawDescOnce sync.Once
@@ -3175,7 +3499,7 @@ func file_infergate_openai_v1_openai_proto_rawDescGZIP() []byte {
 	return file_infergate_openai_v1_openai_proto_rawDescData
 }
 
-var file_infergate_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_infergate_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_infergate_openai_v1_openai_proto_goTypes = []any{
 	(*Error)(nil),                        // 0: infergate.openai.v1.Error
 	(*ListModelsRequest)(nil),            // 1: infergate.openai.v1.ListModelsRequest
@@ -3214,27 +3538,31 @@ var file_infergate_openai_v1_openai_proto_goTypes = []any{
 	(*CreateEmbeddingRequest)(nil),       // 34: infergate.openai.v1.CreateEmbeddingRequest
 	(*CreateEmbeddingResponse)(nil),      // 35: infergate.openai.v1.CreateEmbeddingResponse
 	(*Embedding)(nil),                    // 36: infergate.openai.v1.Embedding
-	nil,                                  // 37: infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	nil,                                  // 38: infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
-	(*structpb.Struct)(nil),              // 39: google.protobuf.Struct
+	(*TokenizeRequest)(nil),              // 37: infergate.openai.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),             // 38: infergate.openai.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),            // 39: infergate.openai.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),           // 40: infergate.openai.v1.DetokenizeResponse
+	nil,                                  // 41: infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	nil,                                  // 42: infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
+	(*structpb.Struct)(nil),              // 43: google.protobuf.Struct
 }
 var file_infergate_openai_v1_openai_proto_depIdxs = []int32{
 	3,  // 0: infergate.openai.v1.ListModelsResponse.data:type_name -> infergate.openai.v1.Model
 	5,  // 1: infergate.openai.v1.CreateChatCompletionRequest.messages:type_name -> infergate.openai.v1.ChatMessage
-	37, // 2: infergate.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	41, // 2: infergate.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
 	8,  // 3: infergate.openai.v1.CreateChatCompletionRequest.tools:type_name -> infergate.openai.v1.Tool
 	10, // 4: infergate.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> infergate.openai.v1.ToolChoice
 	11, // 5: infergate.openai.v1.CreateChatCompletionRequest.response_format:type_name -> infergate.openai.v1.ResponseFormat
 	13, // 6: infergate.openai.v1.CreateChatCompletionRequest.stream_options:type_name -> infergate.openai.v1.StreamOptions
-	39, // 7: infergate.openai.v1.CreateChatCompletionRequest.extra:type_name -> google.protobuf.Struct
+	43, // 7: infergate.openai.v1.CreateChatCompletionRequest.extra:type_name -> google.protobuf.Struct
 	6,  // 8: infergate.openai.v1.ChatMessage.content_parts:type_name -> infergate.openai.v1.ContentPart
 	14, // 9: infergate.openai.v1.ChatMessage.tool_calls:type_name -> infergate.openai.v1.ToolCall
 	7,  // 10: infergate.openai.v1.ContentPart.image_url:type_name -> infergate.openai.v1.ImageUrl
-	39, // 11: infergate.openai.v1.ContentPart.other:type_name -> google.protobuf.Struct
+	43, // 11: infergate.openai.v1.ContentPart.other:type_name -> google.protobuf.Struct
 	9,  // 12: infergate.openai.v1.Tool.function:type_name -> infergate.openai.v1.FunctionDefinition
-	39, // 13: infergate.openai.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
+	43, // 13: infergate.openai.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
 	12, // 14: infergate.openai.v1.ResponseFormat.json_schema:type_name -> infergate.openai.v1.JsonSchema
-	39, // 15: infergate.openai.v1.JsonSchema.schema:type_name -> google.protobuf.Struct
+	43, // 15: infergate.openai.v1.JsonSchema.schema:type_name -> google.protobuf.Struct
 	15, // 16: infergate.openai.v1.ToolCall.function:type_name -> infergate.openai.v1.FunctionCall
 	17, // 17: infergate.openai.v1.CreateChatCompletionResponse.choices:type_name -> infergate.openai.v1.ChatCompletionChoice
 	22, // 18: infergate.openai.v1.CreateChatCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
@@ -3252,36 +3580,43 @@ var file_infergate_openai_v1_openai_proto_depIdxs = []int32{
 	18, // 30: infergate.openai.v1.ChatCompletionChunkChoice.delta:type_name -> infergate.openai.v1.ChatCompletionMessage
 	19, // 31: infergate.openai.v1.ChatCompletionChunkChoice.logprobs:type_name -> infergate.openai.v1.ChatLogprobs
 	29, // 32: infergate.openai.v1.CreateCompletionRequest.prompt_token_ids:type_name -> infergate.openai.v1.TokenIds
-	38, // 33: infergate.openai.v1.CreateCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
+	42, // 33: infergate.openai.v1.CreateCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
 	13, // 34: infergate.openai.v1.CreateCompletionRequest.stream_options:type_name -> infergate.openai.v1.StreamOptions
-	39, // 35: infergate.openai.v1.CreateCompletionRequest.extra:type_name -> google.protobuf.Struct
+	43, // 35: infergate.openai.v1.CreateCompletionRequest.extra:type_name -> google.protobuf.Struct
 	31, // 36: infergate.openai.v1.CreateCompletionResponse.choices:type_name -> infergate.openai.v1.CompletionChoice
 	22, // 37: infergate.openai.v1.CreateCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
-	39, // 38: infergate.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Struct
+	43, // 38: infergate.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Struct
 	28, // 39: infergate.openai.v1.StreamCompletionRequest.request:type_name -> infergate.openai.v1.CreateCompletionRequest
 	31, // 40: infergate.openai.v1.StreamCompletionResponse.choices:type_name -> infergate.openai.v1.CompletionChoice
 	22, // 41: infergate.openai.v1.StreamCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
 	29, // 42: infergate.openai.v1.CreateEmbeddingRequest.input_token_ids:type_name -> infergate.openai.v1.TokenIds
-	39, // 43: infergate.openai.v1.CreateEmbeddingRequest.extra:type_name -> google.protobuf.Struct
+	43, // 43: infergate.openai.v1.CreateEmbeddingRequest.extra:type_name -> google.protobuf.Struct
 	36, // 44: infergate.openai.v1.CreateEmbeddingResponse.data:type_name -> infergate.openai.v1.Embedding
 	22, // 45: infergate.openai.v1.CreateEmbeddingResponse.usage:type_name -> infergate.openai.v1.Usage
-	1,  // 46: infergate.openai.v1.OpenAIService.ListModels:input_type -> infergate.openai.v1.ListModelsRequest
-	4,  // 47: infergate.openai.v1.OpenAIService.CreateChatCompletion:input_type -> infergate.openai.v1.CreateChatCompletionRequest
-	25, // 48: infergate.openai.v1.OpenAIService.StreamChatCompletion:input_type -> infergate.openai.v1.StreamChatCompletionRequest
-	28, // 49: infergate.openai.v1.OpenAIService.CreateCompletion:input_type -> infergate.openai.v1.CreateCompletionRequest
-	32, // 50: infergate.openai.v1.OpenAIService.StreamCompletion:input_type -> infergate.openai.v1.StreamCompletionRequest
-	34, // 51: infergate.openai.v1.OpenAIService.CreateEmbedding:input_type -> infergate.openai.v1.CreateEmbeddingRequest
-	2,  // 52: infergate.openai.v1.OpenAIService.ListModels:output_type -> infergate.openai.v1.ListModelsResponse
-	16, // 53: infergate.openai.v1.OpenAIService.CreateChatCompletion:output_type -> infergate.openai.v1.CreateChatCompletionResponse
-	26, // 54: infergate.openai.v1.OpenAIService.StreamChatCompletion:output_type -> infergate.openai.v1.StreamChatCompletionResponse
-	30, // 55: infergate.openai.v1.OpenAIService.CreateCompletion:output_type -> infergate.openai.v1.CreateCompletionResponse
-	33, // 56: infergate.openai.v1.OpenAIService.StreamCompletion:output_type -> infergate.openai.v1.StreamCompletionResponse
-	35, // 57: infergate.openai.v1.OpenAIService.CreateEmbedding:output_type -> infergate.openai.v1.CreateEmbeddingResponse
-	52, // [52:58] is the sub-list for method output_type
-	46, // [46:52] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	5,  // 46: infergate.openai.v1.TokenizeRequest.messages:type_name -> infergate.openai.v1.ChatMessage
+	8,  // 47: infergate.openai.v1.TokenizeRequest.tools:type_name -> infergate.openai.v1.Tool
+	43, // 48: infergate.openai.v1.TokenizeRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
+	1,  // 49: infergate.openai.v1.OpenAIService.ListModels:input_type -> infergate.openai.v1.ListModelsRequest
+	4,  // 50: infergate.openai.v1.OpenAIService.CreateChatCompletion:input_type -> infergate.openai.v1.CreateChatCompletionRequest
+	25, // 51: infergate.openai.v1.OpenAIService.StreamChatCompletion:input_type -> infergate.openai.v1.StreamChatCompletionRequest
+	28, // 52: infergate.openai.v1.OpenAIService.CreateCompletion:input_type -> infergate.openai.v1.CreateCompletionRequest
+	32, // 53: infergate.openai.v1.OpenAIService.StreamCompletion:input_type -> infergate.openai.v1.StreamCompletionRequest
+	34, // 54: infergate.openai.v1.OpenAIService.CreateEmbedding:input_type -> infergate.openai.v1.CreateEmbeddingRequest
+	37, // 55: infergate.openai.v1.OpenAIService.Tokenize:input_type -> infergate.openai.v1.TokenizeRequest
+	39, // 56: infergate.openai.v1.OpenAIService.Detokenize:input_type -> infergate.openai.v1.DetokenizeRequest
+	2,  // 57: infergate.openai.v1.OpenAIService.ListModels:output_type -> infergate.openai.v1.ListModelsResponse
+	16, // 58: infergate.openai.v1.OpenAIService.CreateChatCompletion:output_type -> infergate.openai.v1.CreateChatCompletionResponse
+	26, // 59: infergate.openai.v1.OpenAIService.StreamChatCompletion:output_type -> infergate.openai.v1.StreamChatCompletionResponse
+	30, // 60: infergate.openai.v1.OpenAIService.CreateCompletion:output_type -> infergate.openai.v1.CreateCompletionResponse
+	33, // 61: infergate.openai.v1.OpenAIService.StreamCompletion:output_type -> infergate.openai.v1.StreamCompletionResponse
+	35, // 62: infergate.openai.v1.OpenAIService.CreateEmbedding:output_type -> infergate.openai.v1.CreateEmbeddingResponse
+	38, // 63: infergate.openai.v1.OpenAIService.Tokenize:output_type -> infergate.openai.v1.TokenizeResponse
+	40, // 64: infergate.openai.v1.OpenAIService.Detokenize:output_type -> infergate.openai.v1.DetokenizeResponse
+	57, // [57:65] is the sub-list for method output_type
+	49, // [49:57] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_infergate_openai_v1_openai_proto_init() }
@@ -3308,13 +3643,15 @@ func file_infergate_openai_v1_openai_proto_init() {
 	file_infergate_openai_v1_openai_proto_msgTypes[18].OneofWrappers = []any{}
 	file_infergate_openai_v1_openai_proto_msgTypes[28].OneofWrappers = []any{}
 	file_infergate_openai_v1_openai_proto_msgTypes[34].OneofWrappers = []any{}
+	file_infergate_openai_v1_openai_proto_msgTypes[37].OneofWrappers = []any{}
+	file_infergate_openai_v1_openai_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infergate_openai_v1_openai_proto_rawDesc), len(file_infergate_openai_v1_openai_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

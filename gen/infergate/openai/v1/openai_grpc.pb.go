@@ -1,6 +1,7 @@
 // OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings, and OpenAIService, which serves them to gRPC, gRPC-Web and Connect clients
-// through the same upstreams, routing, failover and metrics as the gateway's OpenAI HTTP API.
+// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
+// the gateway's OpenAI HTTP API.
 //
 // Field names are OpenAI's JSON keys, so a message's proto JSON is the OpenAI object it mirrors.
 // A request is translated into OpenAI's JSON body: unset fields are left out (scalars OpenAI
@@ -34,6 +35,8 @@ const (
 	OpenAIService_CreateCompletion_FullMethodName     = "/infergate.openai.v1.OpenAIService/CreateCompletion"
 	OpenAIService_StreamCompletion_FullMethodName     = "/infergate.openai.v1.OpenAIService/StreamCompletion"
 	OpenAIService_CreateEmbedding_FullMethodName      = "/infergate.openai.v1.OpenAIService/CreateEmbedding"
+	OpenAIService_Tokenize_FullMethodName             = "/infergate.openai.v1.OpenAIService/Tokenize"
+	OpenAIService_Detokenize_FullMethodName           = "/infergate.openai.v1.OpenAIService/Detokenize"
 )
 
 // OpenAIServiceClient is the client API for OpenAIService service.
@@ -58,6 +61,12 @@ type OpenAIServiceClient interface {
 	StreamCompletion(ctx context.Context, in *StreamCompletionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCompletionResponse], error)
 	// CreateEmbedding mirrors POST /v1/embeddings.
 	CreateEmbedding(ctx context.Context, in *CreateEmbeddingRequest, opts ...grpc.CallOption) (*CreateEmbeddingResponse, error)
+	// Tokenize mirrors vLLM's POST /tokenize: the gateway answers for a model given a tokenizer in
+	// its config (models.<name>.tokenizer), and passes the request on to a vLLM upstream serving a
+	// model without one; any other model is INVALID_ARGUMENT (no tokenizer).
+	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
+	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
+	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
 }
 
 type openAIServiceClient struct {
@@ -146,6 +155,26 @@ func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, in *CreateEmb
 	return out, nil
 }
 
+func (c *openAIServiceClient) Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenizeResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_Tokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *openAIServiceClient) Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DetokenizeResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_Detokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OpenAIServiceServer is the server API for OpenAIService service.
 // All implementations should embed UnimplementedOpenAIServiceServer
 // for forward compatibility.
@@ -168,6 +197,12 @@ type OpenAIServiceServer interface {
 	StreamCompletion(*StreamCompletionRequest, grpc.ServerStreamingServer[StreamCompletionResponse]) error
 	// CreateEmbedding mirrors POST /v1/embeddings.
 	CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error)
+	// Tokenize mirrors vLLM's POST /tokenize: the gateway answers for a model given a tokenizer in
+	// its config (models.<name>.tokenizer), and passes the request on to a vLLM upstream serving a
+	// model without one; any other model is INVALID_ARGUMENT (no tokenizer).
+	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
+	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
+	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
 }
 
 // UnimplementedOpenAIServiceServer should be embedded to have
@@ -194,6 +229,12 @@ func (UnimplementedOpenAIServiceServer) StreamCompletion(*StreamCompletionReques
 }
 func (UnimplementedOpenAIServiceServer) CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateEmbedding not implemented")
+}
+func (UnimplementedOpenAIServiceServer) Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Tokenize not implemented")
+}
+func (UnimplementedOpenAIServiceServer) Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Detokenize not implemented")
 }
 func (UnimplementedOpenAIServiceServer) testEmbeddedByValue() {}
 
@@ -309,6 +350,42 @@ func _OpenAIService_CreateEmbedding_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpenAIService_Tokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).Tokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_Tokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).Tokenize(ctx, req.(*TokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpenAIService_Detokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DetokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).Detokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_Detokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).Detokenize(ctx, req.(*DetokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OpenAIService_ServiceDesc is the grpc.ServiceDesc for OpenAIService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -331,6 +408,14 @@ var OpenAIService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateEmbedding",
 			Handler:    _OpenAIService_CreateEmbedding_Handler,
+		},
+		{
+			MethodName: "Tokenize",
+			Handler:    _OpenAIService_Tokenize_Handler,
+		},
+		{
+			MethodName: "Detokenize",
+			Handler:    _OpenAIService_Detokenize_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

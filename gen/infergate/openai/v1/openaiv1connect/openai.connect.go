@@ -1,6 +1,7 @@
 // OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings, and OpenAIService, which serves them to gRPC, gRPC-Web and Connect clients
-// through the same upstreams, routing, failover and metrics as the gateway's OpenAI HTTP API.
+// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
+// the gateway's OpenAI HTTP API.
 //
 // Field names are OpenAI's JSON keys, so a message's proto JSON is the OpenAI object it mirrors.
 // A request is translated into OpenAI's JSON body: unset fields are left out (scalars OpenAI
@@ -60,6 +61,11 @@ const (
 	// OpenAIServiceCreateEmbeddingProcedure is the fully-qualified name of the OpenAIService's
 	// CreateEmbedding RPC.
 	OpenAIServiceCreateEmbeddingProcedure = "/infergate.openai.v1.OpenAIService/CreateEmbedding"
+	// OpenAIServiceTokenizeProcedure is the fully-qualified name of the OpenAIService's Tokenize RPC.
+	OpenAIServiceTokenizeProcedure = "/infergate.openai.v1.OpenAIService/Tokenize"
+	// OpenAIServiceDetokenizeProcedure is the fully-qualified name of the OpenAIService's Detokenize
+	// RPC.
+	OpenAIServiceDetokenizeProcedure = "/infergate.openai.v1.OpenAIService/Detokenize"
 )
 
 // OpenAIServiceClient is a client for the infergate.openai.v1.OpenAIService service.
@@ -77,6 +83,12 @@ type OpenAIServiceClient interface {
 	StreamCompletion(context.Context, *v1.StreamCompletionRequest) (*connect.ServerStreamForClient[v1.StreamCompletionResponse], error)
 	// CreateEmbedding mirrors POST /v1/embeddings.
 	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
+	// Tokenize mirrors vLLM's POST /tokenize: the gateway answers for a model given a tokenizer in
+	// its config (models.<name>.tokenizer), and passes the request on to a vLLM upstream serving a
+	// model without one; any other model is INVALID_ARGUMENT (no tokenizer).
+	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
+	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
+	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
 }
 
 // NewOpenAIServiceClient constructs a client for the infergate.openai.v1.OpenAIService service. By
@@ -126,6 +138,18 @@ func NewOpenAIServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
 			connect.WithClientOptions(opts...),
 		),
+		tokenize: connect.NewClient[v1.TokenizeRequest, v1.TokenizeResponse](
+			httpClient,
+			baseURL+OpenAIServiceTokenizeProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("Tokenize")),
+			connect.WithClientOptions(opts...),
+		),
+		detokenize: connect.NewClient[v1.DetokenizeRequest, v1.DetokenizeResponse](
+			httpClient,
+			baseURL+OpenAIServiceDetokenizeProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -137,6 +161,8 @@ type openAIServiceClient struct {
 	createCompletion     *connect.Client[v1.CreateCompletionRequest, v1.CreateCompletionResponse]
 	streamCompletion     *connect.Client[v1.StreamCompletionRequest, v1.StreamCompletionResponse]
 	createEmbedding      *connect.Client[v1.CreateEmbeddingRequest, v1.CreateEmbeddingResponse]
+	tokenize             *connect.Client[v1.TokenizeRequest, v1.TokenizeResponse]
+	detokenize           *connect.Client[v1.DetokenizeRequest, v1.DetokenizeResponse]
 }
 
 // ListModels calls infergate.openai.v1.OpenAIService.ListModels.
@@ -185,6 +211,24 @@ func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, req *v1.Creat
 	return nil, err
 }
 
+// Tokenize calls infergate.openai.v1.OpenAIService.Tokenize.
+func (c *openAIServiceClient) Tokenize(ctx context.Context, req *v1.TokenizeRequest) (*v1.TokenizeResponse, error) {
+	response, err := c.tokenize.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// Detokenize calls infergate.openai.v1.OpenAIService.Detokenize.
+func (c *openAIServiceClient) Detokenize(ctx context.Context, req *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error) {
+	response, err := c.detokenize.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // OpenAIServiceHandler is an implementation of the infergate.openai.v1.OpenAIService service.
 type OpenAIServiceHandler interface {
 	// ListModels mirrors GET /v1/models: the models the gateway routes to a healthy upstream.
@@ -200,6 +244,12 @@ type OpenAIServiceHandler interface {
 	StreamCompletion(context.Context, *v1.StreamCompletionRequest, *connect.ServerStream[v1.StreamCompletionResponse]) error
 	// CreateEmbedding mirrors POST /v1/embeddings.
 	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
+	// Tokenize mirrors vLLM's POST /tokenize: the gateway answers for a model given a tokenizer in
+	// its config (models.<name>.tokenizer), and passes the request on to a vLLM upstream serving a
+	// model without one; any other model is INVALID_ARGUMENT (no tokenizer).
+	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
+	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
+	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
 }
 
 // NewOpenAIServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -245,6 +295,18 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
 		connect.WithHandlerOptions(opts...),
 	)
+	openAIServiceTokenizeHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceTokenizeProcedure,
+		svc.Tokenize,
+		connect.WithSchema(openAIServiceMethods.ByName("Tokenize")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceDetokenizeHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceDetokenizeProcedure,
+		svc.Detokenize,
+		connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/infergate.openai.v1.OpenAIService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OpenAIServiceListModelsProcedure:
@@ -259,6 +321,10 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 			openAIServiceStreamCompletionHandler.ServeHTTP(w, r)
 		case OpenAIServiceCreateEmbeddingProcedure:
 			openAIServiceCreateEmbeddingHandler.ServeHTTP(w, r)
+		case OpenAIServiceTokenizeProcedure:
+			openAIServiceTokenizeHandler.ServeHTTP(w, r)
+		case OpenAIServiceDetokenizeProcedure:
+			openAIServiceDetokenizeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -290,4 +356,12 @@ func (UnimplementedOpenAIServiceHandler) StreamCompletion(context.Context, *v1.S
 
 func (UnimplementedOpenAIServiceHandler) CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.CreateEmbedding is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.Tokenize is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.Detokenize is not implemented"))
 }
