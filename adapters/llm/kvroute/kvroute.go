@@ -11,7 +11,8 @@
 // an approximation of the engine's own cache, which evicts too.
 //
 // An endpoint's cost is the blocks it would have to prefill (the prompt's blocks past its
-// longest cached prefix) plus LoadWeight blocks per request it is serving; the cheapest usable
+// longest cached prefix) plus LoadWeight times the blocks of the requests it is serving (as
+// Dynamo's router weighs the blocks it predicts active on a worker); the cheapest usable
 // endpoint of the highest priority tier wins, ties going to the least loaded and then in
 // rotation. A prompt no endpoint holds any of is placed by load alone. The chosen endpoint then
 // remembers the prompt's blocks.
@@ -35,8 +36,9 @@ type Options struct {
 	// Capacity bounds the blocks remembered per endpoint (default 32768: about an 8B model's KV
 	// cache on one 80 GB GPU at block size 16).
 	Capacity int
-	// LoadWeight is what one request in flight on an endpoint costs, in blocks to prefill
-	// (default 4).
+	// LoadWeight is what one block of the requests in flight on an endpoint (their prompts'
+	// blocks) costs, in blocks to prefill (default 0.1): an endpoint busy with long prompts
+	// waits long before it starts another.
 	LoadWeight float64
 	// MaxBlocks bounds the blocks hashed per prompt (default 1024): a longer prompt is routed
 	// on its first MaxBlocks blocks.
@@ -51,7 +53,7 @@ func (o Options) withDefaults() Options {
 		o.Capacity = 32768
 	}
 	if o.LoadWeight <= 0 {
-		o.LoadWeight = 4
+		o.LoadWeight = 0.1
 	}
 	if o.MaxBlocks <= 0 {
 		o.MaxBlocks = 1024
@@ -65,13 +67,15 @@ type Index struct {
 	opts  Options
 	model string
 	seed  uint64
-	mu    sync.Mutex
-	eps   map[string]*blocks
+	mu     sync.Mutex
+	eps    map[string]*blocks
+	active map[string]int64 // blocks of the requests in flight, per endpoint
 }
 
 // New is an empty index for model.
 func New(model string, opts Options) *Index {
-	return &Index{opts: opts.withDefaults(), model: model, seed: xxhash.Sum64String(model), eps: map[string]*blocks{}}
+	return &Index{opts: opts.withDefaults(), model: model, seed: xxhash.Sum64String(model), eps: map[string]*blocks{},
+		active: map[string]int64{}}
 }
 
 // Stage is the interceptor that routes each request of the model with the index: it hashes the
@@ -84,10 +88,17 @@ func (x *Index) Stage(m *prompt.Model) pipeline.Interceptor {
 			if err != nil {
 				return nil, err
 			}
-			if len(hashes) > 0 {
-				ctx = upstream.WithPicker(ctx, &picker{x: x, hashes: hashes})
+			if len(hashes) == 0 {
+				return next(ctx, req)
 			}
-			return next(ctx, req)
+			p := &picker{x: x, hashes: hashes}
+			res, err := next(upstream.WithPicker(ctx, p), req)
+			if err != nil {
+				p.done()
+				return nil, err
+			}
+			res.Body = &doneBody{Body: res.Body, p: p}
+			return res, nil
 		}
 	}
 }
@@ -173,6 +184,33 @@ func (x *Index) Record(endpoint string, hashes []uint64) {
 type picker struct {
 	x      *Index
 	hashes []uint64
+	picked []string // the endpoints it counted the request's blocks on
+	once   sync.Once
+}
+
+// done takes the request's blocks off the endpoints it was counted on.
+func (p *picker) done() {
+	p.once.Do(func() {
+		p.x.mu.Lock()
+		defer p.x.mu.Unlock()
+		for _, e := range p.picked {
+			if p.x.active[e] -= int64(len(p.hashes)); p.x.active[e] <= 0 {
+				delete(p.x.active, e)
+			}
+		}
+	})
+}
+
+// doneBody ends the request's count when its body is finished.
+type doneBody struct {
+	pipeline.Body
+	p *picker
+}
+
+func (b *doneBody) Finish(clientErr error) pipeline.Usage {
+	u := b.Body.Finish(clientErr)
+	b.p.done()
+	return u
 }
 
 // Pick implements upstream.Picker: the cheapest usable endpoint of the highest tier that has one.
@@ -194,8 +232,9 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 			if !c.Usable(e) {
 				continue
 			}
+			name := c.Name(e)
 			load := c.Outstanding(e)
-			cost := float64(len(p.hashes)-x.eps[c.Name(e)].prefix(p.hashes)) + x.opts.LoadWeight*float64(load)
+			cost := float64(len(p.hashes)-x.eps[name].prefix(p.hashes)) + x.opts.LoadWeight*float64(x.active[name])
 			if best < 0 || cost < bestCost || cost == bestCost && load < bestLoad {
 				best, bestCost, bestLoad = e, cost, load
 			}
@@ -204,6 +243,11 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 			break
 		}
 		i = j
+	}
+	if best >= 0 {
+		name := c.Name(best)
+		x.active[name] += int64(len(p.hashes))
+		p.picked = append(p.picked, name)
 	}
 	x.mu.Unlock()
 	if best >= 0 {

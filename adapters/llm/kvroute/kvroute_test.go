@@ -49,28 +49,36 @@ func TestHashes(t *testing.T) {
 	assert.Len(t, x.TextHashes(make([]byte, 33)), 2, "text blocks of 4 bytes a token")
 }
 
-// The picker sends a prompt where its longest prefix was sent before, unless that endpoint is
-// loaded beyond what the prefix saves; a prompt nobody holds goes to the least loaded; an
-// unusable endpoint or a lower tier is not picked while a usable one of the top tier is.
+// The picker sends a prompt where its longest prefix was sent before, unless the blocks of the
+// requests in flight there cost more than the prefix saves; a prompt nobody holds goes where the
+// least is in flight (then the fewest requests); an unusable endpoint or a lower tier is not
+// picked while a usable one of the top tier is.
 func TestPick(t *testing.T) {
-	x := kvroute.New("m", kvroute.Options{BlockSize: 4, LoadWeight: 2})
+	x := kvroute.New("m", kvroute.Options{BlockSize: 4, LoadWeight: 0.5})
 	conv := ids(64, 1) // 16 blocks
 	x.Record("ep2", x.TokenHashes(conv[:32]))
 	x.Record("ep1", x.TokenHashes(conv[:8]))
-	c := cands{{0, 0, true}, {0, 0, true}, {0, 1, true}}
-	p := pickerFor(t, x, conv)
-	assert.Equal(t, 2, p.Pick(c, 0), "8 of 16 blocks cached beats 2, at one request in flight")
+	c := cands{{0, 0, true}, {0, 0, true}, {0, 0, true}}
+	first := pickerFor(t, x, conv)
+	assert.Equal(t, 2, first.Pick(c, 0), "8 of 16 blocks cached beats 2 and 0")
 	assert.Equal(t, 16, x.Matched("ep2", x.TokenHashes(conv)), "the chosen endpoint now holds the whole prompt")
+	// ep2 now serves 16 blocks: cost 0 + 0.5*16 = 8 against ep1's 14 + 0.
+	second := pickerFor(t, x, conv)
+	assert.Equal(t, 2, second.Pick(c, 0))
+	// With 32 blocks in flight on ep2 (cost 16), ep1's two cached blocks win (cost 14).
+	assert.Equal(t, 1, pickerFor(t, x, conv).Pick(c, 0), "too busy: the next best prefix, ep1's")
+	kvroute.Done(first)
+	kvroute.Done(second)
 
-	c[2].load = 9 // 16 blocks + 2*9 > 16 blocks + 0 on an empty endpoint
-	assert.Equal(t, 0, pickerFor(t, x, ids(64, 2)).Pick(c, 0), "a cold prompt goes by load")
-	c[0].load = 3
-	assert.Equal(t, 1, pickerFor(t, x, conv).Pick(c, 0), "too loaded: the next best prefix, ep1's")
-	c[1].ok = false
-	assert.Equal(t, 2, pickerFor(t, x, conv).Pick(c, 0), "ep2: 0 blocks + 2*9 beats ep0: 16 blocks + 2*3")
-	c[0].load = 0
-	assert.Equal(t, 0, pickerFor(t, x, conv).Pick(c, 0), "ep0: 16 blocks + 0 beats ep2: 0 blocks + 2*9")
+	cold := cands{{0, 2, true}, {0, 0, true}, {0, 0, true}}
+	kvroute.Done(pickerFor(t, x, conv)) // ep2 again, done at once
+	p := pickerFor(t, x, ids(64, 2))
+	// ep1 still serves the 16 blocks picked above; ep0 and ep2 none; ep2 has fewer requests.
+	assert.Equal(t, 2, p.Pick(cold, 0), "a cold prompt goes where the least is in flight, then the fewest requests")
+	kvroute.Done(p)
 
+	c[2].ok = false
+	assert.Equal(t, 1, pickerFor(t, x, conv).Pick(c, 0), "ep2 unusable: ep1 holds more of the prefix than ep0")
 	tiers := cands{{10, 5, true}, {0, 0, true}}
 	x.Record("ep1", x.TokenHashes(conv))
 	assert.Equal(t, 0, pickerFor(t, x, conv).Pick(tiers, 0), "the top tier wins while usable")
