@@ -64,9 +64,9 @@ func (o Options) withDefaults() Options {
 // Index is one model's record of the prompt blocks sent to each endpoint. It is safe for
 // concurrent use.
 type Index struct {
-	opts  Options
-	model string
-	seed  uint64
+	opts   Options
+	model  string
+	seed   uint64
 	mu     sync.Mutex
 	eps    map[string]*blocks
 	active map[string]int64 // blocks of the requests in flight, per endpoint
