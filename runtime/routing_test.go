@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +9,12 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/internal/vllmsim"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"google.golang.org/protobuf/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -112,4 +119,77 @@ func TestClientKVParamsDropped(t *testing.T) {
 	assert.Contains(t, string(up.LastBody()), `"user":"u1"`)
 	assert.Empty(t, up.LastHeader().Get("X-Prefiller-Host-Port"))
 	assert.Empty(t, up.LastHeader().Get("X-Data-Parallel-Rank"))
+}
+
+// TestDisaggregation: a model with prefill and decode pools is served in two legs with vLLM's
+// protocol, from the OpenAI SDK (whole and streamed), OpenAIService over Connect and the KServe
+// bridge: every decode pulled its KV from a prefill engine (none recomputed the prompt, none got
+// params or headers from a client), and a prompt under min_prompt_tokens is prefilled by the
+// decode engine itself.
+func TestDisaggregation(t *testing.T) {
+	fabric := vllmsim.NewFabric()
+	p1 := vllmsim.Start(t, vllmsim.Config{Model: "m", Role: vllmsim.RolePrefill, Fabric: fabric})
+	p2 := vllmsim.Start(t, vllmsim.Config{Model: "m", Role: vllmsim.RolePrefill, Fabric: fabric})
+	d1 := vllmsim.Start(t, vllmsim.Config{Model: "m", Role: vllmsim.RoleDecode, Fabric: fabric})
+	addr := startModels(t, fmt.Sprintf(`builtin_models: false
+upstreams:
+  - {name: p1, url: %s, type: vllm, check_interval: 1h}
+  - {name: p2, url: %s, type: vllm, check_interval: 1h}
+  - {name: d1, url: %s, type: vllm, check_interval: 1h}
+models:
+  m:
+    routing: cache_aware
+    disaggregation: {prefill: [p1, p2], decode: [d1], min_prompt_tokens: 64}
+`, p1.URL, p2.URL, d1.URL), "m")
+	ctx := context.Background()
+	long := strings.Repeat("A long prompt that is worth prefilling elsewhere. ", 20)
+	sdk := oai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	got, err := sdk.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "m", MaxTokens: oai.Int(5),
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(long)}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), got.Usage.CompletionTokens, "the decode engine's answer")
+
+	stream := sdk.Chat.Completions.NewStreaming(ctx, oai.ChatCompletionNewParams{Model: "m", MaxTokens: oai.Int(3),
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(long + "Streamed.")},
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}})
+	chunks := 0
+	for stream.Next() {
+		chunks++
+	}
+	require.NoError(t, stream.Err())
+	assert.Greater(t, chunks, 3)
+
+	_, err = openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, "http://"+addr).CreateChatCompletion(ctx,
+		&openaiv1.CreateChatCompletionRequest{Model: "m", Messages: []*openaiv1.ChatMessage{{Role: "user", Content: proto.String(long + "Connect.")}}})
+	require.NoError(t, err)
+	res, err := http.Post("http://"+addr+"/v2/models/m/generate", "application/json",
+		strings.NewReader(`{"text_input":"`+long+`Bridge.","parameters":{"max_tokens":2}}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+
+	// A client's own transfer params never reach an engine.
+	res, err = http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(
+		`{"model":"m","max_tokens":2,"prompt":"`+long+`","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"x","remote_request_id":"y","remote_host":"10.6.6.6","remote_port":1,"remote_block_ids":[[1]]}}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	prefills := p1.Stats().Requests + p2.Stats().Requests
+	d := d1.Stats()
+	assert.EqualValues(t, 5, prefills, "each request prefilled once")
+	assert.EqualValues(t, 5, d.TransfersPulled, "each decode pulled its KV")
+	assert.Zero(t, d.Recomputed, "no decode recomputed its prompt (params passed through untouched)")
+	assert.Zero(t, d.LocalPrefills)
+	for _, s := range []*vllmsim.Server{p1, p2, d1} {
+		assert.Zero(t, s.Stats().ForeignParams, "no engine saw a client's params or routing headers")
+	}
+
+	_, err = sdk.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "m", MaxTokens: oai.Int(2),
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("short")}})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, d1.Stats().LocalPrefills, "a short prompt is prefilled by the decode engine")
+	assert.EqualValues(t, prefills, p1.Stats().Requests+p2.Stats().Requests)
 }

@@ -111,36 +111,52 @@ func (s *Stage) Interceptor() pipeline.Interceptor {
 			case s.opts.MaxPrefillQueue > 0 && s.inflight.Load() >= int64(s.opts.MaxPrefillQueue):
 				return s.local(ctx, next, req, pathPrefillQueue)
 			}
-			var tried []string
-			for attempt := 0; ; attempt++ {
-				params, prefilled, res, err := s.prefillLeg(ctx, next, req, tried)
-				switch {
-				case res != nil || err != nil && !errors.Is(err, errNoParams):
-					return res, err // the prefill's 4xx, or the caller went away
-				case params == nil && s.opts.FailOnPrefillError:
-					return nil, pipeline.ServerError(http.StatusBadGateway, "prefill_failed", fmt.Sprintf(
-						"No prefill endpoint of model `%s` gave the KV transfer its decode needs: %v", s.opts.Model, err))
-				case params == nil:
-					s.m.fallbacks.WithLabelValues(s.opts.Model, "prefill").Inc()
-					return s.local(ctx, next, req, pathFallback)
-				}
-				tried = append(tried, prefilled)
-				s.m.requests.WithLabelValues(s.opts.Model, pathDisaggregated).Inc()
-				res, err = s.decodeLeg(ctx, next, req, params, tried)
-				if attempt == 0 && failedBeforeAnswer(res, err) && ctx.Err() == nil {
-					// The transfer is bound to the prefill worker that made it: start over
-					// on endpoints not tried yet.
-					if res != nil {
-						tried = append(tried, res.Endpoint)
-						res.Body.Finish(nil)
-					}
-					s.m.fallbacks.WithLabelValues(s.opts.Model, "decode").Inc()
-					continue
+			res, err, tried := s.disaggregate(ctx, next, req, nil)
+			if !failedBeforeAnswer(res, err) || ctx.Err() != nil || tried == nil {
+				return res, err
+			}
+			// The decode failed before its answer began. The transfer is bound to the prefill
+			// worker that made it: start over, once, on endpoints not tried yet; should none be
+			// left (or the redo fail too), the first failure is the answer.
+			s.m.fallbacks.WithLabelValues(s.opts.Model, "decode").Inc()
+			if res != nil {
+				tried = append(tried, res.Endpoint)
+			}
+			res2, err2, _ := s.disaggregate(ctx, next, req, tried)
+			if failedBeforeAnswer(res2, err2) && ctx.Err() == nil {
+				if res2 != nil {
+					res2.Body.Finish(nil)
 				}
 				return res, err
 			}
+			if res != nil {
+				res.Body.Finish(nil)
+			}
+			return res2, err2
 		}
 	}
+}
+
+// disaggregate runs both legs, on endpoints not in tried. It returns the decode leg's answer and
+// the endpoints tried (nil when the request did not reach the decode leg disaggregated: the
+// prefill's own answer, a local decode, or a refusal).
+func (s *Stage) disaggregate(ctx context.Context, next pipeline.Handler, req *pipeline.Request, tried []string) (*pipeline.Response, error, []string) {
+	params, prefilled, res, err := s.prefillLeg(ctx, next, req, tried)
+	switch {
+	case res != nil || err != nil && !errors.Is(err, errNoParams):
+		return res, err, nil // the prefill's 4xx, or the caller went away
+	case params == nil && s.opts.FailOnPrefillError:
+		return nil, pipeline.ServerError(http.StatusBadGateway, "prefill_failed", fmt.Sprintf(
+			"No prefill endpoint of model `%s` gave the KV transfer its decode needs: %v", s.opts.Model, err)), nil
+	case params == nil:
+		s.m.fallbacks.WithLabelValues(s.opts.Model, "prefill").Inc()
+		res, err := s.local(ctx, next, req, pathFallback)
+		return res, err, nil
+	}
+	tried = append(slices.Clone(tried), prefilled)
+	s.m.requests.WithLabelValues(s.opts.Model, pathDisaggregated).Inc()
+	res, err = s.decodeLeg(ctx, next, req, params, tried)
+	return res, err, tried
 }
 
 // clientError reports the gateway's own 4xx answer to a request, 429 aside (a busy endpoint).
