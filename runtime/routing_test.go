@@ -14,9 +14,9 @@ import (
 	"github.com/infergate/infergate/internal/vllmsim"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"google.golang.org/protobuf/proto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestRoutingPolicies: models.<name>.routing. With cache_aware every turn of a conversation (its
@@ -150,7 +150,7 @@ models:
 	assert.Equal(t, int64(5), got.Usage.CompletionTokens, "the decode engine's answer")
 
 	stream := sdk.Chat.Completions.NewStreaming(ctx, oai.ChatCompletionNewParams{Model: "m", MaxTokens: oai.Int(3),
-		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(long + "Streamed.")},
+		Messages:      []oai.ChatCompletionMessageParamUnion{oai.UserMessage(long + "Streamed.")},
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}})
 	chunks := 0
 	for stream.Next() {
