@@ -27,7 +27,7 @@ import (
 // -benchtime 1x.
 func BenchmarkDisaggregatedVsAggregated(b *testing.B) {
 	type row struct {
-		name                 string
+		name                               string
 		ttft50, ttft99, e2e50, e2e99, wall time.Duration
 	}
 	var rows []row
@@ -108,7 +108,9 @@ func BenchmarkDisaggregatedVsAggregated(b *testing.B) {
 			p.Close()
 			slices.Sort(ttfts)
 			slices.Sort(e2es)
-			q := func(d []time.Duration, f float64) time.Duration { return d[int(f*float64(len(d)-1))].Round(10 * time.Microsecond) }
+			q := func(d []time.Duration, f float64) time.Duration {
+				return d[int(f*float64(len(d)-1))].Round(10 * time.Microsecond)
+			}
 			rows = append(rows, row{mode, q(ttfts, .5), q(ttfts, .99), q(e2es, .5), q(e2es, .99), wall.Round(time.Millisecond)})
 		}
 	}
