@@ -1,11 +1,54 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 )
+
+// loadMetaspaceVariant is mistral7b's tokenizer.json as converters write it for SentencePiece
+// models that are not "legacy": no normalizer, and the Metaspace pre-tokenizer prepending "▁" to
+// the first stretch of text only (testdata/golden/gen.mjs makes the same edit).
+func loadMetaspaceVariant() (*Tokenizer, error) {
+	dir := filepath.Join("testdata", "mistral7b")
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(tj, &f); err != nil {
+		return nil, err
+	}
+	f["normalizer"] = json.RawMessage(`null`)
+	f["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "add_prefix_space": true, "prepend_scheme": "first", "split": false}`)
+	if tj, err = json.Marshal(f); err != nil {
+		return nil, err
+	}
+	return Parse(tj, cj, nil)
+}
+
+// spmRoundTrip is what Decode(Encode(s)) gives for valid UTF-8 s with a SentencePiece-style
+// tokenizer (and no added token recognised): the normalized text with "▁" back to spaces and the
+// decoder's Strip applied. "▁" in s comes back as a space, and with Metaspace's "first" a
+// leading space is lost (the tokenizers library's behaviour too).
+func spmRoundTrip(tok *Tokenizer, s string) string {
+	if s == "" {
+		return ""
+	}
+	return string(tok.trimStart([]byte(strings.ReplaceAll(tok.spm.normalize(s, true), "▁", " "))))
+}
 
 // tinySPMJSON is a small SentencePiece-style tokenizer.json in Llama 2's shape: <unk>, <s>,
 // </s>, the 256 byte tokens, a few characters and merges (ranks in the comments of
@@ -176,6 +219,68 @@ func TestSentencePieceStrip(t *testing.T) {
 	}
 }
 
+// TestSentencePieceCuts: cutting a stretch into pieces before "▁" (metaspace.go) gives the ids of
+// the whole stretch merged as one word, on every golden case; and the cut is needed for speed,
+// not for the result.
+func TestSentencePieceCuts(t *testing.T) {
+	tok := model(t, "mistral7b")
+	if tok.spm.cut != "▁" || len(tok.spm.joins) != 1 || !tok.spm.joins['▁'] {
+		t.Fatalf("cut %q, joins %v: want a cut before ▁ unless after ▁", tok.spm.cut, tok.spm.joins)
+	}
+	if testing.Short() {
+		t.Skip("loads a tokenizer of its own")
+	}
+	whole, err := Load(filepath.Join("testdata", "mistral7b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole.spm.cut = ""
+	g := readGolden(t, "mistral7b")
+	for _, c := range g.Cases {
+		if len(c.Text) > MaxPieceBytes/2 {
+			continue // the whole stretch would be chunked
+		}
+		if got, want := whole.Encode(c.Text, Options{ParseSpecial: true}), tok.Encode(c.Text, Options{ParseSpecial: true}); !slices.Equal(got, want) {
+			t.Errorf("%.60q: uncut %v, cut %v", c.Text, clip(got), clip(want))
+		}
+	}
+}
+
+// TestSentencePieceStream: the streaming decoder adds up to Decode on every golden case of the
+// SentencePiece-style models.
+func TestSentencePieceStream(t *testing.T) {
+	for _, name := range []string{"mistral7b", "mistral7b_metaspace"} {
+		tok := model(t, name)
+		for _, c := range readGolden(t, name).Cases {
+			for _, skip := range []bool{false, true} {
+				if got, want := streamAll(tok, c.IDs, skip), tok.Decode(c.IDs, skip); got != want {
+					t.Errorf("%s %.60q (skip %v): stream %.60q, want %.60q", name, c.Text, skip, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestSentencePieceConfig(t *testing.T) {
+	tok := model(t, "mistral7b")
+	c := tok.Config()
+	if c.BOSToken != "<s>" || c.BOSTokenID != 1 || c.EOSToken != "</s>" || c.EOSTokenID != 2 || c.UnkToken != "<unk>" || c.PadTokenID != -1 {
+		t.Errorf("tokens: %+v", c)
+	}
+	if c.AddBOSToken == nil || !*c.AddBOSToken || c.ModelMaxLength != math.MaxInt || c.TokenizerClass != "LlamaTokenizer" {
+		t.Errorf("add_bos %v, max %d, class %q", c.AddBOSToken, c.ModelMaxLength, c.TokenizerClass)
+	}
+	if ids := tok.Encode("Hello world", Options{AddSpecialTokens: true}); !slices.Equal(ids, []int{1, 22557, 1526}) {
+		t.Errorf("Hello world: %v", ids)
+	}
+	if id, ok := tok.TokenID("▁Hello"); !ok || id != 22557 || tok.TokenString(22557) != "▁Hello" || tok.TokenString(13) != "<0x0A>" {
+		t.Errorf("TokenID(▁Hello) = %d, %v; TokenString %q %q", id, ok, tok.TokenString(22557), tok.TokenString(13))
+	}
+	if tok.VocabSize() != 32000 || !tok.IsSpecial(2) || tok.IsSpecial(13) {
+		t.Errorf("VocabSize %d, IsSpecial", tok.VocabSize())
+	}
+}
+
 // TestSentencePieceLoadErrors: what SentencePiece-style BPE still does not support is refused,
 // naming the field.
 func TestSentencePieceLoadErrors(t *testing.T) {
@@ -207,5 +312,53 @@ func TestSentencePieceLoadErrors(t *testing.T) {
 	tj := strings.Replace(string(tinyTokenizerJSON(t)), `"ignore_merges": false`, `"ignore_merges": false, "byte_fallback": true`, 1)
 	if _, err := Parse([]byte(tj), nil, nil); err == nil || !strings.Contains(err.Error(), "model.byte_fallback") {
 		t.Errorf("byte_fallback with ByteLevel: %v", err)
+	}
+}
+
+// TestSentencePieceBadInput: bytes that are not UTF-8 come back through byte fallback, and long
+// texts (one word of 2 MB, 2 MB of spaces, 10 MB of prose) take linear time and memory.
+func TestSentencePieceBadInput(t *testing.T) {
+	tok := model(t, "mistral7b")
+	for _, s := range []string{"\xff\xfe", "a\x00b", "\xe2\x82", "caf\xc3", "\xf0\x9f\x98\x80\xf0\x9f", "\xed\xa0\x80 x", "ok\xc0\xafok", strings.Repeat("\x80", 100)} {
+		ids := tok.Encode(s, Options{ParseSpecial: true})
+		if got, want := tok.Decode(ids, false), string(must(appendValid(nil, []byte(spmRoundTrip(tok, s)), true))); got != want {
+			t.Errorf("%q: round trip %q, want %q", s, got, want)
+		}
+	}
+	if got := tok.Decode([]int{-1, 1 << 40, 32000, 22557}, false); got != "Hello" {
+		t.Errorf("ids out of range: %q", got)
+	}
+	if testing.Short() {
+		t.Skip("the long texts take a few seconds")
+	}
+	for _, c := range []struct {
+		name string
+		text string
+	}{
+		{"mixed", mixedText(10 << 20)},
+		{"one word", strings.Repeat("a", 2<<20)},
+		{"spaces", strings.Repeat(" ", 2<<20) + "x"},
+		{"CJK", strings.Repeat("你好世界", 1<<17)},
+		{"bytes", strings.Repeat("\n\U0001F9FF", 1<<18)},
+	} {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		t0 := time.Now()
+		ids := tok.Encode(c.text, Options{})
+		dt := time.Since(t0)
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d bytes, %d ids in %v, %d MB allocated", c.name, len(c.text), len(ids), dt, alloc>>20)
+		if limit := uint64(8*cap(ids) + 16*len(c.text)); alloc > limit {
+			t.Errorf("%s: %d bytes allocated, more than %d", c.name, alloc, limit)
+		}
+		if got := tok.Decode(ids, false); got != c.text {
+			t.Errorf("%s: no round trip", c.name)
+		}
+		if !utf8.ValidString(c.text) {
+			t.Fatal("test text is not UTF-8")
+		}
 	}
 }
