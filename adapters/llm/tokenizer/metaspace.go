@@ -68,6 +68,15 @@ type sentencePiece struct {
 	spelling []string
 }
 
+// maxReplaceGrowth bounds how much a Replace (normalizer or decoder) may lengthen what it
+// replaces, and maxPrepend the Prepend normalizer's text, so that a hostile file cannot make the
+// decoded vocabulary, or a normalized prompt, many times larger than the file or the prompt (real
+// files replace " " by "▁", three bytes, and back).
+const (
+	maxReplaceGrowth = 4
+	maxPrepend       = 16
+)
+
 type prependScheme uint8
 
 const (
@@ -190,6 +199,9 @@ func (m *sentencePiece) parseNormalizer(raw json.RawMessage) error {
 		if n.Prepend == nil || *n.Prepend == "" || m.prepend != "" || m.from != "" {
 			return errors.New("Prepend: only one, with a text, before any Replace, is supported")
 		}
+		if len(*n.Prepend) > maxPrepend {
+			return fmt.Errorf("Prepend: a text of more than %d bytes is not supported", maxPrepend)
+		}
 		m.prepend = *n.Prepend
 		return nil
 	case "Replace":
@@ -198,6 +210,9 @@ func (m *sentencePiece) parseNormalizer(raw json.RawMessage) error {
 		}
 		if m.from != "" {
 			return errors.New("Replace: only one is supported")
+		}
+		if len(*n.Content) > maxReplaceGrowth*len(*n.Pattern.String) {
+			return fmt.Errorf("Replace: a content more than %d times as long as the pattern is not supported", maxReplaceGrowth)
 		}
 		m.from, m.to = *n.Pattern.String, *n.Content
 		// The Prepend before it is replaced too, as the sequence applies one after the other.
@@ -406,6 +421,9 @@ func (d *spmDecoder) parse(raw json.RawMessage) error {
 		}
 		if d.byteFallback || d.fused {
 			return errors.New("Replace after ByteFallback or Fuse is not supported")
+		}
+		if len(*p.Content) > maxReplaceGrowth*len(*p.Pattern.String) || len(d.replace) >= 4 {
+			return fmt.Errorf("Replace: more than 4, or a content more than %d times as long as the pattern, is not supported", maxReplaceGrowth)
 		}
 		d.replace = append(d.replace, [2]string{*p.Pattern.String, *p.Content})
 		return nil

@@ -298,6 +298,9 @@ func TestSentencePieceLoadErrors(t *testing.T) {
 		{`{"type": "Fuse"}, {"type": "Strip"->{"type": "Strip"`, `Strip: only one, after Fuse`},
 		{`{"type": "ByteFallback"}, {"type": "Fuse"}->{"type": "Fuse"}, {"type": "ByteFallback"}`, `ByteFallback after Fuse`},
 		{`"normalized": false, "special": true}->"normalized": true, "special": true}`, `normalized added tokens are not supported`},
+		{`"content": "▁"}]}->"content": "▁▁▁▁▁▁"}]}`, `normalizer: Replace: a content more than 4 times`},
+		{`"content": " "}, {"type": "ByteFallback"}->"content": "` + strings.Repeat(" ", 13) + `"}, {"type": "ByteFallback"}`, `decoder: Replace: more than 4`},
+		{`"prepend": "▁"->"prepend": "▁▁▁▁▁▁"`, `Prepend: a text of more than 16 bytes`},
 	} {
 		from, to, _ := strings.Cut(c.edit, "->")
 		if !strings.Contains(base, from) {
