@@ -365,3 +365,29 @@ func TestSentencePieceBadInput(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeSentencePiece is BenchmarkDecode with Mistral 7B's tokenizer (byte tokens,
+// "▁" replaced, the start stripped).
+func BenchmarkDecodeSentencePiece(b *testing.B) {
+	text := mixedText(1 << 20)
+	tok := model(b, "mistral7b")
+	ids := tok.Encode(text, Options{})
+	b.Run("Decode", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		b.ReportAllocs()
+		for range b.N {
+			tok.Decode(ids, false)
+		}
+	})
+	b.Run("StreamDecoder", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		b.ReportAllocs()
+		for range b.N {
+			d := tok.NewDecoder(false)
+			for _, id := range ids {
+				d.Add(id)
+			}
+			d.Flush()
+		}
+	})
+}
