@@ -29,9 +29,10 @@
 //     the tokenizers library's engine. SentencePiece-style files: none (Llama 2: a whole stretch
 //     is one word) or Metaspace (newer conversions: spaces to "▁", prepend_scheme always, first
 //     or never, split or not). A word is cut into pieces before each "▁" that follows a
-//     character no vocabulary token has right before a "▁" (in Llama 2's and Mistral's only "▁"
-//     itself): no merge can cross such a cut, so the ids are the whole word's, and the pieces
-//     are short enough for the lookups and the cache of step 4 (metaspace.go).
+//     character no vocabulary token has right before a "▁" (found at Load; in Mistral 7B's
+//     vocabulary only "▁" itself): no merge can cross such a cut, so the ids are the whole
+//     word's, and the pieces are short enough for the lookups and the cache of step 4
+//     (metaspace.go).
 //  4. Byte-level BPE on each piece: the piece's bytes as tokens, then the merge of lowest rank
 //     first, the leftmost among equals (tokenizers' order), through an open-addressing table of
 //     pairs; a scan for pieces up to 48 bytes, a heap beyond. A piece that is a vocabulary token

@@ -22,8 +22,8 @@ import (
 //     (byte_fallback), else the unknown token (one for a run of such characters with fuse_unk).
 //     That is in bytefallback.go.
 //   - With no pre-tokenizer a whole stretch is one word for the BPE. It is cut before each "▁"
-//     that follows a character no vocabulary token has right before a "▁" (in Llama 2's and
-//     Mistral's vocabularies only "▁" itself is): no merge can join across such a cut, so the
+//     that follows a character no vocabulary token has right before a "▁" (found at Load; in
+//     Mistral 7B's vocabulary only "▁" itself is): no merge can join across such a cut, so the
 //     pieces' merges are the word's, while each piece is short enough for the piece cache and the
 //     whole-token lookup.
 //   - The decoder, Sequence[Replace("▁", " "), ByteFallback, Fuse, Strip(" ", 1, 0)], turns "▁"
