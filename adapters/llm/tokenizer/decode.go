@@ -21,6 +21,7 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 			buf = append(buf, t.tokBytes[id]...)
 		}
 	}
+	buf = t.trimStart(buf)
 	if utf8.Valid(buf) {
 		return string(buf)
 	}
@@ -40,11 +41,16 @@ type StreamDecoder struct {
 	skipSpecial bool
 	pending     []byte // at most 3 bytes: the start of an incomplete character
 	out         []byte
+	strip       int // how many more of the decoder's Strip may go from the text's start
 }
 
 // NewDecoder returns a streaming decoder; skipSpecial as in Decode.
 func (t *Tokenizer) NewDecoder(skipSpecial bool) *StreamDecoder {
-	return &StreamDecoder{t: t, skipSpecial: skipSpecial}
+	d := &StreamDecoder{t: t, skipSpecial: skipSpecial}
+	if t.spm != nil {
+		d.strip = t.spm.stripN
+	}
+	return d
 }
 
 // Add returns the text that id completes ("" while a character is incomplete).
@@ -54,6 +60,9 @@ func (d *StreamDecoder) Add(id int) string {
 	}
 	b := d.t.tokBytes[id]
 	if len(d.pending) == 0 && utf8.ValidString(b) {
+		if d.strip > 0 {
+			return d.trim(b)
+		}
 		return b // the common case: a token of whole characters
 	}
 	d.pending = append(d.pending, b...)
@@ -61,12 +70,18 @@ func (d *StreamDecoder) Add(id int) string {
 	d.out, rest = appendValid(d.out[:0], d.pending, false)
 	n := copy(d.pending, d.pending[len(d.pending)-rest:])
 	d.pending = d.pending[:n]
+	if d.strip > 0 {
+		return d.trim(string(d.out))
+	}
 	return string(d.out)
 }
 
 // Flush returns what is held back, as U+FFFD (the stream ended inside a character), and resets
-// the decoder.
+// the decoder for a new text.
 func (d *StreamDecoder) Flush() string {
+	if d.t.spm != nil {
+		d.strip = d.t.spm.stripN
+	}
 	if len(d.pending) == 0 {
 		return ""
 	}

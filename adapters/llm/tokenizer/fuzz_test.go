@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -23,6 +25,14 @@ func FuzzLoad(f *testing.F) {
 	f.Add(gpt2)
 	f.Add(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "decoder": {"type": "ByteLevel"}}`)
 	f.Add(`{"model": {"vocab": {"a": 4000000}, "merges": []}}`)
+	// SentencePiece-style: Llama 2's layout, without byte_fallback, and with Metaspace.
+	spm := tinySPMJSON(f)
+	f.Add(spm)
+	f.Add(strings.Replace(spm, `"byte_fallback": true`, `"byte_fallback": false`, 1))
+	f.Add(strings.Replace(strings.Replace(spm, `"pre_tokenizer": null`,
+		`"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true}`, 1),
+		`{"type": "Prepend", "prepend": "▁"}, `, ``, 1))
+	f.Add(`{"model": {"type": "BPE", "vocab": {"▁": 0, "a": 1, "▁a": 2}, "merges": [["▁", "a"]], "byte_fallback": true}, "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}, "decoder": {"type": "Fuse"}}`)
 	f.Fuzz(func(t *testing.T, data string) {
 		tok, err := Parse([]byte(data), []byte(`{"bos_token": "<s>", "eos_token": "</s>"}`), nil)
 		if err != nil {
@@ -44,19 +54,28 @@ func FuzzLoad(f *testing.F) {
 
 // FuzzStreamDecoder: for any sequence of ids (valid, special, out of range, cutting characters
 // anywhere), the streaming decoder's output adds up to Decode of them all. The ids are 3-byte
-// little-endian numbers, most of them inside Qwen 3's vocabulary.
+// little-endian numbers, most of them inside Qwen 3's vocabulary; Mistral 7B's (SentencePiece
+// byte tokens, and the Strip of the text's start), when its files are there, decodes the same ids
+// modulo 32768 (32,000 tokens and some that are not).
 func FuzzStreamDecoder(f *testing.F) {
 	tok := model(f, "qwen3")
-	ids := func(s string) []byte {
+	spm := optionalModel(f, "mistral7b")
+	ids := func(tok *Tokenizer, s string) []byte {
 		var b []byte
 		for _, id := range tok.Encode(s, Options{ParseSpecial: true}) {
 			b = append(b, byte(id), byte(id>>8), byte(id>>16))
 		}
 		return b
 	}
-	f.Add(ids("Hello, 世界! 👨‍👩‍👧‍👦 <|im_end|>"), false)
-	f.Add(ids("🫠🫡 naïve\xff\xc3"), true)
+	f.Add(ids(tok, "Hello, 世界! 👨‍👩‍👧‍👦 <|im_end|>"), false)
+	f.Add(ids(tok, "🫠🫡 naïve\xff\xc3"), true)
 	f.Add([]byte{0xff, 0xff, 0xff, 0x00, 0x00, 0x00}, false)
+	if spm != nil {
+		f.Add(ids(spm, "<s> Hello,  世界! 🧿\n\t naïve\xff\xc3</s>"), false)
+		f.Add(ids(spm, " \U0001FAE0 x"), true)
+		// <0xE4><0xBD><0xA0> (你) then ▁Hello: the space after a character is not the text's start.
+		f.Add([]byte{3 + 0xE4, 0, 0, 3 + 0xBD, 0, 0, 3 + 0xA0, 0, 0, 22557 & 0xff, 22557 >> 8, 0}, false)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, skip bool) {
 		var seq []int
 		for len(data) >= 3 {
@@ -70,19 +89,47 @@ func FuzzStreamDecoder(f *testing.F) {
 		if !utf8.ValidString(want) {
 			t.Fatalf("Decode gave invalid UTF-8 %q", want)
 		}
+		if spm == nil {
+			return
+		}
+		for i := range seq {
+			seq[i] &= 1<<15 - 1
+		}
+		want = spm.Decode(seq, skip)
+		if got := streamAll(spm, seq, skip); got != want {
+			t.Fatalf("mistral7b ids %v: stream %q, Decode %q", seq, got, want)
+		}
+		if !utf8.ValidString(want) {
+			t.Fatalf("mistral7b: Decode gave invalid UTF-8 %q", want)
+		}
 	})
+}
+
+// optionalModel is model, or nil when the model's files were not fetched (and are not required),
+// so that a fuzz target can cover it without skipping the others.
+func optionalModel(tb testing.TB, name string) *Tokenizer {
+	if _, err := os.Stat(filepath.Join("testdata", name)); err != nil && os.Getenv("INFERGATE_REQUIRE_TOKENIZER_DATA") != "1" {
+		return nil
+	}
+	return model(tb, name)
 }
 
 // FuzzEncode: Decode(Encode(s)) is s (after NFC, Qwen's normalizer) for valid UTF-8 with added
 // tokens left as text; the token bytes are s's own for any input; the quick NFC agrees with
-// norm; and the pre-tokenizer scanners agree with the patterns run by regexp2.
+// norm; and the pre-tokenizer scanners agree with the patterns run by regexp2. With Mistral 7B's
+// tokenizer (SentencePiece-style, when its files are there), checkSentencePiece.
 func FuzzEncode(f *testing.F) {
 	tok := model(f, "qwen3")
-	for _, s := range []string{"Hello, world!", "  a\n\n b\r\n\t", "I'M 'Ll don't", "e\u0301\u0323", "你好😀👍🏽", "<|im_start|>x", "\xff\x00", "123456789", "\u00a0\u3000 x"} {
+	spm := optionalModel(f, "mistral7b")
+	for _, s := range []string{"Hello, world!", "  a\n\n b\r\n\t", "I'M 'Ll don't", "e\u0301\u0323", "你好😀👍🏽", "<|im_start|>x", "\xff\x00", "123456789", "\u00a0\u3000 x",
+		"▁hello ▁▁ x▁", "<s>[INST] hi [/INST]</s>", "<0x41> \U0001F9FF\n\t", "   "} {
 		f.Add(s)
 	}
 	var tmp []byte
 	f.Fuzz(func(t *testing.T, s string) {
+		if spm != nil {
+			checkSentencePiece(t, spm, s)
+		}
 		ids := tok.Encode(s, Options{})
 		var raw []byte
 		for _, id := range ids {
@@ -103,4 +150,25 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("%q: nothing back with ParseSpecial", s)
 		}
 	})
+}
+
+// checkSentencePiece: with a SentencePiece-style tokenizer whose every byte has a token, any text
+// (valid UTF-8 or not) comes back from its ids as the normalizer left it, "▁" as spaces (invalid
+// bytes as U+FFFD in Decode), Count agrees, and with added tokens recognised the ids stream to
+// Decode's text.
+func checkSentencePiece(t *testing.T, tok *Tokenizer, s string) {
+	t.Helper()
+	ids := tok.Encode(s, Options{})
+	if n := tok.Count(s, Options{}); n != len(ids) {
+		t.Fatalf("%q: Count %d, len(Encode) %d", s, n, len(ids))
+	}
+	if got, want := tok.Decode(ids, false), string(must(appendValid(nil, []byte(spmRoundTrip(tok, s)), true))); got != want {
+		t.Fatalf("%q: round trip %q, want %q", s, got, want)
+	}
+	ids = tok.Encode(s, Options{ParseSpecial: true, AddSpecialTokens: true})
+	for _, skip := range []bool{false, true} {
+		if got, want := streamAll(tok, ids, skip), tok.Decode(ids, skip); got != want || !utf8.ValidString(got) {
+			t.Fatalf("%q: stream %q, Decode %q", s, got, want)
+		}
+	}
 }

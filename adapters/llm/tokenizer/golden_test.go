@@ -13,9 +13,11 @@ import (
 )
 
 // The models under testdata: qwen3 and cl100k (OpenAI's cl100k_base converted to a
-// tokenizer.json) are committed; llama3_1 is fetched by testdata/fetch-llama3_1.sh (.ci/run runs
-// it), and its tests skip without it unless INFERGATE_REQUIRE_TOKENIZER_DATA=1.
-var models = []string{"qwen3", "llama3_1", "cl100k"}
+// tokenizer.json) are committed; llama3_1 and mistral7b (SentencePiece-style BPE) are fetched by
+// testdata/fetch-llama3_1.sh and fetch-mistral7b.sh (.ci/run runs them), and their tests skip
+// without them unless INFERGATE_REQUIRE_TOKENIZER_DATA=1. mistral7b_metaspace is mistral7b's
+// tokenizer.json with the Metaspace pre-tokenizer in place of the Prepend/Replace normalizer.
+var models = []string{"qwen3", "llama3_1", "cl100k", "mistral7b", "mistral7b_metaspace"}
 
 type loaded struct {
 	once sync.Once
@@ -23,15 +25,22 @@ type loaded struct {
 	err  error
 }
 
-var loadedModels = map[string]*loaded{"qwen3": {}, "llama3_1": {}, "cl100k": {}}
+var loadedModels = map[string]*loaded{"qwen3": {}, "llama3_1": {}, "cl100k": {}, "mistral7b": {}, "mistral7b_metaspace": {}}
+
+// fetched names the script that fetches each model's files that are not committed.
+var fetched = map[string]string{"llama3_1": "fetch-llama3_1.sh", "mistral7b": "fetch-mistral7b.sh", "mistral7b_metaspace": "fetch-mistral7b.sh"}
 
 // model loads testdata/<name> once per test binary.
 func model(tb testing.TB, name string) *Tokenizer {
 	tb.Helper()
 	l := loadedModels[name]
 	l.once.Do(func() {
+		if name == "mistral7b_metaspace" {
+			l.tok, l.err = loadMetaspaceVariant()
+			return
+		}
 		dir := filepath.Join("testdata", name)
-		if _, err := os.Stat(dir); err != nil && name == "llama3_1" {
+		if _, err := os.Stat(dir); err != nil && fetched[name] != "" {
 			l.err = err
 			return
 		}
@@ -39,7 +48,7 @@ func model(tb testing.TB, name string) *Tokenizer {
 	})
 	if l.err != nil {
 		if os.IsNotExist(l.err) && os.Getenv("INFERGATE_REQUIRE_TOKENIZER_DATA") != "1" {
-			tb.Skipf("testdata/%s is absent: run testdata/fetch-llama3_1.sh", name)
+			tb.Skipf("testdata/%s is absent: run testdata/%s", name, fetched[name])
 		}
 		tb.Fatal(l.err)
 	}
@@ -151,6 +160,9 @@ func TestGolden(t *testing.T) {
 }
 
 func normalized(tok *Tokenizer, s string) string {
+	if tok.spm != nil {
+		return spmRoundTrip(tok, s)
+	}
 	if tok.norm == normNFC {
 		return norm.NFC.String(s)
 	}

@@ -209,24 +209,34 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 	}
 	runePropsOnce.Do(buildRuneProps)
 	t := &Tokenizer{cache: &pieceCache{seed: maphash.MakeSeed()}}
+	if sentencePieceStyle(f.PreTokenizer) {
+		t.spm = &sentencePiece{}
+	}
 	if err := t.buildModel(&f.Model, f.AddedTokens); err != nil {
 		return nil, fail("%v", err)
 	}
 	var err error
-	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
-		return nil, fail("normalizer: %v", err)
-	}
-	if t.pre, err = parsePreTokenizer(f.PreTokenizer); err != nil {
-		return nil, fail("pre_tokenizer: %v", err)
-	}
-	if !slices.ContainsFunc(t.pre, func(p preStep) bool { return p.byteLevel }) {
-		return nil, fail("pre_tokenizer: no ByteLevel step, so not a byte-level BPE")
+	if t.spm != nil {
+		// SentencePiece-style BPE: its own normalizer, pre-tokenizer and decoder (metaspace.go).
+		if err = t.buildSentencePiece(&f); err != nil {
+			return nil, fail("%v", err)
+		}
+	} else {
+		if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
+			return nil, fail("normalizer: %v", err)
+		}
+		if t.pre, err = parsePreTokenizer(f.PreTokenizer); err != nil {
+			return nil, fail("pre_tokenizer: %v", err)
+		}
+		if !slices.ContainsFunc(t.pre, func(p preStep) bool { return p.byteLevel }) {
+			return nil, fail("pre_tokenizer: no ByteLevel step, so not a byte-level BPE")
+		}
+		if err = checkDecoder(f.Decoder); err != nil {
+			return nil, fail("decoder: %v", err)
+		}
 	}
 	if err = t.parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, fail("post_processor: %v", err)
-	}
-	if err = checkDecoder(f.Decoder); err != nil {
-		return nil, fail("decoder: %v", err)
 	}
 	if err = t.parseConfig(cj, gj); err != nil {
 		path := cjPath
@@ -256,8 +266,8 @@ func (t *Tokenizer) buildModel(m *modelJSON, added []addedTokenJSON) error {
 	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
 		return fmt.Errorf("model.end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
 	}
-	if m.ByteFallback {
-		return errors.New("model.byte_fallback: SentencePiece-style BPE is not supported")
+	if m.ByteFallback && t.spm == nil {
+		return errors.New("model.byte_fallback is not supported with a ByteLevel pre-tokenizer (only with SentencePiece-style BPE: Metaspace or none)")
 	}
 	if len(m.Vocab) == 0 {
 		return errors.New("model.vocab is empty")

