@@ -82,6 +82,26 @@ func TestSegmentsMarkContents(t *testing.T) {
 	}
 }
 
+// TestSegmentsMarksAreSeen: the marks are visible to a template, so the marked render is not
+// the prompt. Qwen 3's template asks whether a user message starts with "<tool_response>" (a
+// tool result sent as a user turn, which does not end the agent's turn); with the marks in front
+// it never does, the last query moves to that message, and the first assistant's reasoning,
+// which the real render keeps, is dropped, marks removed or not. RenderSegments must give the
+// real render's text (checkSegments compares it with Render), which is why it cannot make do with
+// the marked render alone.
+func TestSegmentsMarksAreSeen(t *testing.T) {
+	td := mustTestdata(t)
+	body := `{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>r</think>a"}, {"role": "user", "content": "<tool_response>x</tool_response>"}, {"role": "assistant", "content": "<think>r2</think>b"}]}`
+	segs := checkSegments(t, td.templates["qwen3"], body)
+	var all strings.Builder
+	for _, s := range segs {
+		all.WriteString(s.Text)
+	}
+	if !strings.Contains(all.String(), "<think>\nr\n</think>") {
+		t.Errorf("the first assistant's reasoning is missing: %q", all.String())
+	}
+}
+
 // TestSegmentsForgedBoundaries: special-token text typed into any part of the request lands in
 // Content segments, whatever the template does with it.
 func TestSegmentsForgedBoundaries(t *testing.T) {
