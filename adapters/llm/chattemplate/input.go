@@ -115,12 +115,16 @@ func (m *strMap) str(s string) string {
 	return m.other(s)
 }
 
-// variables builds the template's variables for in.
+// variables builds the template's variables for in. It runs once or twice per render
+// (RenderSegments builds a second set with the contents marked), so it allocates what the
+// values need and no more: parameter names for errors are formatted only on an error, dicts get
+// their key lists at the right size, and strings that are always the same (roles, "text") are
+// boxed once by the compiler rather than on every request.
 func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, error) {
 	if in == nil || len(in.Messages) == 0 {
 		return nil, &InputError{Param: "messages", Msg: "at least one message is required"}
 	}
-	vars := make(map[string]jinja.Value, len(in.Kwargs)+16)
+	vars := make(map[string]jinja.Value, len(in.Kwargs)+len(t.globals)+renderVars+4)
 	for k, v := range in.Kwargs {
 		if reserved[k] || strings.HasPrefix(k, "__ig_") {
 			return nil, inputErrorf("chat_template_kwargs", "%q cannot be set through chat_template_kwargs (it is the chat template's own variable)", k)
@@ -156,13 +160,12 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 	if in.Documents != nil {
 		docs := make([]jinja.Value, len(in.Documents))
 		for i, d := range in.Documents {
-			param := fmt.Sprintf("documents[%d]", i)
 			if !isJSONObject(d) {
-				return nil, inputErrorf(param, "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
+				return nil, inputErrorf(fmt.Sprintf("documents[%d]", i), "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
 			}
 			dv, err := jsonValue(d, t.limits.MaxInputDepth)
 			if err != nil {
-				return nil, inputErrorf(param, "%v", err)
+				return nil, inputErrorf(fmt.Sprintf("documents[%d]", i), "%v", err)
 			}
 			docs[i] = mapValue(dv, sm)
 		}
@@ -175,45 +178,99 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 	return vars, nil
 }
 
+// newDict is an empty dict with room for n keys (the engine's NewDict grows its key list by
+// appending, three allocations for four keys).
+func newDict(n int) (jinja.Value, *jinja.Dict) {
+	v := jinja.NewDict()
+	d := v.AsDict()
+	d.Keys = make([]string, 0, n)
+	return v, d
+}
+
+// str is jinja.NewString for the strings a template sees on every request: a constant is boxed
+// into the value without an allocation, a request's string is not.
+func str(s string) jinja.Value {
+	switch s {
+	case "system":
+		return jinja.NewString("system")
+	case "developer":
+		return jinja.NewString("developer")
+	case "user":
+		return jinja.NewString("user")
+	case "assistant":
+		return jinja.NewString("assistant")
+	case "tool":
+		return jinja.NewString("tool")
+	case "function":
+		return jinja.NewString("function")
+	case "text":
+		return jinja.NewString("text")
+	case "":
+		return jinja.NewString("")
+	}
+	return jinja.NewString(s)
+}
+
 func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
-	param := fmt.Sprintf("messages[%d]", i)
 	if !roles[m.Role] {
-		return jinja.Undefined(), inputErrorf(param+".role", "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
+		return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].role", i), "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
 	}
-	var texts []string
-	switch {
-	case m.Parts != nil:
-		texts = make([]string, len(m.Parts))
-		for j, p := range m.Parts {
-			if p.Type != "text" {
-				return jinja.Undefined(), inputErrorf(fmt.Sprintf("%s.content[%d].type", param, j),
-					"content parts of type %q are not supported: this model's chat template takes text parts only", p.Type)
-			}
-			texts[j] = p.Text
+	for j, p := range m.Parts {
+		if p.Type != "text" {
+			return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].content[%d].type", i, j),
+				"content parts of type %q are not supported: this model's chat template takes text parts only", p.Type)
 		}
-	case m.Content != nil:
-		texts = []string{*m.Content}
 	}
-	d := jinja.NewDict()
-	msg := d.AsDict()
-	msg.Set("role", jinja.NewString(m.Role))
+	n := 2
+	if m.Role == "assistant" {
+		if len(m.ToolCalls) > 0 {
+			n++
+		}
+		if m.Reasoning != nil {
+			n += 2
+		}
+	}
+	if m.Role == "tool" && m.ToolCallID != nil {
+		n++
+	}
+	if m.Name != "" {
+		n++
+	}
+	d, msg := newDict(n)
+	msg.Set("role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {
-		parts := make([]jinja.Value, len(texts))
-		for j, s := range texts {
-			p := jinja.NewDict()
-			p.AsDict().Set("type", jinja.NewString("text"))
-			p.AsDict().Set("text", jinja.NewString(sm.text(s)))
-			parts[j] = p
+		var parts []jinja.Value
+		switch {
+		case m.Parts != nil:
+			parts = make([]jinja.Value, len(m.Parts))
+			for j, p := range m.Parts {
+				parts[j] = textPart(sm.text(p.Text))
+			}
+		case m.Content != nil:
+			parts = []jinja.Value{textPart(sm.text(*m.Content))}
+		default:
+			parts = []jinja.Value{}
 		}
 		msg.Set("content", jinja.NewList(parts))
 	} else {
-		msg.Set("content", jinja.NewString(sm.text(strings.Join(texts, "\n"))))
+		var text string
+		switch {
+		case m.Parts != nil:
+			texts := make([]string, len(m.Parts))
+			for j, p := range m.Parts {
+				texts[j] = p.Text
+			}
+			text = strings.Join(texts, "\n")
+		case m.Content != nil:
+			text = *m.Content
+		}
+		msg.Set("content", jinja.NewString(sm.text(text)))
 	}
 	if m.Role == "assistant" {
 		if len(m.ToolCalls) > 0 {
 			calls := make([]jinja.Value, len(m.ToolCalls))
 			for j := range m.ToolCalls {
-				cv, err := t.toolCall(&m.ToolCalls[j], fmt.Sprintf("%s.tool_calls[%d]", param, j), sm)
+				cv, err := t.toolCall(&m.ToolCalls[j], i, j, sm)
 				if err != nil {
 					return jinja.Undefined(), err
 				}
@@ -236,63 +293,72 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 	return d, nil
 }
 
-func (t *Template) toolCall(c *ToolCall, param string, sm *strMap) (jinja.Value, error) {
+// textPart is {"type": "text", "text": text}.
+func textPart(text string) jinja.Value {
+	p, d := newDict(2)
+	d.Set("type", str("text"))
+	d.Set("text", jinja.NewString(text))
+	return p
+}
+
+// toolCall is the j-th tool call of message i.
+func (t *Template) toolCall(c *ToolCall, i, j int, sm *strMap) (jinja.Value, error) {
+	param := func() string { return fmt.Sprintf("messages[%d].tool_calls[%d]", i, j) }
 	if c.Function.Name == "" {
-		return jinja.Undefined(), inputErrorf(param+".function.name", "a tool call needs the name of the function it calls")
+		return jinja.Undefined(), inputErrorf(param()+".function.name", "a tool call needs the name of the function it calls")
 	}
 	args := jinja.NewDict() // vLLM: arguments that are not JSON become {}
 	if a := strings.TrimSpace(c.Function.Arguments); a != "" {
 		if v, err := jsonValue([]byte(a), t.limits.MaxInputDepth); err == nil {
 			args = mapValue(v, sm)
 		} else if errors.Is(err, errTooDeep) {
-			return jinja.Undefined(), inputErrorf(param+".function.arguments", "%v", err)
+			return jinja.Undefined(), inputErrorf(param()+".function.arguments", "%v", err)
 		}
 	}
-	fn := jinja.NewDict()
-	fn.AsDict().Set("name", jinja.NewString(sm.str(c.Function.Name)))
-	fn.AsDict().Set("arguments", args)
-	d := jinja.NewDict()
+	fn, fd := newDict(2)
+	fd.Set("name", jinja.NewString(sm.str(c.Function.Name)))
+	fd.Set("arguments", args)
+	d, dd := newDict(3)
 	if c.ID != "" {
-		d.AsDict().Set("id", jinja.NewString(sm.str(c.ID)))
+		dd.Set("id", jinja.NewString(sm.str(c.ID)))
 	}
 	if c.Type != "" {
-		d.AsDict().Set("type", jinja.NewString(c.Type))
+		dd.Set("type", str(c.Type))
 	}
-	d.AsDict().Set("function", fn)
+	dd.Set("function", fn)
 	return d, nil
 }
 
 func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
-	param := fmt.Sprintf("tools[%d]", i)
+	param := func() string { return fmt.Sprintf("tools[%d]", i) }
 	if tl.Type != "function" {
-		return jinja.Undefined(), inputErrorf(param+".type", "unsupported tool type %q: only \"function\" tools can be rendered", tl.Type)
+		return jinja.Undefined(), inputErrorf(param()+".type", "unsupported tool type %q: only \"function\" tools can be rendered", tl.Type)
 	}
 	f := &tl.Function
 	if f.Name == "" {
-		return jinja.Undefined(), inputErrorf(param+".function.name", "a function tool needs a name")
+		return jinja.Undefined(), inputErrorf(param()+".function.name", "a function tool needs a name")
 	}
-	fn := jinja.NewDict()
-	fd := fn.AsDict()
+	fn, fd := newDict(4)
 	fd.Set("name", jinja.NewString(sm.str(f.Name)))
 	if f.Description != nil {
 		fd.Set("description", jinja.NewString(sm.str(*f.Description)))
 	}
 	if len(f.Parameters) > 0 && !bytes.Equal(bytes.TrimSpace(f.Parameters), []byte("null")) {
 		if !isJSONObject(f.Parameters) {
-			return jinja.Undefined(), inputErrorf(param+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
+			return jinja.Undefined(), inputErrorf(param()+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
 		}
 		pv, err := jsonValue(f.Parameters, t.limits.MaxInputDepth)
 		if err != nil {
-			return jinja.Undefined(), inputErrorf(param+".function.parameters", "%v", err)
+			return jinja.Undefined(), inputErrorf(param()+".function.parameters", "%v", err)
 		}
 		fd.Set("parameters", mapValue(pv, sm))
 	}
 	if f.Strict != nil {
 		fd.Set("strict", jinja.NewBool(*f.Strict))
 	}
-	d := jinja.NewDict()
-	d.AsDict().Set("type", jinja.NewString(tl.Type))
-	d.AsDict().Set("function", fn)
+	d, dd := newDict(2)
+	dd.Set("type", str(tl.Type))
+	dd.Set("function", fn)
 	return d, nil
 }
 
