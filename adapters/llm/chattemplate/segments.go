@@ -124,12 +124,12 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 	if err != nil {
 		return nil, err
 	}
-	content := make([]bool, len(out)) // per byte of out: from the request
+	var content []span // of out: from the request
 
 	// Marks around contents; the same pass finds special tokens and mark characters in the
 	// request's strings.
 	var (
-		cores     []string
+		cores     int
 		found     bool // a special token in some string of the request
 		collision bool // a mark character in some string of the request
 	)
@@ -151,15 +151,15 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 			trail := strings.LastIndexFunc(s, notSpace)
 			_, size := utf8.DecodeRuneInString(s[trail:])
 			trail += size
-			id := strconv.Itoa(len(cores))
-			cores = append(cores, s[lead:trail])
+			id := strconv.Itoa(cores)
+			cores++
 			return s[:lead] + markOpen + id + markEnd + s[lead:trail] + markClose + id + markEnd + s[trail:]
 		},
 		other: func(s string) string { scan(s); return s },
 	}
-	if mvars, err := t.variables(in, sm); err == nil && !collision && len(cores) > 0 {
+	if mvars, err := t.variables(in, sm); err == nil && !collision && cores > 0 {
 		if mout, err := t.render(ctx, mvars); err == nil {
-			markContents(out, mout, content)
+			content = markContents(out, mout)
 		} else if ctx.Err() != nil {
 			return nil, err
 		}
@@ -192,8 +192,10 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 			return nil, err
 		}
 		kout, err := t.render(ctx, kvars)
-		if err == nil && unmask(out, kout, masked, content) {
-			return segments(out, content), nil
+		if err == nil {
+			if spans, ok := unmask(out, kout, masked); ok {
+				return segments(out, union(content, spans)), nil
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, &RenderError{Err: ctx.Err()}
@@ -211,10 +213,13 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 
 func notSpace(r rune) bool { return !unicode.IsSpace(r) && (r < 0x1c || r > 0x1f) }
 
-// markContents sets content[i] for the bytes of out that lie between a content's two marks in
-// mout, provided mout without its marks is out.
-func markContents(out, mout string, content []bool) {
-	var ranges [][2]int
+// span is a byte range [start, end) of a render.
+type span [2]int
+
+// markContents returns the ranges of out that lie between a content's two marks in mout, in
+// order and disjoint, provided mout without its marks is out; nil if it is not.
+func markContents(out, mout string) []span {
+	var ranges []span
 	pos := 0     // in out
 	open := -1   // in out, where the open content started
 	openID := "" // its id
@@ -225,7 +230,7 @@ func markContents(out, mout string, content []bool) {
 		}
 		// mout[i:i+j] is plain text and must be out's next bytes.
 		if pos+j > len(out) || mout[i:i+j] != out[pos:pos+j] {
-			return
+			return nil
 		}
 		pos += j
 		i += j
@@ -238,12 +243,12 @@ func markContents(out, mout string, content []bool) {
 		case strings.HasPrefix(mout[i:], markClose):
 			closing = true
 		default:
-			return // a mark character the request did not have: give up
+			return nil // a mark character the request did not have: give up
 		}
 		i += len(markOpen)
 		k := strings.Index(mout[i:], markEnd)
 		if k <= 0 {
-			return
+			return nil
 		}
 		id := mout[i : i+k]
 		i += k + len(markEnd)
@@ -251,27 +256,25 @@ func markContents(out, mout string, content []bool) {
 		case !closing:
 			open, openID = pos, id // an unclosed earlier one (cut by the template) is dropped
 		case open >= 0 && id == openID:
-			ranges = append(ranges, [2]int{open, pos})
+			if pos > open {
+				ranges = append(ranges, span{open, pos})
+			}
 			open = -1
 		default:
 			open = -1 // a close without its open: the template cut the content
 		}
 	}
 	if pos != len(out) {
-		return
+		return nil
 	}
-	for _, r := range ranges {
-		for b := r[0]; b < r[1]; b++ {
-			content[b] = true
-		}
-	}
+	return ranges
 }
 
 // unmask matches kout against out, each placeholder standing for its token (or the token with
-// its case changed: an upper filter), the text between placeholders matching exactly, and marks
-// the placeholders' places in content. False when kout does not match out so.
-func unmask(out, kout string, masked []string, content []bool) bool {
-	var spans [][2]int
+// its case changed: an upper filter), the text between placeholders matching exactly, and returns
+// the placeholders' places in out, in order. False when kout does not match out so.
+func unmask(out, kout string, masked []string) ([]span, bool) {
+	var spans []span
 	pos := 0
 	for {
 		j := strings.Index(kout, maskOpen)
@@ -279,7 +282,7 @@ func unmask(out, kout string, masked []string, content []bool) bool {
 			j = len(kout)
 		}
 		if !strings.HasPrefix(out[pos:], kout[:j]) {
-			return false
+			return nil, false
 		}
 		pos += j
 		if j == len(kout) {
@@ -287,42 +290,73 @@ func unmask(out, kout string, masked []string, content []bool) bool {
 		}
 		k := strings.Index(kout[j:], markEnd)
 		if k < 0 {
-			return false
+			return nil, false
 		}
 		n, err := strconv.Atoi(kout[j+len(maskOpen) : j+k])
 		if err != nil || n < 0 || n >= len(masked) {
-			return false
+			return nil, false
 		}
 		tok := masked[n]
 		if len(out)-pos < len(tok) || !strings.EqualFold(out[pos:pos+len(tok)], tok) {
-			return false
+			return nil, false
 		}
-		spans = append(spans, [2]int{pos, pos + len(tok)})
+		spans = append(spans, span{pos, pos + len(tok)})
 		pos += len(tok)
 		kout = kout[j+k+len(markEnd):]
 	}
 	if pos != len(out) {
-		return false
+		return nil, false
 	}
-	for _, s := range spans {
-		for b := s[0]; b < s[1]; b++ {
-			content[b] = true
-		}
-	}
-	return true
+	return spans, true
 }
 
-func segments(out string, content []bool) []Segment {
-	var segs []Segment
-	start := 0
-	for i := 1; i <= len(out); i++ {
-		if i == len(out) || content[i] != content[start] {
-			segs = append(segs, Segment{Text: out[start:i], Content: content[start]})
-			start = i
-		}
+// union merges two lists of ordered, disjoint, non-empty ranges into one.
+func union(a, b []span) []span {
+	if len(a) == 0 {
+		return b
 	}
-	if len(segs) == 0 {
-		segs = []Segment{{Text: ""}}
+	if len(b) == 0 {
+		return a
+	}
+	all := make([]span, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		var r span
+		if len(b) == 0 || len(a) > 0 && a[0][0] <= b[0][0] {
+			r, a = a[0], a[1:]
+		} else {
+			r, b = b[0], b[1:]
+		}
+		if k := len(all); k > 0 && r[0] <= all[k-1][1] {
+			all[k-1][1] = max(all[k-1][1], r[1])
+			continue
+		}
+		all = append(all, r)
+	}
+	return all
+}
+
+// segments cuts out at the edges of the ranges (ordered, disjoint, non-empty), which become
+// Content segments; ranges that touch make one segment.
+func segments(out string, ranges []span) []Segment {
+	if out == "" {
+		return []Segment{{Text: ""}}
+	}
+	segs := make([]Segment, 0, 2*len(ranges)+1)
+	pos := 0
+	for i := 0; i < len(ranges); i++ {
+		start, end := ranges[i][0], ranges[i][1]
+		for i+1 < len(ranges) && ranges[i+1][0] == end {
+			i++
+			end = ranges[i][1]
+		}
+		if start > pos {
+			segs = append(segs, Segment{Text: out[pos:start]})
+		}
+		segs = append(segs, Segment{Text: out[start:end], Content: true})
+		pos = end
+	}
+	if pos < len(out) {
+		segs = append(segs, Segment{Text: out[pos:]})
 	}
 	return segs
 }
