@@ -323,7 +323,7 @@ func (t *Template) toolCall(c *ToolCall, i, j int, sm *strMap) (jinja.Value, err
 		dd.Set("id", jinja.NewString(sm.str(c.ID)))
 	}
 	if c.Type != "" {
-		dd.Set("type", str(c.Type))
+		dd.Set("type", str(sm.str(c.Type)))
 	}
 	dd.Set("function", fn)
 	return d, nil

@@ -103,7 +103,7 @@ func hasMarkRune(s string) bool {
 // second step.
 //
 // Safety does not rest on the marks: if any string of the request (contents, names, tool
-// definitions and arguments, documents, chat_template_kwargs, object keys included) contains a
+// definitions and calls, documents, chat_template_kwargs, object keys included) contains a
 // special token, a third render replaces each such occurrence with a placeholder; if that
 // render, placeholders put back, is byte-identical to the real one (case aside: a template may
 // upper-case a title), every placeholder's place is a
