@@ -398,8 +398,9 @@ func isJSONObject(raw []byte) bool {
 // extension; true when absent). Anything it cannot take is an *InputError naming the field.
 //
 // Field names match as encoding/json matches them (in any letter case). A key repeated in one
-// object is read as encoding/json reads it into a struct, merging the repeats; no client sends
-// one, and which reading such a body gets is not part of the contract.
+// object is read as encoding/json reads it into a struct, merging the repeats (no client sends
+// one). A request is read in one pass over its bytes (decodeFast); what that pass does not take
+// as is, encoding/json reads field by field (decodeChecked), to word the error.
 func DecodeRequest(body []byte) (*Input, error) {
 	if in := decodeFast(body); in != nil {
 		return in, nil
@@ -636,157 +637,8 @@ func goTypeName(t string) string {
 	return t
 }
 
-// The fast path reads a valid request in one pass; anything it does not like sends the request
-// to decodeChecked, which words the error.
-
-type fastRequest struct {
-	Messages []struct {
-		Role             *string        `json:"role"`
-		Content          fastContent    `json:"content"`
-		Name             *string        `json:"name"`
-		ToolCalls        []fastToolCall `json:"tool_calls"`
-		ToolCallID       *string        `json:"tool_call_id"`
-		Reasoning        *string        `json:"reasoning"`
-		ReasoningContent *string        `json:"reasoning_content"`
-	} `json:"messages"`
-	Tools []struct {
-		Type     string `json:"type"`
-		Function *struct {
-			Name        *string         `json:"name"`
-			Description *string         `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-			Strict      *bool           `json:"strict"`
-		} `json:"function"`
-	} `json:"tools"`
-	Documents           []json.RawMessage          `json:"documents"`
-	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
-}
-
-type fastToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function *struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	} `json:"function"`
-}
-
-// fastContent is a message's content: a string, text parts, or null.
-type fastContent struct {
-	str   *string
-	parts []ContentPart
-}
-
-var errNotFast = errors.New("not for the fast path")
-
-func (c *fastContent) UnmarshalJSON(b []byte) error {
-	*c = fastContent{} // a repeated key: the last one wins
-	switch {
-	case len(b) == 0 || b[0] == 'n':
-		return nil
-	case b[0] == '"':
-		s, ok := unquote(b)
-		if !ok {
-			return errNotFast
-		}
-		c.str = &s
-		return nil
-	case b[0] == '[':
-		var parts []struct {
-			Type *string `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(b, &parts); err != nil {
-			return err
-		}
-		c.parts = make([]ContentPart, len(parts))
-		for i, p := range parts {
-			if p.Type == nil || *p.Type != "text" || p.Text == nil {
-				return errNotFast
-			}
-			c.parts[i] = ContentPart{Type: "text", Text: *p.Text}
-		}
-		return nil
-	}
-	return errNotFast
-}
-
-func decodeFast(body []byte) *Input {
-	var req fastRequest
-	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
-		return nil
-	}
-	in := &Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
-	in.Messages = make([]Message, len(req.Messages))
-	for i := range req.Messages {
-		w := &req.Messages[i]
-		if w.Role == nil || !roles[*w.Role] {
-			return nil
-		}
-		m := &in.Messages[i]
-		m.Role, m.Content, m.Parts = *w.Role, w.Content.str, w.Content.parts
-		if m.Content == nil && m.Parts == nil && m.Role != "assistant" {
-			return nil
-		}
-		if w.Name != nil {
-			m.Name = *w.Name
-		}
-		m.ToolCallID = w.ToolCallID
-		m.Reasoning = w.Reasoning
-		if m.Reasoning == nil {
-			m.Reasoning = w.ReasoningContent
-		}
-		if len(w.ToolCalls) > 0 {
-			m.ToolCalls = make([]ToolCall, len(w.ToolCalls))
-			for j, c := range w.ToolCalls {
-				if c.Function == nil || c.Function.Name == "" {
-					return nil
-				}
-				tc := ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
-				args := bytes.TrimSpace(c.Function.Arguments)
-				switch {
-				case len(args) > 0 && args[0] == '"':
-					if json.Unmarshal(args, &tc.Function.Arguments) != nil {
-						return nil
-					}
-				case len(args) > 0 && (args[0] == '{' || args[0] == '['):
-					tc.Function.Arguments = string(args)
-				}
-				m.ToolCalls[j] = tc
-			}
-		}
-	}
-	if req.Tools != nil {
-		in.Tools = make([]Tool, len(req.Tools))
-		for i, t := range req.Tools {
-			f := t.Function
-			if t.Type != "function" || f == nil || f.Name == nil || *f.Name == "" {
-				return nil
-			}
-			if p := bytes.TrimSpace(f.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !isJSONObject(p) {
-				return nil
-			}
-			in.Tools[i] = Tool{Type: t.Type, Function: FunctionDef{Name: *f.Name, Description: f.Description, Parameters: f.Parameters, Strict: f.Strict}}
-		}
-	}
-	for _, d := range req.Documents {
-		if !isJSONObject(d) {
-			return nil
-		}
-	}
-	in.Documents = req.Documents
-	if req.ChatTemplateKwargs != nil {
-		in.Kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
-		for k, v := range req.ChatTemplateKwargs {
-			in.Kwargs[k] = v
-		}
-	}
-	return in
-}
-
-// unquote reads a JSON string that encoding/json has already checked, as encoding/json does
-// (invalid UTF-8 and lone surrogates become U+FFFD) but without checking it again.
+// unquote reads a JSON string literal already checked (by encoding/json or by the fast reader),
+// as encoding/json does (invalid UTF-8 and lone surrogates become U+FFFD).
 func unquote(b []byte) (string, bool) {
 	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
 		return "", false
