@@ -222,6 +222,11 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 	if !slices.ContainsFunc(t.pre, func(p preStep) bool { return p.byteLevel }) {
 		return nil, fail("pre_tokenizer: no ByteLevel step, so not a byte-level BPE")
 	}
+	for i, p := range t.pre {
+		if p.split != nil || p.prefixSpace {
+			t.preEnd = i + 1
+		}
+	}
 	if err = t.parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, fail("post_processor: %v", err)
 	}
