@@ -79,20 +79,36 @@ func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 // chat: templates write their own BOS). Errors are for the client (chattemplate.OpenAIError
 // maps them), or an *pipeline.Error when the model has no chat template.
 func (m *Model) ChatTokens(ctx context.Context, in *chattemplate.Input, addSpecial bool) ([]int, error) {
+	text, opts, err := m.chatText(ctx, in, addSpecial)
+	if err != nil {
+		return nil, err
+	}
+	return m.tok.Encode(text, opts), nil
+}
+
+// chatText renders a conversation and says how to tokenize the render.
+func (m *Model) chatText(ctx context.Context, in *chattemplate.Input, addSpecial bool) (string, tokenizer.Options, error) {
+	opts := tokenizer.Options{ParseSpecial: true, AddSpecialTokens: addSpecial}
 	if m.tmpl == nil {
-		return nil, pipeline.InvalidRequest("messages", "chat_template_missing",
+		return "", opts, pipeline.InvalidRequest("messages", "chat_template_missing",
 			fmt.Sprintf("Model `%s` has no chat template (its tokenizer_config.json names none): send a prompt to /v1/completions instead.", m.name))
+	}
+	if m.opts.SpecialInContent {
+		// Special-token text is read as such everywhere: the render alone will do, and it is
+		// one render where RenderSegments needs two.
+		text, err := m.tmpl.Render(ctx, in)
+		if err != nil {
+			return "", opts, chattemplate.OpenAIError(err)
+		}
+		return text, opts, nil
 	}
 	segs, err := m.tmpl.RenderSegments(ctx, in, m.specials)
 	if err != nil {
-		return nil, chattemplate.OpenAIError(err)
+		return "", opts, chattemplate.OpenAIError(err)
 	}
 	text, plain := join(segs)
-	opts := tokenizer.Options{ParseSpecial: true, AddSpecialTokens: addSpecial}
-	if !m.opts.SpecialInContent {
-		opts.Plain = plain
-	}
-	return m.tok.Encode(text, opts), nil
+	opts.Plain = plain
+	return text, opts, nil
 }
 
 // join concatenates a render's segments and returns the byte ranges of the request's text.
@@ -133,8 +149,11 @@ func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok
 		if err != nil {
 			return 0, false, chattemplate.OpenAIError(err)
 		}
-		ids, err := m.ChatTokens(ctx, in, false)
-		return len(ids), err == nil, err
+		text, opts, err := m.chatText(ctx, in, false)
+		if err != nil {
+			return 0, false, err
+		}
+		return m.tok.Count(text, opts), true, nil
 	case "/v1/completions":
 		f, err := req.Fields()
 		if err != nil {
