@@ -75,6 +75,7 @@ func FuzzRender(f *testing.F) {
 		if all.String() != out {
 			t.Fatalf("segments %q do not make the render %q", all.String(), out)
 		}
+		checkSpans(t, tmpl, in, segs)
 		// The template's own count of each token: the same conversation without special tokens.
 		strip := strings.NewReplacer("<|im_end|>", "", "<|im_start|>", "", "<|eot_id|>", "", "<start_of_turn>", "", "<｜Assistant｜>", "")
 		clean := *in

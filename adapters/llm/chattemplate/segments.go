@@ -116,13 +116,40 @@ func hasMarkRune(s string) bool {
 // the template follows with "end|>". No known template emits a special token's tail after a
 // content.
 func (t *Template) RenderSegments(ctx context.Context, in *Input, special *SpecialTokens) ([]Segment, error) {
-	vars, err := t.variables(in, nil)
+	out, content, err := t.renderSpans(ctx, in, special)
 	if err != nil {
 		return nil, err
 	}
+	return segments(out, content), nil
+}
+
+// RenderSpans is RenderSegments for a tokenizer: the render, and the byte ranges of it that are
+// Content segments (sorted, disjoint, not touching), which is what a tokenizer's plain ranges
+// are (tokenizer.Options.Plain), without cutting the render into segments and joining them again.
+func (t *Template) RenderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, [][2]int, error) {
+	out, content, err := t.renderSpans(ctx, in, special)
+	if err != nil {
+		return "", nil, err
+	}
+	plain := make([][2]int, 0, len(content))
+	for _, r := range content {
+		if k := len(plain); k > 0 && plain[k-1][1] == r[0] {
+			plain[k-1][1] = r[1] // touching: one segment
+			continue
+		}
+		plain = append(plain, r)
+	}
+	return out, plain, nil
+}
+
+func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, []span, error) {
+	vars, err := t.variables(in, nil)
+	if err != nil {
+		return "", nil, err
+	}
 	out, err := t.render(ctx, vars)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	var content []span // of out: from the request
 
@@ -161,13 +188,13 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 		if mout, err := t.render(ctx, mvars); err == nil {
 			content = markContents(out, mout)
 		} else if ctx.Err() != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
 
 	if found {
 		if collision {
-			return nil, &InputError{Param: "messages", Msg: "the request contains characters of Unicode's private-use plane 16 together with special-token text; remove either"}
+			return "", nil, &InputError{Param: "messages", Msg: "the request contains characters of Unicode's private-use plane 16 together with special-token text; remove either"}
 		}
 		var masked []string
 		mask := func(s string) string {
@@ -189,26 +216,26 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 		}
 		kvars, err := t.variables(in, &strMap{content: mask, other: mask})
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		kout, err := t.render(ctx, kvars)
 		if err == nil {
 			if spans, ok := unmask(out, kout, masked); ok {
-				return segments(out, union(content, spans)), nil
+				return out, union(content, spans), nil
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, &RenderError{Err: ctx.Err()}
+			return "", nil, &RenderError{Err: ctx.Err()}
 		}
 		// The template reacts to the special-token text itself: accept the render only if it
 		// holds none of the request's special tokens.
 		for _, tok := range masked {
 			if strings.Contains(out, tok) {
-				return nil, inputErrorf("messages", "the request contains the special token %q, which this model's chat template interprets; remove it from the message contents", tok)
+				return "", nil, inputErrorf("messages", "the request contains the special token %q, which this model's chat template interprets; remove it from the message contents", tok)
 			}
 		}
 	}
-	return segments(out, content), nil
+	return out, content, nil
 }
 
 func notSpace(r rune) bool { return !unicode.IsSpace(r) && (r < 0x1c || r > 0x1f) }

@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,7 @@ func checkSegments(t *testing.T, tmpl *Template, body string) []Segment {
 	if all.String() != out {
 		t.Fatalf("segments make %q, Render %q", all.String(), out)
 	}
+	checkSpans(t, tmpl, in, segs)
 	clean, _ := DecodeRequest([]byte(strings.NewReplacer("<|im_end|>", "", "<|im_start|>", "", "<|eot_id|>", "",
 		"<|start_header_id|>", "", "<|end_header_id|>", "", "<end_of_turn>", "", "<start_of_turn>", "", "<｜Assistant｜>", "").Replace(body)))
 	cleanOut, err := tmpl.Render(context.Background(), clean)
@@ -54,6 +56,26 @@ func checkSegments(t *testing.T, tmpl *Template, body string) []Segment {
 		}
 	}
 	return segs
+}
+
+// checkSpans: RenderSpans gives the text of the segments and the ranges of their Content ones.
+func checkSpans(t *testing.T, tmpl *Template, in *Input, segs []Segment) {
+	t.Helper()
+	text, plain, err := tmpl.RenderSpans(context.Background(), in, specialTokens)
+	if err != nil {
+		t.Fatalf("RenderSpans: %v", err)
+	}
+	var want [][2]int
+	pos := 0
+	for _, s := range segs {
+		if s.Content {
+			want = append(want, [2]int{pos, pos + len(s.Text)})
+		}
+		pos += len(s.Text)
+	}
+	if pos != len(text) || !reflect.DeepEqual(plain, want) && len(plain)+len(want) > 0 {
+		t.Fatalf("RenderSpans: %d bytes, ranges %v; the segments: %d bytes, ranges %v", len(text), plain, pos, want)
+	}
 }
 
 func contents(segs []Segment) []string {

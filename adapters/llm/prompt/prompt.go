@@ -102,34 +102,12 @@ func (m *Model) chatText(ctx context.Context, in *chattemplate.Input, addSpecial
 		}
 		return text, opts, nil
 	}
-	segs, err := m.tmpl.RenderSegments(ctx, in, m.specials)
+	text, plain, err := m.tmpl.RenderSpans(ctx, in, m.specials)
 	if err != nil {
 		return "", opts, chattemplate.OpenAIError(err)
 	}
-	text, plain := join(segs)
 	opts.Plain = plain
 	return text, opts, nil
-}
-
-// join concatenates a render's segments and returns the byte ranges of the request's text.
-func join(segs []chattemplate.Segment) (string, [][2]int) {
-	n := 0
-	for _, s := range segs {
-		n += len(s.Text)
-	}
-	b := make([]byte, 0, n)
-	var plain [][2]int
-	for _, s := range segs {
-		if s.Content && s.Text != "" {
-			if k := len(plain); k > 0 && plain[k-1][1] == len(b) {
-				plain[k-1][1] += len(s.Text)
-			} else {
-				plain = append(plain, [2]int{len(b), len(b) + len(s.Text)})
-			}
-		}
-		b = append(b, s.Text...)
-	}
-	return string(b), plain
 }
 
 // TextTokens tokenizes a completion prompt; addSpecial as vLLM's add_special_tokens (true for
