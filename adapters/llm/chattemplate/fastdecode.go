@@ -581,7 +581,9 @@ func (r *fastReader) messages() []fastMessage {
 		r.ok = false
 		return nil
 	}
-	msgs := make([]fastMessage, 0, 16)
+	// Room for as many messages as the body has "role" keys (inside a string its quotes would
+	// be escaped), up to a bound: a hint, which a body of "role"s must not turn into memory.
+	msgs := make([]fastMessage, 0, min(256, max(1, bytes.Count(r.b[r.i:], []byte(`"role"`)))))
 	r.array(func() bool {
 		if r.peek() != '{' {
 			return false
