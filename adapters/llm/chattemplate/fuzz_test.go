@@ -131,6 +131,8 @@ func FuzzCompile(f *testing.F) {
 		f.Add(td.sources[m.Name])
 	}
 	for _, s := range []string{
+		`{{ 'a' + messages[0].content | upper + 1 + none + [1] }}{{ 'b' + 1.5e+3 }}{{ '' + 'c' ~ 'd' }}`,
+		`{{ 'a' + 1 - 1 }}{{ 'a' + 'b' if true else 'c' }}{{ 'a' + 'b' == 'ab' }}{{ 'a' + -1 }}{{ 'a' + 'b' in 'ab' }}`,
 		`{% for x in messages %}{{ x.content | tojson(indent=2) }}{% endfor %}`,
 		`{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}`,
 		`{{ {'a': {'b': [1, {}]}} | tojson }}{% raw %}{{{% endraw %}`,
@@ -162,6 +164,15 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		out, err := tmpl.Render(context.Background(), in)
+		// Output tags printed operand by operand print what the engine prints for them whole.
+		if whole, werr := compile(src, Options{Limits: lim}, false); werr == nil {
+			wout, werr := whole.Render(context.Background(), in)
+			var le *LimitError
+			timedOut := errors.As(err, &le) && le.Limit == "MaxDuration" || errors.As(werr, &le) && le.Limit == "MaxDuration"
+			if !timedOut && (wout != out || (werr == nil) != (err == nil)) {
+				t.Fatalf("split output tags: %q, %v; whole: %q, %v", out, err, wout, werr)
+			}
+		}
 		if err != nil {
 			checkTyped(t, err)
 			return

@@ -94,8 +94,14 @@ type Template struct {
 // source that does not parse, or uses a filter or test the engine lacks, is a *SyntaxError; one
 // over MaxTemplateBytes or MaxNesting a *LimitError.
 func Compile(source string, opts Options) (t *Template, err error) {
+	return compile(source, opts, true)
+}
+
+// compile is Compile; splitOutputs false leaves output tags whole (see splitConcat), for the
+// tests that hold the split to the engine's own reading.
+func compile(source string, opts Options, splitOutputs bool) (t *Template, err error) {
 	lim := opts.Limits.withDefaults()
-	pre, err := preprocess(source, &lim)
+	pre, err := preprocess(source, &lim, splitOutputs)
 	if err != nil {
 		return nil, err
 	}
