@@ -187,6 +187,13 @@ func newDict(n int) (jinja.Value, *jinja.Dict) {
 	return v, d
 }
 
+// add sets a key the dict does not have yet: one map operation where Set makes two (it looks
+// for the key first, to keep its place in the key list).
+func add(d *jinja.Dict, key string, v jinja.Value) {
+	d.Keys = append(d.Keys, key)
+	d.Data[key] = v
+}
+
 // str is jinja.NewString for the strings a template sees on every request: a constant is boxed
 // into the value without an allocation, a request's string is not.
 func str(s string) jinja.Value {
@@ -237,7 +244,7 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 		n++
 	}
 	d, msg := newDict(n)
-	msg.Set("role", str(m.Role))
+	add(msg, "role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {
 		var parts []jinja.Value
 		switch {
@@ -251,7 +258,7 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 		default:
 			parts = []jinja.Value{}
 		}
-		msg.Set("content", jinja.NewList(parts))
+		add(msg, "content", jinja.NewList(parts))
 	} else {
 		var text string
 		switch {
@@ -264,7 +271,7 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 		case m.Content != nil:
 			text = *m.Content
 		}
-		msg.Set("content", jinja.NewString(sm.text(text)))
+		add(msg, "content", jinja.NewString(sm.text(text)))
 	}
 	if m.Role == "assistant" {
 		if len(m.ToolCalls) > 0 {
@@ -276,19 +283,19 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 				}
 				calls[j] = cv
 			}
-			msg.Set("tool_calls", jinja.NewList(calls))
+			add(msg, "tool_calls", jinja.NewList(calls))
 		}
 		if m.Reasoning != nil {
 			r := jinja.NewString(sm.text(*m.Reasoning))
-			msg.Set("reasoning", r)
-			msg.Set("reasoning_content", r)
+			add(msg, "reasoning", r)
+			add(msg, "reasoning_content", r)
 		}
 	}
 	if m.Role == "tool" && m.ToolCallID != nil {
-		msg.Set("tool_call_id", jinja.NewString(sm.str(*m.ToolCallID)))
+		add(msg, "tool_call_id", jinja.NewString(sm.str(*m.ToolCallID)))
 	}
 	if m.Name != "" {
-		msg.Set("name", jinja.NewString(sm.str(m.Name)))
+		add(msg, "name", jinja.NewString(sm.str(m.Name)))
 	}
 	return d, nil
 }
@@ -296,8 +303,8 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 // textPart is {"type": "text", "text": text}.
 func textPart(text string) jinja.Value {
 	p, d := newDict(2)
-	d.Set("type", str("text"))
-	d.Set("text", jinja.NewString(text))
+	add(d, "type", str("text"))
+	add(d, "text", jinja.NewString(text))
 	return p
 }
 
@@ -316,16 +323,16 @@ func (t *Template) toolCall(c *ToolCall, i, j int, sm *strMap) (jinja.Value, err
 		}
 	}
 	fn, fd := newDict(2)
-	fd.Set("name", jinja.NewString(sm.str(c.Function.Name)))
-	fd.Set("arguments", args)
+	add(fd, "name", jinja.NewString(sm.str(c.Function.Name)))
+	add(fd, "arguments", args)
 	d, dd := newDict(3)
 	if c.ID != "" {
-		dd.Set("id", jinja.NewString(sm.str(c.ID)))
+		add(dd, "id", jinja.NewString(sm.str(c.ID)))
 	}
 	if c.Type != "" {
-		dd.Set("type", str(sm.str(c.Type)))
+		add(dd, "type", str(sm.str(c.Type)))
 	}
-	dd.Set("function", fn)
+	add(dd, "function", fn)
 	return d, nil
 }
 
@@ -339,9 +346,9 @@ func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
 		return jinja.Undefined(), inputErrorf(param()+".function.name", "a function tool needs a name")
 	}
 	fn, fd := newDict(4)
-	fd.Set("name", jinja.NewString(sm.str(f.Name)))
+	add(fd, "name", jinja.NewString(sm.str(f.Name)))
 	if f.Description != nil {
-		fd.Set("description", jinja.NewString(sm.str(*f.Description)))
+		add(fd, "description", jinja.NewString(sm.str(*f.Description)))
 	}
 	if len(f.Parameters) > 0 && !bytes.Equal(bytes.TrimSpace(f.Parameters), []byte("null")) {
 		if !isJSONObject(f.Parameters) {
@@ -351,14 +358,14 @@ func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
 		if err != nil {
 			return jinja.Undefined(), inputErrorf(param()+".function.parameters", "%v", err)
 		}
-		fd.Set("parameters", mapValue(pv, sm))
+		add(fd, "parameters", mapValue(pv, sm))
 	}
 	if f.Strict != nil {
-		fd.Set("strict", jinja.NewBool(*f.Strict))
+		add(fd, "strict", jinja.NewBool(*f.Strict))
 	}
 	d, dd := newDict(2)
-	dd.Set("type", str(tl.Type))
-	dd.Set("function", fn)
+	add(dd, "type", str(tl.Type))
+	add(dd, "function", fn)
 	return d, nil
 }
 

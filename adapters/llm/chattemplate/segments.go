@@ -25,17 +25,29 @@ type Segment struct {
 type SpecialTokens struct {
 	byFirst [256][]string // by first byte, longest first
 	n       int
+	// only is the first byte of every token when they share one ('<' for most models), so
+	// that find can jump from one to the next; -1 when they do not.
+	only int
 }
 
 // NewSpecialTokens indexes tokens (empty strings are ignored).
 func NewSpecialTokens(tokens []string) *SpecialTokens {
-	s := &SpecialTokens{}
+	s := &SpecialTokens{only: -1}
 	for _, t := range tokens {
 		if t == "" {
 			continue
 		}
+		switch {
+		case s.n == 0:
+			s.only = int(t[0])
+		case int(t[0]) != s.only:
+			s.only = 256 // several first bytes
+		}
 		s.byFirst[t[0]] = append(s.byFirst[t[0]], t)
 		s.n++
+	}
+	if s.only > 255 {
+		s.only = -1
 	}
 	for i := range s.byFirst {
 		l := s.byFirst[i]
@@ -58,6 +70,17 @@ func (s *SpecialTokens) match(str string) string {
 func (s *SpecialTokens) find(str string) bool {
 	if s == nil || s.n == 0 {
 		return false
+	}
+	if s.only >= 0 {
+		for i := 0; ; i++ {
+			j := strings.IndexByte(str[i:], byte(s.only))
+			if j < 0 {
+				return false
+			}
+			if i += j; s.match(str[i:]) != "" {
+				return true
+			}
+		}
 	}
 	for i := 0; i < len(str); i++ {
 		if len(s.byFirst[str[i]]) > 0 && s.match(str[i:]) != "" {

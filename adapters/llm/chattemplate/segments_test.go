@@ -181,3 +181,28 @@ func TestSegmentsRefuse(t *testing.T) {
 func jsonEsc(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
+
+// TestSpecialTokensFind: find, which jumps between the tokens' shared first byte when they have
+// one, finds what a look at every position finds.
+func TestSpecialTokensFind(t *testing.T) {
+	naive := func(s *SpecialTokens, str string) bool {
+		for i := range len(str) {
+			if s.match(str[i:]) != "" {
+				return true
+			}
+		}
+		return false
+	}
+	qwen := NewSpecialTokens([]string{"<|im_start|>", "<|im_end|>", "<think>", "<|endoftext|>"})
+	mixed := NewSpecialTokens([]string{"<|im_end|>", "[INST]", "</s>"})
+	if qwen.only != '<' || mixed.only != -1 {
+		t.Fatalf("only: %d, %d", qwen.only, mixed.only)
+	}
+	for _, str := range []string{"", "<", "<<", "x<|im_end", "x<|im_end|>", "<<|im_end|>", "<think", "a<b<think>c", "[INST]", "a</s", "a</s>", "é<|endoftext|>é", strings.Repeat("<|im_", 100) + "end|>"} {
+		for _, s := range []*SpecialTokens{qwen, mixed, specialTokens} {
+			if got, want := s.find(str), naive(s, str); got != want {
+				t.Errorf("%q: find %v, want %v", str, got, want)
+			}
+		}
+	}
+}
