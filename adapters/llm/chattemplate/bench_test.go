@@ -82,3 +82,16 @@ func TestBenchRequestSize(t *testing.T) {
 		t.Errorf("%d bytes of content, want about 4 KB", n)
 	}
 }
+
+// BenchmarkDecodeRequest reads benchRequest's body, as every chat request's context-length check
+// does before it renders.
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := benchRequest()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -82,5 +82,8 @@
 //
 // RenderSegments tells which bytes of the prompt came from the request, so that a tokenizer can
 // read special tokens only in the template's own text (a user typing "<|im_end|>" must not end a
-// turn). See its doc for how, and for the limits of the approach.
+// turn); RenderSpans gives the same as the render and the byte ranges a tokenizer takes. See
+// RenderSegments' doc for how, and for the limits of the approach: it renders twice (three
+// times when the request holds special-token text), since the marks it needs are visible to the
+// template and the real render is the reference the marked one is checked against.
 package chattemplate

@@ -115,12 +115,16 @@ func (m *strMap) str(s string) string {
 	return m.other(s)
 }
 
-// variables builds the template's variables for in.
+// variables builds the template's variables for in. It runs once or twice per render
+// (RenderSegments builds a second set with the contents marked), so it allocates what the
+// values need and no more: parameter names for errors are formatted only on an error, dicts get
+// their key lists at the right size, and strings that are always the same (roles, "text") are
+// boxed once by the compiler rather than on every request.
 func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, error) {
 	if in == nil || len(in.Messages) == 0 {
 		return nil, &InputError{Param: "messages", Msg: "at least one message is required"}
 	}
-	vars := make(map[string]jinja.Value, len(in.Kwargs)+16)
+	vars := make(map[string]jinja.Value, len(in.Kwargs)+len(t.globals)+renderVars+4)
 	for k, v := range in.Kwargs {
 		if reserved[k] || strings.HasPrefix(k, "__ig_") {
 			return nil, inputErrorf("chat_template_kwargs", "%q cannot be set through chat_template_kwargs (it is the chat template's own variable)", k)
@@ -156,13 +160,12 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 	if in.Documents != nil {
 		docs := make([]jinja.Value, len(in.Documents))
 		for i, d := range in.Documents {
-			param := fmt.Sprintf("documents[%d]", i)
 			if !isJSONObject(d) {
-				return nil, inputErrorf(param, "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
+				return nil, inputErrorf(fmt.Sprintf("documents[%d]", i), "a document must be a JSON object (such as {\"title\": ..., \"text\": ...})")
 			}
 			dv, err := jsonValue(d, t.limits.MaxInputDepth)
 			if err != nil {
-				return nil, inputErrorf(param, "%v", err)
+				return nil, inputErrorf(fmt.Sprintf("documents[%d]", i), "%v", err)
 			}
 			docs[i] = mapValue(dv, sm)
 		}
@@ -175,124 +178,194 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 	return vars, nil
 }
 
+// newDict is an empty dict with room for n keys (the engine's NewDict grows its key list by
+// appending, three allocations for four keys).
+func newDict(n int) (jinja.Value, *jinja.Dict) {
+	v := jinja.NewDict()
+	d := v.AsDict()
+	d.Keys = make([]string, 0, n)
+	return v, d
+}
+
+// add sets a key the dict does not have yet: one map operation where Set makes two (it looks
+// for the key first, to keep its place in the key list).
+func add(d *jinja.Dict, key string, v jinja.Value) {
+	d.Keys = append(d.Keys, key)
+	d.Data[key] = v
+}
+
+// str is jinja.NewString for the strings a template sees on every request: a constant is boxed
+// into the value without an allocation, a request's string is not.
+func str(s string) jinja.Value {
+	switch s {
+	case "system":
+		return jinja.NewString("system")
+	case "developer":
+		return jinja.NewString("developer")
+	case "user":
+		return jinja.NewString("user")
+	case "assistant":
+		return jinja.NewString("assistant")
+	case "tool":
+		return jinja.NewString("tool")
+	case "function":
+		return jinja.NewString("function")
+	case "text":
+		return jinja.NewString("text")
+	case "":
+		return jinja.NewString("")
+	}
+	return jinja.NewString(s)
+}
+
 func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
-	param := fmt.Sprintf("messages[%d]", i)
 	if !roles[m.Role] {
-		return jinja.Undefined(), inputErrorf(param+".role", "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
+		return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].role", i), "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
 	}
-	var texts []string
-	switch {
-	case m.Parts != nil:
-		texts = make([]string, len(m.Parts))
-		for j, p := range m.Parts {
-			if p.Type != "text" {
-				return jinja.Undefined(), inputErrorf(fmt.Sprintf("%s.content[%d].type", param, j),
-					"content parts of type %q are not supported: this model's chat template takes text parts only", p.Type)
-			}
-			texts[j] = p.Text
+	for j, p := range m.Parts {
+		if p.Type != "text" {
+			return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].content[%d].type", i, j),
+				"content parts of type %q are not supported: this model's chat template takes text parts only", p.Type)
 		}
-	case m.Content != nil:
-		texts = []string{*m.Content}
 	}
-	d := jinja.NewDict()
-	msg := d.AsDict()
-	msg.Set("role", jinja.NewString(m.Role))
+	n := 2
+	if m.Role == "assistant" {
+		if len(m.ToolCalls) > 0 {
+			n++
+		}
+		if m.Reasoning != nil {
+			n += 2
+		}
+	}
+	if m.Role == "tool" && m.ToolCallID != nil {
+		n++
+	}
+	if m.Name != "" {
+		n++
+	}
+	d, msg := newDict(n)
+	add(msg, "role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {
-		parts := make([]jinja.Value, len(texts))
-		for j, s := range texts {
-			p := jinja.NewDict()
-			p.AsDict().Set("type", jinja.NewString("text"))
-			p.AsDict().Set("text", jinja.NewString(sm.text(s)))
-			parts[j] = p
+		var parts []jinja.Value
+		switch {
+		case m.Parts != nil:
+			parts = make([]jinja.Value, len(m.Parts))
+			for j, p := range m.Parts {
+				parts[j] = textPart(sm.text(p.Text))
+			}
+		case m.Content != nil:
+			parts = []jinja.Value{textPart(sm.text(*m.Content))}
+		default:
+			parts = []jinja.Value{}
 		}
-		msg.Set("content", jinja.NewList(parts))
+		add(msg, "content", jinja.NewList(parts))
 	} else {
-		msg.Set("content", jinja.NewString(sm.text(strings.Join(texts, "\n"))))
+		var text string
+		switch {
+		case m.Parts != nil:
+			texts := make([]string, len(m.Parts))
+			for j, p := range m.Parts {
+				texts[j] = p.Text
+			}
+			text = strings.Join(texts, "\n")
+		case m.Content != nil:
+			text = *m.Content
+		}
+		add(msg, "content", jinja.NewString(sm.text(text)))
 	}
 	if m.Role == "assistant" {
 		if len(m.ToolCalls) > 0 {
 			calls := make([]jinja.Value, len(m.ToolCalls))
 			for j := range m.ToolCalls {
-				cv, err := t.toolCall(&m.ToolCalls[j], fmt.Sprintf("%s.tool_calls[%d]", param, j), sm)
+				cv, err := t.toolCall(&m.ToolCalls[j], i, j, sm)
 				if err != nil {
 					return jinja.Undefined(), err
 				}
 				calls[j] = cv
 			}
-			msg.Set("tool_calls", jinja.NewList(calls))
+			add(msg, "tool_calls", jinja.NewList(calls))
 		}
 		if m.Reasoning != nil {
 			r := jinja.NewString(sm.text(*m.Reasoning))
-			msg.Set("reasoning", r)
-			msg.Set("reasoning_content", r)
+			add(msg, "reasoning", r)
+			add(msg, "reasoning_content", r)
 		}
 	}
 	if m.Role == "tool" && m.ToolCallID != nil {
-		msg.Set("tool_call_id", jinja.NewString(sm.str(*m.ToolCallID)))
+		add(msg, "tool_call_id", jinja.NewString(sm.str(*m.ToolCallID)))
 	}
 	if m.Name != "" {
-		msg.Set("name", jinja.NewString(sm.str(m.Name)))
+		add(msg, "name", jinja.NewString(sm.str(m.Name)))
 	}
 	return d, nil
 }
 
-func (t *Template) toolCall(c *ToolCall, param string, sm *strMap) (jinja.Value, error) {
+// textPart is {"type": "text", "text": text}.
+func textPart(text string) jinja.Value {
+	p, d := newDict(2)
+	add(d, "type", str("text"))
+	add(d, "text", jinja.NewString(text))
+	return p
+}
+
+// toolCall is the j-th tool call of message i.
+func (t *Template) toolCall(c *ToolCall, i, j int, sm *strMap) (jinja.Value, error) {
+	param := func() string { return fmt.Sprintf("messages[%d].tool_calls[%d]", i, j) }
 	if c.Function.Name == "" {
-		return jinja.Undefined(), inputErrorf(param+".function.name", "a tool call needs the name of the function it calls")
+		return jinja.Undefined(), inputErrorf(param()+".function.name", "a tool call needs the name of the function it calls")
 	}
 	args := jinja.NewDict() // vLLM: arguments that are not JSON become {}
 	if a := strings.TrimSpace(c.Function.Arguments); a != "" {
 		if v, err := jsonValue([]byte(a), t.limits.MaxInputDepth); err == nil {
 			args = mapValue(v, sm)
 		} else if errors.Is(err, errTooDeep) {
-			return jinja.Undefined(), inputErrorf(param+".function.arguments", "%v", err)
+			return jinja.Undefined(), inputErrorf(param()+".function.arguments", "%v", err)
 		}
 	}
-	fn := jinja.NewDict()
-	fn.AsDict().Set("name", jinja.NewString(sm.str(c.Function.Name)))
-	fn.AsDict().Set("arguments", args)
-	d := jinja.NewDict()
+	fn, fd := newDict(2)
+	add(fd, "name", jinja.NewString(sm.str(c.Function.Name)))
+	add(fd, "arguments", args)
+	d, dd := newDict(3)
 	if c.ID != "" {
-		d.AsDict().Set("id", jinja.NewString(sm.str(c.ID)))
+		add(dd, "id", jinja.NewString(sm.str(c.ID)))
 	}
 	if c.Type != "" {
-		d.AsDict().Set("type", jinja.NewString(c.Type))
+		add(dd, "type", str(sm.str(c.Type)))
 	}
-	d.AsDict().Set("function", fn)
+	add(dd, "function", fn)
 	return d, nil
 }
 
 func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
-	param := fmt.Sprintf("tools[%d]", i)
+	param := func() string { return fmt.Sprintf("tools[%d]", i) }
 	if tl.Type != "function" {
-		return jinja.Undefined(), inputErrorf(param+".type", "unsupported tool type %q: only \"function\" tools can be rendered", tl.Type)
+		return jinja.Undefined(), inputErrorf(param()+".type", "unsupported tool type %q: only \"function\" tools can be rendered", tl.Type)
 	}
 	f := &tl.Function
 	if f.Name == "" {
-		return jinja.Undefined(), inputErrorf(param+".function.name", "a function tool needs a name")
+		return jinja.Undefined(), inputErrorf(param()+".function.name", "a function tool needs a name")
 	}
-	fn := jinja.NewDict()
-	fd := fn.AsDict()
-	fd.Set("name", jinja.NewString(sm.str(f.Name)))
+	fn, fd := newDict(4)
+	add(fd, "name", jinja.NewString(sm.str(f.Name)))
 	if f.Description != nil {
-		fd.Set("description", jinja.NewString(sm.str(*f.Description)))
+		add(fd, "description", jinja.NewString(sm.str(*f.Description)))
 	}
 	if len(f.Parameters) > 0 && !bytes.Equal(bytes.TrimSpace(f.Parameters), []byte("null")) {
 		if !isJSONObject(f.Parameters) {
-			return jinja.Undefined(), inputErrorf(param+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
+			return jinja.Undefined(), inputErrorf(param()+".function.parameters", "a function's parameters must be a JSON Schema object, such as {\"type\": \"object\", \"properties\": {...}}")
 		}
 		pv, err := jsonValue(f.Parameters, t.limits.MaxInputDepth)
 		if err != nil {
-			return jinja.Undefined(), inputErrorf(param+".function.parameters", "%v", err)
+			return jinja.Undefined(), inputErrorf(param()+".function.parameters", "%v", err)
 		}
-		fd.Set("parameters", mapValue(pv, sm))
+		add(fd, "parameters", mapValue(pv, sm))
 	}
 	if f.Strict != nil {
-		fd.Set("strict", jinja.NewBool(*f.Strict))
+		add(fd, "strict", jinja.NewBool(*f.Strict))
 	}
-	d := jinja.NewDict()
-	d.AsDict().Set("type", jinja.NewString(tl.Type))
-	d.AsDict().Set("function", fn)
+	d, dd := newDict(2)
+	add(dd, "type", str(tl.Type))
+	add(dd, "function", fn)
 	return d, nil
 }
 
@@ -332,8 +405,9 @@ func isJSONObject(raw []byte) bool {
 // extension; true when absent). Anything it cannot take is an *InputError naming the field.
 //
 // Field names match as encoding/json matches them (in any letter case). A key repeated in one
-// object is read as encoding/json reads it into a struct, merging the repeats; no client sends
-// one, and which reading such a body gets is not part of the contract.
+// object is read as encoding/json reads it into a struct, merging the repeats (no client sends
+// one). A request is read in one pass over its bytes (decodeFast); what that pass does not take
+// as is, encoding/json reads field by field (decodeChecked), to word the error.
 func DecodeRequest(body []byte) (*Input, error) {
 	if in := decodeFast(body); in != nil {
 		return in, nil
@@ -570,157 +644,8 @@ func goTypeName(t string) string {
 	return t
 }
 
-// The fast path reads a valid request in one pass; anything it does not like sends the request
-// to decodeChecked, which words the error.
-
-type fastRequest struct {
-	Messages []struct {
-		Role             *string        `json:"role"`
-		Content          fastContent    `json:"content"`
-		Name             *string        `json:"name"`
-		ToolCalls        []fastToolCall `json:"tool_calls"`
-		ToolCallID       *string        `json:"tool_call_id"`
-		Reasoning        *string        `json:"reasoning"`
-		ReasoningContent *string        `json:"reasoning_content"`
-	} `json:"messages"`
-	Tools []struct {
-		Type     string `json:"type"`
-		Function *struct {
-			Name        *string         `json:"name"`
-			Description *string         `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-			Strict      *bool           `json:"strict"`
-		} `json:"function"`
-	} `json:"tools"`
-	Documents           []json.RawMessage          `json:"documents"`
-	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
-}
-
-type fastToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function *struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	} `json:"function"`
-}
-
-// fastContent is a message's content: a string, text parts, or null.
-type fastContent struct {
-	str   *string
-	parts []ContentPart
-}
-
-var errNotFast = errors.New("not for the fast path")
-
-func (c *fastContent) UnmarshalJSON(b []byte) error {
-	*c = fastContent{} // a repeated key: the last one wins
-	switch {
-	case len(b) == 0 || b[0] == 'n':
-		return nil
-	case b[0] == '"':
-		s, ok := unquote(b)
-		if !ok {
-			return errNotFast
-		}
-		c.str = &s
-		return nil
-	case b[0] == '[':
-		var parts []struct {
-			Type *string `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(b, &parts); err != nil {
-			return err
-		}
-		c.parts = make([]ContentPart, len(parts))
-		for i, p := range parts {
-			if p.Type == nil || *p.Type != "text" || p.Text == nil {
-				return errNotFast
-			}
-			c.parts[i] = ContentPart{Type: "text", Text: *p.Text}
-		}
-		return nil
-	}
-	return errNotFast
-}
-
-func decodeFast(body []byte) *Input {
-	var req fastRequest
-	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
-		return nil
-	}
-	in := &Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
-	in.Messages = make([]Message, len(req.Messages))
-	for i := range req.Messages {
-		w := &req.Messages[i]
-		if w.Role == nil || !roles[*w.Role] {
-			return nil
-		}
-		m := &in.Messages[i]
-		m.Role, m.Content, m.Parts = *w.Role, w.Content.str, w.Content.parts
-		if m.Content == nil && m.Parts == nil && m.Role != "assistant" {
-			return nil
-		}
-		if w.Name != nil {
-			m.Name = *w.Name
-		}
-		m.ToolCallID = w.ToolCallID
-		m.Reasoning = w.Reasoning
-		if m.Reasoning == nil {
-			m.Reasoning = w.ReasoningContent
-		}
-		if len(w.ToolCalls) > 0 {
-			m.ToolCalls = make([]ToolCall, len(w.ToolCalls))
-			for j, c := range w.ToolCalls {
-				if c.Function == nil || c.Function.Name == "" {
-					return nil
-				}
-				tc := ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
-				args := bytes.TrimSpace(c.Function.Arguments)
-				switch {
-				case len(args) > 0 && args[0] == '"':
-					if json.Unmarshal(args, &tc.Function.Arguments) != nil {
-						return nil
-					}
-				case len(args) > 0 && (args[0] == '{' || args[0] == '['):
-					tc.Function.Arguments = string(args)
-				}
-				m.ToolCalls[j] = tc
-			}
-		}
-	}
-	if req.Tools != nil {
-		in.Tools = make([]Tool, len(req.Tools))
-		for i, t := range req.Tools {
-			f := t.Function
-			if t.Type != "function" || f == nil || f.Name == nil || *f.Name == "" {
-				return nil
-			}
-			if p := bytes.TrimSpace(f.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !isJSONObject(p) {
-				return nil
-			}
-			in.Tools[i] = Tool{Type: t.Type, Function: FunctionDef{Name: *f.Name, Description: f.Description, Parameters: f.Parameters, Strict: f.Strict}}
-		}
-	}
-	for _, d := range req.Documents {
-		if !isJSONObject(d) {
-			return nil
-		}
-	}
-	in.Documents = req.Documents
-	if req.ChatTemplateKwargs != nil {
-		in.Kwargs = make(map[string]any, len(req.ChatTemplateKwargs))
-		for k, v := range req.ChatTemplateKwargs {
-			in.Kwargs[k] = v
-		}
-	}
-	return in
-}
-
-// unquote reads a JSON string that encoding/json has already checked, as encoding/json does
-// (invalid UTF-8 and lone surrogates become U+FFFD) but without checking it again.
+// unquote reads a JSON string literal already checked (by encoding/json or by the fast reader),
+// as encoding/json does (invalid UTF-8 and lone surrogates become U+FFFD).
 func unquote(b []byte) (string, bool) {
 	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
 		return "", false

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -214,6 +215,27 @@ func TestUnquote(t *testing.T) {
 		}
 		if got, ok := unquote([]byte(lit)); !ok || got != want {
 			t.Errorf("unquote(%s) = %q, %v; want %q", lit, got, ok, want)
+		}
+	}
+}
+
+// TestPlain8: the eight-bytes-at-a-time test of the fast reader's strings says "plain" exactly
+// when no byte is '"', '\\' or a control character, whatever the byte and its place.
+func TestPlain8(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			b := []byte("abcdefgh")
+			b[pos] = byte(c)
+			want := c >= 0x20 && c != '"' && c != '\\'
+			if got := plain8(binary.LittleEndian.Uint64(b)); got != want {
+				t.Errorf("byte %#x at %d: plain %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+	for _, s := range []string{"\xff\xff\xff\xff\xff\xff\xff\xff", "\x80\x80\x80\x80\x80\x80\x80\x80", "        ", "!!!!!!!!", "\x1f\x20\x20\x20\x20\x20\x20\x20", "]]]]]]]]", "\"\"\"\"\"\"\"\""} {
+		want := !strings.ContainsAny(s, "\"\\") && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 })
+		if got := plain8(binary.LittleEndian.Uint64([]byte(s))); got != want {
+			t.Errorf("%q: plain %v, want %v", s, got, want)
 		}
 	}
 }

@@ -86,3 +86,50 @@ func TestGenerationTag(t *testing.T) {
 		t.Fatalf("got %q, %v", out, err)
 	}
 }
+
+// TestSplitConcat: an output tag 'literal' + a + b ... is printed operand by operand (see
+// splitConcat), which must print what the engine prints for the whole expression; the same
+// expression in parentheses is left whole and gives the reference.
+func TestSplitConcat(t *testing.T) {
+	for _, c := range []struct {
+		expr  string
+		parts int
+	}{
+		{`'a' + 'b'`, 2},
+		{`'<|im_start|>' + messages[0].role + '\n' + messages[0].content + '<|im_end|>' + '\n'`, 6},
+		{`'a' + 1 + 2`, 3},
+		{`'a' + 1.5`, 2},
+		{`'a' + none + true`, 3},
+		{`'a' + [1, 'x'] + {'k': [2]}`, 3},
+		{`'a' + messages[0].content | upper + 'c'`, 3},
+		{`'a' + messages | length * 2 + 'b'`, 3},
+		{`'a' + (1 + 2) + 'b'`, 3},
+		{`'a' + messages[0]['role'] + x.y + undefined_name`, 4},
+		{`'a' + messages[0].content.split('e')[0] + 'b' % ()`, 3},
+		{"'a'\n+\nmessages[0].role", 2},
+		// Left whole.
+		{`'a' ~ 'b' + 'c'`, 1},
+		{`'a' + 'b' if true else 'c'`, 1},
+		{`'a' + 'b' == 'ab'`, 1},
+		{`'a' + 1 - 1`, 1},
+		{`'a' + 1.5e+3`, 1},
+		{`'a' + -1`, 1},
+		{`'a' + 'b' and 'c'`, 1},
+		{`'a' + 'b' in 'xab'`, 1},
+		{`'a' + 'b' is string`, 1},
+		{`messages[0].role + 'a'`, 1},
+		{`('a' + 'b') + 'c'`, 1},
+	} {
+		if got := len(splitConcat(c.expr)); got != c.parts {
+			t.Errorf("%s: %d parts, want %d", c.expr, got, c.parts)
+		}
+		split := mustCompile(t, "{{ "+c.expr+" }}", Options{})
+		whole := mustCompile(t, "{{ ("+c.expr+") }}", Options{})
+		in := &Input{Messages: []Message{{Role: "user", Content: ptr("héllo <|x|>")}}}
+		got, gerr := split.Render(context.Background(), in)
+		want, werr := whole.Render(context.Background(), in)
+		if got != want || (gerr == nil) != (werr == nil) {
+			t.Errorf("%s: split %q, %v; whole %q, %v", c.expr, got, gerr, want, werr)
+		}
+	}
+}

@@ -19,6 +19,9 @@ import (
 //   - EXPR | tojson(ARGS) becomes __ig_tojson(EXPR, ARGS): transformers' tojson (Python's
 //     json.dumps: key order kept, indent, separators, sort_keys, ensure_ascii), where the engine's
 //     own sorts keys and escapes <, > and & when given indent;
+//   - {{ 'literal' + a + b }} becomes {{ 'literal' }}{{ a }}{{ b }} (splitConcat): the same
+//     output, without a string built and copied per '+' (Qwen 3's template prints every turn
+//     so);
 //   - Jinja2's whitespace control (trim_blocks, lstrip_blocks, '-' and '+' marks, one trailing
 //     newline dropped) is applied here, and the text between tags handed over as string
 //     literals, since the engine's own rules go wrong where a block tag touches an expression.
@@ -435,7 +438,7 @@ type preprocessed struct {
 	contentFormat ContentFormat
 }
 
-func preprocess(src string, lim *Limits) (*preprocessed, error) {
+func preprocess(src string, lim *Limits, splitOutputs bool) (*preprocessed, error) {
 	if len(src) > lim.MaxTemplateBytes {
 		return nil, &LimitError{Limit: "MaxTemplateBytes", Max: lim.MaxTemplateBytes}
 	}
@@ -498,12 +501,18 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 			if strings.Contains(content, "tojson") {
 				content = rewriteTojson(content)
 			}
-			// Spaced, so that the engine reads no trim mark in the content's first or last
-			// character, nor a closer in its "}}".
-			content = separateBraces(content)
 			if t.kind == tagExpr {
-				b.WriteString("{{ " + content + " }}")
+				parts := []string{content}
+				if splitOutputs {
+					parts = splitConcat(content)
+				}
+				for _, part := range parts {
+					// Spaced, so that the engine reads no trim mark in the content's first or
+					// last character, nor a closer in its "}}".
+					b.WriteString("{{ " + separateBraces(part) + " }}")
+				}
 			} else {
+				content = separateBraces(content)
 				b.WriteString("{% " + content + " %}")
 			}
 		}
@@ -512,6 +521,54 @@ func preprocess(src string, lim *Limits) (*preprocessed, error) {
 	writeText(&b, src[prevEnd:])
 	out.source = b.String()
 	return out, nil
+}
+
+// splitConcat splits an output tag's expression 'literal' + a + b ... into its operands, which
+// the template prints one after the other: {{ '<|im_start|>' + message.role + '\n' }} as
+// {{ '<|im_start|>' }}{{ message.role }}{{ '\n' }}. The engine builds the whole string first,
+// one allocation and copy per '+' (a fifth of rendering Qwen 3's template), and prints it; with
+// a string literal first, every '+' of the chain joins the printed forms of its operands, so
+// the output is the same. Anything else (no literal first, another operator at the top level
+// with '+': '-', '~', a comparison, and, or, not, in, is, if; a float with an exponent, whose
+// '+' the engine reads as part of the number) is left whole.
+func splitConcat(content string) []string {
+	toks := lexExpr(content)
+	if len(toks) < 3 || toks[0].kind != tokString || !isOp(toks[1], "+") {
+		return []string{content}
+	}
+	var cuts []int // indices of the top-level '+'
+	depth := 0
+	for i, t := range toks {
+		switch {
+		case isOpen(t):
+			depth++
+		case isClose(t):
+			depth--
+		case t.kind == tokNumber && i+1 < len(toks) && toks[i+1].kind == tokName && toks[i+1].start == t.end:
+			return []string{content} // 1.5e+3
+		case depth > 0:
+		case t.kind == tokName && keywords[t.text]:
+			return []string{content}
+		case t.kind == tokOp:
+			switch t.text {
+			case "+":
+				cuts = append(cuts, i)
+			case ".", "|", "*", "/", "%": // bind tighter than '+': inside an operand
+			default:
+				return []string{content}
+			}
+		}
+	}
+	parts := make([]string, 0, len(cuts)+1)
+	start := 0
+	for _, c := range cuts {
+		if c == 0 || c+1 >= len(toks) || isOp(toks[c-1], "+") || isOp(toks[c+1], "+") {
+			return []string{content} // an operand missing, or a unary '+'
+		}
+		parts = append(parts, content[start:toks[c].start]) // spaces and newlines kept: line numbers
+		start = toks[c].end
+	}
+	return append(parts, content[start:])
 }
 
 // afterTag returns where the text after t starts, and whether it starts a line: t's closer takes

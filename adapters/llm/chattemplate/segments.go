@@ -25,17 +25,29 @@ type Segment struct {
 type SpecialTokens struct {
 	byFirst [256][]string // by first byte, longest first
 	n       int
+	// only is the first byte of every token when they share one ('<' for most models), so
+	// that find can jump from one to the next; -1 when they do not.
+	only int
 }
 
 // NewSpecialTokens indexes tokens (empty strings are ignored).
 func NewSpecialTokens(tokens []string) *SpecialTokens {
-	s := &SpecialTokens{}
+	s := &SpecialTokens{only: -1}
 	for _, t := range tokens {
 		if t == "" {
 			continue
 		}
+		switch {
+		case s.n == 0:
+			s.only = int(t[0])
+		case int(t[0]) != s.only:
+			s.only = 256 // several first bytes
+		}
 		s.byFirst[t[0]] = append(s.byFirst[t[0]], t)
 		s.n++
+	}
+	if s.only > 255 {
+		s.only = -1
 	}
 	for i := range s.byFirst {
 		l := s.byFirst[i]
@@ -58,6 +70,17 @@ func (s *SpecialTokens) match(str string) string {
 func (s *SpecialTokens) find(str string) bool {
 	if s == nil || s.n == 0 {
 		return false
+	}
+	if s.only >= 0 {
+		for i := 0; ; i++ {
+			j := strings.IndexByte(str[i:], byte(s.only))
+			if j < 0 {
+				return false
+			}
+			if i += j; s.match(str[i:]) != "" {
+				return true
+			}
+		}
 	}
 	for i := 0; i < len(str); i++ {
 		if len(s.byFirst[str[i]]) > 0 && s.match(str[i:]) != "" {
@@ -103,7 +126,7 @@ func hasMarkRune(s string) bool {
 // second step.
 //
 // Safety does not rest on the marks: if any string of the request (contents, names, tool
-// definitions and arguments, documents, chat_template_kwargs, object keys included) contains a
+// definitions and calls, documents, chat_template_kwargs, object keys included) contains a
 // special token, a third render replaces each such occurrence with a placeholder; if that
 // render, placeholders put back, is byte-identical to the real one (case aside: a template may
 // upper-case a title), every placeholder's place is a
@@ -116,20 +139,47 @@ func hasMarkRune(s string) bool {
 // the template follows with "end|>". No known template emits a special token's tail after a
 // content.
 func (t *Template) RenderSegments(ctx context.Context, in *Input, special *SpecialTokens) ([]Segment, error) {
-	vars, err := t.variables(in, nil)
+	out, content, err := t.renderSpans(ctx, in, special)
 	if err != nil {
 		return nil, err
+	}
+	return segments(out, content), nil
+}
+
+// RenderSpans is RenderSegments for a tokenizer: the render, and the byte ranges of it that are
+// Content segments (sorted, disjoint, not touching), which is what a tokenizer's plain ranges
+// are (tokenizer.Options.Plain), without cutting the render into segments and joining them again.
+func (t *Template) RenderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, [][2]int, error) {
+	out, content, err := t.renderSpans(ctx, in, special)
+	if err != nil {
+		return "", nil, err
+	}
+	plain := make([][2]int, 0, len(content))
+	for _, r := range content {
+		if k := len(plain); k > 0 && plain[k-1][1] == r[0] {
+			plain[k-1][1] = r[1] // touching: one segment
+			continue
+		}
+		plain = append(plain, r)
+	}
+	return out, plain, nil
+}
+
+func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, []span, error) {
+	vars, err := t.variables(in, nil)
+	if err != nil {
+		return "", nil, err
 	}
 	out, err := t.render(ctx, vars)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	content := make([]bool, len(out)) // per byte of out: from the request
+	var content []span // of out: from the request
 
 	// Marks around contents; the same pass finds special tokens and mark characters in the
 	// request's strings.
 	var (
-		cores     []string
+		cores     int
 		found     bool // a special token in some string of the request
 		collision bool // a mark character in some string of the request
 	)
@@ -151,23 +201,23 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 			trail := strings.LastIndexFunc(s, notSpace)
 			_, size := utf8.DecodeRuneInString(s[trail:])
 			trail += size
-			id := strconv.Itoa(len(cores))
-			cores = append(cores, s[lead:trail])
+			id := strconv.Itoa(cores)
+			cores++
 			return s[:lead] + markOpen + id + markEnd + s[lead:trail] + markClose + id + markEnd + s[trail:]
 		},
 		other: func(s string) string { scan(s); return s },
 	}
-	if mvars, err := t.variables(in, sm); err == nil && !collision && len(cores) > 0 {
+	if mvars, err := t.variables(in, sm); err == nil && !collision && cores > 0 {
 		if mout, err := t.render(ctx, mvars); err == nil {
-			markContents(out, mout, content)
+			content = markContents(out, mout)
 		} else if ctx.Err() != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
 
 	if found {
 		if collision {
-			return nil, &InputError{Param: "messages", Msg: "the request contains characters of Unicode's private-use plane 16 together with special-token text; remove either"}
+			return "", nil, &InputError{Param: "messages", Msg: "the request contains characters of Unicode's private-use plane 16 together with special-token text; remove either"}
 		}
 		var masked []string
 		mask := func(s string) string {
@@ -189,32 +239,37 @@ func (t *Template) RenderSegments(ctx context.Context, in *Input, special *Speci
 		}
 		kvars, err := t.variables(in, &strMap{content: mask, other: mask})
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		kout, err := t.render(ctx, kvars)
-		if err == nil && unmask(out, kout, masked, content) {
-			return segments(out, content), nil
+		if err == nil {
+			if spans, ok := unmask(out, kout, masked); ok {
+				return out, union(content, spans), nil
+			}
 		}
 		if ctx.Err() != nil {
-			return nil, &RenderError{Err: ctx.Err()}
+			return "", nil, &RenderError{Err: ctx.Err()}
 		}
 		// The template reacts to the special-token text itself: accept the render only if it
 		// holds none of the request's special tokens.
 		for _, tok := range masked {
 			if strings.Contains(out, tok) {
-				return nil, inputErrorf("messages", "the request contains the special token %q, which this model's chat template interprets; remove it from the message contents", tok)
+				return "", nil, inputErrorf("messages", "the request contains the special token %q, which this model's chat template interprets; remove it from the message contents", tok)
 			}
 		}
 	}
-	return segments(out, content), nil
+	return out, content, nil
 }
 
 func notSpace(r rune) bool { return !unicode.IsSpace(r) && (r < 0x1c || r > 0x1f) }
 
-// markContents sets content[i] for the bytes of out that lie between a content's two marks in
-// mout, provided mout without its marks is out.
-func markContents(out, mout string, content []bool) {
-	var ranges [][2]int
+// span is a byte range [start, end) of a render.
+type span [2]int
+
+// markContents returns the ranges of out that lie between a content's two marks in mout, in
+// order and disjoint, provided mout without its marks is out; nil if it is not.
+func markContents(out, mout string) []span {
+	var ranges []span
 	pos := 0     // in out
 	open := -1   // in out, where the open content started
 	openID := "" // its id
@@ -225,7 +280,7 @@ func markContents(out, mout string, content []bool) {
 		}
 		// mout[i:i+j] is plain text and must be out's next bytes.
 		if pos+j > len(out) || mout[i:i+j] != out[pos:pos+j] {
-			return
+			return nil
 		}
 		pos += j
 		i += j
@@ -238,12 +293,12 @@ func markContents(out, mout string, content []bool) {
 		case strings.HasPrefix(mout[i:], markClose):
 			closing = true
 		default:
-			return // a mark character the request did not have: give up
+			return nil // a mark character the request did not have: give up
 		}
 		i += len(markOpen)
 		k := strings.Index(mout[i:], markEnd)
 		if k <= 0 {
-			return
+			return nil
 		}
 		id := mout[i : i+k]
 		i += k + len(markEnd)
@@ -251,27 +306,25 @@ func markContents(out, mout string, content []bool) {
 		case !closing:
 			open, openID = pos, id // an unclosed earlier one (cut by the template) is dropped
 		case open >= 0 && id == openID:
-			ranges = append(ranges, [2]int{open, pos})
+			if pos > open {
+				ranges = append(ranges, span{open, pos})
+			}
 			open = -1
 		default:
 			open = -1 // a close without its open: the template cut the content
 		}
 	}
 	if pos != len(out) {
-		return
+		return nil
 	}
-	for _, r := range ranges {
-		for b := r[0]; b < r[1]; b++ {
-			content[b] = true
-		}
-	}
+	return ranges
 }
 
 // unmask matches kout against out, each placeholder standing for its token (or the token with
-// its case changed: an upper filter), the text between placeholders matching exactly, and marks
-// the placeholders' places in content. False when kout does not match out so.
-func unmask(out, kout string, masked []string, content []bool) bool {
-	var spans [][2]int
+// its case changed: an upper filter), the text between placeholders matching exactly, and returns
+// the placeholders' places in out, in order. False when kout does not match out so.
+func unmask(out, kout string, masked []string) ([]span, bool) {
+	var spans []span
 	pos := 0
 	for {
 		j := strings.Index(kout, maskOpen)
@@ -279,7 +332,7 @@ func unmask(out, kout string, masked []string, content []bool) bool {
 			j = len(kout)
 		}
 		if !strings.HasPrefix(out[pos:], kout[:j]) {
-			return false
+			return nil, false
 		}
 		pos += j
 		if j == len(kout) {
@@ -287,42 +340,73 @@ func unmask(out, kout string, masked []string, content []bool) bool {
 		}
 		k := strings.Index(kout[j:], markEnd)
 		if k < 0 {
-			return false
+			return nil, false
 		}
 		n, err := strconv.Atoi(kout[j+len(maskOpen) : j+k])
 		if err != nil || n < 0 || n >= len(masked) {
-			return false
+			return nil, false
 		}
 		tok := masked[n]
 		if len(out)-pos < len(tok) || !strings.EqualFold(out[pos:pos+len(tok)], tok) {
-			return false
+			return nil, false
 		}
-		spans = append(spans, [2]int{pos, pos + len(tok)})
+		spans = append(spans, span{pos, pos + len(tok)})
 		pos += len(tok)
 		kout = kout[j+k+len(markEnd):]
 	}
 	if pos != len(out) {
-		return false
+		return nil, false
 	}
-	for _, s := range spans {
-		for b := s[0]; b < s[1]; b++ {
-			content[b] = true
-		}
-	}
-	return true
+	return spans, true
 }
 
-func segments(out string, content []bool) []Segment {
-	var segs []Segment
-	start := 0
-	for i := 1; i <= len(out); i++ {
-		if i == len(out) || content[i] != content[start] {
-			segs = append(segs, Segment{Text: out[start:i], Content: content[start]})
-			start = i
-		}
+// union merges two lists of ordered, disjoint, non-empty ranges into one.
+func union(a, b []span) []span {
+	if len(a) == 0 {
+		return b
 	}
-	if len(segs) == 0 {
-		segs = []Segment{{Text: ""}}
+	if len(b) == 0 {
+		return a
+	}
+	all := make([]span, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		var r span
+		if len(b) == 0 || len(a) > 0 && a[0][0] <= b[0][0] {
+			r, a = a[0], a[1:]
+		} else {
+			r, b = b[0], b[1:]
+		}
+		if k := len(all); k > 0 && r[0] <= all[k-1][1] {
+			all[k-1][1] = max(all[k-1][1], r[1])
+			continue
+		}
+		all = append(all, r)
+	}
+	return all
+}
+
+// segments cuts out at the edges of the ranges (ordered, disjoint, non-empty), which become
+// Content segments; ranges that touch make one segment.
+func segments(out string, ranges []span) []Segment {
+	if out == "" {
+		return []Segment{{Text: ""}}
+	}
+	segs := make([]Segment, 0, 2*len(ranges)+1)
+	pos := 0
+	for i := 0; i < len(ranges); i++ {
+		start, end := ranges[i][0], ranges[i][1]
+		for i+1 < len(ranges) && ranges[i+1][0] == end {
+			i++
+			end = ranges[i][1]
+		}
+		if start > pos {
+			segs = append(segs, Segment{Text: out[pos:start]})
+		}
+		segs = append(segs, Segment{Text: out[start:end], Content: true})
+		pos = end
+	}
+	if pos < len(out) {
+		segs = append(segs, Segment{Text: out[pos:]})
 	}
 	return segs
 }

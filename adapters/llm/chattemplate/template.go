@@ -86,14 +86,22 @@ type Template struct {
 	limits  Limits
 	format  ContentFormat
 	globals map[string]jinja.Value // bos_token, eos_token: the same for every render
+	// raise_exception and strftime_now: callables without per-render state, made once.
+	raise, strftimeNow jinja.Value
 }
 
 // Compile parses a chat template (tokenizer_config.json's chat_template) once, at start-up. A
 // source that does not parse, or uses a filter or test the engine lacks, is a *SyntaxError; one
 // over MaxTemplateBytes or MaxNesting a *LimitError.
 func Compile(source string, opts Options) (t *Template, err error) {
+	return compile(source, opts, true)
+}
+
+// compile is Compile; splitOutputs false leaves output tags whole (see splitConcat), for the
+// tests that hold the split to the engine's own reading.
+func compile(source string, opts Options, splitOutputs bool) (t *Template, err error) {
 	lim := opts.Limits.withDefaults()
-	pre, err := preprocess(source, &lim)
+	pre, err := preprocess(source, &lim, splitOutputs)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +115,8 @@ func Compile(source string, opts Options) (t *Template, err error) {
 		return nil, &SyntaxError{Msg: strings.TrimPrefix(strings.TrimPrefix(err.Error(), "jinja scan: "), "jinja parse: ")}
 	}
 	t = &Template{tmpl: tmpl, opts: opts, limits: lim, format: pre.contentFormat, globals: map[string]jinja.Value{}}
+	t.raise = jinja.NewCallable("raise_exception", raiseException)
+	t.strftimeNow = jinja.NewCallable("strftime_now", t.strftime)
 	if opts.ContentFormat != FormatAuto {
 		t.format = opts.ContentFormat
 	}
@@ -134,6 +144,9 @@ func (t *Template) Render(ctx context.Context, in *Input) (string, error) {
 	return t.render(ctx, vars)
 }
 
+// renderVars is how many variables render adds to those of variables.
+const renderVars = 6
+
 // render runs the engine over prepared variables, with the per-render guards added.
 func (t *Template) render(ctx context.Context, vars map[string]jinja.Value) (out string, err error) {
 	st := &renderState{ctx: ctx, lim: &t.limits, deadline: time.Now().Add(t.limits.MaxDuration)}
@@ -141,8 +154,8 @@ func (t *Template) render(ctx context.Context, vars map[string]jinja.Value) (out
 	vars[enterFunc] = jinja.NewCallable(enterFunc, st.enter)
 	vars[tojsonFunc] = jinja.NewCallable(tojsonFunc, st.tojson)
 	vars["range"] = jinja.NewCallable("range", st.rangeFunc)
-	vars["raise_exception"] = jinja.NewCallable("raise_exception", raiseException)
-	vars["strftime_now"] = jinja.NewCallable("strftime_now", t.strftimeNow)
+	vars["raise_exception"] = t.raise
+	vars["strftime_now"] = t.strftimeNow
 	defer func() {
 		if p := recover(); p != nil {
 			out, err = "", &RenderError{Err: fmt.Errorf("the template engine failed: %v", p)}
@@ -193,7 +206,7 @@ func printString(v jinja.Value) string {
 	return v.String()
 }
 
-func (t *Template) strftimeNow(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+func (t *Template) strftime(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) == 0 || !args[0].IsString() {
 		return jinja.Undefined(), errors.New("strftime_now: expected a format string")
 	}

@@ -79,41 +79,35 @@ func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 // chat: templates write their own BOS). Errors are for the client (chattemplate.OpenAIError
 // maps them), or an *pipeline.Error when the model has no chat template.
 func (m *Model) ChatTokens(ctx context.Context, in *chattemplate.Input, addSpecial bool) ([]int, error) {
-	if m.tmpl == nil {
-		return nil, pipeline.InvalidRequest("messages", "chat_template_missing",
-			fmt.Sprintf("Model `%s` has no chat template (its tokenizer_config.json names none): send a prompt to /v1/completions instead.", m.name))
-	}
-	segs, err := m.tmpl.RenderSegments(ctx, in, m.specials)
+	text, opts, err := m.chatText(ctx, in, addSpecial)
 	if err != nil {
-		return nil, chattemplate.OpenAIError(err)
-	}
-	text, plain := join(segs)
-	opts := tokenizer.Options{ParseSpecial: true, AddSpecialTokens: addSpecial}
-	if !m.opts.SpecialInContent {
-		opts.Plain = plain
+		return nil, err
 	}
 	return m.tok.Encode(text, opts), nil
 }
 
-// join concatenates a render's segments and returns the byte ranges of the request's text.
-func join(segs []chattemplate.Segment) (string, [][2]int) {
-	n := 0
-	for _, s := range segs {
-		n += len(s.Text)
+// chatText renders a conversation and says how to tokenize the render.
+func (m *Model) chatText(ctx context.Context, in *chattemplate.Input, addSpecial bool) (string, tokenizer.Options, error) {
+	opts := tokenizer.Options{ParseSpecial: true, AddSpecialTokens: addSpecial}
+	if m.tmpl == nil {
+		return "", opts, pipeline.InvalidRequest("messages", "chat_template_missing",
+			fmt.Sprintf("Model `%s` has no chat template (its tokenizer_config.json names none): send a prompt to /v1/completions instead.", m.name))
 	}
-	b := make([]byte, 0, n)
-	var plain [][2]int
-	for _, s := range segs {
-		if s.Content && s.Text != "" {
-			if k := len(plain); k > 0 && plain[k-1][1] == len(b) {
-				plain[k-1][1] += len(s.Text)
-			} else {
-				plain = append(plain, [2]int{len(b), len(b) + len(s.Text)})
-			}
+	if m.opts.SpecialInContent {
+		// Special-token text is read as such everywhere: the render alone will do, and it is
+		// one render where RenderSegments needs two.
+		text, err := m.tmpl.Render(ctx, in)
+		if err != nil {
+			return "", opts, chattemplate.OpenAIError(err)
 		}
-		b = append(b, s.Text...)
+		return text, opts, nil
 	}
-	return string(b), plain
+	text, plain, err := m.tmpl.RenderSpans(ctx, in, m.specials)
+	if err != nil {
+		return "", opts, chattemplate.OpenAIError(err)
+	}
+	opts.Plain = plain
+	return text, opts, nil
 }
 
 // TextTokens tokenizes a completion prompt; addSpecial as vLLM's add_special_tokens (true for

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -122,7 +123,7 @@ func FuzzEncode(f *testing.F) {
 	tok := model(f, "qwen3")
 	spm := optionalModel(f, "mistral7b")
 	for _, s := range []string{"Hello, world!", "  a\n\n b\r\n\t", "I'M 'Ll don't", "e\u0301\u0323", "你好😀👍🏽", "<|im_start|>x", "\xff\x00", "123456789", "\u00a0\u3000 x",
-		"▁hello ▁▁ x▁", "<s>[INST] hi [/INST]</s>", "<0x41> \U0001F9FF\n\t", "   "} {
+		"▁hello ▁▁ x▁", "<s>[INST] hi [/INST]</s>", "<0x41> \U0001F9FF\n\t", "   ", "a<|im_end|>\n<think>b</think><<|endoftext|>"} {
 		f.Add(s)
 	}
 	var tmp []byte
@@ -146,8 +147,29 @@ func FuzzEncode(f *testing.F) {
 		}
 		checkPieces(t, s)
 		// Encoding with added tokens recognised covers the same text.
-		if got := tok.Decode(tok.Encode(s, Options{ParseSpecial: true}), false); len(got) == 0 && len(s) > 0 {
+		special := tok.Encode(s, Options{ParseSpecial: true})
+		if got := tok.Decode(special, false); len(got) == 0 && len(s) > 0 {
 			t.Fatalf("%q: nothing back with ParseSpecial", s)
+		}
+		// The quick paths give what the plain ones give: the short-piece table the vocabulary
+		// map's answer for every piece, the scan for added tokens that jumps from one '<' to
+		// the next the byte-by-byte scan's sections.
+		tok.pretokenize(nfc(s, &tmp), 0, func(piece string) {
+			if len(piece) > shortMax {
+				return
+			}
+			id, ok := tok.short.get(piece)
+			wid, wok := tok.pieceID[piece]
+			if wok = wok && tok.whole[wid]; ok != wok || ok && id != wid {
+				t.Fatalf("%q: piece %q: short table %d, %v; vocabulary %d, %v", s, piece, id, ok, wid, wok)
+			}
+		})
+		first := tok.onlyFirst
+		tok.onlyFirst = -1
+		slow := tok.Encode(s, Options{ParseSpecial: true})
+		tok.onlyFirst = first
+		if !slices.Equal(special, slow) {
+			t.Fatalf("%q: %v with the jumping scan for added tokens, %v without", s, special, slow)
 		}
 	})
 }

@@ -235,6 +235,11 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 			return nil, fail("decoder: %v", err)
 		}
 	}
+	for i, p := range t.pre {
+		if p.split != nil || p.prefixSpace {
+			t.preEnd = i + 1
+		}
+	}
 	if err = t.parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, fail("post_processor: %v", err)
 	}

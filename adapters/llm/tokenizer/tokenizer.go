@@ -19,6 +19,8 @@ type Tokenizer struct {
 	special []bool
 	// pieceID maps the bytes of every byte-level vocabulary token to its id.
 	pieceID map[string]int32
+	// short holds the whole tokens of up to shortMax bytes, for a quicker lookup (nil: none).
+	short *shortVocab
 	// whole[id]: the BPE of the token's own bytes is the token itself, so a piece equal to a
 	// vocabulary token needs no merging (not computed with ignore_merges: then any is looked up).
 	whole []bool
@@ -35,15 +37,19 @@ type Tokenizer struct {
 	added   []addedToken
 	addedID map[string]int32
 	// first[b]: some added token starts with byte b.
-	first   [256]bool
-	trie    []trieNode
-	norm    normalizer
-	pre     []preStep
-	prefix  []int // post-processor tokens before and after the sequence
-	suffix  []int
-	cfg     Config
-	scratch sync.Pool
-	cache   *pieceCache
+	first [256]bool
+	// onlyFirst is the byte every added token starts with, when they share one (-1: not so), so
+	// that the scan for them can jump from one such byte to the next.
+	onlyFirst int
+	trie      []trieNode
+	norm      normalizer
+	pre       []preStep
+	preEnd    int   // pre[preEnd:] neither split nor prefix a space
+	prefix    []int // post-processor tokens before and after the sequence
+	suffix    []int
+	cfg       Config
+	scratch   sync.Pool
+	cache     *pieceCache
 	// spm is set for SentencePiece-style BPE (metaspace.go), nil for byte-level BPE.
 	spm *sentencePiece
 }
@@ -234,7 +240,15 @@ func (t *Tokenizer) eachSection(text string, parseSpecial bool, plain [][2]int, 
 			continue
 		}
 		if !t.first[text[i]] {
-			i++
+			if t.onlyFirst < 0 {
+				i++
+				continue
+			}
+			j := strings.IndexByte(text[i+1:], byte(t.onlyFirst))
+			if j < 0 {
+				break
+			}
+			i += 1 + j
 			continue
 		}
 		a, n := t.matchAdded(text, i)
@@ -270,6 +284,8 @@ type trieNode struct {
 
 func (t *Tokenizer) buildAddedMatcher() {
 	t.trie = []trieNode{{token: -1}}
+	t.onlyFirst = -1
+	mixed := false
 	for ai, a := range t.added {
 		n := 0
 		for k := 0; k < len(a.content); k++ {
@@ -290,6 +306,14 @@ func (t *Tokenizer) buildAddedMatcher() {
 		}
 		t.trie[n].token = int32(ai)
 		t.first[a.content[0]] = true
+		if c := int(a.content[0]); ai == 0 {
+			t.onlyFirst = c
+		} else if c != t.onlyFirst {
+			mixed = true
+		}
+	}
+	if mixed {
+		t.onlyFirst = -1
 	}
 }
 
@@ -400,8 +424,10 @@ func (t *Tokenizer) encodeSection(s string, sc *scratch, emit func([]int)) {
 }
 
 // pretokenize applies the pre-tokenizer steps from step on to s, calling f with each piece.
+// Steps after the last that splits or prefixes a space (Qwen's ByteLevel after its Split) do
+// nothing here and are not visited.
 func (t *Tokenizer) pretokenize(s string, step int, f func(string)) {
-	if step == len(t.pre) {
+	if step >= t.preEnd {
 		if s != "" {
 			f(s)
 		}
@@ -415,9 +441,14 @@ func (t *Tokenizer) pretokenize(s string, step int, f func(string)) {
 		t.pretokenize(s, step+1, f)
 		return
 	}
+	last := step+1 >= t.preEnd
 	for i := 0; i < len(s); {
 		j := p.split(s, i)
-		t.pretokenize(s[i:j], step+1, f)
+		if last {
+			f(s[i:j])
+		} else {
+			t.pretokenize(s[i:j], step+1, f)
+		}
 		i = j
 	}
 }
@@ -476,7 +507,12 @@ func (t *Tokenizer) bpe(dst []int, piece string, sc *scratch) []int {
 			return append(dst, int(id))
 		}
 	}
-	if id, ok := t.pieceID[piece]; ok && (t.ignoreMerges || t.whole[id]) {
+	if len(piece) <= shortMax && t.short != nil {
+		if id, ok := t.short.get(piece); ok {
+			return append(dst, int(id))
+		}
+		// Not a whole token: short holds them all.
+	} else if id, ok := t.pieceID[piece]; ok && (t.ignoreMerges || t.whole[id]) {
 		return append(dst, int(id))
 	}
 	var h uint64
@@ -688,6 +724,7 @@ func (t *Tokenizer) computeWholeTokens() {
 		}
 	}
 	t.whole = make([]bool, len(t.known))
+	defer t.buildShortVocab()
 	if t.ignoreMerges {
 		return
 	}
@@ -700,4 +737,22 @@ func (t *Tokenizer) computeWholeTokens() {
 		syms := t.merge(b, sc)
 		t.whole[id] = len(syms) == 1 && syms[0] == id
 	}
+}
+
+// buildShortVocab puts the whole tokens of up to shortMax bytes into t.short.
+func (t *Tokenizer) buildShortVocab() {
+	short := func(b string, id int32) bool { return len(b) <= shortMax && (t.ignoreMerges || t.whole[id]) }
+	n := 0
+	for b, id := range t.pieceID {
+		if short(b, id) {
+			n++
+		}
+	}
+	t.short = newShortVocab(n, func(add func(string, int32)) {
+		for b, id := range t.pieceID {
+			if short(b, id) {
+				add(b, id)
+			}
+		}
+	})
 }

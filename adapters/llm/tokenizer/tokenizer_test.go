@@ -479,3 +479,41 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestShortVocab: the short-piece table answers for every vocabulary token as the vocabulary
+// map and the whole-token marks do, and knows no other piece.
+func TestShortVocab(t *testing.T) {
+	for _, name := range models {
+		t.Run(name, func(t *testing.T) {
+			tok := model(t, name)
+			if tok.short == nil {
+				t.Fatal("no short table")
+			}
+			n := 0
+			for b, id := range tok.pieceID {
+				if len(b) > shortMax {
+					continue
+				}
+				got, ok := tok.short.get(b)
+				if want := tok.ignoreMerges || tok.whole[id]; ok != want || ok && got != id {
+					t.Fatalf("%q (id %d): short table %d, %v; whole %v", b, id, got, ok, want)
+				}
+				if ok {
+					n++
+				}
+				// The same bytes one longer, or with a NUL more, are other pieces.
+				for _, other := range []string{b + "\x00", b[:len(b)-1] + "\x00"} {
+					if len(other) > shortMax {
+						continue
+					}
+					wid, wok := tok.pieceID[other]
+					wok = wok && (tok.ignoreMerges || tok.whole[wid])
+					if got, ok := tok.short.get(other); ok != wok || ok && got != wid {
+						t.Fatalf("%q: short table %d, %v; vocabulary %d, %v", other, got, ok, wid, wok)
+					}
+				}
+			}
+			t.Logf("%d whole tokens of up to %d bytes, table of %d slots", n, shortMax, len(tok.short.slots))
+		})
+	}
+}
