@@ -341,10 +341,10 @@ func TestErrors(t *testing.T) {
 // pd is a prefill and a decode server on one fabric, with prefill costly enough that a decode
 // that recomputes would show.
 type pd struct {
-	fabric    *vllmsim.Fabric
-	p, d      *vllmsim.Server
-	prompt    []int64
-	leg1, raw string
+	fabric *vllmsim.Fabric
+	p, d   *vllmsim.Server
+	prompt []int64
+	leg1   string
 }
 
 func startPD(t *testing.T, prefillTTL time.Duration) *pd {
