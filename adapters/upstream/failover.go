@@ -94,8 +94,15 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 	if allow, ok := ctx.Value(filterKey{}).(func(string) bool); ok {
 		v.allow = allow
 	}
+	prefer, _ := ctx.Value(preferKey{}).(string)
 	for {
-		i := pick(rt, picker, &v)
+		i := -1
+		if prefer != "" && tried == 0 {
+			i = preferred(&v, prefer)
+		}
+		if i < 0 {
+			i = pick(rt, picker, &v)
+		}
 		if i < 0 {
 			break
 		}

@@ -288,3 +288,44 @@ func TestFailoverRequestPickerAndFilter(t *testing.T) {
 	assert.Empty(t, s.calls)
 	assert.False(t, res.CircuitOpen)
 }
+
+// A preferred endpoint (a chat session's) is tried first, over the request's picker, while it is
+// usable and in the highest usable priority tier; once it fails, the picker chooses.
+func TestFailoverPreferred(t *testing.T) {
+	equal := func() []*route {
+		rs := routes("a", "b", "c")
+		for _, r := range rs {
+			r.cfg.Priority = 0
+		}
+		return rs
+	}
+	rs := equal()
+	s := &script{}
+	ctx := upstream.WithPreferred(upstream.WithPicker(context.Background(), &lastUsable{}), "b")
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"b"}, s.calls, "the preferred endpoint goes first")
+
+	s = &script{errs: map[string]error{"b": errB}}
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"b", "c"}, s.calls, "after the preferred one fails, the picker chooses")
+
+	rs[1].st.SetHealthy(false)
+	s = &script{}
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"c"}, s.calls, "an unhealthy preferred endpoint is skipped")
+
+	rs = routes("a", "b", "c") // priorities a > b > c
+	s = &script{}
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"c"}, s.calls, "a preferred backup is left while a primary is usable: the picker chooses")
+	rs[0].st.SetHealthy(false)
+	s = &script{}
+	ctx = upstream.WithPreferred(context.Background(), "b")
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"b"}, s.calls, "with the primary down, the preferred endpoint is in the top usable tier")
+
+	s = &script{}
+	ctx = upstream.WithPreferred(context.Background(), "gone")
+	require.True(t, upstream.Failover(ctx, &upstream.Router{}, equal(), nil, s.attempt).OK)
+	assert.Len(t, s.calls, 1, "an endpoint no longer in the pool is no preference")
+}

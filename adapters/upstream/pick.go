@@ -44,6 +44,44 @@ func WithFilter(ctx context.Context, allow func(endpoint string) bool) context.C
 	return context.WithValue(ctx, filterKey{}, allow)
 }
 
+// preferKey carries the endpoint a request would rather go to.
+type preferKey struct{}
+
+// WithPreferred makes Failover try the endpoint named endpoint first for the request ctx
+// belongs to, whatever its Picker would choose, as long as that endpoint is usable and in the
+// highest priority tier that has a usable one (a session that moved to a backup goes back to
+// its primaries once they recover). It is a chat session's stickiness: the endpoint that served
+// the conversation's earlier turns holds its prefix in its KV cache. After a failed attempt,
+// the Picker chooses as usual.
+func WithPreferred(ctx context.Context, endpoint string) context.Context {
+	if endpoint == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, preferKey{}, endpoint)
+}
+
+// preferred returns the index of c's endpoint named name, when Pick may take it: usable and in
+// the highest usable priority tier; -1 otherwise.
+func preferred(c Candidates, name string) int {
+	at, top := -1, 0
+	found := false
+	for i := range c.Len() {
+		if !c.Usable(i) {
+			continue
+		}
+		if !found || c.Priority(i) > top {
+			top, found = c.Priority(i), true
+		}
+		if c.Name(i) == name {
+			at = i
+		}
+	}
+	if at < 0 || c.Priority(at) < top {
+		return -1
+	}
+	return at
+}
+
 // RoundRobin picks in the highest priority tier that has a usable candidate the next one in an
 // order rotated by rotate, whatever the load.
 type RoundRobin struct{}
