@@ -84,6 +84,92 @@ type modelConfig struct {
 	// Disaggregation serves the model in two steps with vLLM's prefill/decode protocol: a
 	// prefill endpoint computes the prompt's KV cache, a decode endpoint pulls it and generates.
 	Disaggregation *disaggConfig `yaml:"disaggregation"`
+	// Cache answers repeated (exact) or near-repeated (semantic) requests from stored answers.
+	Cache *cacheConfig `yaml:"cache"`
+	// Session keeps conversations in the gateway: clients send only the new turn.
+	Session *sessionConfig `yaml:"session"`
+}
+
+// cacheConfig is models.<name>.cache.
+type cacheConfig struct {
+	// Mode is exact (the default: the normalized request must match) or semantic (also a
+	// stored answer to a similar last user message, in the same conversation context).
+	Mode string `yaml:"mode"`
+	// Threshold is the cosine similarity a semantic match needs (default 0.95).
+	Threshold float64 `yaml:"threshold"`
+	// TTL is how long an answer is served (default 1h).
+	TTL time.Duration `yaml:"ttl"`
+	// MaxEntries and MaxBytes bound the in-process store (defaults 10000 and 64 MiB); the
+	// least recently used entries go first.
+	MaxEntries int `yaml:"max_entries"`
+	MaxBytes   int `yaml:"max_bytes"`
+	// Embeddings names the model (one the gateway routes, serving /v1/embeddings) that embeds
+	// semantic mode's messages; empty: the built-in lexical embedder.
+	Embeddings string `yaml:"embeddings"`
+	// Scope is key (the default: each API key has its own entries) or shared.
+	Scope string `yaml:"scope"`
+	// Sampling is zero (the default: only requests with temperature 0 are cached) or any.
+	Sampling string `yaml:"sampling"`
+	// ToolCalls stores answers that call tools (off by default: a tool call usually acts on
+	// the world, and its result differs from one call to the next).
+	ToolCalls bool `yaml:"tool_calls"`
+}
+
+// sessionConfig is models.<name>.session.
+type sessionConfig struct {
+	// ContextWindow, in tokens, trims a session's oldest turns so prompt + max_tokens fits;
+	// 0: no trimming (max_bytes still bounds the history).
+	ContextWindow int `yaml:"context_window"`
+	// TTL is how long an idle session is kept (default 24h); each turn renews it.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxBytes bounds a session's stored messages (default 1 MiB); the oldest turns go first.
+	MaxBytes int `yaml:"max_bytes"`
+}
+
+func (c *cacheConfig) validate(name string) []string {
+	if c == nil {
+		return nil
+	}
+	key := "models." + name + ".cache"
+	var out []string
+	switch c.Mode {
+	case "", "exact", "semantic":
+	default:
+		out = append(out, fmt.Sprintf("%s.mode: %q is neither exact nor semantic", key, c.Mode))
+	}
+	if c.Threshold < 0 || c.Threshold > 1 {
+		out = append(out, fmt.Sprintf("%s.threshold: %g is not a cosine similarity between 0 and 1", key, c.Threshold))
+	}
+	if c.TTL < 0 || c.MaxEntries < 0 || c.MaxBytes < 0 {
+		out = append(out, fmt.Sprintf("%s: ttl, max_entries and max_bytes cannot be negative", key))
+	}
+	switch c.Scope {
+	case "", "key", "shared":
+	default:
+		out = append(out, fmt.Sprintf("%s.scope: %q is neither key nor shared", key, c.Scope))
+	}
+	switch c.Sampling {
+	case "", "zero", "any":
+	default:
+		out = append(out, fmt.Sprintf("%s.sampling: %q is neither zero nor any", key, c.Sampling))
+	}
+	if c.Mode != "semantic" && (c.Embeddings != "" || c.Threshold != 0) {
+		out = append(out, fmt.Sprintf("%s: embeddings and threshold are for mode: semantic", key))
+	}
+	if c.Embeddings == name {
+		out = append(out, fmt.Sprintf("%s.embeddings: %q is the cached model itself", key, name))
+	}
+	return out
+}
+
+func (c *sessionConfig) validate(name string) []string {
+	if c == nil {
+		return nil
+	}
+	if c.ContextWindow < 0 || c.TTL < 0 || c.MaxBytes < 0 {
+		return []string{fmt.Sprintf("models.%s.session: context_window, ttl and max_bytes cannot be negative", name)}
+	}
+	return nil
 }
 
 // disaggConfig is models.<name>.disaggregation.
@@ -171,6 +257,8 @@ func (m modelConfig) validate(name string) []string {
 	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent || m.Input == "tokens") {
 		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))
 	}
+	out = append(out, m.Cache.validate(name)...)
+	out = append(out, m.Session.validate(name)...)
 	return out
 }
 

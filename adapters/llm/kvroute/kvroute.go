@@ -172,6 +172,11 @@ func (x *Index) Matched(endpoint string, hashes []uint64) int {
 func (x *Index) Record(endpoint string, hashes []uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.record(endpoint, hashes)
+}
+
+// record is Record with x.mu held.
+func (x *Index) record(endpoint string, hashes []uint64) {
 	b := x.eps[endpoint]
 	if b == nil {
 		b = newBlocks(x.opts.Capacity)
@@ -244,15 +249,15 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 		}
 		i = j
 	}
+	// The choice is recorded under the same lock it was scored under: a concurrent request
+	// with the same prefix then sees it on this endpoint already and follows it.
 	if best >= 0 {
 		name := c.Name(best)
 		x.active[name] += int64(len(p.hashes))
 		p.picked = append(p.picked, name)
+		x.record(name, p.hashes)
 	}
 	x.mu.Unlock()
-	if best >= 0 {
-		x.Record(c.Name(best), p.hashes)
-	}
 	return best
 }
 
