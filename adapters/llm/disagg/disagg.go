@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard/ratelimit"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,8 +103,8 @@ func (s *Stage) Interceptor() pipeline.Interceptor {
 				return s.leg(ctx, next, req, s.decode, nil, "decode")
 			}
 			n := len(req.PromptTokens)
-			if req.PromptTokens == nil {
-				n = len(req.Body()) / 4
+			if req.PromptTokens == nil { // no tokenizer: the guard's estimate of the prompt
+				n = int(ratelimit.EstimateTokens(len(req.Body()), 0))
 			}
 			switch {
 			case n < s.opts.MinPromptTokens:
