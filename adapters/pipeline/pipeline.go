@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -134,6 +135,46 @@ func (r *Request) Fields() (map[string]json.RawMessage, error) {
 	}
 	r.fields = m
 	return m, nil
+}
+
+// EditBody returns the body with set's members set (added or replaced) and the members named in
+// drop removed; every other member keeps its bytes. Members come out sorted by name, compact
+// between them. The request is unchanged: a stage passes the result to SetBody (of the
+// request, or of a copy for one leg of several).
+func (r *Request) EditBody(set map[string]json.RawMessage, drop ...string) ([]byte, error) {
+	f, err := r.Fields()
+	if err != nil {
+		return nil, InvalidJSON(err)
+	}
+	keys := make([]string, 0, len(f)+len(set))
+	for k := range f {
+		if _, ok := set[k]; !ok && !slices.Contains(drop, k) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range set {
+		if !slices.Contains(drop, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]byte, 0, len(r.body)+64)
+	out = append(out, '{')
+	for i, k := range keys {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		v, ok := set[k]
+		if !ok {
+			v = f[k]
+		}
+		kb, err := json.Marshal(k)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the request body: %w", err)
+		}
+		out = append(append(append(out, kb...), ':'), v...)
+	}
+	return append(out, '}'), nil
 }
 
 // BodyWithModel is the body with the model's name replaced by name and every other byte as it

@@ -191,3 +191,18 @@ func mustRequest(t *testing.T, body string) *pipeline.Request {
 	require.NoError(t, err)
 	return r
 }
+
+func TestEditBody(t *testing.T) {
+	req, err := pipeline.NewRequest("/v1/chat/completions", []byte(`{"stream": true, "model":"m","messages":[{"role":"user", "content":"hi"}],"session_id":"s"}`))
+	require.NoError(t, err)
+	body, err := req.EditBody(map[string]json.RawMessage{"max_tokens": json.RawMessage("1"), "stream": json.RawMessage("false")}, "session_id", "max_tokens")
+	require.NoError(t, err)
+	assert.Equal(t, `{"messages":[{"role":"user", "content":"hi"}],"model":"m","stream":false}`, string(body),
+		"set members replace, dropped ones go (drop wins over set), others keep their bytes, sorted")
+	assert.Contains(t, string(req.Body()), `"session_id":"s"`, "the request is unchanged")
+	body, err = req.EditBody(nil)
+	require.NoError(t, err)
+	assert.Equal(t, `{"messages":[{"role":"user", "content":"hi"}],"model":"m","session_id":"s","stream":true}`, string(body))
+	require.NoError(t, req.SetBody(body))
+	assert.Equal(t, "m", req.Model())
+}

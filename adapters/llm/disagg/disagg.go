@@ -271,11 +271,7 @@ func (s *Stage) prefillOnce(ctx context.Context, next pipeline.Handler, out *pip
 
 // decodeLeg sends the client's request with the transfer's params to the decode pool.
 func (s *Stage) decodeLeg(ctx context.Context, next pipeline.Handler, req *pipeline.Request, params json.RawMessage, tried []string) (*pipeline.Response, error) {
-	f, err := req.Fields()
-	if err != nil {
-		return nil, pipeline.InvalidJSON(err)
-	}
-	body, err := withFields(f, map[string]json.RawMessage{"kv_transfer_params": params}, nil)
+	body, err := req.EditBody(map[string]json.RawMessage{"kv_transfer_params": params})
 	if err != nil {
 		return nil, err
 	}
@@ -299,26 +295,7 @@ func prefillBody(req *pipeline.Request) ([]byte, error) {
 	if _, ok := f["max_completion_tokens"]; ok {
 		set["max_completion_tokens"] = json.RawMessage("1")
 	}
-	return withFields(f, set, []string{"stream_options", "min_tokens", "min_completion_tokens"})
-}
-
-// withFields is the JSON object of f with set's members set and drop's removed (f unchanged).
-func withFields(f map[string]json.RawMessage, set map[string]json.RawMessage, drop []string) ([]byte, error) {
-	m := make(map[string]json.RawMessage, len(f)+len(set))
-	for k, v := range f {
-		m[k] = v
-	}
-	for _, k := range drop {
-		delete(m, k)
-	}
-	for k, v := range set {
-		m[k] = v
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encoding a disaggregated leg's body: %w", err)
-	}
-	return b, nil
+	return req.EditBody(set, "stream_options", "min_tokens", "min_completion_tokens")
 }
 
 // clientHeaders are the request headers disaggregating proxies route by (llm-d's sidecar, the
@@ -346,7 +323,7 @@ func DropClientParams(next pipeline.Handler) pipeline.Handler {
 				return nil, pipeline.InvalidJSON(err)
 			}
 			if _, ok := f["kv_transfer_params"]; ok {
-				body, err := withFields(f, nil, []string{"kv_transfer_params"})
+				body, err := req.EditBody(nil, "kv_transfer_params")
 				if err != nil {
 					return nil, err
 				}

@@ -44,15 +44,16 @@ const (
 )
 
 // chatOnly are the chat request's members a completion request has no place for: the
-// conversation the prompt was rendered from, and what only rendering or chat output uses.
-var chatOnly = map[string]bool{
-	"messages": true, "tools": true, "tool_choice": true, "parallel_tool_calls": true,
-	"functions": true, "function_call": true, "documents": true, "chat_template": true,
-	"chat_template_kwargs": true, "add_generation_prompt": true, "continue_final_message": true,
-	"add_special_tokens": true, "max_completion_tokens": true, "logprobs": true, "top_logprobs": true,
-	"reasoning_effort": true, "modalities": true, "audio": true, "prediction": true,
-	"web_search_options": true, "store": true, "metadata": true, "mm_processor_kwargs": true,
-	"prompt": true, "echo": true, "suffix": true, "best_of": true,
+// conversation the prompt was rendered from, and what only rendering or chat output uses (the
+// prompt is replaced, and max_completion_tokens becomes max_tokens).
+var chatOnly = []string{
+	"messages", "tools", "tool_choice", "parallel_tool_calls",
+	"functions", "function_call", "documents", "chat_template",
+	"chat_template_kwargs", "add_generation_prompt", "continue_final_message",
+	"add_special_tokens", "max_completion_tokens", "logprobs", "top_logprobs",
+	"reasoning_effort", "modalities", "audio", "prediction",
+	"web_search_options", "store", "metadata", "mm_processor_kwargs",
+	"echo", "suffix", "best_of",
 }
 
 // Stage is the interceptor for model m's requests when its upstream takes token ids: chat
@@ -198,32 +199,21 @@ func stopStrings(raw json.RawMessage) ([]string, error) {
 // rewrite is req for path with the chat-only members dropped, max_completion_tokens as
 // max_tokens, and prompt set to ids; the members keep no order (JSON objects have none).
 func rewrite(req *pipeline.Request, f map[string]json.RawMessage, path string, ids any) (*pipeline.Request, error) {
-	keys := make([]string, 0, len(f))
-	for k := range f {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b := make([]byte, 0, len(req.Body())/2+64)
-	b = append(b, '{')
+	set := map[string]json.RawMessage{"prompt": appendIDs(nil, ids)}
+	drop := chatOnly
 	maxTokens := f["max_completion_tokens"]
 	if len(maxTokens) == 0 || string(maxTokens) == "null" {
 		maxTokens = f["max_tokens"]
 	}
-	for _, k := range keys {
-		if chatOnly[k] || k == "max_tokens" {
-			continue
-		}
-		kb, _ := json.Marshal(k)
-		b = append(append(append(b, kb...), ':'), f[k]...)
-		b = append(b, ',')
-	}
 	if len(maxTokens) > 0 && string(maxTokens) != "null" {
-		b = append(append(b, `"max_tokens":`...), maxTokens...)
-		b = append(b, ',')
+		set["max_tokens"] = maxTokens
+	} else {
+		drop = append(slices.Clip(drop), "max_tokens")
 	}
-	b = append(b, `"prompt":`...)
-	b = appendIDs(b, ids)
-	b = append(b, '}')
+	b, err := req.EditBody(set, drop...)
+	if err != nil {
+		return nil, err
+	}
 	out := *req
 	out.Path = path
 	if err := out.SetBody(b); err != nil {
