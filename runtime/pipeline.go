@@ -15,6 +15,8 @@ import (
 	"github.com/infergate/infergate/adapters/llm/tokeninput"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 )
 
 // llmStages is the one place the order of an LLM request's stages is written: every model's
@@ -71,7 +73,9 @@ type llmModel struct {
 
 // loadModels reads each configured model's tokenizer and chat template, and builds its routing;
 // an unreadable tokenizer fails start-up, naming the model, the file and the reason.
-func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, log *slog.Logger) (map[string]*llmModel, error) {
+// With rdb (redis.addr), each cache_aware model's index is shared with the other replicas;
+// closers gets what stops the sharing.
+func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Client, closers *[]func(), collectors *[]prometheus.Collector, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
@@ -89,7 +93,13 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, log *slog.Logger
 		case "round_robin":
 			lm.route = roundRobin
 		case "cache_aware":
-			lm.route = kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks}).Stage(lm.Model)
+			x := kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks})
+			if rdb != nil {
+				sh := kvroute.Share(x, rdb, kvroute.ShareOptions{Logger: log})
+				*closers = append(*closers, sh.Close)
+				*collectors = append(*collectors, sh.Collectors()...)
+			}
+			lm.route = x.Stage(lm.Model)
 		}
 		if d := c.Disaggregation; d != nil {
 			lm.disagg = disagg.New(disagg.Options{Model: name, Prefill: d.Prefill, Decode: d.Decode,

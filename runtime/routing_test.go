@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/internal/redistest"
 	"github.com/infergate/infergate/internal/vllmsim"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -70,6 +72,59 @@ func TestRoutingPolicies(t *testing.T) {
 		}
 		assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, seen)
 	})
+}
+
+// TestRoutingSharedIndex: with redis.addr, cache_aware replicas share their index: a
+// conversation whose turns alternate between two gateways stays on one endpoint, and a
+// conversation started on one gateway is continued where it is by the other.
+func TestRoutingSharedIndex(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two gateways and a redis-server")
+	}
+	t.Parallel()
+	rdb := redistest.Start(t)
+	ups := []*openaitest.Upstream{openaitest.Start(t, "a", "m"), openaitest.Start(t, "b", "m"), openaitest.Start(t, "c", "m")}
+	cfg := "builtin_models: false\nredis: {addr: " + rdb.Addr + "}\nregistry: {disabled: true}\nupstreams:\n"
+	for _, u := range ups {
+		cfg += fmt.Sprintf("  - {name: %s, url: %s, type: vllm, check_interval: 1h}\n", u.Name, u.URL)
+	}
+	cfg += "models:\n  m: {routing: cache_aware}\n"
+	gws := []string{startModels(t, cfg, "m"), startModels(t, cfg, "m")}
+	post := func(addr, body string) string {
+		t.Helper()
+		res, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		return res.Header.Get("X-Infergate-Endpoint")
+	}
+	// The replicas' rotations start out of step, so that without the shared index a cold
+	// prompt would go elsewhere on each.
+	post(gws[1], `{"model":"m","messages":[{"role":"user","content":"warm-up"}]}`)
+	applied := map[string]int{gws[0]: 0, gws[1]: 0} // the other replica's picks each has learned
+	used := map[string]bool{}
+	for conv := range 6 {
+		msgs := fmt.Sprintf(`{"role":"system","content":"%s"}`, strings.Repeat(fmt.Sprintf("You are assistant number %d. ", conv), 20))
+		first := ""
+		for turn := range 4 {
+			msgs += fmt.Sprintf(`,{"role":"user","content":"Question %d of conversation %d?"}`, turn, conv)
+			gw := gws[(conv+turn)%2]
+			if turn == 0 {
+				first = post(gw, `{"model":"m","messages":[`+msgs+`]}`)
+				used[first] = true
+			} else {
+				// The other replica learns the last turn's pick within a flush and a round trip.
+				applied := fmt.Sprintf(`infergate_kvroute_shared_records_total{model="m",outcome="applied"} %d`, applied[gw])
+				require.Eventually(t, func() bool { return strings.Contains(exposition(t, gw), applied) }, 5*time.Second, 5*time.Millisecond,
+					"%s: the other replica's pick is learned", gw)
+				assert.Equal(t, first, post(gw, `{"model":"m","messages":[`+msgs+`]}`), "conversation %d, turn %d, through the other gateway, stays where its prefix is", conv, turn)
+			}
+			applied[gws[(conv+turn+1)%2]]++
+			msgs += `,{"role":"assistant","content":"An answer."}`
+		}
+	}
+	assert.GreaterOrEqual(t, len(used), 2, "new conversations go by load: %v", used)
 }
 
 // TestDisaggregationConfigErrors: a disaggregation that cannot work fails start-up naming the key.
@@ -192,4 +247,15 @@ models:
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, d1.Stats().LocalPrefills, "a short prompt is prefilled by the decode engine")
 	assert.EqualValues(t, prefills, p1.Stats().Requests+p2.Stats().Requests)
+}
+
+// exposition is the gateway's Prometheus exposition.
+func exposition(t *testing.T, addr string) string {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return string(b)
 }

@@ -70,6 +70,9 @@ type Index struct {
 	mu     sync.Mutex
 	eps    map[string]*blocks
 	active map[string]int64 // blocks of the requests in flight, per endpoint
+	// sent, when the index is shared (Share), takes each pick's endpoint and blocks for the
+	// other replicas; it must not block.
+	sent func(endpoint string, hashes []uint64)
 }
 
 // New is an empty index for model.
@@ -258,6 +261,9 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 		x.record(name, p.hashes)
 	}
 	x.mu.Unlock()
+	if best >= 0 && x.sent != nil {
+		x.sent(c.Name(best), p.hashes)
+	}
 	return best
 }
 
