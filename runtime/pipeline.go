@@ -75,7 +75,7 @@ type llmModel struct {
 // an unreadable tokenizer fails start-up, naming the model, the file and the reason.
 // With rdb (redis.addr), each cache_aware model's index is shared with the other replicas;
 // closers gets what stops the sharing.
-func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Client, closers *[]func(), collectors *[]prometheus.Collector, log *slog.Logger) (map[string]*llmModel, error) {
+func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Client, redisPrefix string, closers *[]func(), collectors *[]prometheus.Collector, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
@@ -95,7 +95,7 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 		case "cache_aware":
 			x := kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks})
 			if rdb != nil {
-				sh := kvroute.Share(x, rdb, kvroute.ShareOptions{Logger: log})
+				sh := kvroute.Share(x, rdb, kvroute.ShareOptions{Prefix: redisPrefix + ":kvroute:", Logger: log})
 				*closers = append(*closers, sh.Close)
 				*collectors = append(*collectors, sh.Collectors()...)
 			}

@@ -72,7 +72,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 
 	dm := disagg.NewMetrics()
 	collectors = append(collectors, dm.Collectors()...)
-	models, err := loadModels(cfg.Models, dm, rdb, &closers, &collectors, log)
+	models, err := loadModels(cfg.Models, dm, rdb, redisPrefix(cfg), &closers, &collectors, log)
 	if err != nil {
 		return nil, nil, err
 	}
