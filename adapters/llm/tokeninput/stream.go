@@ -135,7 +135,7 @@ func (s *chatStream) convert(data []byte) {
 			st.ids += int64(len(ch.TokenIDs))
 			if text == "" {
 				if st.dec == nil {
-					st.dec = s.p.tok.NewDecoder(true)
+					st.dec = s.p.tok.NewDecoder(true).Continuing()
 				}
 				var sb strings.Builder
 				for _, id := range ch.TokenIDs {

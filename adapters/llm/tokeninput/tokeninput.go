@@ -349,7 +349,7 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 	for i, ch := range c.Choices {
 		text := ch.Text
 		if text == "" && len(ch.TokenIDs) > 0 {
-			text = p.tok.Decode(ch.TokenIDs, true)
+			text = decodeOutput(p.tok, ch.TokenIDs)
 		}
 		cc := chatChoice{Index: ch.Index, Logprobs: null, FinishReason: ch.FinishReason, StopReason: ch.StopReason}
 		if cut, which, ok := cutStop(text, p.stop); ok {
@@ -378,4 +378,16 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 	}
 	res.Body = pipeline.NewBody(b, u)
 	return res, nil
+}
+
+// decodeOutput is the text of a model's output ids, which continue its prompt: a
+// SentencePiece-style model's first word keeps its leading space, as vLLM returns it.
+func decodeOutput(tok *tokenizer.Tokenizer, ids []int) string {
+	d := tok.NewDecoder(true).Continuing()
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(d.Add(id))
+	}
+	b.WriteString(d.Flush())
+	return b.String()
 }

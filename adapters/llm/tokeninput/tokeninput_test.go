@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +45,12 @@ func start(t *testing.T) *env {
 	t.Helper()
 	tok, err := qwenTok()
 	require.NoError(t, err)
+	return startWith(t, tok)
+}
+
+// startWith is start with another tokenizer (and its chat template), still named "qwen".
+func startWith(t *testing.T, tok *tokenizer.Tokenizer) *env {
+	t.Helper()
 	m, err := prompt.New("qwen", tok, prompt.Options{})
 	require.NoError(t, err)
 	e := &env{engine: tokeninputtest.Start(t, "qwen"), model: m, usage: make(chan pipeline.Usage, 16)}
@@ -280,6 +288,47 @@ func TestTokenIDAnswers(t *testing.T) {
 	u := e.lastUsage(t)
 	u = e.lastUsage(t)
 	assert.Equal(t, int64(len(ids)), u.CompletionTokens, "a stream's ids counted as sent")
+}
+
+// A SentencePiece-style model's answer keeps its first word's space ("▁Hello" is " Hello"), as
+// vLLM's detokenizer, which continues the prompt, gives it; whole and streamed alike.
+func TestSentencePieceAnswerSpace(t *testing.T) {
+	src := "../tokenizer/testdata/mistral7b"
+	if _, err := os.Stat(src); err != nil && os.Getenv("INFERGATE_REQUIRE_TOKENIZER_DATA") != "1" {
+		t.Skip("testdata/mistral7b is absent: run adapters/llm/tokenizer/testdata/fetch-mistral7b.sh")
+	}
+	// Mistral 7B v0.1's files name no chat template: an instruct-style one is added.
+	dir := t.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(
+		"{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}"), 0o600))
+	tok, err := tokenizer.Load(dir)
+	require.NoError(t, err)
+	e := startWith(t, tok)
+	ids := tok.Encode("Hello world", tokenizer.Options{})
+	require.Equal(t, "▁Hello", tok.TokenString(ids[0]))
+	var steps [][]int
+	for _, id := range ids {
+		steps = append(steps, []int{id})
+	}
+	e.engine.SetReplyIDs(steps...)
+	messages := []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Say hello.")}
+	got, err := e.sdk().Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "qwen", Messages: messages})
+	require.NoError(t, err)
+	assert.Equal(t, " Hello world", got.Choices[0].Message.Content)
+	stream := e.sdk().Chat.Completions.NewStreaming(context.Background(), oai.ChatCompletionNewParams{Model: "qwen", Messages: messages})
+	var text strings.Builder
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+	}
+	require.NoError(t, stream.Err())
+	assert.Equal(t, " Hello world", text.String())
 }
 
 func utf8Whole(s string) bool { return !strings.ContainsRune(s, '\uFFFD') }

@@ -41,7 +41,8 @@ type StreamDecoder struct {
 	skipSpecial bool
 	pending     []byte // at most 3 bytes: the start of an incomplete character
 	out         []byte
-	strip       int // how many more of the decoder's Strip may go from the text's start
+	strip       int  // how many more of the decoder's Strip may go from the text's start
+	continuing  bool // the ids continue a text (Continuing): nothing is stripped
 }
 
 // NewDecoder returns a streaming decoder; skipSpecial as in Decode.
@@ -50,6 +51,16 @@ func (t *Tokenizer) NewDecoder(skipSpecial bool) *StreamDecoder {
 	if t.spm != nil {
 		d.strip = t.spm.stripN
 	}
+	return d
+}
+
+// Continuing makes d decode ids that continue a text, such as a model's output after its
+// prompt: a SentencePiece-style decoder's Strip of the text's start does not apply, so an
+// output's first word keeps its leading space ("▁Hello" is " Hello"), as vLLM's incremental
+// detokenizer, primed with the prompt's last tokens, gives it. It returns d. Byte-level
+// tokenizers have no Strip, and decode the same either way.
+func (d *StreamDecoder) Continuing() *StreamDecoder {
+	d.continuing, d.strip = true, 0
 	return d
 }
 
@@ -79,7 +90,7 @@ func (d *StreamDecoder) Add(id int) string {
 // Flush returns what is held back, as U+FFFD (the stream ended inside a character), and resets
 // the decoder for a new text.
 func (d *StreamDecoder) Flush() string {
-	if d.t.spm != nil {
+	if d.t.spm != nil && !d.continuing {
 		d.strip = d.t.spm.stripN
 	}
 	if len(d.pending) == 0 {

@@ -170,6 +170,18 @@ func TestTinySentencePiece(t *testing.T) {
 	if got := tok.Decode([]int{bos, spHello, spW}, true); got != "hello w" {
 		t.Errorf("Decode skipping specials: %q", got)
 	}
+	// A model's output continues its prompt: its first word keeps its space, as vLLM gives it.
+	dec := tok.NewDecoder(true).Continuing()
+	var out strings.Builder
+	for range 2 { // Flush starts a new text, continuing too
+		for _, id := range []int{spHello, spW, byteTok(0xC3), byteTok(0xA9)} {
+			out.WriteString(dec.Add(id))
+		}
+		out.WriteString(dec.Flush())
+	}
+	if got := out.String(); got != " hello wé hello wé" {
+		t.Errorf("continuing decoder: %q", got)
+	}
 }
 
 // TestSentencePieceStrip: the decoder strips one space at the very start of the text only,
