@@ -3,6 +3,7 @@ package respcache
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -233,4 +234,45 @@ func FuzzSSEFeed(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzRedisRecords: any bytes found in Redis or on its channel decode without panicking or
+// allocating beyond what they hold, and what decodes encodes to a record that decodes the same.
+func FuzzRedisRecords(f *testing.F) {
+	m := meta{partition: "p", vector: []float32{0.6, 0.8}, size: 12, expires: 1_700_000_000_000}
+	f.Add(appendMeta(nil, m))
+	f.Add(appendAddMessage(nil, "model|alice|abc", m))
+	f.Add(appendAddMessage(nil, "k", meta{}))
+	f.Add([]byte{msgFlush})
+	f.Add([]byte{metaVersion, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if m, err := decodeMeta(b); err == nil {
+			if len(m.vector) > len(b)/4 {
+				t.Fatalf("a vector of %d from %d bytes", len(m.vector), len(b))
+			}
+			m2, err := decodeMeta(appendMeta(nil, m))
+			if err != nil || !sameMeta(m, m2) {
+				t.Fatalf("%x: %+v, then %+v, %v", b, m, m2, err)
+			}
+		}
+		if key, m, flush, err := decodeMessage(b); err == nil && !flush {
+			key2, m2, _, err := decodeMessage(appendAddMessage(nil, key, m))
+			if err != nil || key2 != key || !sameMeta(m, m2) {
+				t.Fatalf("%x: %q %+v, then %q %+v, %v", b, key, m, key2, m2, err)
+			}
+		}
+	})
+}
+
+// sameMeta compares vectors bit for bit (a NaN is itself).
+func sameMeta(a, b meta) bool {
+	if a.partition != b.partition || a.size != b.size || a.expires != b.expires || len(a.vector) != len(b.vector) {
+		return false
+	}
+	for i := range a.vector {
+		if math.Float32bits(a.vector[i]) != math.Float32bits(b.vector[i]) {
+			return false
+		}
+	}
+	return true
 }
