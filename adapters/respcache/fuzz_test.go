@@ -3,6 +3,7 @@ package respcache
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -275,4 +276,46 @@ func sameMeta(a, b meta) bool {
 		}
 	}
 	return true
+}
+
+// FuzzCanonicalJSON: the canonical form of any valid JSON is valid JSON meaning the same, is its
+// own canonical form, and is the canonical form of encoding/json's re-encoding of the value.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.0,2e0,"x\u00e9\ud83d\ude00"],"a":null}`, `"\ud800\u0041"`, `-0.0`,
+		`[1e400, 12345678901234567890, 0.1, 1E-7]`, "\"\xff\"", `{"<":"&"}`, ` [ ] `, `{"":{"":{}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		c, err := canonicalJSON(nil, src)
+		if !json.Valid(src) {
+			return // anything, but no panic
+		}
+		if err != nil {
+			if errors.Is(err, errTooDeep) {
+				return
+			}
+			t.Fatalf("%q: %v", src, err)
+		}
+		if !json.Valid(c) {
+			t.Fatalf("%q -> invalid %q", src, c)
+		}
+		again, err := canonicalJSON(nil, c)
+		if err != nil || !bytes.Equal(again, c) {
+			t.Fatalf("%q -> %q -> %q, %v", src, c, again, err)
+		}
+		var v any
+		d := json.NewDecoder(bytes.NewReader(src))
+		d.UseNumber()
+		if d.Decode(&v) != nil {
+			return
+		}
+		re, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		viaStd, err := canonicalJSON(nil, re)
+		if err != nil || !bytes.Equal(viaStd, c) {
+			t.Fatalf("%q -> %q, but re-encoded %q -> %q, %v", src, c, re, viaStd, err)
+		}
+	})
 }

@@ -365,3 +365,22 @@ func (e *bagEmbedder) Embed(_ context.Context, texts []string) ([][]float32, err
 	}
 	return out, nil
 }
+
+// startPlainGateway serves model m from up with no stage at all: the gateway's own forwarding.
+func startPlainGateway(t testing.TB, up *upstreamFake) string {
+	t.Helper()
+	p, err := openai.New(openai.Options{
+		Endpoints: []upstream.Endpoint{{Name: "up", URL: up.URL, Type: upstream.TypeVLLM,
+			CheckInterval: time.Hour, CheckTimeout: time.Second}},
+		Logger: quiet(),
+	})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	t.Cleanup(p.Close)
+	require.Eventually(t, func() bool { return len(p.Models()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	mux := http.NewServeMux()
+	p.Mount(mux, nil)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -71,34 +70,54 @@ func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lo
 		names = append(names, name)
 	}
 	slices.Sort(names)
-
-	vals := make(map[string]any, len(names))
-	for _, name := range names {
-		v, err := decodeValue(fields[name])
-		if err != nil {
-			return lookup{bypass: reasonBody}
-		}
-		vals[name] = v
-	}
-	full, err := canonical(nil, vals, 0)
+	full, err := canonicalMembers(nil, names, fields, "", nil)
 	if err != nil {
-		return lookup{bypass: reasonTooDeep}
+		return lookup{bypass: bypassFor(err)}
 	}
 	l := lookup{key: k.hash("exact", path, owner, full)}
 	if !k.semantic {
 		return l
 	}
 	// The semantic partition: the same request with the text to embed taken out.
-	text, ok := takeText(path, vals)
+	name, value, text, ok := takeText(path, fields)
 	if !ok {
 		return l
 	}
-	part, err := canonical(nil, vals, 0)
+	part, err := canonicalMembers(full[:0], names, fields, name, value)
 	if err != nil {
-		return lookup{bypass: reasonTooDeep}
+		return lookup{bypass: bypassFor(err)}
 	}
 	l.partition, l.text = k.hash("semantic", path, owner, part), text
 	return l
+}
+
+func bypassFor(err error) string {
+	if errors.Is(err, errTooDeep) {
+		return reasonTooDeep
+	}
+	return reasonBody
+}
+
+// canonicalMembers appends the canonical object of fields' members names (sorted), with the
+// member named swap replaced by the canonical value with.
+func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMessage, swap string, with []byte) ([]byte, error) {
+	dst = append(dst, '{')
+	for i, name := range names {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, name)
+		dst = append(dst, ':')
+		if name == swap {
+			dst = append(dst, with...)
+			continue
+		}
+		var err error
+		if dst, err = canonicalJSON(dst, fields[name]); err != nil {
+			return nil, err
+		}
+	}
+	return append(dst, '}'), nil
 }
 
 // hash is "model|owner|" followed by the SHA-256 of everything that tells two requests apart,
@@ -117,31 +136,51 @@ func (k *keyer) hash(kind, path, owner string, canon []byte) string {
 	return k.model + "|" + owner + "|" + hex.EncodeToString(h.Sum(sum[:0]))
 }
 
-// takeText removes the text a semantic search embeds from vals and returns it: a chat request's
-// last user message's content (a string, or the text parts of a list of parts; the content
-// becomes null in vals), or a completion's prompt when it is one string.
-func takeText(path string, vals map[string]any) (string, bool) {
-	if strings.HasSuffix(path, "/chat/completions") {
-		msgs, _ := vals["messages"].([]any)
-		for i := len(msgs) - 1; i >= 0; i-- {
-			m, _ := msgs[i].(map[string]any)
-			if m == nil || m["role"] != "user" {
-				continue
-			}
-			text, ok := contentText(m["content"])
-			if !ok {
-				return "", false
-			}
-			m["content"] = nil // vals is the lookup's own, and the exact key is made already
-			return text, true
+// takeText finds the text a semantic search embeds: a chat request's last user message's
+// content (a string, or the text parts of a list of parts), or a completion's prompt when it is
+// one string. It returns the member holding it and that member's canonical value with the text
+// taken out (the content, or the prompt, null).
+func takeText(path string, fields map[string]json.RawMessage) (name string, value []byte, text string, ok bool) {
+	if path == pathCompletions {
+		var p string
+		if raw, found := fields["prompt"]; !found || json.Unmarshal(raw, &p) != nil {
+			return "", nil, "", false
 		}
-		return "", false
+		return "prompt", []byte("null"), p, true
 	}
-	if p, ok := vals["prompt"].(string); ok {
-		vals["prompt"] = nil
-		return p, true
+	var msgs []json.RawMessage
+	if json.Unmarshal(fields["messages"], &msgs) != nil {
+		return "", nil, "", false
 	}
-	return "", false
+	for i := len(msgs) - 1; i >= 0; i-- {
+		var m map[string]json.RawMessage
+		var role string
+		if json.Unmarshal(msgs[i], &m) != nil || json.Unmarshal(m["role"], &role) != nil || role != "user" {
+			continue
+		}
+		var content any
+		if json.Unmarshal(m["content"], &content) != nil {
+			return "", nil, "", false
+		}
+		if text, ok = contentText(content); !ok {
+			return "", nil, "", false
+		}
+		m["content"] = json.RawMessage("null")
+		without, err := json.Marshal(m)
+		if err != nil {
+			return "", nil, "", false
+		}
+		msgs[i] = without
+		all, err := json.Marshal(msgs)
+		if err != nil {
+			return "", nil, "", false
+		}
+		if value, err = canonicalJSON(nil, all); err != nil {
+			return "", nil, "", false
+		}
+		return "messages", value, text, true
+	}
+	return "", nil, "", false
 }
 
 // contentText is a message content's text: the string, or the text parts joined by newlines.
@@ -179,71 +218,6 @@ func isZero(v json.RawMessage) bool {
 func isOne(v json.RawMessage) bool {
 	f, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
 	return err == nil && f == 1
-}
-
-// decodeValue decodes one JSON value, numbers kept as their text.
-func decodeValue(raw json.RawMessage) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-var errTooDeep = errors.New("respcache: JSON nested too deeply")
-
-// canonical appends v's canonical JSON to dst: object members sorted by key, no insignificant
-// space, strings with one escaping, numbers in one spelling (1, 1.0 and 1e0 are all 1), so two
-// requests that mean the same hash the same.
-func canonical(dst []byte, v any, depth int) ([]byte, error) {
-	if depth > maxDepth {
-		return nil, errTooDeep
-	}
-	var err error
-	switch v := v.(type) {
-	case nil:
-		dst = append(dst, "null"...)
-	case bool:
-		dst = strconv.AppendBool(dst, v)
-	case string:
-		dst = appendString(dst, v)
-	case json.Number:
-		dst = appendNumber(dst, string(v))
-	case []any:
-		dst = append(dst, '[')
-		for i, e := range v {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			if dst, err = canonical(dst, e, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		dst = append(dst, ']')
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		dst = append(dst, '{')
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, k)
-			dst = append(dst, ':')
-			if dst, err = canonical(dst, v[k], depth+1); err != nil {
-				return nil, err
-			}
-		}
-		dst = append(dst, '}')
-	default:
-		return nil, fmt.Errorf("respcache: unexpected JSON value %T", v)
-	}
-	return dst, nil
 }
 
 // appendNumber writes a JSON number in one spelling: integers as integers, others as the
@@ -285,7 +259,7 @@ func appendString(dst []byte, s string) []byte {
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, `\ufffd`...)
+			dst = append(dst, "\uFFFD"...) // as a decoder reads it
 		} else {
 			dst = append(dst, s[i:i+size]...)
 		}
