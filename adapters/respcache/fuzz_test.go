@@ -1,0 +1,321 @@
+package respcache
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/adapters/pipeline"
+)
+
+// FuzzCacheControl: any header value parses without panicking, and the directives that matter
+// are found in any case, among others, wherever they stand in the list.
+func FuzzCacheControl(f *testing.F) {
+	for _, s := range []string{"no-cache", "No-Store", "no-cache, no-store", `private="a, no-store", max-age=0`,
+		`x="unterminated, no-cache`, `a=\"b, no-cache`, ",,, ,", "max-age=00", "max-age=-1", "NO-CACHE;x", "=", `"`, `no-store="\"`} {
+		f.Add(s, "")
+	}
+	f.Add("public", "no-store")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		c := parseControl([]string{a, b})
+		// Appending a directive after a complete list always takes effect.
+		if !strings.Contains(a, `"`) {
+			if d := parseControl([]string{a + ", no-store"}); !d.noStore {
+				t.Fatalf("no-store after %q not seen", a)
+			}
+			if d := parseControl([]string{a, "NO-CACHE"}); !d.noCache {
+				t.Fatalf("NO-CACHE after %q not seen", a)
+			}
+		}
+		if c.noStore && !strings.Contains(strings.ToLower(a+b), "no-store") {
+			t.Fatalf("no-store found in %q %q", a, b)
+		}
+	})
+}
+
+func TestCacheControl(t *testing.T) {
+	for _, c := range []struct {
+		in               string
+		noCache, noStore bool
+	}{
+		{"", false, false},
+		{"no-cache", true, false},
+		{"NO-STORE", false, true},
+		{" max-age=0 , no-store", true, true},
+		{"max-age=10", false, false},
+		{"max-age=\"0\"", true, false},
+		{`private="no-cache, no-store"`, false, false},
+		{`private="x\", no-store", no-cache`, true, false},
+		{"no-cachex, xno-store", false, false},
+		{"no-cache=foo", true, false},
+	} {
+		got := parseControl([]string{c.in})
+		if got.noCache != c.noCache || got.noStore != c.noStore {
+			t.Errorf("%q: got %+v, want no-cache %v no-store %v", c.in, got, c.noCache, c.noStore)
+		}
+	}
+}
+
+// FuzzDerive: any request body the pipeline accepts yields a lookup without panicking; a body
+// re-encoded with its members in another order and other spacing has the same keys.
+func FuzzDerive(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","temperature":0,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","temperature":0,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`,
+		`{"model":"m","temperature":0.0,"n":1,"max_tokens":1e2,"seed":12345678901234567890,"messages":[]}`,
+		`{"model":"m","temperature":0,"prompt":"once"}`,
+		`{"model":"m","temperature":0,"prompt":["a","b"]}`,
+		`{"model":"m","temperature":0,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+		`{"model":"m","temperature":0,"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`,
+		`{"model":"m","temperature":1}`,
+		`{"model":"m","temperature":0,"n":2}`,
+		`{"model":"m","temperature":0,"s":"\ud800\u00e9\"\\\n"}`,
+	} {
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, body string, semantic bool) {
+		for _, path := range []string{pathChat, pathCompletions} {
+			req, err := pipeline.NewRequest(path, []byte(body))
+			if err != nil {
+				return
+			}
+			fields, err := req.Fields()
+			if err != nil {
+				return
+			}
+			k := &keyer{model: "m", semantic: semantic, skip: skipped}
+			l := k.derive(path, "o", fields)
+			if l.bypass != "" {
+				continue
+			}
+			if l.key == "" || l.partition == "" && l.text != "" || l.partition != "" && !semantic {
+				t.Fatalf("lookup %+v", l)
+			}
+			// The same members, re-encoded by encoding/json (sorted, compact, its escaping).
+			var m map[string]any
+			d := json.NewDecoder(strings.NewReader(body))
+			d.UseNumber()
+			if d.Decode(&m) != nil {
+				continue
+			}
+			again, err := json.Marshal(m)
+			if err != nil {
+				continue
+			}
+			req2, err := pipeline.NewRequest(path, again)
+			if err != nil {
+				t.Fatalf("re-encoded %s: %v", again, err)
+			}
+			f2, err := req2.Fields()
+			if err != nil {
+				t.Fatalf("re-encoded %s: %v", again, err)
+			}
+			l2 := k.derive(path, "o", f2)
+			if l2 != l && !hasDuplicateKeys(body) {
+				t.Fatalf("%s and %s: %+v != %+v", body, again, l, l2)
+			}
+		}
+	})
+}
+
+// hasDuplicateKeys is a body whose objects repeat a member: its decodings may differ.
+func hasDuplicateKeys(s string) bool {
+	d := json.NewDecoder(strings.NewReader(s))
+	var stack []map[string]bool
+	expectKey := false
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return false
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, map[string]bool{})
+				expectKey = true
+				continue
+			case '}', ']':
+				if v == '}' {
+					stack = stack[:len(stack)-1]
+				}
+			case '[':
+				stack = append(stack, nil)
+				expectKey = false
+				continue
+			}
+			if v == ']' {
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if expectKey && len(stack) > 0 && stack[len(stack)-1] != nil {
+				if stack[len(stack)-1][v] {
+					return true
+				}
+				stack[len(stack)-1][v] = true
+				expectKey = false
+				continue
+			}
+		}
+		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+	}
+}
+
+// FuzzStorable: any upstream answer is judged without panicking; what it keeps is a JSON object
+// without id and created, which a hit turns back into a complete answer.
+func FuzzStorable(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":[]},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`,
+		`{"choices":[{"message":{"tool_calls":[{"id":"c"}]},"finish_reason":"stop"}]}`,
+		`{"choices":[{"finish_reason":"length","text":"a"}]}`,
+		`{"choices":[{"finish_reason":null}]}`,
+		`{"choices":[]}`, `{"error":{"message":"x"}}`, `[]`, `null`, `{}`, `{"choices":[{"finish_reason":"tool_calls"}]}`,
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, resp []byte, tools bool) {
+		tmpl, skip := storable(resp, tools)
+		if skip != "" {
+			if tmpl != nil {
+				t.Fatal("a template with a reason not to store")
+			}
+			return
+		}
+		full, err := fullAnswer(tmpl, "chatcmpl-1", 7)
+		if err != nil {
+			t.Fatalf("template %s: %v", tmpl, err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(full, &m); err != nil {
+			t.Fatalf("answer %s: %v", full, err)
+		}
+		if string(m["id"]) != `"chatcmpl-1"` || string(m["created"]) != "7" {
+			t.Fatalf("answer %s", full)
+		}
+		if _, err := replay(pathChat, full, replayOptions{ID: "x"}); err != nil {
+			t.Fatalf("replay of %s: %v", full, err)
+		}
+	})
+}
+
+// FuzzSSEFeed: a stream fed in any pieces is read as when fed whole, and never holds more than
+// its bound.
+func FuzzSSEFeed(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), uint8(3))
+	f.Add([]byte(": ping\r\ndata: {\"choices\":[]}\r\n\r\nevent: error\ndata: {}\n\n"), uint8(1))
+	f.Add([]byte("data: [DONE]\n\ndata: {}\n\n"), uint8(7))
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":\"length\"}]}\ndata: x\n\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, stream []byte, step uint8) {
+		const max = 256
+		whole := sseFeeder{asm: newAssembler(pathChat, max), max: max}
+		whole.feed(stream)
+		whole.end()
+		parts := sseFeeder{asm: newAssembler(pathChat, max), max: max}
+		n := int(step)%16 + 1
+		for b := stream; len(b) > 0; {
+			k := min(n, len(b))
+			parts.feed(b[:k])
+			b = b[k:]
+			if len(parts.line) > max || len(parts.data) > max {
+				t.Fatalf("holds %d+%d bytes", len(parts.line), len(parts.data))
+			}
+		}
+		parts.end()
+		if (whole.err == nil) != (parts.err == nil) || whole.done != parts.done {
+			t.Fatalf("whole: %v %v, in pieces of %d: %v %v", whole.err, whole.done, n, parts.err, parts.done)
+		}
+		if whole.err == nil {
+			a, okA := whole.asm.Result()
+			b, okB := parts.asm.Result()
+			if okA != okB || !bytes.Equal(a, b) {
+				t.Fatalf("%s != %s", a, b)
+			}
+		}
+	})
+}
+
+// FuzzRedisRecords: any bytes found in Redis or on its channel decode without panicking or
+// allocating beyond what they hold, and what decodes encodes to a record that decodes the same.
+func FuzzRedisRecords(f *testing.F) {
+	m := meta{partition: "p", vector: []float32{0.6, 0.8}, size: 12, expires: 1_700_000_000_000}
+	f.Add(appendMeta(nil, m))
+	f.Add(appendAddMessage(nil, "model|alice|abc", m))
+	f.Add(appendAddMessage(nil, "k", meta{}))
+	f.Add([]byte{msgFlush})
+	f.Add([]byte{metaVersion, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if m, err := decodeMeta(b); err == nil {
+			if len(m.vector) > len(b)/4 {
+				t.Fatalf("a vector of %d from %d bytes", len(m.vector), len(b))
+			}
+			m2, err := decodeMeta(appendMeta(nil, m))
+			if err != nil || !sameMeta(m, m2) {
+				t.Fatalf("%x: %+v, then %+v, %v", b, m, m2, err)
+			}
+		}
+		if key, m, flush, err := decodeMessage(b); err == nil && !flush {
+			key2, m2, _, err := decodeMessage(appendAddMessage(nil, key, m))
+			if err != nil || key2 != key || !sameMeta(m, m2) {
+				t.Fatalf("%x: %q %+v, then %q %+v, %v", b, key, m, key2, m2, err)
+			}
+		}
+	})
+}
+
+// sameMeta compares vectors bit for bit (a NaN is itself).
+func sameMeta(a, b meta) bool {
+	if a.partition != b.partition || a.size != b.size || a.expires != b.expires || len(a.vector) != len(b.vector) {
+		return false
+	}
+	for i := range a.vector {
+		if math.Float32bits(a.vector[i]) != math.Float32bits(b.vector[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzCanonicalJSON: the canonical form of any valid JSON is valid JSON meaning the same, is its
+// own canonical form, and is the canonical form of encoding/json's re-encoding of the value.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.0,2e0,"x\u00e9\ud83d\ude00"],"a":null}`, `"\ud800\u0041"`, `-0.0`,
+		`[1e400, 12345678901234567890, 0.1, 1E-7]`, "\"\xff\"", `{"<":"&"}`, ` [ ] `, `{"":{"":{}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		c, err := canonicalJSON(nil, src)
+		if !json.Valid(src) {
+			return // anything, but no panic
+		}
+		if err != nil {
+			if errors.Is(err, errTooDeep) {
+				return
+			}
+			t.Fatalf("%q: %v", src, err)
+		}
+		if !json.Valid(c) {
+			t.Fatalf("%q -> invalid %q", src, c)
+		}
+		again, err := canonicalJSON(nil, c)
+		if err != nil || !bytes.Equal(again, c) {
+			t.Fatalf("%q -> %q -> %q, %v", src, c, again, err)
+		}
+		var v any
+		d := json.NewDecoder(bytes.NewReader(src))
+		d.UseNumber()
+		if d.Decode(&v) != nil {
+			return
+		}
+		re, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		viaStd, err := canonicalJSON(nil, re)
+		if err != nil || !bytes.Equal(viaStd, c) {
+			t.Fatalf("%q -> %q, but re-encoded %q -> %q, %v", src, c, re, viaStd, err)
+		}
+	})
+}

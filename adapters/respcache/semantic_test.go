@@ -1,0 +1,63 @@
+package respcache_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/infergate/infergate/adapters/respcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Semantic mode answers a similar last user message, but only when everything else is the same:
+// system prompt, earlier turns, tools, parameters, owner.
+func TestSemantic(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	emb := &bagEmbedder{}
+	g := startGateway(t, up, respcache.Options{Mode: respcache.ModeSemantic, Embedder: emb, Threshold: 0.9})
+	conv := func(system, earlier, last string, extra ...string) string {
+		msgs := `[{"role":"system","content":"` + system + `"},{"role":"user","content":"` + earlier +
+			`"},{"role":"assistant","content":"Sure."},{"role":"user","content":"` + last + `"}]`
+		s := `{"model":"m","temperature":0,"messages":` + msgs
+		for _, e := range extra {
+			s += "," + e
+		}
+		return s + "}"
+	}
+	first := g.chat(t, conv("You help.", "Talk about France.", "What is the capital of France?"))
+	require.Equal(t, "miss", first.cache())
+
+	same := g.chat(t, conv("You help.", "Talk about France.", "what is the capital of france"))
+	assert.Equal(t, "semantic; similarity=1.000", same.cache())
+	assert.Equal(t, "Answer to: What is the capital of France?", decode(t, same.body).content())
+	close := g.chat(t, conv("You help.", "Talk about France.", "So what is the capital of France?"))
+	assert.True(t, strings.HasPrefix(close.cache(), "semantic; similarity=0.9"), close.cache())
+	exact := g.chat(t, conv("You help.", "Talk about France.", "What is the capital of France?"))
+	assert.Equal(t, "hit", exact.cache(), "an exact hit is looked for first")
+	assert.EqualValues(t, 1, up.calls.Load())
+
+	for _, other := range []string{
+		conv("You help.", "Talk about France.", "What is the population of Spain?"), // another question
+		conv("You are terse.", "Talk about France.", "What is the capital of France?"),
+		conv("You help.", "Talk about Texas.", "What is the capital of France?"), // the multi-turn trap
+		conv("You help.", "Talk about France.", "What is the capital of France?", `"max_tokens":5`),
+		conv("You help.", "Talk about France.", "What is the capital of France?", `"tools":[{"type":"function","function":{"name":"f"}}]`),
+	} {
+		assert.Equal(t, "miss", g.chat(t, other).cache(), other)
+	}
+	assert.Equal(t, "miss", g.chat(t, conv("You help.", "Talk about France.", "what is the capital of france"),
+		"X-Test-Key", "alice").cache(), "another owner")
+
+	// A failing embedder makes the lookup exact.
+	emb.fail.Store(true)
+	assert.Equal(t, "miss", g.chat(t, conv("You help.", "Talk about France.", "capital of France?")).cache())
+	assert.Equal(t, "hit", g.chat(t, conv("You help.", "Talk about France.", "What is the capital of France?")).cache())
+
+	// Completions embed their prompt.
+	emb.fail.Store(false)
+	c1 := g.post(t, "/v1/completions", `{"model":"m","temperature":0,"prompt":"The capital of France is"}`)
+	assert.Equal(t, "miss", c1.cache())
+	c2 := g.post(t, "/v1/completions", `{"model":"m","temperature":0,"prompt":"the capital of france is"}`)
+	assert.Equal(t, "semantic; similarity=1.000", c2.cache())
+}
