@@ -3,6 +3,7 @@ package respcache
 import (
 	"bytes"
 	"errors"
+	"github.com/infergate/infergate/adapters/llm/chatstream"
 	"io"
 
 	"github.com/infergate/infergate/adapters/pipeline"
@@ -48,7 +49,7 @@ func (r *recorder) keep(b []byte) {
 		r.sse.feed(b)
 		if r.sse.err != nil {
 			r.skip = skipPartial
-			if errors.Is(r.sse.err, errFeedTooLarge) || errors.Is(r.sse.err, errAsmTooLarge) {
+			if errors.Is(r.sse.err, errFeedTooLarge) || errors.Is(r.sse.err, chatstream.ErrTooLarge) {
 				r.skip = skipTooLarge
 			}
 		}
