@@ -208,7 +208,7 @@ type spent struct {
 
 // finish ends an admitted OpenAI request: its slot is freed and its budgets settled against what
 // it used. A request that never reached an upstream gets everything back; one answered with an
-// error status gets its tokens back; otherwise its token estimate becomes the usage (the
+// error status, or from the response cache, gets its tokens back; otherwise its token estimate becomes the usage (the
 // upstream's, or the gateway's own prompt count), the stream's chunks standing in for the
 // completion and the prompt's estimate for the prompt when neither was counted, or stays as
 // charged when nothing is known.
@@ -223,7 +223,7 @@ func (t *ticket) finish(u pipeline.Usage, promptEstimate float64) {
 	case u.Status == 0:
 		t.refund(ctx)
 		return
-	case u.Status >= 400:
+	case u.Status >= 400, u.Cached:
 		used = 0
 	case u.PromptTokens+u.CompletionTokens+u.Chunks > 0:
 		// The upstream's counts, or the gateway's (a model with a tokenizer counts its prompts);

@@ -241,6 +241,9 @@ type Usage struct {
 	// Status is the upstream's HTTP status; 0 when the request never reached one (no healthy
 	// endpoint, every one failing), so it used nothing.
 	Status int
+	// Cached reports an answer the gateway served from its response cache (Status 200): the
+	// request counts as one, but no upstream generated a token for it.
+	Cached bool
 }
 
 type requestIDKey struct{}

@@ -132,4 +132,4 @@ func eventStream(chunks [][]byte) []byte {
 }
 
 // hitUsage is a hit's usage: answered, at no upstream cost.
-var hitUsage = pipeline.Usage{Status: 200}
+var hitUsage = pipeline.Usage{Status: 200, Cached: true}
