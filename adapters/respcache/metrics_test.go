@@ -54,7 +54,7 @@ func TestClientGoneNotStored(t *testing.T) {
 	assert.Equal(t, "hit", res.GatewayHeader.Get(respcache.Header))
 	assert.Equal(t, 4, *calls)
 	u := res.Body.Finish(nil)
-	assert.Equal(t, pipeline.Usage{Status: 200}, u, "a hit cost the upstream nothing")
+	assert.Equal(t, pipeline.Usage{Status: 200, Cached: true}, u, "a hit cost the upstream nothing")
 }
 
 // The metrics count results, bypass reasons, outcomes and the store's contents.
