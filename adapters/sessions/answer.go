@@ -7,7 +7,7 @@ import (
 )
 
 // eventSplitter cuts a stream's bytes, as they pass by, into server-sent events' data, the way
-// pipeline.Events reads them (lines end with "\n", a trailing "\r" is dropped, "data:" lines of
+// pipeline.Events reads them (lines end with "\n", trailing "\r"s are dropped, "data:" lines of
 // one event are joined with "\n", comments and other fields are skipped), without holding the
 // stream up. A line longer than limit, or an event of type error, fails it.
 type eventSplitter struct {
@@ -39,7 +39,7 @@ func (s *eventSplitter) write(p []byte) {
 			s.failed = errEventTooLong
 			return
 		}
-		s.endLine(bytes.TrimSuffix(s.line, []byte("\r")))
+		s.endLine(bytes.TrimRight(s.line, "\r"))
 		s.line = s.line[:0]
 	}
 }
@@ -48,7 +48,7 @@ func (s *eventSplitter) write(p []byte) {
 // pipeline.Events has it.
 func (s *eventSplitter) end() {
 	if s.failed == nil && len(s.line) > 0 {
-		s.endLine(bytes.TrimSuffix(s.line, []byte("\r")))
+		s.endLine(bytes.TrimRight(s.line, "\r"))
 	}
 	s.endLine(nil)
 }
@@ -112,22 +112,19 @@ func assistantMessage(resp []byte) (json.RawMessage, bool) {
 		if c.FinishReason == nil || *c.FinishReason == "" || c.Message == nil {
 			return nil, false
 		}
-		out := map[string]json.RawMessage{"role": json.RawMessage(`"assistant"`)}
+		// Written by hand, role first: role() reads such a message without decoding it.
 		content, ok := c.Message["content"]
 		if !ok {
 			content = json.RawMessage("null")
 		}
-		out["content"] = content
+		b := append([]byte(`{"role":"assistant","content":`), content...)
 		for _, k := range []string{"tool_calls", "name", "refusal", "function_call"} {
 			if v, ok := c.Message[k]; ok && !isEmpty(v) {
-				out[k] = v
+				b = append(b, `,"`+k+`":`...)
+				b = append(b, v...)
 			}
 		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return nil, false
-		}
-		return b, true
+		return append(b, '}'), true
 	}
 	return nil, false
 }

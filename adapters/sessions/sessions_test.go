@@ -541,3 +541,59 @@ func TestTokenCountFailure(t *testing.T) {
 	st, _, _ = g.turn("", id, false, user("q"))
 	assert.Equal(t, http.StatusOK, st)
 }
+
+// renewCounter is a store that reports its lock renewals.
+type renewCounter struct {
+	sessions.Store
+	mu      sync.Mutex
+	renewed int
+	signal  chan struct{}
+}
+
+func (r *renewCounter) Renew(ctx context.Context, id, token string, lease time.Duration) error {
+	r.mu.Lock()
+	r.renewed++
+	r.mu.Unlock()
+	select {
+	case r.signal <- struct{}{}:
+	default:
+	}
+	return r.Store.Renew(ctx, id, token, lease)
+}
+
+func (r *renewCounter) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.renewed
+}
+
+// A turn renews its lock while it runs (a long generation keeps its session), and stops once
+// it ended.
+func TestLockRenewal(t *testing.T) {
+	t.Parallel()
+	clk := newClock() // the store's clock stands still: no lease ends, whatever the machine's load
+	st := &renewCounter{Store: sessions.NewMemory(sessions.MemoryOptions{Now: clk.Now}), signal: make(chan struct{}, 1)}
+	u := startUpstream(t, "u1")
+	g := startGateway(t, gwConfig{store: st, ups: []*upstream{u},
+		options: func(o *sessions.Options) { o.LockLease, o.Now = 3*time.Millisecond, clk.Now }})
+	id := g.create("", "m")
+	arrived, release := u.holdNext()
+	done := make(chan int)
+	go func() {
+		st, body, _ := g.turn("", id, true, user("long"))
+		if st != http.StatusOK {
+			t.Log(body)
+		}
+		done <- st
+	}()
+	<-arrived
+	for range 3 {
+		<-st.signal
+	}
+	release()
+	require.Equal(t, http.StatusOK, <-done)
+	assert.Len(t, g.stored("", id), 2)
+	n := st.count()
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, n, st.count(), "no renewals once the turn ended")
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -315,18 +316,9 @@ func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session
 		}
 	}
 	sent := conv.flatten(drop, tail)
-	body := make(map[string]json.RawMessage, len(fields))
-	for k, v := range fields {
-		body[k] = v
-	}
-	delete(body, "session_id")
-	if body["messages"], err = json.Marshal(sent); err != nil {
-		return nil, 0, fmt.Errorf("sessions: encode the messages: %w", err)
-	}
-	// Marshal sorts the keys: the same turn makes the same body (the response cache's key).
-	b, err := json.Marshal(body)
+	b, err := rewriteBody(fields, sent)
 	if err != nil {
-		return nil, 0, fmt.Errorf("sessions: encode the request: %w", err)
+		return nil, 0, err
 	}
 	if err := req.SetBody(b); err != nil {
 		return nil, 0, err
@@ -336,6 +328,53 @@ func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session
 		req.Header.Del(HeaderSessionID)
 	}
 	return sent, trimmed, nil
+}
+
+// rewriteBody is the request body with messages replaced by msgs and no session_id, every
+// other member's value as it was. The members are in sorted order, so the same turn makes the
+// same body (the response cache's key). The values are written as they are: they are valid
+// JSON, decoded from the request or the store, and re-encoding them would cost more than the
+// rest of the turn.
+func rewriteBody(fields map[string]json.RawMessage, msgs []json.RawMessage) ([]byte, error) {
+	keys := make([]string, 0, len(fields)+1)
+	n := 2
+	for k, v := range fields {
+		if k != "session_id" && k != "messages" {
+			keys = append(keys, k)
+			n += len(k) + len(v) + 8
+		}
+	}
+	keys = append(keys, "messages")
+	slices.Sort(keys)
+	for _, m := range msgs {
+		n += len(m) + 1
+	}
+	b := make([]byte, 0, n+16)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		q, err := json.Marshal(k)
+		if err != nil {
+			return nil, fmt.Errorf("sessions: encode the request: %w", err)
+		}
+		b = append(b, q...)
+		b = append(b, ':')
+		if k != "messages" {
+			b = append(b, fields[k]...)
+			continue
+		}
+		b = append(b, '[')
+		for j, m := range msgs {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, m...)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
 }
 
 // turnState is a turn between its lock and its end.
