@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -236,7 +237,8 @@ func startGateway(t *testing.T, c gwConfig) *gateway {
 		c.ups = []*upstream{startUpstream(t, "u1")}
 	}
 	g := &gateway{t: t, term: &terminal{ups: c.ups}, chains: map[string]pipeline.Handler{}, metrics: sessions.NewMetrics()}
-	opts := sessions.Options{Store: c.store, Models: c.models, Owner: owner, Metrics: g.metrics}
+	opts := sessions.Options{Store: c.store, Models: c.models, Owner: owner, Metrics: g.metrics,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if c.prefer {
 		opts.Prefer = prefer
 	}

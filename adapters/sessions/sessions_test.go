@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -98,12 +99,21 @@ func TestFailedTurnsAreNotStored(t *testing.T) {
 	require.NoError(t, err)
 	_, _ = res.Read(make([]byte, 10))
 	res.Body.Finish(errors.New("client went away"))
+	// ... or once it read the whole answer but could not pass its end on.
+	r, err = pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","messages":[{"role":"user","content":"lost 4"}]}`))
+	require.NoError(t, err)
+	r.Header = http.Header{sessions.HeaderSessionID: {id}}
+	res, err = g.chains["m"](context.Background(), r)
+	require.NoError(t, err)
+	_, err = io.ReadAll(res)
+	require.NoError(t, err)
+	res.Body.Finish(errors.New("client went away"))
 
 	st, text, _ := g.turn("", id, true, user("q2"))
 	require.Equal(t, http.StatusOK, st, "never busy: each failed turn released the session")
 	assert.Equal(t, "re: q2", text)
 	assert.Equal(t, msgs("user:q1", "assistant:re: q1", "user:q2", "assistant:re: q2"), g.stored("", id))
-	assert.Equal(t, 3.0, g.metrics.Turns("m", "not_stored"))
+	assert.Equal(t, 4.0, g.metrics.Turns("m", "not_stored"))
 	assert.Equal(t, 2.0, g.metrics.Turns("m", "stored"))
 }
 
@@ -344,13 +354,29 @@ func TestBusy(t *testing.T) {
 		done <- st
 	}()
 	<-arrived
-	st, body, _ := g.turn("", id, false, user("second"))
-	assert.Equal(t, http.StatusConflict, st)
-	assert.Contains(t, body, `"code":"session_busy"`)
+	type answer struct {
+		st   int
+		body string
+	}
+	second := make(chan answer, 1)
+	go func() {
+		st, body, _ := g.turn("", id, false, user("second"))
+		second <- answer{st, body}
+	}()
+	var a answer
+	select {
+	case a = <-second:
+	case <-arrived:
+		t.Error("the second turn reached the upstream while the first ran")
+		release()
+		a = <-second
+	}
+	assert.Equal(t, http.StatusConflict, a.st)
+	assert.Contains(t, a.body, `"code":"session_busy"`)
 	assert.Equal(t, 1.0, g.metrics.Busy("m"))
 	release()
 	assert.Equal(t, http.StatusOK, <-done)
-	st, _, _ = g.turn("", id, false, user("third"))
+	st, _, _ := g.turn("", id, false, user("third"))
 	assert.Equal(t, http.StatusOK, st)
 	assert.Equal(t, msgs("user:first", "assistant:re: first", "user:third", "assistant:re: third"), g.stored("", id))
 }
@@ -369,7 +395,7 @@ func TestConcurrentTurns(t *testing.T) {
 			for {
 				st, text, _ := g.turn("", id, i%2 == 0, user(fmt.Sprint("q", i)))
 				if st == http.StatusConflict {
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond) // fewer refused tries
 					continue
 				}
 				assert.Equal(t, http.StatusOK, st, text)
@@ -588,7 +614,12 @@ func TestLockRenewal(t *testing.T) {
 	}()
 	<-arrived
 	for range 3 {
-		<-st.signal
+		select {
+		case <-st.signal:
+		case <-time.After(30 * time.Second): // a hang detector, not a threshold
+			release()
+			t.Fatal("the lock was not renewed")
+		}
 	}
 	release()
 	require.Equal(t, http.StatusOK, <-done)

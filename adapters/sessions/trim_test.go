@@ -113,3 +113,23 @@ func TestValidID(t *testing.T) {
 	}
 	assert.True(t, ValidID("sess_AAAAAAAAAAAAAAAAAAAAAA"))
 }
+
+func TestAssistantMessage(t *testing.T) {
+	for _, c := range []struct{ resp, want string }{
+		{`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi","reasoning_content":"r","tool_calls":[],"refusal":null,"annotations":[]},"finish_reason":"stop"}]}`,
+			`{"role":"assistant","content":"hi"}`},
+		{`{"choices":[{"index":1,"message":{"content":"x"},"finish_reason":"stop"},{"index":0,"message":{"content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}`},
+		{`{"choices":[{"index":0,"message":{"content":"cut"},"finish_reason":"length"}]}`, `{"role":"assistant","content":"cut"}`},
+		{`{"choices":[{"index":0,"message":{"content":"x"},"finish_reason":null}]}`, ""},
+		{`{"choices":[{"index":0,"message":{"content":"x"}}]}`, ""},
+		{`{"choices":[{"index":0,"message":{"content":"x"},"finish_reason":""}]}`, ""},
+		{`{"choices":[{"index":1,"message":{"content":"x"},"finish_reason":"stop"}]}`, ""},
+		{`{"choices":[]}`, ""},
+		{`{"error":{"message":"boom"}}`, ""},
+	} {
+		got, ok := assistantMessage([]byte(c.resp))
+		assert.Equal(t, c.want != "", ok, c.resp)
+		assert.Equal(t, c.want, string(got), c.resp)
+	}
+}
