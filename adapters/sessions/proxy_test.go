@@ -17,22 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// preferPicker picks the named endpoint while it is usable, else what its fallback picks: the
-// Prefer a runtime can give the stage with gwupstream.WithPicker.
-type preferPicker struct {
-	name     string
-	fallback gwupstream.Picker
-}
-
-func (p preferPicker) Pick(c gwupstream.Candidates, rotate uint32) int {
-	for i := range c.Len() {
-		if c.Name(i) == p.name && c.Usable(i) {
-			return i
-		}
-	}
-	return p.fallback.Pick(c, rotate)
-}
-
 // Through the gateway's real upstream exchange (adapters/openai), a session sticks to the
 // endpoint that served it, and leaves it when it goes out of rotation.
 func TestStickinessThroughTheProxy(t *testing.T) {
@@ -40,9 +24,7 @@ func TestStickinessThroughTheProxy(t *testing.T) {
 	a, b := openaitest.Start(t, "a", "m"), openaitest.Start(t, "b", "m")
 	store := sessions.NewMemory(sessions.MemoryOptions{})
 	mgr := sessions.New(sessions.Options{Store: store, Models: map[string]sessions.ModelOptions{"m": {}},
-		Prefer: func(ctx context.Context, endpoint string) context.Context {
-			return gwupstream.WithPicker(ctx, preferPicker{endpoint, gwupstream.LeastOutstanding{}})
-		}})
+		Prefer: gwupstream.WithPreferred}) // as the runtime wires it
 	p, err := openai.New(openai.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Endpoints: []gwupstream.Endpoint{
 			{Name: "a", URL: a.URL, Type: gwupstream.TypeVLLM, CheckInterval: 50 * time.Millisecond, CheckTimeout: time.Second},
