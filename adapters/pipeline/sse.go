@@ -106,7 +106,8 @@ func NewEventBody(chunks [][]byte, usage Usage) Body {
 		b = append(b, "\n\n"...)
 	}
 	b = append(b, "data: [DONE]\n\n"...)
-	if usage.PromptTokens == 0 && usage.CompletionTokens == 0 && usage.Chunks == 0 {
+	// A stream without counts is charged its events, as an upstream's is; a cached one nothing.
+	if usage.PromptTokens == 0 && usage.CompletionTokens == 0 && usage.Chunks == 0 && !usage.Cached {
 		usage.Chunks = int64(len(chunks)) + 1
 	}
 	return NewBody(b, usage)

@@ -9,7 +9,9 @@ type (
 	replayOptions = chatstream.ReplayOptions
 )
 
-func newAssembler(path string, maxBytes int) *assembler { return chatstream.NewAssembler(path, maxBytes) }
+func newAssembler(path string, maxBytes int) *assembler {
+	return chatstream.NewAssembler(path, maxBytes)
+}
 
 func replay(path string, resp []byte, o replayOptions) ([][]byte, error) {
 	return chatstream.Replay(path, resp, o)

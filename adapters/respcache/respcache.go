@@ -370,7 +370,7 @@ func (c *Cache) hit(req *pipeline.Request, fields map[string]json.RawMessage, te
 	}
 	res.Header = http.Header{"Content-Type": {"text/event-stream"}, "Cache-Control": {"no-cache"}}
 	res.Stream = true
-	res.Body = pipeline.NewBody(eventStream(chunks), hitUsage)
+	res.Body = pipeline.NewEventBody(chunks, hitUsage)
 	return res, nil
 }
 

@@ -115,21 +115,5 @@ func fullAnswer(template []byte, id string, created int64) ([]byte, error) {
 	return append(b, template[1:]...), nil
 }
 
-// eventStream writes chunks as OpenAI streams them, ending with [DONE]. (NewEventBody would
-// count the chunks as the usage of a response that cost the upstream nothing.)
-func eventStream(chunks [][]byte) []byte {
-	n := len("data: [DONE]\n\n")
-	for _, c := range chunks {
-		n += len("data: \n\n") + len(c)
-	}
-	b := make([]byte, 0, n)
-	for _, c := range chunks {
-		b = append(b, "data: "...)
-		b = append(b, c...)
-		b = append(b, "\n\n"...)
-	}
-	return append(b, "data: [DONE]\n\n"...)
-}
-
 // hitUsage is a hit's usage: answered, at no upstream cost.
 var hitUsage = pipeline.Usage{Status: 200, Cached: true}
