@@ -183,3 +183,129 @@ func (r *rewritten) Read(p []byte) (int, error) {
 	r.out = r.out[n:]
 	return n, nil
 }
+
+// EventTap errors.
+var (
+	// ErrEventTooLarge: a line or an event's data passed the tap's limit.
+	ErrEventTooLarge = errors.New("a streamed event is over the bound")
+	// ErrErrorEvent: the stream carried an event of type error (an upstream failing mid-stream).
+	ErrErrorEvent = errors.New("the stream carried an error event")
+	// ErrAfterDone: an event came after "[DONE]".
+	ErrAfterDone = errors.New("a streamed event came after [DONE]")
+)
+
+// EventTap reads a stream's server-sent events from its bytes as they pass by, fed in whatever
+// pieces they come, without holding the stream up: a stage that keeps a copy of an answer (the
+// response cache, chat sessions) taps the body its client reads. Events are read as Events
+// reads them (lines end with "\n", trailing "\r"s dropped, an event's "data:" lines joined with
+// "\n", comments and other fields skipped, an event the stream ends in without its blank line
+// still counted), and each one's data but "[DONE]" goes to emit. The tap fails, and takes no
+// more, on a line or data longer than limit, an error event, an event after "[DONE]", or an
+// error from emit. It is not safe for concurrent use.
+type EventTap struct {
+	limit int
+	emit  func(data []byte) error
+	line  []byte // the current line, up to its "\n"
+	data  []byte // the current event's data
+	have  bool   // the current event has a data line
+	isErr bool   // the current event's type is error
+	done  bool
+	err   error
+}
+
+// NewEventTap returns a tap that gives emit each event's data (valid only during the call).
+func NewEventTap(limit int, emit func(data []byte) error) *EventTap {
+	return &EventTap{limit: limit, emit: emit}
+}
+
+// Write takes the stream's next bytes.
+func (t *EventTap) Write(p []byte) {
+	for len(p) > 0 && t.err == nil {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(t.line)+len(p) > t.limit {
+				t.err = ErrEventTooLarge
+				return
+			}
+			t.line = append(t.line, p...)
+			return
+		}
+		if len(t.line)+i > t.limit {
+			t.err = ErrEventTooLarge
+			return
+		}
+		line := p[:i]
+		if len(t.line) > 0 {
+			t.line = append(t.line, line...)
+			line = t.line
+		}
+		p = p[i+1:]
+		t.onLine(line)
+		t.line = t.line[:0]
+	}
+}
+
+// End is the stream's end: the event it ended in, without its blank line, counts.
+func (t *EventTap) End() {
+	if t.err == nil && len(t.line) > 0 {
+		t.onLine(t.line)
+		t.line = t.line[:0]
+	}
+	if t.err == nil {
+		t.dispatch()
+	}
+}
+
+// Done reports whether "[DONE]" came; Err why the tap failed (nil while it has not).
+func (t *EventTap) Done() bool { return t.done }
+
+// Err is why the tap stopped taking events: nil while it has not.
+func (t *EventTap) Err() error { return t.err }
+
+func (t *EventTap) onLine(line []byte) {
+	line = bytes.TrimRight(line, "\r")
+	if len(line) == 0 {
+		t.dispatch()
+		return
+	}
+	if line[0] == ':' { // a comment: a keep-alive
+		return
+	}
+	field, value, _ := bytes.Cut(line, []byte(":"))
+	value = bytes.TrimPrefix(value, []byte(" "))
+	switch string(field) {
+	case "data":
+		if t.have {
+			t.data = append(t.data, '\n')
+		}
+		if len(t.data)+len(value) > t.limit {
+			t.err = ErrEventTooLarge
+			return
+		}
+		t.data = append(t.data, value...)
+		t.have = true
+	case "event":
+		t.isErr = string(value) == "error"
+	}
+}
+
+// dispatch ends the current event.
+func (t *EventTap) dispatch() {
+	have, isErr := t.have, t.isErr
+	t.have, t.isErr = false, false
+	data := t.data
+	t.data = t.data[:0]
+	switch {
+	case !have:
+	case t.done:
+		t.err = ErrAfterDone
+	case isErr:
+		t.err = ErrErrorEvent
+	case string(data) == "[DONE]":
+		t.done = true
+	default:
+		if err := t.emit(data); err != nil {
+			t.err = err
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"io"
 	"strings"
 	"testing"
@@ -119,4 +120,58 @@ func events(ev *Events) []string {
 		}
 		out = append(out, string(d))
 	}
+}
+
+// FuzzEventTap: a tap fed a stream in pieces of any size finds the events Events reads from the
+// whole (but for the streams it refuses: an error event, events after [DONE]), never holds more
+// than its bound, and ends as when fed the whole at once.
+func FuzzEventTap(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"), uint8(3))
+	f.Add([]byte("data:x\r\ndata: y\r\n\r\n: c\nevent: e\ndata: z"), uint8(1))
+	f.Add([]byte("\n\ndata: \n\nid: 1\ndata:a:b\n\n"), uint8(7))
+	f.Add([]byte(": ping\r\ndata: {\"choices\":[]}\r\n\r\nevent: error\ndata: {}\n\n"), uint8(1))
+	f.Add([]byte("data: [DONE]\n\ndata: {}\n\n"), uint8(7))
+	f.Add([]byte("data: x\r\r\r\n\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, stream []byte, piece uint8) {
+		const limit = 256
+		var want [][]byte
+		ev := NewEvents(bytes.NewReader(stream))
+		comparable := true
+		for {
+			d, err := ev.Next()
+			if err != nil {
+				comparable = err == io.EOF // else over Events' own bound
+				break
+			}
+			want = append(want, append([]byte(nil), d...))
+		}
+		tap := func(n int) (*EventTap, [][]byte) {
+			var got [][]byte
+			tp := NewEventTap(limit, func(d []byte) error {
+				got = append(got, append([]byte(nil), d...))
+				return nil
+			})
+			for i := 0; i < len(stream); i += n {
+				tp.Write(stream[i:min(i+n, len(stream))])
+			}
+			tp.End()
+			return tp, got
+		}
+		whole, wholeGot := tap(len(stream) + 1)
+		parts, got := tap(int(piece%16) + 1)
+		if (whole.Err() == nil) != (parts.Err() == nil) || whole.Done() != parts.Done() || len(wholeGot) != len(got) {
+			t.Fatalf("whole: %v %v %d events, in pieces: %v %v %d", whole.Err(), whole.Done(), len(wholeGot), parts.Err(), parts.Done(), len(got))
+		}
+		if parts.Err() != nil || !comparable {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("got %d events %q, want %d %q", len(got), got, len(want), want)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("event %d: %q, want %q", i, got[i], want[i])
+			}
+		}
+	})
 }

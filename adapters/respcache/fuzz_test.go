@@ -201,42 +201,6 @@ func FuzzStorable(f *testing.F) {
 	})
 }
 
-// FuzzSSEFeed: a stream fed in any pieces is read as when fed whole, and never holds more than
-// its bound.
-func FuzzSSEFeed(f *testing.F) {
-	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), uint8(3))
-	f.Add([]byte(": ping\r\ndata: {\"choices\":[]}\r\n\r\nevent: error\ndata: {}\n\n"), uint8(1))
-	f.Add([]byte("data: [DONE]\n\ndata: {}\n\n"), uint8(7))
-	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":\"length\"}]}\ndata: x\n\n"), uint8(2))
-	f.Fuzz(func(t *testing.T, stream []byte, step uint8) {
-		const max = 256
-		whole := sseFeeder{asm: newAssembler(pathChat, max), max: max}
-		whole.feed(stream)
-		whole.end()
-		parts := sseFeeder{asm: newAssembler(pathChat, max), max: max}
-		n := int(step)%16 + 1
-		for b := stream; len(b) > 0; {
-			k := min(n, len(b))
-			parts.feed(b[:k])
-			b = b[k:]
-			if len(parts.line) > max || len(parts.data) > max {
-				t.Fatalf("holds %d+%d bytes", len(parts.line), len(parts.data))
-			}
-		}
-		parts.end()
-		if (whole.err == nil) != (parts.err == nil) || whole.done != parts.done {
-			t.Fatalf("whole: %v %v, in pieces of %d: %v %v", whole.err, whole.done, n, parts.err, parts.done)
-		}
-		if whole.err == nil {
-			a, okA := whole.asm.Result()
-			b, okB := parts.asm.Result()
-			if okA != okB || !bytes.Equal(a, b) {
-				t.Fatalf("%s != %s", a, b)
-			}
-		}
-	})
-}
-
 // FuzzRedisRecords: any bytes found in Redis or on its channel decode without panicking or
 // allocating beyond what they hold, and what decodes encodes to a record that decodes the same.
 func FuzzRedisRecords(f *testing.F) {

@@ -1,11 +1,10 @@
 package respcache
 
 import (
-	"bytes"
 	"errors"
-	"github.com/infergate/infergate/adapters/llm/chatstream"
 	"io"
 
+	"github.com/infergate/infergate/adapters/llm/chatstream"
 	"github.com/infergate/infergate/adapters/pipeline"
 )
 
@@ -17,18 +16,20 @@ type recorder struct {
 	pipeline.Body
 	stream bool
 	max    int
-	buf    []byte    // a non-streamed answer so far
-	sse    sseFeeder // a stream's events
-	skip   string    // a reason already known not to store
-	eof    bool      // Read returned io.EOF
-	ended  bool      // Finish ran
+	buf    []byte             // a non-streamed answer so far
+	sse    *pipeline.EventTap // a stream's events, into asm
+	asm    *assembler
+	skip   string // a reason already known not to store
+	eof    bool   // Read returned io.EOF
+	ended  bool   // Finish ran
 	done   func(resp []byte, skip string)
 }
 
 func newRecorder(b pipeline.Body, stream bool, path string, max int, done func([]byte, string)) *recorder {
 	r := &recorder{Body: b, stream: stream, max: max, done: done}
 	if stream {
-		r.sse = sseFeeder{asm: newAssembler(path, max), max: max}
+		r.asm = newAssembler(path, max)
+		r.sse = pipeline.NewEventTap(max, r.asm.Add)
 	}
 	return r
 }
@@ -46,10 +47,10 @@ func (r *recorder) Read(p []byte) (int, error) {
 
 func (r *recorder) keep(b []byte) {
 	if r.stream {
-		r.sse.feed(b)
-		if r.sse.err != nil {
+		r.sse.Write(b)
+		if err := r.sse.Err(); err != nil {
 			r.skip = skipPartial
-			if errors.Is(r.sse.err, errFeedTooLarge) || errors.Is(r.sse.err, chatstream.ErrTooLarge) {
+			if errors.Is(err, pipeline.ErrEventTooLarge) || errors.Is(err, chatstream.ErrTooLarge) {
 				r.skip = skipTooLarge
 			}
 		}
@@ -77,9 +78,9 @@ func (r *recorder) Finish(clientErr error) pipeline.Usage {
 	var resp []byte
 	if skip == "" {
 		if r.stream {
-			r.sse.end()
+			r.sse.End()
 			var ok bool
-			if resp, ok = r.sse.asm.Result(); !r.sse.done || !ok || r.sse.err != nil {
+			if resp, ok = r.asm.Result(); !r.sse.Done() || !ok || r.sse.Err() != nil {
 				resp, skip = nil, skipPartial
 			}
 		} else {
@@ -89,109 +90,4 @@ func (r *recorder) Finish(clientErr error) pipeline.Usage {
 	r.buf = nil
 	r.done(resp, skip)
 	return u
-}
-
-var (
-	errFeedTooLarge = errors.New("respcache: stream event over the entry bound")
-	errAfterDone    = errors.New("respcache: stream event after [DONE]")
-	errErrorEvent   = errors.New("respcache: stream error event")
-)
-
-// sseFeeder reads server-sent events from the bytes it is fed, in whatever pieces they come,
-// and adds each event's data to asm; "[DONE]" ends the stream. A line or event longer than max
-// stops it (err), as does an error event or anything after [DONE].
-type sseFeeder struct {
-	asm   *assembler
-	max   int
-	line  []byte // an incomplete line
-	data  []byte // the current event's data
-	have  bool   // the current event has a data line
-	isErr bool   // the current event's type is "error"
-	done  bool
-	err   error
-}
-
-func (f *sseFeeder) feed(b []byte) {
-	for len(b) > 0 && f.err == nil {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if len(f.line)+len(b) > f.max {
-				f.err = errFeedTooLarge
-				return
-			}
-			f.line = append(f.line, b...)
-			return
-		}
-		if len(f.line)+i > f.max {
-			f.err = errFeedTooLarge
-			return
-		}
-		line := b[:i]
-		if len(f.line) > 0 {
-			f.line = append(f.line, line...)
-			line = f.line
-		}
-		b = b[i+1:]
-		f.onLine(line)
-		f.line = f.line[:0]
-	}
-}
-
-func (f *sseFeeder) onLine(line []byte) {
-	line = bytes.TrimSuffix(line, []byte("\r"))
-	if len(line) == 0 {
-		f.dispatch()
-		return
-	}
-	if line[0] == ':' { // a comment: a keep-alive
-		return
-	}
-	field, value, _ := bytes.Cut(line, []byte(":"))
-	value = bytes.TrimPrefix(value, []byte(" "))
-	switch string(field) {
-	case "data":
-		if f.have {
-			f.data = append(f.data, '\n')
-		}
-		if len(f.data)+len(value) > f.max {
-			f.err = errFeedTooLarge
-			return
-		}
-		f.data = append(f.data, value...)
-		f.have = true
-	case "event":
-		f.isErr = string(value) == "error"
-	}
-}
-
-// dispatch takes the event whose data is complete.
-func (f *sseFeeder) dispatch() {
-	have, isErr := f.have, f.isErr
-	f.have, f.isErr = false, false
-	data := f.data
-	f.data = f.data[:0]
-	switch {
-	case !have:
-	case f.done:
-		f.err = errAfterDone
-	case isErr:
-		f.err = errErrorEvent
-	case string(data) == "[DONE]":
-		f.done = true
-	default:
-		if err := f.asm.Add(data); err != nil {
-			f.err = err
-		}
-	}
-}
-
-// end takes an event the body ended in without its blank line, as a reader of the stream does.
-func (f *sseFeeder) end() {
-	if f.err == nil && len(f.line) > 0 {
-		f.onLine(f.line)
-		f.line = f.line[:0]
-	}
-	if f.err == nil {
-		f.dispatch()
-	}
 }

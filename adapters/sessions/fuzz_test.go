@@ -1,11 +1,9 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -78,49 +76,6 @@ func FuzzDecodeSession(f *testing.F) {
 		}
 		if s2.ID != s.ID || s2.Owner != s.Owner || len(s2.Messages) != len(s.Messages) {
 			t.Fatalf("round trip changed the session: %+v, %+v", s, s2)
-		}
-	})
-}
-
-// FuzzEventSplitter: the splitter, fed a stream in pieces of any size, finds the events
-// pipeline.Events reads from the whole.
-func FuzzEventSplitter(f *testing.F) {
-	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"), uint8(3))
-	f.Add([]byte("data:x\r\ndata: y\r\n\r\n: c\nevent: e\ndata: z"), uint8(1))
-	f.Add([]byte("\n\ndata: \n\nid: 1\ndata:a:b\n\n"), uint8(7))
-	f.Fuzz(func(t *testing.T, stream []byte, piece uint8) {
-		var want [][]byte
-		ev := pipeline.NewEvents(bytes.NewReader(stream))
-		for {
-			d, err := ev.Next()
-			if err != nil {
-				if err != io.EOF {
-					return // over Events' bound: not compared
-				}
-				break
-			}
-			want = append(want, append([]byte(nil), d...))
-		}
-		var got [][]byte
-		s := &eventSplitter{limit: 1 << 20, emit: func(d []byte) error {
-			got = append(got, append([]byte(nil), d...))
-			return nil
-		}}
-		n := int(piece%16) + 1
-		for i := 0; i < len(stream); i += n {
-			s.write(stream[i:min(i+n, len(stream))])
-		}
-		s.end()
-		if s.failed != nil {
-			return // an event of type error
-		}
-		if len(got) != len(want) {
-			t.Fatalf("got %d events %q, want %d %q", len(got), got, len(want), want)
-		}
-		for i := range got {
-			if !bytes.Equal(got[i], want[i]) {
-				t.Fatalf("event %d: %q, want %q", i, got[i], want[i])
-			}
 		}
 	})
 }

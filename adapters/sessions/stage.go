@@ -267,7 +267,7 @@ func (m *Manager) turn(ctx context.Context, next pipeline.Handler, req *pipeline
 	b := &turnBody{Body: res.Body, t: t, endpoint: res.Endpoint, limit: mo.MaxBytes + 64<<10}
 	if res.Stream || req.Stream() {
 		b.asm = chatstream.NewAssembler(chatstream.ChatPath, mo.MaxBytes)
-		b.events = &eventSplitter{limit: mo.MaxBytes + 64<<10, emit: b.asm.Add}
+		b.events = pipeline.NewEventTap(mo.MaxBytes+64<<10, b.asm.Add)
 	}
 	res.Body = b
 	return res, nil
@@ -504,7 +504,7 @@ type turnBody struct {
 	buf      []byte // a non-streamed answer
 	over     bool   // it passed limit
 	asm      *chatstream.Assembler
-	events   *eventSplitter
+	events   *pipeline.EventTap
 	eof      bool
 	finished bool
 }
@@ -514,7 +514,7 @@ func (b *turnBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.events != nil {
-		b.events.write(p[:n])
+		b.events.Write(p[:n])
 	} else if !b.over {
 		if len(b.buf)+n > b.limit {
 			b.over, b.buf = true, nil
@@ -552,8 +552,8 @@ func (b *turnBody) Finish(clientErr error) pipeline.Usage {
 // answer is the assistant's message of a whole answer. Call with mu held.
 func (b *turnBody) answer() (json.RawMessage, bool) {
 	if b.events != nil {
-		b.events.end()
-		if b.events.failed != nil {
+		b.events.End()
+		if b.events.Err() != nil {
 			return nil, false
 		}
 		resp, ok := b.asm.Result()
