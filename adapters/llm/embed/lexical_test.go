@@ -30,8 +30,8 @@ var pairs = []struct {
 	{"one word changed", "How do I reverse a list in Python?", "How do I sort a list in Python?", false},
 	{"one word changed (long)", "Explain the difference between a process and a thread in an operating system, with examples.", "Explain the difference between a process and a thread in an operating system, with an example.", false},
 	{"one word added (long)", "Write a short poem about the sea at night, in the style of a sailor's song with four verses.", "Write a short poem about the sea at night, in the style of an old sailor's song with four verses.", false},
-	{"one word changed (80 words)", long("The meeting"), long("The workshop"), true},
-	{"negated (80 words)", long("It is safe"), long("It is not safe"), true},
+	{"one word changed (74 words)", long("The meeting"), long("The workshop"), true},
+	{"negated (74 words)", long("It is safe"), long("It is not safe"), true},
 	{"reordered", "Is coffee bad for your heart?", "Is for your heart coffee bad?", false},
 	{"negated", "Is it safe to eat raw eggs?", "Is it not safe to eat raw eggs?", false},
 	{"negated (short)", "is aspirin safe", "is aspirin not safe", false},
@@ -42,7 +42,7 @@ var pairs = []struct {
 	{"accented case", "¿Dónde está la estación?", "¿DÓNDE ESTÁ LA ESTACIÓN?", true},
 }
 
-// long builds an 80-word prompt whose first words are head: in a long text
+// long builds a 74-word prompt whose first words are head: in a long text
 // one changed word is a small share of the features.
 func long(head string) string {
 	return head + " to review the quarterly budget before Friday. The draft covers staffing, travel, software " +
