@@ -1,0 +1,224 @@
+package vecindex
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+func TestEmpty(t *testing.T) {
+	t.Parallel()
+	idx := New(Options{Dim: 4})
+	if _, _, ok := idx.Search([]float32{1, 0, 0, 0}); ok {
+		t.Fatal("Search on an empty index found something")
+	}
+	idx.Delete(7) // absent: no effect
+	if idx.Len() != 0 {
+		t.Fatal("Len of an empty index is not 0")
+	}
+}
+
+func TestDimAndNonFinite(t *testing.T) {
+	t.Parallel()
+	idx := New(Options{})
+	idx.Add(1, []float32{1, 0, 0})                   // adopts dim 3
+	idx.Add(2, []float32{0, 1})                      // wrong length: ignored
+	idx.Add(3, []float32{float32(math.NaN()), 0, 0}) // ignored
+	idx.Add(4, []float32{float32(math.Inf(1)), 0, 0})
+	if idx.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", idx.Len())
+	}
+	if _, _, ok := idx.Search([]float32{0, 1}); ok {
+		t.Fatal("a query of the wrong length found something")
+	}
+	if id, sim, ok := idx.Search([]float32{0, 1, 0}); !ok || id != 1 || sim != 0 {
+		t.Fatalf("Search = %d %v %v, want 1 0 true", id, sim, ok)
+	}
+}
+
+// modes runs a test on the flat scan and on the graph.
+var modes = []struct {
+	name  string
+	exact int
+}{{"flat", 1 << 30}, {"hnsw", -1}}
+
+func TestReplaceAndDelete(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 6))
+			idx := New(Options{Dim: 32, ExactBelow: m.exact, seed: 1})
+			vs := unitVecs(r, 300, 32)
+			for i, v := range vs {
+				idx.Add(uint64(i), v)
+			}
+			// Replace id 7 with a fresh vector: the old one no longer finds it.
+			nv := unitVecs(r, 1, 32)[0]
+			idx.Add(7, nv)
+			if idx.Len() != 300 {
+				t.Fatalf("Len after replace = %d, want 300", idx.Len())
+			}
+			if id, sim, _ := idx.Search(nv); id != 7 || sim < 0.999 {
+				t.Fatalf("new vector of 7: got %d (%v)", id, sim)
+			}
+			if id, sim, _ := idx.Search(vs[7]); id == 7 {
+				t.Fatalf("old vector of 7 still finds 7 (sim %v)", sim)
+			}
+			// Delete every even id; none may ever come back, even for its
+			// own vector.
+			for i := 0; i < 300; i += 2 {
+				idx.Delete(uint64(i))
+			}
+			if idx.Len() != 150 {
+				t.Fatalf("Len after deletes = %d, want 150", idx.Len())
+			}
+			for i, v := range vs {
+				id, _, ok := idx.Search(v)
+				if !ok || id%2 == 0 {
+					t.Fatalf("query %d: got %d %v, a deleted id", i, id, ok)
+				}
+				if i%2 == 1 && i != 7 && id != uint64(i) {
+					t.Fatalf("query for live %d found %d", i, id)
+				}
+			}
+			// Delete everything, then start again.
+			for i := 1; i < 300; i += 2 {
+				idx.Delete(uint64(i))
+			}
+			if _, _, ok := idx.Search(vs[1]); ok || idx.Len() != 0 {
+				t.Fatalf("after deleting all: Len %d, found %v", idx.Len(), ok)
+			}
+			idx.Add(1000, vs[3])
+			if id, _, ok := idx.Search(vs[3]); !ok || id != 1000 {
+				t.Fatalf("after refill: got %d %v", id, ok)
+			}
+		})
+	}
+}
+
+// TestRecall checks recall@1 against exact search on the graph alone
+// (ExactBelow off) for near-duplicate queries, the cache's case, after
+// building and after churn (deletes and adds reusing slots, as TTL and
+// eviction do).
+func TestRecall(t *testing.T) {
+	t.Parallel()
+	n, dim, nq := 3000, 96, 400
+	if testing.Short() { // -race makes this slow
+		n, dim, nq = 500, 64, 200
+	}
+	r := rand.New(rand.NewPCG(8, 9))
+	idx := New(Options{Dim: dim, ExactBelow: -1, seed: 3})
+	live := map[uint64][]float32{}
+	next := uint64(0)
+	add := func() {
+		v := unitVecs(r, 1, dim)[0]
+		idx.Add(next, v)
+		live[next] = v
+		next++
+	}
+	for range n {
+		add()
+	}
+	queries := func() [][]float32 {
+		var qs [][]float32
+		for id, v := range live {
+			if len(qs) == nq {
+				break
+			}
+			_ = id
+			qs = append(qs, perturb(r, v, 0.04)) // cosine ~0.93 to its source
+		}
+		return qs
+	}
+	if rc := recall(idx, live, queries()); rc < 0.95 {
+		t.Errorf("recall@1 after build = %.3f, want >= 0.95", rc)
+	}
+	// Churn: replace the whole population twice over.
+	for range 2 * n {
+		for id := range live {
+			idx.Delete(id)
+			delete(live, id)
+			break
+		}
+		add()
+	}
+	if idx.Len() != len(live) {
+		t.Fatalf("Len = %d, want %d", idx.Len(), len(live))
+	}
+	if rc := recall(idx, live, queries()); rc < 0.95 {
+		t.Errorf("recall@1 after churn = %.3f, want >= 0.95", rc)
+	}
+}
+
+// TestCompact shrinks the index so that tombstones outnumber live entries
+// and the graph is rebuilt.
+func TestCompact(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(10, 11))
+	idx := New(Options{Dim: 16, ExactBelow: -1, seed: 2})
+	vs := unitVecs(r, 1000, 16)
+	for i, v := range vs {
+		idx.Add(uint64(i), v)
+	}
+	for i := 0; i < 900; i++ {
+		idx.Delete(uint64(i))
+	}
+	idx.mu.RLock()
+	slots := len(idx.ids)
+	idx.mu.RUnlock()
+	if slots >= 1000 {
+		t.Fatalf("no compaction: %d slots for %d live", slots, idx.Len())
+	}
+	for i := 900; i < 1000; i++ {
+		if id, _, _ := idx.Search(vs[i]); id != uint64(i) {
+			t.Fatalf("after compaction: query %d found %d", i, id)
+		}
+	}
+}
+
+// TestConcurrent runs searches, adds and deletes at once (run with -race).
+// Each writer owns an id range, so it can check that an id it deleted is
+// not returned afterwards.
+func TestConcurrent(t *testing.T) {
+	t.Parallel()
+	const dim = 24
+	idx := New(Options{Dim: dim, ExactBelow: 64, seed: 4})
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	for w := range 3 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			base := uint64(w) << 32
+			for i := range 400 {
+				v := unitVecs(r, 1, dim)[0]
+				id := base + uint64(i)
+				idx.Add(id, v)
+				if i%3 == 0 {
+					idx.Delete(id)
+					if got, _, ok := idx.Search(v); ok && got == id {
+						errs <- "a deleted id was returned"
+						return
+					}
+				}
+			}
+		})
+	}
+	for s := range 3 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(s), 2))
+			for range 1500 {
+				idx.Search(unitVecs(r, 1, dim)[0])
+				_ = idx.Len()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	if got := idx.Len(); got != 3*400-3*134 {
+		t.Fatalf("Len = %d, want %d", got, 3*400-3*134)
+	}
+}
