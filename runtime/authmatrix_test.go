@@ -392,7 +392,8 @@ type httpOutcome struct {
 func TestSecurityAuthMatrixHTTP(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	// llama and qwen have a tokenizer, so /tokenize answers the key that may use the model.
-	addr := startInProcess(t, secureConfig(t, up.URL, fmt.Sprintf("models:\n  llama: {tokenizer: %[1]s}\n  qwen: {tokenizer: %[1]s}\n", qwenTokenizer(t))))
+	// ... and sessions and a response cache, so that their routes are there.
+	addr := startInProcess(t, secureConfig(t, up.URL, fmt.Sprintf("models:\n  llama: {tokenizer: %[1]s, session: {}, cache: {}}\n  qwen: {tokenizer: %[1]s, session: {}}\n", qwenTokenizer(t))))
 	base := "http://" + addr
 	kserve := [3]string{"simple", "simple_int8", "no_such_model"}
 	llm := [3]string{"llama", "qwen", "no_such_model"}
@@ -428,6 +429,10 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/tokenize", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"POST", "/detokenize", `{"model":"$M","tokens":[9707]}`, scoped, &llm},
 		{"GET", "/admin/guard", "", admin, nil},
+		{"DELETE", "/admin/cache", "", admin, nil},
+		{"POST", "/v1/sessions", `{"model":"$M"}`, scoped, &llm},
+		{"GET", "/v1/sessions/sess_AAAAAAAAAAAAAAAAAAAAAA", "", anyKey, nil},
+		{"DELETE", "/v1/sessions/sess_AAAAAAAAAAAAAAAAAAAAAA", "", anyKey, nil},
 	}
 	call := func(method, path, body, key, model string) httpOutcome {
 		fill := func(s string) string { return strings.ReplaceAll(s, "$M", model) }

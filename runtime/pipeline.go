@@ -14,6 +14,7 @@ import (
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/llm/tokeninput"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/sessions"
 	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -24,7 +25,10 @@ import (
 // bridge, batch workers), pass through them, outermost first, before the upstream exchange:
 //
 //	guard (API key limits, rate limits, load shedding)
-//	  -> [chat sessions -> response cache: to come]
+//	  -> chat sessions: a turn of a stored conversation gets its history, trimmed to the
+//	     context window, and its answer is stored (models.<name>.session)
+//	  -> response cache: an exact or semantic repeat is answered from a stored answer, a miss's
+//	     answer is stored (models.<name>.cache)
 //	  -> usage: the prompt's tokens counted by the gateway when the upstream reports none, so
 //	     the guard settles token budgets on exact counts (a model with a tokenizer)
 //	  -> prompt: the context-length check (models.<name>.max_model_len, counted with the
@@ -34,13 +38,22 @@ import (
 //	  -> routing and forwarding (the terminal handler: pick, failover, the metered exchange)
 //
 // A model's stages are chosen once per model, from its models.<name> config.
-func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) []pipeline.Interceptor {
+//
+// With sessions on for some model (sm not nil), every model has the sessions stage: a turn
+// naming a session on a model without sessions is refused with a clear error, not passed on.
+func llmStages(g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager) func(model string) []pipeline.Interceptor {
 	admit := pipeline.Admit(g.OpenAI())
 	return func(model string) []pipeline.Interceptor {
 		stages := []pipeline.Interceptor{admit, disagg.DropClientParams}
+		if sm != nil {
+			stages = append(stages, sm.Interceptor(model))
+		}
 		m := models[model]
 		if m == nil {
 			return stages
+		}
+		if m.cache != nil {
+			stages = append(stages, m.cache)
 		}
 		if m.Model != nil {
 			stages = append(stages, m.Usage())
@@ -67,6 +80,7 @@ func llmStages(g *guard.Guard, models map[string]*llmModel) func(model string) [
 type llmModel struct {
 	*prompt.Model
 	tokens bool                 // input: tokens
+	cache  pipeline.Interceptor // nil: no response cache
 	disagg pipeline.Interceptor // prefill then decode; nil: aggregated
 	route  pipeline.Interceptor
 }

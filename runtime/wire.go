@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/infergate/infergate/adapters/bridge"
@@ -76,6 +77,14 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	if err != nil {
 		return nil, nil, err
 	}
+	var proxy *openai.Proxy // the semantic caches' embeddings go through it, once built
+	cs, err := caches(cfg.Models, rdb, redisPrefix(cfg), proxyEmbeddings(func() *openai.Proxy { return proxy }), &closers, &collectors, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	for name, c := range cs {
+		models[name].cache = c.Interceptor()
+	}
 	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
 	if err != nil {
 		return nil, nil, err
@@ -103,10 +112,13 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		}
 		return nil
 	}, Visible: visible}
-	proxy, err := openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
+	sm := sessionManager(cfg.Models, models, rdb, redisPrefix(cfg), visible, func(model string) bool {
+		return slices.ContainsFunc(proxy.Models(), func(m openai.ModelInfo) bool { return m.Name == model })
+	}, &collectors, log)
+	proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
 		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
-		Stages:         llmStages(g, models),
+		Stages:         llmStages(g, models, sm),
 		Tokens:         tokenize.Serve})
 	if err != nil {
 		return nil, nil, err
@@ -137,6 +149,13 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		tokenize.Mount(mux)
+		if len(cs) > 0 {
+			mux.Handle("DELETE /admin/cache", cacheAdmin(cs))
+		}
+		if sm != nil {
+			mux.Handle("/v1/sessions", sm.Handler())
+			mux.Handle("/v1/sessions/", sm.Handler())
+		}
 		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {
 			names := proxy.EndpointNames()
 			for _, s := range kp.Status() {
