@@ -54,6 +54,7 @@ type Index struct {
 	levels []uint8    // top layer of each slot
 	links0 []uint32   // layer 0: slot i at links0[i*(m0+1):], [count, links...]
 	upper  [][]uint32 // layers 1..level of each slot: (level)*(m+1) words, nil for level 0
+	far    []uint32   // layer 0: slot i's random long-range links at far[i*nFar:], noLink if none
 	slot   map[uint64]uint32
 	free   []uint32 // tombstoned slots ready for reuse
 	entry  int      // entry slot, -1 when the graph is empty
@@ -153,6 +154,9 @@ func (x *Index) newSlot(v []float32) uint32 {
 		up = make([]uint32, l*(x.m+1))
 	}
 	x.upper = append(x.upper, up)
+	for range nFar {
+		x.far = append(x.far, noLink)
+	}
 	return s
 }
 
@@ -252,7 +256,7 @@ func (x *Index) randomLevel() int {
 }
 
 func (x *Index) reset() {
-	x.vecs, x.ids, x.alive, x.levels, x.links0, x.upper = nil, nil, nil, nil, nil, nil
+	x.vecs, x.ids, x.alive, x.levels, x.links0, x.upper, x.far = nil, nil, nil, nil, nil, nil, nil
 	x.free = nil
 	x.slot = make(map[uint64]uint32)
 	x.entry, x.top, x.live = -1, 0, 0

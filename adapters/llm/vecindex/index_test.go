@@ -1,6 +1,7 @@
 package vecindex
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -220,5 +221,43 @@ func TestConcurrent(t *testing.T) {
 	}
 	if got := idx.Len(); got != 3*400-3*134 {
 		t.Fatalf("Len = %d, want %d", got, 3*400-3*134)
+	}
+}
+
+// TestRecallLexical checks recall@1 on the vectors the cache stores by
+// default: lexical embeddings of synthetic prompts, queried with reworded
+// copies of stored prompts (case, punctuation, one typo) and with unseen
+// prompts. The 100,000-entry run is slow (a minute or more) and skips
+// under -short.
+func TestRecallLexical(t *testing.T) {
+	t.Parallel()
+	small := 3000
+	if testing.Short() { // -race makes this slow
+		small = 1000
+	}
+	for _, n := range []int{small, 100000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			if n > small && testing.Short() {
+				t.Skip("100,000 entries: skipped under -short")
+			}
+			r := rand.New(rand.NewPCG(uint64(n), 12))
+			texts := questions(r, n+200)
+			vecs := lexicalVecs(texts)
+			idx := New(Options{Dim: len(vecs[0]), ExactBelow: -1, seed: 5})
+			live := map[uint64][]float32{}
+			for i, v := range vecs[:n] {
+				idx.Add(uint64(i), v)
+				live[uint64(i)] = v
+			}
+			var near []string
+			for range 200 {
+				near = append(near, reword(r, texts[r.IntN(n)]))
+			}
+			for name, qs := range map[string][][]float32{"reworded": lexicalVecs(near), "unseen": vecs[n:]} {
+				if rc := recall(idx, live, qs); rc < 0.95 {
+					t.Errorf("%s prompts: recall@1 %.3f, want >= 0.95", name, rc)
+				}
+			}
+		})
 	}
 }
