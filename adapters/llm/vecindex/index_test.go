@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 )
@@ -237,8 +238,8 @@ func TestRecallLexical(t *testing.T) {
 	}
 	for _, n := range []int{small, 100000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			if n > small && testing.Short() {
-				t.Skip("100,000 entries: skipped under -short")
+			if n > small && os.Getenv("INFERGATE_LONG_TESTS") != "1" {
+				t.Skip("100,000 entries take minutes to build: INFERGATE_LONG_TESTS=1 runs it")
 			}
 			r := rand.New(rand.NewPCG(uint64(n), 12))
 			texts := questions(r, n+200)
