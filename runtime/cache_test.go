@@ -269,3 +269,26 @@ func TestCacheSharedRedis(t *testing.T) {
 		return strings.HasPrefix(cache, "semantic; ")
 	}, time.Second, 20*time.Millisecond, "a new replica loads the entries already in Redis into its index")
 }
+
+// TestCacheSessionConfigErrors: a cache or session setting that cannot work fails start-up
+// naming the key; unknown keys are errors too.
+func TestCacheSessionConfigErrors(t *testing.T) {
+	for model, want := range map[string]string{
+		"{cache: {mode: fuzzy}}":                    `models.m.cache.mode: "fuzzy" is neither exact nor semantic`,
+		"{cache: {mode: semantic, threshold: 1.5}}": "models.m.cache.threshold: 1.5 is not a cosine similarity",
+		"{cache: {scope: team}}":                    `models.m.cache.scope: "team" is neither key nor shared`,
+		"{cache: {sampling: some}}":                 `models.m.cache.sampling: "some" is neither zero nor any`,
+		"{cache: {threshold: 0.9}}":                 "models.m.cache: embeddings and threshold are for mode: semantic",
+		"{cache: {mode: semantic, embeddings: m}}":  `models.m.cache.embeddings: "m" is the cached model itself`,
+		"{cache: {ttl: -1s}}":                       "models.m.cache: ttl, max_entries and max_bytes cannot be negative",
+		"{cache: {max_entires: 5}}":                 "max_entires",
+		"{session: {context_window: -5}}":           "models.m.session: context_window, ttl and max_bytes cannot be negative",
+		"{session: {window: 4096}}":                 "window",
+	} {
+		_, err := parseConfig("test", []byte("models:\n  m: "+model+"\n"))
+		require.Error(t, err, model)
+		assert.Contains(t, err.Error(), want, model)
+	}
+	_, err := parseConfig("test", []byte("models:\n  m: {cache: {mode: semantic, threshold: 0.9, embeddings: bge, scope: shared, sampling: any}, session: {context_window: 4096, ttl: 2h}}\n"))
+	require.NoError(t, err)
+}

@@ -120,7 +120,7 @@ type sessionConfig struct {
 	// ContextWindow, in tokens, trims a session's oldest turns so prompt + max_tokens fits;
 	// 0: no trimming (max_bytes still bounds the history).
 	ContextWindow int `yaml:"context_window"`
-	// TTL is how long an idle session is kept (default 24h); each turn renews it.
+	// TTL is how long an idle session is kept (default 1h); each turn renews it.
 	TTL time.Duration `yaml:"ttl"`
 	// MaxBytes bounds a session's stored messages (default 1 MiB); the oldest turns go first.
 	MaxBytes int `yaml:"max_bytes"`
