@@ -30,6 +30,7 @@ type lookup struct {
 const (
 	reasonTemperature = "temperature" // a temperature above 0 (or the model's default)
 	reasonN           = "n"           // several choices asked for
+	reasonLogprobs    = "logprobs"    // log probabilities asked for (a replayed or assembled answer has none)
 	reasonNoCache     = "no-cache"    // Cache-Control: no-cache (read skipped; stored)
 	reasonPath        = "path"        // not a chat completion or completion
 	reasonBody        = "body"        // a body the stage could not read
@@ -61,6 +62,13 @@ func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lo
 	}
 	if n, ok := fields["n"]; ok && !isNull(n) && !isOne(n) {
 		return lookup{bypass: reasonN}
+	}
+	// Chat's logprobs is a boolean (with top_logprobs), a completion's a number: either, set,
+	// asks for what a stream assembled or replayed does not carry.
+	for _, f := range []string{"logprobs", "top_logprobs"} {
+		if v, ok := fields[f]; ok && !isNull(v) && !isZero(v) && string(bytes.TrimSpace(v)) != "false" {
+			return lookup{bypass: reasonLogprobs}
+		}
 	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {

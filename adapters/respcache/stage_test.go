@@ -153,6 +153,9 @@ func TestBypass(t *testing.T) {
 		{`{"model":"m","temperature":null,"messages":[{"role":"user","content":"hi"}]}`, "bypass; reason=temperature"},
 		{`{"model":"m","temperature":0.7,"messages":[{"role":"user","content":"hi"}]}`, "bypass; reason=temperature"},
 		{`{"model":"m","temperature":0,"n":2,"messages":[{"role":"user","content":"hi"}]}`, "bypass; reason=n"},
+		// An answer assembled from a stream, or replayed as one, has no log probabilities.
+		{`{"model":"m","temperature":0,"logprobs":true,"messages":[{"role":"user","content":"hi"}]}`, "bypass; reason=logprobs"},
+		{`{"model":"m","temperature":0,"top_logprobs":2,"messages":[{"role":"user","content":"hi"}]}`, "bypass; reason=logprobs"},
 	}
 	for _, c := range cases {
 		for range 2 {
