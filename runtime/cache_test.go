@@ -105,15 +105,11 @@ func TestCacheExact(t *testing.T) {
 	assert.Equal(t, "bypass; reason=no-cache", cache)
 	assert.EqualValues(t, 3, up.Requests())
 
-	res, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	m, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	assert.Contains(t, string(m), `infergate_respcache_requests_total{model="m",result="hit"} 4`)
+	assert.Contains(t, exposition(t, addr), `infergate_respcache_requests_total{model="m",result="hit"} 4`)
 
 	req, err := http.NewRequest(http.MethodDelete, "http://"+addr+"/admin/cache?model=m", nil)
 	require.NoError(t, err)
-	res, err = http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	flushed, _ := io.ReadAll(res.Body)
 	res.Body.Close()
