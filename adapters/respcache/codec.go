@@ -12,8 +12,11 @@ import (
 //	version byte (1) | uvarint len(partition) | partition | uvarint dim | dim float32 (little
 //	endian) | uvarint response size | uvarint expiry (Unix ms)
 //
-// A message on the channel is 'a' | uvarint len(key) | key | meta (an entry was put), or 'f'
-// (the store was flushed).
+// A message on the channel is 'a' | origin | uvarint len(key) | key | meta (an entry was put),
+// or 'f' | origin (the store was flushed). origin is 8 bytes naming the replica that sent it,
+// which applied the change to its own index already and skips its own messages: applied again
+// when they arrive, they would undo a later local change for a moment (a flush emptying the index
+// after the next Put, an older Put replacing a newer one).
 
 const (
 	metaVersion = 1
@@ -72,34 +75,51 @@ func decodeMeta(b []byte) (meta, error) {
 	return m, r.err
 }
 
-func appendAddMessage(b []byte, key string, m meta) []byte {
+func appendAddMessage(b []byte, origin uint64, key string, m meta) []byte {
 	b = append(b, msgAdd)
+	b = binary.LittleEndian.AppendUint64(b, origin)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
 	return appendMeta(b, m)
 }
 
-// decodeMessage reads a channel message: an added entry's key and meta, or a flush (flush true).
-func decodeMessage(b []byte) (key string, m meta, flush bool, err error) {
-	if len(b) == 0 {
-		return "", m, false, errBadRecord
+func appendFlushMessage(b []byte, origin uint64) []byte {
+	return binary.LittleEndian.AppendUint64(append(b, msgFlush), origin)
+}
+
+// message is a decoded channel message.
+type message struct {
+	origin uint64
+	flush  bool // else an entry was put
+	key    string
+	meta   meta
+}
+
+// decodeMessage reads a channel message.
+func decodeMessage(b []byte) (message, error) {
+	var msg message
+	if len(b) < 9 {
+		return msg, errBadRecord
 	}
+	msg.origin = binary.LittleEndian.Uint64(b[1:9])
 	switch b[0] {
 	case msgFlush:
-		if len(b) != 1 {
-			return "", m, false, errBadRecord
+		if len(b) != 9 {
+			return msg, errBadRecord
 		}
-		return "", m, true, nil
+		msg.flush = true
+		return msg, nil
 	case msgAdd:
-		r := reader{b: b[1:]}
-		key = string(r.bytes())
+		r := reader{b: b[9:]}
+		msg.key = string(r.bytes())
 		if r.err != nil {
-			return "", m, false, r.err
+			return msg, r.err
 		}
-		m, err = decodeMeta(r.b)
-		return key, m, false, err
+		var err error
+		msg.meta, err = decodeMeta(r.b)
+		return msg, err
 	}
-	return "", m, false, errBadRecord
+	return msg, errBadRecord
 }
 
 // reader reads varint-framed fields; the first error sticks.

@@ -1,7 +1,23 @@
 package respcache
 
+import "time"
+
 // For the external tests: wait for the answers being stored in the background.
 func (c *Cache) Wait() { c.wait() }
 
 // Waiting counts the requests waiting for another's answer.
 func (c *Cache) Waiting() int64 { return c.waiting.Load() }
+
+// Deliver hands r a channel message as if the subscription had brought it: the Redis store's own
+// messages (origin "self") or another replica's.
+func (r *Redis) Deliver(self bool, flush bool, key string) {
+	origin := r.origin
+	if !self {
+		origin++
+	}
+	if flush {
+		r.handle(appendFlushMessage(nil, origin))
+		return
+	}
+	r.handle(appendAddMessage(nil, origin, key, meta{partition: "p", vector: []float32{0, 1}, size: 1, expires: r.opts.Now().Add(time.Hour).UnixMilli()}))
+}

@@ -206,9 +206,9 @@ func FuzzStorable(f *testing.F) {
 func FuzzRedisRecords(f *testing.F) {
 	m := meta{partition: "p", vector: []float32{0.6, 0.8}, size: 12, expires: 1_700_000_000_000}
 	f.Add(appendMeta(nil, m))
-	f.Add(appendAddMessage(nil, "model|alice|abc", m))
-	f.Add(appendAddMessage(nil, "k", meta{}))
-	f.Add([]byte{msgFlush})
+	f.Add(appendAddMessage(nil, 7, "model|alice|abc", m))
+	f.Add(appendAddMessage(nil, 0, "k", meta{}))
+	f.Add(appendFlushMessage(nil, 1<<60))
 	f.Add([]byte{metaVersion, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if m, err := decodeMeta(b); err == nil {
@@ -220,10 +220,14 @@ func FuzzRedisRecords(f *testing.F) {
 				t.Fatalf("%x: %+v, then %+v, %v", b, m, m2, err)
 			}
 		}
-		if key, m, flush, err := decodeMessage(b); err == nil && !flush {
-			key2, m2, _, err := decodeMessage(appendAddMessage(nil, key, m))
-			if err != nil || key2 != key || !sameMeta(m, m2) {
-				t.Fatalf("%x: %q %+v, then %q %+v, %v", b, key, m, key2, m2, err)
+		if msg, err := decodeMessage(b); err == nil {
+			again := appendFlushMessage(nil, msg.origin)
+			if !msg.flush {
+				again = appendAddMessage(nil, msg.origin, msg.key, msg.meta)
+			}
+			msg2, err := decodeMessage(again)
+			if err != nil || msg2.origin != msg.origin || msg2.flush != msg.flush || msg2.key != msg.key || !sameMeta(msg.meta, msg2.meta) {
+				t.Fatalf("%x: %+v, then %+v, %v", b, msg, msg2, err)
 			}
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ type Redis struct {
 	channel string
 	warn    *logthrottle.Throttle
 	idx     *mirror
+	origin  uint64 // names this replica's messages, which it skips
 
 	loadNow chan struct{}
 	cancel  context.CancelFunc
@@ -111,6 +113,7 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 		channel: opts.Prefix + "events",
 		warn:    opts.Throttle,
 		idx:     newMirror(opts.MaxEntries, opts.Now),
+		origin:  rand.Uint64(),
 		loadNow: make(chan struct{}, 1),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -188,7 +191,7 @@ func (r *Redis) Put(ctx context.Context, e Entry) error {
 	md := meta{partition: e.Partition, vector: e.Vector, size: int64(len(e.Response)),
 		expires: r.opts.Now().Add(r.opts.TTL).UnixMilli()}
 	mb := appendMeta(nil, md)
-	msg := appendAddMessage(nil, e.Key, md)
+	msg := appendAddMessage(nil, r.origin, e.Key, md)
 	err := putScript.Exec(ctx, r.client, []string{r.keys + e.Key},
 		[]string{string(mb), string(e.Response), fmt.Sprint(max(r.opts.TTL.Milliseconds(), 1)), r.channel, string(msg)}).Error()
 	if err != nil {
@@ -213,7 +216,7 @@ func (r *Redis) Flush(ctx context.Context) (int, error) {
 		return n, r.failed("flush", err)
 	}
 	r.idx.clear()
-	if err := r.client.Do(ctx, r.client.B().Publish().Channel(r.channel).Message(string([]byte{msgFlush})).Build()).Error(); err != nil {
+	if err := r.client.Do(ctx, r.client.B().Publish().Channel(r.channel).Message(string(appendFlushMessage(nil, r.origin))).Build()).Error(); err != nil {
 		return n, r.failed("flush", err)
 	}
 	return n, nil
@@ -281,15 +284,17 @@ func (r *Redis) subscribeLoop(ctx context.Context) {
 	}
 }
 
-func (r *Redis) handle(msg []byte) {
-	key, m, flush, err := decodeMessage(msg)
+func (r *Redis) handle(b []byte) {
+	msg, err := decodeMessage(b)
 	switch {
 	case err != nil:
 		r.warn.Warn(warnMalformed, warnMalformed, "prefix", r.opts.Prefix, "err", err)
-	case flush:
+	case msg.origin == r.origin:
+		// Applied when it was sent.
+	case msg.flush:
 		r.idx.clear()
 	default:
-		r.idx.add(key, untrusted(m))
+		r.idx.add(msg.key, untrusted(msg.meta))
 	}
 }
 

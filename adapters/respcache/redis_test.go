@@ -103,3 +103,26 @@ func newClientOf(t *testing.T, addr string) rueidis.Client {
 	t.Cleanup(c.Close)
 	return c
 }
+
+// A replica's own messages arrive after it applied them; applied again they would undo what it
+// did since: its flush emptying the index after its next Put. Another replica's flush empties it.
+func TestRedisOwnMessagesSkipped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv, respcache.RedisOptions{Prefix: "own:"})
+	ctx := context.Background()
+	v := []float32{1, 0}
+	require.NoError(t, s.Put(ctx, respcache.Entry{Key: "k", Partition: "p", Vector: v, Response: []byte("A")}))
+	s.Deliver(true, true, "")
+	m, err := s.Nearest(ctx, "p", v, 0.99)
+	require.NoError(t, err)
+	assert.Equal(t, "A", string(m.Response), "its own flush, late, left its later Put")
+	s.Deliver(true, false, "k")
+	m, err = s.Nearest(ctx, "p", v, 0.99)
+	require.NoError(t, err)
+	assert.Equal(t, "A", string(m.Response), "its own older Put, late, left the entry's vector")
+	s.Deliver(false, true, "")
+	m, err = s.Nearest(ctx, "p", v, 0.99)
+	require.NoError(t, err)
+	assert.Nil(t, m.Response, "another replica's flush")
+}
