@@ -51,7 +51,20 @@ type fileConfig struct {
 	Batch batchConfig `yaml:"batch"`
 	// Server bounds what one connection and one request may cost the gateway.
 	Server serverConfig `yaml:"server"`
+	// Compat holds what makes infergate a drop-in for other gateways' clients.
+	Compat compatConfig `yaml:"compat"`
 }
+
+// compatConfig: other gateways' routes and headers.
+type compatConfig struct {
+	// OllaRoutes serves Olla's routes (/olla/{provider}/..., /olla/proxy/..., /olla/models,
+	// /olla/anthropic/...) beside infergate's own; default true (an unused route costs nothing).
+	OllaRoutes *bool `yaml:"olla_routes"`
+	// OllaHeaders adds Olla's X-Olla-* response headers beside X-Infergate-*; default false.
+	OllaHeaders bool `yaml:"olla_headers"`
+}
+
+func (c compatConfig) ollaRoutes() bool { return c.OllaRoutes == nil || *c.OllaRoutes }
 
 // modelConfig is one entry of models: what the gateway knows of an LLM beyond its upstreams.
 type modelConfig struct {

@@ -177,7 +177,7 @@ func TestBadConfigFailsStartup(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: x\n    url: http://h\n    type: triton\n"), 0o600))
 	err := run([]string{"-listen", "127.0.0.1:0", "-config", cfg})
 	require.Error(t, err)
-	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, openai, ollama, kserve`, err.Error())
+	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, sglang, llamacpp, lm-studio, openai, ollama, kserve`, err.Error())
 
 	err = run([]string{"-listen", "127.0.0.1:0", "-role", "batch-worker"})
 	require.EqualError(t, err, "-role batch-worker needs batch.kafka.brokers and redis.addr, shared with the gateways")

@@ -96,7 +96,7 @@ type embedPost func(ctx context.Context, model string, body []byte) ([]byte, err
 // embedding is the gateway's own work for a request already admitted.
 func proxyEmbeddings(proxy func() *openai.Proxy) embedPost {
 	return func(ctx context.Context, model string, body []byte) ([]byte, error) {
-		for _, typ := range []string{upstream.TypeVLLM, upstream.TypeOpenAI, upstream.TypeOllama} {
+		for _, typ := range upstream.Types {
 			status, answer, err := proxy().Post(ctx, typ, model, "/v1/embeddings", body)
 			if errors.Is(err, openai.ErrNotServed) {
 				continue

@@ -100,7 +100,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	var strip []string
 	var visible func(context.Context, string) bool
 	if len(cfg.Auth.Keys) > 0 || cfg.Auth.RedisKeys {
-		strip = []string{"Authorization"}
+		strip = []string{"Authorization", "X-Api-Key"}
 		visible = guard.Visible
 		reg.SetVisibility(guard.Visible)
 	}
@@ -118,6 +118,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
 		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
+		OllaHeaders:    cfg.Compat.OllaHeaders,
 		Stages:         llmStages(g, models, sm),
 		Tokens:         tokenize.Serve})
 	if err != nil {
@@ -148,6 +149,9 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 			auth.GRPCOption())
 	}
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+		if cfg.Compat.ollaRoutes() {
+			proxy.MountOlla(mux, "/olla")
+		}
 		tokenize.Mount(mux)
 		if len(cs) > 0 {
 			mux.Handle("DELETE /admin/cache", cacheAdmin(cs))

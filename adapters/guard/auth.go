@@ -111,7 +111,11 @@ func (a *Auth) HTTP(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		p, cerr := a.check(r.Context(), r.URL.Path, r.Header.Get("Authorization"))
+		authz := r.Header.Get("Authorization")
+		if k := r.Header.Get("X-Api-Key"); authz == "" && k != "" {
+			authz = "Bearer " + k // Anthropic's clients send their key so
+		}
+		p, cerr := a.check(r.Context(), r.URL.Path, authz)
 		if cerr != nil {
 			a.refuseHTTP(w, r, cerr)
 			return
@@ -135,19 +139,41 @@ func (a *Auth) refuseHTTP(w http.ResponseWriter, r *http.Request, cerr *connect.
 	}
 	status := apierror.RESTStatus(cerr.Code())
 	var body any
-	if strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1" {
+	switch path := r.URL.Path; {
+	case strings.HasPrefix(path, "/v1/messages") || strings.HasPrefix(path, "/olla/anthropic/"):
+		typ := "authentication_error"
+		switch cerr.Code() {
+		case connect.CodePermissionDenied:
+			typ = "permission_error"
+		case connect.CodeUnavailable:
+			typ = "overloaded_error"
+		}
+		body = anthropicError(cerr.Message(), typ)
+	case strings.HasPrefix(path, "/v1/") || path == "/v1" || strings.HasPrefix(path, "/olla/"):
 		code := "invalid_api_key"
 		if cerr.Code() == connect.CodePermissionDenied {
 			code = "permission_denied"
 		}
 		body = openAIError(cerr.Message(), code)
-	} else {
+	default:
 		body = map[string]string{"error": cerr.Message()}
 	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// anthropicError is the Anthropic Messages API's error object.
+func anthropicError(msg, typ string) any {
+	type errObj struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	return struct {
+		Type  string `json:"type"`
+		Error errObj `json:"error"`
+	}{"error", errObj{typ, msg}}
 }
 
 func openAIError(msg, code string) any {

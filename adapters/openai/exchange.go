@@ -168,8 +168,10 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 		return nil, fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
 	}
 	x.res = res
+	// Ollama's native API streams newline-delimited JSON, and does when the request says nothing.
+	ct := res.Header.Get("Content-Type")
 	x.stream = res.StatusCode == http.StatusOK &&
-		(out.Stream() || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream"))
+		(out.Stream() || strings.HasPrefix(ct, "text/event-stream") || strings.HasPrefix(ct, "application/x-ndjson"))
 	return x, nil
 }
 

@@ -76,6 +76,16 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		h[HeaderBackendType] = vals[3:4:4]
 	}
 	h[HeaderResponseTime] = vals[4:5:5]
+	if p.opts.OllaHeaders {
+		// Olla's names for the same values, for its clients and dashboards.
+		h["X-Olla-Request-Id"] = vals[0:1:1]
+		if res.Endpoint != "" {
+			h["X-Olla-Endpoint"] = vals[1:2:2]
+			h["X-Olla-Model"] = vals[2:3:3]
+			h["X-Olla-Backend-Type"] = vals[3:4:4]
+		}
+		h["X-Olla-Response-Time"] = vals[4:5:5]
+	}
 	if res.Stream || req.Stream() {
 		h.Del("Content-Length")
 	}
@@ -110,6 +120,11 @@ func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	}
 	if req.ID == "" {
 		req.ID = pipeline.RequestID(ctx)
+	}
+	ctx, err := p.scopeToProvider(ctx, req.Model())
+	if err != nil {
+		p.m.requests.WithLabelValues("", "", "404").Inc()
+		return nil, err
 	}
 	res, err := h(ctx, req)
 	if err != nil {

@@ -69,6 +69,9 @@ type Options struct {
 	// default) is internal/h1client, the hand-written HTTP/1.1 client; "std" is net/http's
 	// Transport, which https:// upstreams always use.
 	UpstreamClient string
+	// OllaHeaders adds Olla's response headers (X-Olla-Request-ID, -Endpoint, -Model,
+	// -Backend-Type, -Response-Time) beside the gateway's own X-Infergate-* ones.
+	OllaHeaders bool
 }
 
 // Proxy is the OpenAI surface. Create it with New, call Start, mount it with Mount, and register
@@ -412,7 +415,10 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 // health reports the gateway's state and each endpoint's. It is 200 while the gateway accepts
 // work, whatever the upstreams' state (a load balancer should not pull a gateway because a
 // backend is down), and 503 while draining.
-func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) health(w http.ResponseWriter, _ *http.Request) { p.writeHealth(w, "") }
+
+// writeHealth is /health of the endpoints of type typ ("": all).
+func (p *Proxy) writeHealth(w http.ResponseWriter, typ string) {
 	type epState struct {
 		Name        string `json:"name"`
 		Type        string `json:"type"`
@@ -427,6 +433,16 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 	}{Status: "ok", Endpoints: []epState{}}
 	healthy := 0
 	eps := p.endpoints()
+	if typ != "" {
+		// A filtered copy: eps is the Set's own slice.
+		var only []*endpoint
+		for _, e := range eps {
+			if e.cfg.Type == typ {
+				only = append(only, e)
+			}
+		}
+		eps = only
+	}
 	for _, e := range eps {
 		n := 0
 		if m := e.models.Load(); m != nil {

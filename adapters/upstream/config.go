@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,14 +31,16 @@ type Endpoint struct {
 	Name string `yaml:"name"`
 	// URL is the server's base URL, without /v1: requests go to URL + the client's path.
 	URL string `yaml:"url"`
-	// Type is vllm, openai or ollama (all speak OpenAI's /v1 API), or kserve: a KServe v2 gRPC
-	// server such as Triton, served through the KServe surface by adapters/kserveproxy (url
-	// http:// is cleartext gRPC, https:// TLS).
+	// Type is vllm, sglang, llamacpp, lm-studio, openai or ollama (all speak OpenAI's /v1 API;
+	// the type picks the health check's default and the provider-scoped routes, /olla/{type}/,
+	// that reach the endpoint), or kserve: a KServe v2 gRPC server such as Triton, served through
+	// the KServe surface by adapters/kserveproxy (url http:// is cleartext gRPC, https:// TLS).
 	Type string `yaml:"type"`
 	// Priority: higher is preferred; a lower tier is used only when no higher one is healthy.
 	Priority int `yaml:"priority"`
-	// HealthCheckURL is a path joined to URL or an absolute URL; default by type (vllm /health,
-	// openai /v1/models, ollama /; kserve: none, health is gRPC ServerReady).
+	// HealthCheckURL is a path joined to URL or an absolute URL; default by type (vllm, sglang,
+	// llamacpp /health; openai, lm-studio /v1/models; ollama /; kserve: none, health is gRPC
+	// ServerReady).
 	HealthCheckURL string `yaml:"health_check_url"`
 	// CheckInterval between health checks (default 5 s); failures back off up to 8x, at most 60 s.
 	CheckInterval time.Duration `yaml:"check_interval"`
@@ -63,11 +66,17 @@ type Endpoint struct {
 
 // Endpoint types.
 const (
-	TypeVLLM   = "vllm"
-	TypeOpenAI = "openai"
-	TypeOllama = "ollama"
-	TypeKServe = "kserve"
+	TypeVLLM     = "vllm"
+	TypeSGLang   = "sglang"
+	TypeLlamaCpp = "llamacpp"
+	TypeLMStudio = "lm-studio"
+	TypeOpenAI   = "openai"
+	TypeOllama   = "ollama"
+	TypeKServe   = "kserve"
 )
+
+// Types lists the endpoint types, in the order errors name them.
+var Types = []string{TypeVLLM, TypeSGLang, TypeLlamaCpp, TypeLMStudio, TypeOpenAI, TypeOllama, TypeKServe}
 
 // Endpoint kinds.
 const (
@@ -152,12 +161,12 @@ func resolve(id string, ep Endpoint) (Resolved, []error) {
 	if ep.Name == "" {
 		bad("name", "required")
 	}
-	switch ep.Type {
-	case TypeVLLM, TypeOpenAI, TypeOllama, TypeKServe:
-	case "":
-		bad("type", "required (vllm, openai, ollama or kserve)")
+	switch {
+	case slices.Contains(Types, ep.Type):
+	case ep.Type == "":
+		bad("type", "required (%s)", strings.Join(Types, ", "))
 	default:
-		bad("type", "%q is not one of vllm, openai, ollama, kserve", ep.Type)
+		bad("type", "%q is not one of %s", ep.Type, strings.Join(Types, ", "))
 	}
 	switch ep.Kind {
 	case "", KindChat, KindCompletions, KindEmbeddings:
@@ -191,7 +200,7 @@ func resolve(id string, ep Endpoint) (Resolved, []error) {
 	// no HTTP defaults, and model_url means nothing to it.
 	if r.HealthCheckURL == "" {
 		switch ep.Type {
-		case TypeOpenAI:
+		case TypeOpenAI, TypeLMStudio:
 			r.HealthCheckURL = "/v1/models"
 		case TypeOllama:
 			r.HealthCheckURL = "/"

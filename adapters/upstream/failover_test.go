@@ -282,6 +282,13 @@ func TestFailoverRequestPickerAndFilter(t *testing.T) {
 	assert.Equal(t, []string{"a", "c"}, s.calls, "b is not in the request's pool")
 
 	s = &script{}
+	ctx = upstream.WithFilter(upstream.WithFilter(context.Background(), func(name string) bool { return name != "a" }),
+		func(name string) bool { return name != "c" })
+	res = upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
+	require.True(t, res.OK)
+	assert.Equal(t, []string{"b"}, s.calls, "two filters: an endpoint passes both")
+
+	s = &script{}
 	ctx = upstream.WithFilter(context.Background(), func(string) bool { return false })
 	res = upstream.Failover(ctx, &upstream.Router{}, rs, nil, s.attempt)
 	assert.False(t, res.OK)

@@ -39,8 +39,13 @@ type filterKey struct{}
 
 // WithFilter makes Failover consider, for the request ctx belongs to, only the endpoints allow
 // accepts (by name): one pool of a model's endpoints, such as its prefill workers. It composes
-// with any Picker: those filtered out are not Usable.
+// with any Picker (those filtered out are not Usable) and with a filter ctx already has: an
+// endpoint must pass both (a provider-scoped route's, then a disaggregated model's pool).
 func WithFilter(ctx context.Context, allow func(endpoint string) bool) context.Context {
+	if prior, ok := ctx.Value(filterKey{}).(func(string) bool); ok {
+		inner := allow
+		allow = func(endpoint string) bool { return prior(endpoint) && inner(endpoint) }
+	}
 	return context.WithValue(ctx, filterKey{}, allow)
 }
 
