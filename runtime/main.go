@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/infergate/infergate/adapters/ollaconfig"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -34,6 +36,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "import-olla" {
+		return importOlla(args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("infergate", flag.ContinueOnError)
 	listen := fs.String("listen", ":8000", "address to serve gRPC, gRPC-Web, Connect and /metrics on")
 	serverName := fs.String("server-name", "triton", "server name reported by ServerMetadata (Triton clients expect \"triton\")")
@@ -42,6 +47,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
+	ollaPath := fs.String("olla-config", "", "an Olla config file to run with, converted as `infergate import-olla` prints it (its notes are logged); without -listen, Olla's address")
 	role := fs.String("role", roleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,9 +66,25 @@ func run(args []string) error {
 
 	var cfg *fileConfig
 	var err error
-	if *configPath != "" {
+	switch {
+	case *configPath != "" && *ollaPath != "":
+		return errors.New("-config and -olla-config: one or the other (convert the Olla file with `infergate import-olla` to edit it)")
+	case *ollaPath != "":
+		var conv ollaconfig.Result
+		if conv, err = convertOlla(*ollaPath); err != nil {
+			return err
+		}
+		for _, n := range conv.Notes {
+			logger.Info("olla config", "note", n)
+		}
+		if !flagSet(fs, "listen") {
+			*listen = conv.Listen
+		}
+		*configPath = *ollaPath
+		cfg, err = parseConfig(*ollaPath+" (converted)", conv.YAML)
+	case *configPath != "":
 		cfg, err = loadConfig(*configPath)
-	} else {
+	default:
 		cfg, err = parseConfig("environment", nil) // zero config, INFERGATE_* variables applied
 	}
 	if err != nil {
@@ -136,4 +158,41 @@ func workerServer(gw *gateway.Gateway) *http.Server {
 		_, _ = w.Write([]byte(`{"status":"ok","role":"batch-worker"}` + "\n"))
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+}
+
+// importOlla is `infergate import-olla FILE`: the infergate config equivalent to an Olla config
+// file, on out, headed by notes on what has no counterpart; how to run it, on msgs.
+func importOlla(args []string, out, msgs io.Writer) error {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		return errors.New("usage: infergate import-olla OLLA_CONFIG.yaml > infergate.yaml")
+	}
+	conv, err := convertOlla(args[0])
+	if err != nil {
+		return err
+	}
+	if _, err := out.Write(conv.YAML); err != nil {
+		return err
+	}
+	fmt.Fprintf(msgs, "infergate: converted %s with %d notes (comments at the top); run it with: infergate -config infergate.yaml -listen %s\n",
+		args[0], len(conv.Notes), conv.Listen)
+	return nil
+}
+
+func convertOlla(path string) (ollaconfig.Result, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ollaconfig.Result{}, err
+	}
+	conv, err := ollaconfig.Convert(data)
+	if err != nil {
+		return ollaconfig.Result{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return conv, nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -70,8 +70,7 @@ var ollaTypes = func() map[string]typeInfo {
 		return typeInfo{profile: profile, to: "openai", health: health, models: models, prefix: prefix,
 			note: server + " speaks OpenAI's API: infergate proxies it as type openai (its own native routes and metrics are not used)"}
 	}
-	lms := typeInfo{profile: "lm-studio", to: "openai", health: "/v1/models", models: "/api/v0/models",
-		note: "LM Studio speaks OpenAI's API: infergate proxies it as type openai"}
+	lms := typeInfo{profile: "lm-studio", to: "lm-studio", health: "/v1/models", models: "/api/v0/models"}
 	oai := typeInfo{profile: "openai-compatible", to: "openai", health: "/v1/models", models: "/v1/models"}
 	dmr := openaiLike("docker-model-runner", "/engines/v1/models", "/engines/v1/models", "/engines", "Docker Model Runner")
 	auto := typeInfo{profile: "auto", to: "openai", health: "/", models: "/v1/models",
@@ -84,8 +83,8 @@ var ollaTypes = func() map[string]typeInfo {
 		"lm-studio":           lms,
 		"lmstudio":            lms,
 		"lm_studio":           lms,
-		"sglang":              openaiLike("sglang", "/health", "/v1/models", "", "SGLang"),
-		"llamacpp":            openaiLike("llamacpp", "/health", "/v1/models", "", "llama.cpp's server"),
+		"sglang":              {profile: "sglang", to: "sglang", health: "/health", models: "/v1/models"},
+		"llamacpp":            {profile: "llamacpp", to: "llamacpp", health: "/health", models: "/v1/models"},
 		"lemonade":            openaiLike("lemonade", "/api/v1/health", "/api/v1/models", "/api", "Lemonade"),
 		"litellm":             openaiLike("litellm", "/health", "/v1/models", "", "LiteLLM"),
 		"vllm-mlx":            openaiLike("vllm-mlx", "/health", "/v1/models", "", "vLLM-MLX (not vLLM: no vllm: metrics)"),
@@ -100,7 +99,8 @@ var ollaTypes = func() map[string]typeInfo {
 
 // infergateDefaults are the health and model paths infergate's upstream config assumes per type
 // (adapters/upstream): an endpoint whose paths equal them leaves them out.
-var infergateHealth = map[string]string{"vllm": "/health", "openai": "/v1/models", "ollama": "/"}
+var infergateHealth = map[string]string{"vllm": "/health", "sglang": "/health", "llamacpp": "/health",
+	"lm-studio": "/v1/models", "openai": "/v1/models", "ollama": "/"}
 
 const infergateModels = "/v1/models"
 

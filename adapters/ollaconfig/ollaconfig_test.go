@@ -122,8 +122,8 @@ func TestConvertMixedDetails(t *testing.T) {
 	}
 	checks := []struct{ what, got, want string }{
 		{"gpu-1 header default dropped", by["gpu-1"].Headers["X-Team"], "${TEAM}"},
-		{"sglang type", by["gpu-2"].Type, "openai"},
-		{"sglang health", by["gpu-2"].HealthCheckURL, "/health"},
+		{"sglang type", by["gpu-2"].Type, "sglang"},
+		{"sglang health: its type's default", by["gpu-2"].HealthCheckURL, ""},
 		{"token file", by["gpu-2"].Headers["Authorization"], "Bearer ${OLLA_GPU_2_TOKEN}"},
 		{"basic literal", by["ollama"].Headers["Authorization"], "Basic b2xsYTpzM2NyZXQ="},
 		{"basic from env", by["behind-router"].Headers["Authorization"], "Basic ${OLLA_BEHIND_ROUTER_BASIC_AUTH}"},
