@@ -16,6 +16,7 @@ type metrics struct {
 	inflight *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	tokens   *prometheus.CounterVec
+	scrapes  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -44,6 +45,10 @@ func newMetrics() *metrics {
 			Name: "infergate_openai_in_flight_requests",
 			Help: "Requests being proxied now.",
 		}, []string{"model", "endpoint"}),
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_openai_upstream_metrics_scrapes_total",
+			Help: "Scrapes of vLLM endpoints' /metrics (their load, for /olla/vllm/health and /metrics and routing) by endpoint and result (ok, error).",
+		}, []string{"endpoint", "result"}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "infergate_openai_upstream_healthy",
 			Help: "1 if the endpoint passed its last health check, else 0.",
@@ -56,7 +61,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.latency, m.ttft, m.itl, m.inflight, m.healthy, m.tokens}
+	return []prometheus.Collector{m.requests, m.latency, m.ttft, m.itl, m.inflight, m.healthy, m.tokens, m.scrapes}
 }
 
 // codeLabel avoids strconv for the common codes.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/adapters/vllmmetrics"
 )
 
 // Olla's routes: its clients are configured with base URLs such as /olla/vllm/v1 (one provider's
@@ -93,8 +94,13 @@ func (p *Proxy) MountOlla(mux *http.ServeMux, prefix string) {
 		pipeline.WriteJSON(w, http.StatusOK, entryJSON(rt))
 	}))
 	mux.HandleFunc("GET "+prefix+"/{provider}/health", scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
+		if typ == upstream.TypeVLLM {
+			p.vllmHealth(w)
+			return
+		}
 		p.writeHealth(w, typ)
 	}))
+	mux.HandleFunc("GET "+prefix+"/vllm/metrics", p.vllmMetrics)
 	mux.HandleFunc(prefix+"/{provider}/api/", scoped(p.ollamaNative))
 	mux.HandleFunc("GET "+prefix+"/models", p.ollaModels)
 	mux.HandleFunc(prefix+"/", func(w http.ResponseWriter, r *http.Request) {
@@ -329,4 +335,70 @@ func (p *Proxy) getFrom(ctx context.Context, e *endpoint, path string) (int, []b
 		return 0, nil, fmt.Errorf("%s: answer over %d bytes", e.cfg.Name, maxOllamaList)
 	}
 	return res.StatusCode, body, nil
+}
+
+// vllmHealth is /olla/vllm/health as Olla answers it, over the healthy vLLM endpoints whose
+// /metrics their last health check read: requests running and waiting summed, the KV cache's
+// usage averaged (vLLM's gpu_cache_usage_perc, now kv_cache_usage_perc: a fraction), the model
+// loaded when any reports it; and each endpoint's own. 503 when no vLLM endpoint is healthy.
+func (p *Proxy) vllmHealth(w http.ResponseWriter) {
+	type epLoad struct {
+		Name          string   `json:"name"`
+		Healthy       bool     `json:"healthy"`
+		ModelLoaded   bool     `json:"model_loaded"`
+		KVCacheUsage  *float64 `json:"gpu_memory_usage"` // null: its metrics unknown
+		Running       float64  `json:"num_requests_running"`
+		Waiting       float64  `json:"num_requests_waiting"`
+		Outstanding   int64    `json:"outstanding"`
+		MetricsScraped bool     `json:"metrics_scraped"`
+	}
+	out := struct {
+		Status      string   `json:"status"`
+		ModelLoaded bool     `json:"model_loaded"`
+		GPUMemory   float64  `json:"gpu_memory_usage"`
+		Running     float64  `json:"num_requests_running"`
+		Waiting     float64  `json:"num_requests_waiting"`
+		Endpoints   []epLoad `json:"endpoints"`
+	}{Status: "unhealthy", Endpoints: []epLoad{}}
+	healthy, scraped := 0, 0
+	for _, e := range p.endpoints() {
+		if e.cfg.Type != upstream.TypeVLLM {
+			continue
+		}
+		l := epLoad{Name: e.cfg.Name, Healthy: e.Healthy(), Outstanding: e.Outstanding()}
+		if pg := e.vllm.Load(); pg != nil && l.Healthy {
+			u := pg.load.KVCacheUsage
+			l.ModelLoaded, l.KVCacheUsage, l.Running, l.Waiting, l.MetricsScraped = pg.load.ModelLoaded, &u, pg.load.Running, pg.load.Waiting, true
+			out.ModelLoaded = out.ModelLoaded || l.ModelLoaded
+			out.GPUMemory += u
+			out.Running += l.Running
+			out.Waiting += l.Waiting
+			scraped++
+		}
+		if l.Healthy {
+			healthy++
+		}
+		out.Endpoints = append(out.Endpoints, l)
+	}
+	if scraped > 0 {
+		out.GPUMemory /= float64(scraped)
+	}
+	code := http.StatusServiceUnavailable
+	if healthy > 0 {
+		out.Status, code = "healthy", http.StatusOK
+	}
+	pipeline.WriteJSON(w, code, out)
+}
+
+// vllmMetrics is /olla/vllm/metrics: the vllm: series of every healthy vLLM endpoint's last
+// scraped page, in Prometheus's text format, each sample labelled with its endpoint.
+func (p *Proxy) vllmMetrics(w http.ResponseWriter, _ *http.Request) {
+	var pages []vllmmetrics.Page
+	for _, e := range p.endpoints() {
+		if pg := e.vllm.Load(); pg != nil && e.cfg.Type == upstream.TypeVLLM && e.Healthy() {
+			pages = append(pages, vllmmetrics.Page{Endpoint: e.cfg.Name, Metrics: pg.metrics})
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_ = vllmmetrics.Expose(w, pages)
 }

@@ -250,3 +250,57 @@ func TestOllaOllamaNative(t *testing.T) {
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.JSONEq(t, `{"version":"0.12.0"}`, body)
 }
+
+// Health checks read vLLM endpoints' /metrics: /olla/vllm/health sums their queues as Olla
+// answers, /olla/vllm/metrics re-exposes their vllm: series per endpoint, and the routing sends
+// a request to the endpoint whose server reports the shorter queue when the gateway's own
+// requests outstanding tie (here: a held request another client sent to a directly).
+func TestOllaVLLMLoad(t *testing.T) {
+	t.Parallel()
+	a := openaitest.Start(t, "a", "llama")
+	b := openaitest.Start(t, "b", "llama")
+	e := startOlla(t, openai.Options{}, ep(a, 0), ep(b, 0))
+	e.waitModels(t, 1)
+
+	release := a.Hold()
+	defer release()
+	go func() {
+		res, err := http.Post(a.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("llama")))
+		if err == nil {
+			res.Body.Close()
+		}
+	}()
+	<-a.Started()
+	var health struct {
+		Status      string
+		ModelLoaded bool    `json:"model_loaded"`
+		Running     float64 `json:"num_requests_running"`
+		Waiting     float64 `json:"num_requests_waiting"`
+		Endpoints   []struct {
+			Name    string
+			Running float64 `json:"num_requests_running"`
+		}
+	}
+	require.Eventually(t, func() bool {
+		_, body := e.get(t, "/olla/vllm/health")
+		return json.Unmarshal([]byte(body), &health) == nil && health.Running == 1
+	}, 10*time.Second, 10*time.Millisecond, "a's health check scraped its queue")
+	assert.Equal(t, "healthy", health.Status)
+	assert.True(t, health.ModelLoaded)
+	assert.Len(t, health.Endpoints, 2)
+	for range 6 {
+		// a holds every request: one routed there fails at the deadline instead of hanging.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", strings.NewReader(chatBody("llama")))
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err, "routed to a, whose server reports the longer queue")
+		res.Body.Close()
+		cancel()
+		assert.Equal(t, "b", res.Header.Get(openai.HeaderEndpoint), "the same outstanding here: the shorter reported queue")
+	}
+
+	res, body := e.get(t, "/olla/vllm/metrics")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, body, `vllm:num_requests_running{endpoint="a"} 1`)
+	assert.Contains(t, body, `vllm:num_requests_running{endpoint="b"} 0`)
+}

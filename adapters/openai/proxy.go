@@ -222,6 +222,7 @@ func (p *Proxy) RemoveEndpoint(name string) bool {
 		e.client.CloseIdleConnections()
 		e.rt.CloseIdleConnections()
 		p.m.healthy.DeleteLabelValues(e.cfg.Name, e.cfg.Type)
+		p.m.scrapes.DeletePartialMatch(prometheus.Labels{"endpoint": e.cfg.Name})
 	})
 	if ok {
 		p.rebuild()
@@ -232,6 +233,7 @@ func (p *Proxy) RemoveEndpoint(name string) bool {
 func (p *Proxy) newEndpoint(cfg upstream.Resolved) *endpoint {
 	e := newEndpoint(cfg, p.log, p.opts.UpstreamClient == "fast")
 	e.ctx, e.stop = context.WithCancel(p.set.Context())
+	e.scrapes = func(result string) { p.m.scrapes.WithLabelValues(cfg.Name, result).Inc() }
 	return e
 }
 

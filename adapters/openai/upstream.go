@@ -16,6 +16,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/logthrottle"
 	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/adapters/vllmmetrics"
 	"github.com/infergate/infergate/internal/h1client"
 )
 
@@ -31,6 +32,11 @@ type endpoint struct {
 	// short) at most once per interval, with a count.
 	warn *logthrottle.Throttle
 
+	// vllm is a vLLM endpoint's /metrics as its last health check scraped it; nil when unknown
+	// (another type, not scraped yet, or the last scrape failed).
+	vllm atomic.Pointer[vllmPage]
+	// scrapes counts the scrapes by result ("ok", "error"); set by the proxy.
+	scrapes func(result string)
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
 	// urls caches the upstream URL of each API path requests went to (a handful): the transport
@@ -248,7 +254,43 @@ func (e *endpoint) probe(ctx context.Context, discoverDue bool) (changed bool) {
 		e.log.Info("upstream healthy")
 	}
 	e.SetHealthy(true)
+	if e.cfg.Type == upstream.TypeVLLM {
+		e.scrape(ctx)
+	}
 	return changed
+}
+
+// vllmPage is a vLLM endpoint's scraped /metrics page and the load it reports.
+type vllmPage struct {
+	metrics *vllmmetrics.Metrics
+	load    vllmmetrics.Load
+}
+
+// scrape reads a healthy vLLM endpoint's /metrics: its load feeds the routing (the queue the
+// server reports breaks ties between endpoints as loaded from here) and /olla/vllm/health and
+// /metrics. A failure only makes the load unknown: the endpoint stays in rotation.
+func (e *endpoint) scrape(ctx context.Context) {
+	h := make(http.Header, len(e.cfg.HeaderList))
+	e.setHeaders(h)
+	m, err := vllmmetrics.Scrape(ctx, e.client, e.urlFor("/metrics").String(), h, vllmmetrics.Limits{Timeout: e.cfg.CheckTimeout})
+	if err != nil {
+		if e.vllm.Swap(nil) != nil {
+			e.log.Info("vLLM metrics unavailable; routing without the server's own queue", "err", err)
+		}
+		e.SetReportedQueue(0)
+		e.count("error")
+		return
+	}
+	pg := &vllmPage{metrics: m, load: m.Load()}
+	e.vllm.Store(pg)
+	e.SetReportedQueue(int64(pg.load.Running + pg.load.Waiting))
+	e.count("ok")
+}
+
+func (e *endpoint) count(result string) {
+	if e.scrapes != nil {
+		e.scrapes(result)
+	}
 }
 
 func sameKeys(a, b map[string]json.RawMessage) bool {

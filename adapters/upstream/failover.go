@@ -151,7 +151,7 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 func pick[R Route](rt *Router, picker Picker, v *view[R]) int {
 	rotate := rt.rr.Add(1)
 	if picker == nil {
-		return leastOutstanding(len(v.routes), v.Priority, v.Usable, v.Outstanding, rotate)
+		return leastOutstanding(len(v.routes), v.Priority, v.Usable, v.loadKey, rotate)
 	}
 	c := *v // a copy for the interface: v itself stays on Failover's stack
 	return picker.Pick(&c, rotate)
@@ -185,6 +185,13 @@ func (v *view[R]) Name(i int) string { return v.routes[i].State().cfg.Name }
 func (v *view[R]) Priority(i int) int { return v.routes[i].State().cfg.Priority }
 
 func (v *view[R]) Outstanding(i int) int64 { return v.routes[i].State().Outstanding() }
+
+// loadKey orders endpoints for the default picker: by requests outstanding here, then by the
+// queue the server last reported (what other gateways and clients send it too).
+func (v *view[R]) loadKey(i int) int64 {
+	s := v.routes[i].State()
+	return s.Outstanding()<<20 | s.reportedQueue()
+}
 
 func (v *view[R]) Usable(i int) bool {
 	s := v.routes[i].State()

@@ -336,3 +336,25 @@ func TestFailoverPreferred(t *testing.T) {
 	require.True(t, upstream.Failover(ctx, &upstream.Router{}, equal(), nil, s.attempt).OK)
 	assert.Len(t, s.calls, 1, "an endpoint no longer in the pool is no preference")
 }
+
+// The default picker breaks a tie in outstanding requests by the queue each server reported;
+// the requests outstanding here still come first.
+func TestFailoverReportedQueue(t *testing.T) {
+	rs := routes("a", "b", "c")
+	for _, r := range rs {
+		r.cfg.Priority = 0
+	}
+	rs[0].st.SetReportedQueue(7)
+	rs[1].st.SetReportedQueue(2)
+	rs[2].st.SetReportedQueue(5)
+	var rt upstream.Router
+	for range 6 {
+		s := &script{}
+		require.True(t, upstream.Failover(context.Background(), &rt, rs, nil, s.attempt).OK)
+		assert.Equal(t, []string{"b"}, s.calls, "the shortest reported queue, whatever the rotation")
+	}
+	rs[1].st.AddOutstanding(1)
+	s := &script{}
+	require.True(t, upstream.Failover(context.Background(), &rt, rs, nil, s.attempt).OK)
+	assert.Equal(t, []string{"c"}, s.calls, "fewer outstanding here wins over a shorter reported queue")
+}

@@ -98,7 +98,8 @@ func (RoundRobin) Pick(c Candidates, rotate uint32) int {
 
 // LeastOutstanding picks in the highest priority tier that has a usable candidate the one with
 // the fewest outstanding requests. Ties go to the first in an order rotated by rotate, so equal
-// endpoints share the work. It is the Router's default.
+// endpoints share the work. It is the Router's default, which also breaks ties by the queue each
+// server last reported (State.SetReportedQueue: vLLM's requests running and waiting).
 type LeastOutstanding struct{}
 
 // Pick implements Picker.

@@ -16,6 +16,7 @@ type State struct {
 	healthy     atomic.Bool
 	checked     atomic.Bool // the first health check ran
 	outstanding atomic.Int64
+	reported    atomic.Int64  // the server's own queue, as it last reported it; 0 unknown
 	kick        chan struct{} // asks the health loop for an early check
 }
 
@@ -38,6 +39,17 @@ func (s *State) Outstanding() int64 { return s.outstanding.Load() }
 
 // AddOutstanding counts requests that start (delta 1) or end (-1) on the endpoint.
 func (s *State) AddOutstanding(delta int64) { s.outstanding.Add(delta) }
+
+// SetReportedQueue records the requests the server itself reports running and waiting (a vLLM
+// server's /metrics, scraped by its health checks): among endpoints with as many requests
+// outstanding from this gateway, the default picker prefers the shorter queue. Negative means
+// unknown.
+func (s *State) SetReportedQueue(n int64) { s.reported.Store(max(n, 0)) }
+
+// maxReported bounds a reported queue to the bits loadKey gives it.
+const maxReported = 1<<20 - 1
+
+func (s *State) reportedQueue() int64 { return min(s.reported.Load(), maxReported) }
 
 // Check runs one health check and records a failure: the endpoint leaves rotation, with a
 // warning ("upstream unhealthy") when it was in rotation and on the very first check, so an
