@@ -13,7 +13,7 @@ import (
 // (kserve.md §5). They run wherever a model of that name is served, Triton included.
 func builtinChecks() []Check {
 	return []Check{
-		{ID: "builtin.simple", Title: "simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; metadata [-1,16], versions [\"1\"]", Class: Infergate, Item: 60, Run: func(t *T) {
+		{ID: "builtin.simple", Title: "simple: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; metadata [-1,16], versions [\"1\"]", Class: TritonExtension, Cite: example("simple/config.pbtxt", "name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ]"), Item: 60, Run: func(t *T) {
 			m := t.model("simple")
 			for _, x := range append(slices.Clone(m.meta.GetInputs()), m.meta.GetOutputs()...) {
 				equalSlices(t, "simple "+x.GetName()+" shape", []int64{-1, 16}, x.GetShape())
@@ -24,14 +24,14 @@ func builtinChecks() []Check {
 			checkSimple(t, resp, 1)
 			equal(t, "model_version", "1", resp.GetModelVersion())
 		}},
-		{ID: "builtin.simple-batch", Title: "simple: batch 8 is computed row by row, batch 9 is INVALID_ARGUMENT", Class: Infergate, Item: 60, Run: func(t *T) {
+		{ID: "builtin.simple-batch", Title: "simple: batch 8 is computed row by row, batch 9 is INVALID_ARGUMENT", Class: TritonExtension, Cite: example("simple/config.pbtxt", "max_batch_size: 8"), Item: 60, Run: func(t *T) {
 			t.model("simple")
 			checkSimple(t, t.mustInfer(simpleRequest(8)), 8)
 			_, err := t.infer(simpleRequest(9))
 			s := t.expectCode(err, "ModelInfer(simple, batch 9)", codes.InvalidArgument)
 			t.expectContains(s, "ModelInfer(simple, batch 9)", "batch-size must be <= 8")
 		}},
-		{ID: "builtin.simple-int8", Title: "simple_int8: sum and difference in INT8", Class: Infergate, Run: func(t *T) {
+		{ID: "builtin.simple-int8", Title: "simple_int8: sum and difference in INT8", Class: TritonExtension, Cite: example("simple_int8/config.pbtxt", "data_type: TYPE_INT8"), Run: func(t *T) {
 			t.model("simple_int8")
 			in0, in1 := make([]byte, 16), make([]byte, 16)
 			for i := range 16 {
@@ -47,7 +47,7 @@ func builtinChecks() []Check {
 				equal(t, fmt.Sprintf("OUTPUT1[%d]", i), a-b, int8(diff[i]))
 			}
 		}},
-		{ID: "builtin.simple-string", Title: "simple_string: \"0\"..\"15\" and \"1\"s give \"1\"..\"16\" and \"-1\"..\"14\"", Class: Infergate, Item: 61, Run: func(t *T) {
+		{ID: "builtin.simple-string", Title: "simple_string: \"0\"..\"15\" and \"1\"s give \"1\"..\"16\" and \"-1\"..\"14\"", Class: TritonExtension, Cite: example("simple_string/config.pbtxt", "data_type: TYPE_STRING"), Item: 61, Run: func(t *T) {
 			t.model("simple_string")
 			in0, in1 := make([][]byte, 16), make([][]byte, 16)
 			for i := range 16 {
@@ -62,7 +62,7 @@ func builtinChecks() []Check {
 				equal(t, fmt.Sprintf("OUTPUT1[%d]", i), strconv.Itoa(i-1), diff[i])
 			}
 		}},
-		{ID: "builtin.simple-identity", Title: "simple_identity: BYTES come back byte for byte, NUL and non-UTF-8 included", Class: Infergate, Run: func(t *T) {
+		{ID: "builtin.simple-identity", Title: "simple_identity: BYTES come back byte for byte, NUL and non-UTF-8 included", Class: TritonExtension, Cite: example("simple_identity/1/model.py", "This model always returns the input that it has received."), Run: func(t *T) {
 			t.model("simple_identity")
 			elems := [][]byte{{}, []byte("a\x00b"), {0xff, 0xfe, 0x00, 0x01}, []byte("hello")}
 			req := &inference.ModelInferRequest{ModelName: "simple_identity", RawInputContents: [][]byte{frame(elems...)}, Inputs: []*inference.ModelInferRequest_InferInputTensor{
@@ -74,11 +74,11 @@ func builtinChecks() []Check {
 			}
 			equalSlices(t, "OUTPUT0", want, got)
 		}},
-		{ID: "builtin.simple-sequence", Title: "simple_sequence: OUTPUT = (INPUT + START) * READY over a three-request sequence", Class: Infergate, Item: 62, Run: func(t *T) {
+		{ID: "builtin.simple-sequence", Title: "simple_sequence: OUTPUT = (INPUT + START) * READY over a three-request sequence", Class: TritonExtension, Cite: example("simple_sequence/config.pbtxt", "kind: CONTROL_SEQUENCE_START"), Item: 62, Run: func(t *T) {
 			t.model("simple_sequence")
 			runSequence(t, "simple_sequence", 424242, []int32{10, 20, 30}, []int32{11, 20, 30})
 		}},
-		{ID: "builtin.simple-dyna-sequence", Title: "simple_dyna_sequence: OUTPUT = ((INPUT + START) + END * CORRID) * READY", Class: Infergate, Item: 62, Run: func(t *T) {
+		{ID: "builtin.simple-dyna-sequence", Title: "simple_dyna_sequence: OUTPUT = ((INPUT + START) + END * CORRID) * READY", Class: TritonExtension, Cite: example("simple_dyna_sequence/config.pbtxt", "kind: CONTROL_SEQUENCE_CORRID"), Item: 62, Run: func(t *T) {
 			t.model("simple_dyna_sequence")
 			runSequence(t, "simple_dyna_sequence", 424243, []int32{10, 20, 30}, []int32{11, 20, 30 + 424243})
 		}},

@@ -15,7 +15,7 @@ import (
 // interprets.
 func paramChecks() []Check {
 	return []Check{
-		{ID: "params.custom-kinds", Title: "a custom request parameter of each kind (bool, int64, string, double, uint64) is accepted or INVALID_ARGUMENT, never INTERNAL", Class: Standard, Item: 38, Run: func(t *T) {
+		{ID: "params.custom-kinds", Title: "a custom request parameter of each kind (bool, int64, string, double, uint64) is accepted or INVALID_ARGUMENT, never INTERNAL", Class: Standard, Cite: v2("\"parameters\" : An object containing zero or more parameters for this inference request expressed as key/value pairs."), Item: 38, Run: func(t *T) {
 			m := t.generic()
 			var accepted, refused []string
 			for _, k := range []struct {
@@ -41,7 +41,7 @@ func paramChecks() []Check {
 		// does not reliably name "parameters": the check holds a server to the rule when it calls
 		// itself Triton or advertises "parameters", and skips on other servers that take such a key
 		// as a custom parameter.
-		{ID: "params.reserved-prefix", Title: "an unknown request parameter starting with triton_ is INVALID_ARGUMENT", Class: TritonExtension, Item: 54, Run: func(t *T) {
+		{ID: "params.reserved-prefix", Title: "an unknown request parameter starting with triton_ is INVALID_ARGUMENT", Class: TritonExtension, Cite: citeReserve, Item: 54, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.Parameters = map[string]*inference.InferParameter{"triton_conformance": inferParam(true)}
@@ -54,7 +54,7 @@ func paramChecks() []Check {
 			}
 			t.noteRefusal(m, t.expectInvalid(req, what, "reserved for Triton usage"))
 		}},
-		{ID: "params.empty-final-type", Title: "triton_enable_empty_final_response as int64 on ModelStreamInfer is refused (error_message or INVALID_ARGUMENT)", Class: TritonExtension, Item: 54, Run: func(t *T) {
+		{ID: "params.empty-final-type", Title: "triton_enable_empty_final_response as int64 on ModelStreamInfer is refused (error_message or INVALID_ARGUMENT)", Class: TritonExtension, Cite: citeReserve, Item: 54, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.Id = "conformance-empty-final-type"
@@ -62,7 +62,7 @@ func paramChecks() []Check {
 			what := fmt.Sprintf("ModelStreamInfer('%s') with triton_enable_empty_final_response as int64_param", m.name)
 			t.streamRefusal(req, what, "invalid value type")
 		}},
-		{ID: "params.wrong-type", Title: "sequence_start as a string parameter is INVALID_ARGUMENT", Class: TritonExtension, Item: 54, Run: func(t *T) {
+		{ID: "params.wrong-type", Title: "sequence_start as a string parameter is INVALID_ARGUMENT", Class: TritonExtension, Cite: citeSeqStart, Item: 54, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.Parameters = map[string]*inference.InferParameter{"sequence_start": inferParam("true")}
