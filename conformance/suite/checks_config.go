@@ -28,10 +28,10 @@ func configChecks() []Check {
 			}
 			t.Note("%d models", len(t.env.models))
 		}},
-		{ID: "config.unknown", Title: "ModelConfig on an unknown model is NOT_FOUND", Class: TritonExtension, Cite: triton("protocol/extension_model_configuration.md", "The OK code indicates success and other codes indicate failure."), Item: 45, Run: func(t *T) {
+		{ID: "config.unknown", Title: "ModelConfig on an unknown model is refused (NOT_FOUND)", Class: TritonExtension, Cite: triton("protocol/extension_model_configuration.md", "The OK code indicates success and other codes indicate failure."), Item: 45, Run: func(t *T) {
 			t.requireExtension("model_configuration")
 			_, err := t.client().ModelConfig(t.ctx, &inference.ModelConfigRequest{Name: unknownModel})
-			t.expectCode(err, "ModelConfig(unknown)", codes.NotFound)
+			t.expectRefusal(err, "ModelConfig(unknown)", codes.NotFound, "")
 		}},
 		{ID: "config.statistics", Title: "ModelStatistics has one entry per model, counts successful inferences and lists every model for \"\"", Class: TritonExtension, Cite: triton("protocol/extension_statistics.md", "\"inference_count\" : The cumulative count of successful inference requests made for this model."), Item: 46, Run: func(t *T) {
 			t.requireExtension("statistics")
@@ -72,12 +72,10 @@ func configChecks() []Check {
 			}
 			t.Note("model '%s': inference_count %d -> %d; ModelStatistics(\"\") has %d entries", m.name, before.GetInferenceCount(), after.GetInferenceCount(), len(names))
 		}},
-		{ID: "config.stats-unknown", Title: "ModelStatistics on an unknown model is NOT_FOUND", Class: TritonExtension, Cite: triton("protocol/extension_statistics.md", "The OK code indicates success and other codes indicate failure."), Item: 47, Run: func(t *T) {
+		{ID: "config.stats-unknown", Title: "ModelStatistics on an unknown model is refused (NOT_FOUND)", Class: TritonExtension, Cite: triton("protocol/extension_statistics.md", "The OK code indicates success and other codes indicate failure."), Item: 47, Run: func(t *T) {
 			t.requireExtension("statistics")
 			_, err := t.client().ModelStatistics(t.ctx, &inference.ModelStatisticsRequest{Name: unknownModel})
-			if s := t.expectCode(err, "ModelStatistics(unknown)", codes.NotFound, codes.InvalidArgument); s.Code() == codes.InvalidArgument {
-				t.Warn("INVALID_ARGUMENT for an unknown model; Triton answers NOT_FOUND")
-			}
+			t.expectRefusal(err, "ModelStatistics(unknown)", codes.NotFound, "")
 		}},
 		{ID: "config.repository-index", Title: "RepositoryIndex(ready=false) lists every model as READY, with states from Triton's set", Class: TritonExtension, Cite: triton("protocol/extension_model_repository.md", "The index API returns information about every model available in a model repository, even if it is not currently loaded into Triton."), Item: 48, Run: func(t *T) {
 			t.requireExtension("model_repository")

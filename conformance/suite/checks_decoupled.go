@@ -49,6 +49,7 @@ func decoupledChecks() []Check {
 			}
 		}},
 		{ID: "decoupled.model-infer-rejected", Title: "ModelInfer on a decoupled model is UNIMPLEMENTED", Class: TritonExtension, Cite: triton("user_guide/decoupled_models.md", "Even standard ModelInfer RPC in the GRPC endpoint does not support decoupled responses."), Item: 53, Run: func(t *T) {
+			t.requireConfig()
 			var m *model
 			for _, x := range t.env.models {
 				if x.decoupled() && (m == nil || x.name == "repeat_int32") {
