@@ -6,8 +6,8 @@ import (
 
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 func healthChecks() []Check {

@@ -100,8 +100,8 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		Time       float64    `xml:"time,attr"`
 		Properties []property `xml:"properties>property,omitempty"`
 		Failure    *failure   `xml:"failure,omitempty"`
-		Skipped   *skipped `xml:"skipped,omitempty"`
-		SystemOut string   `xml:"system-out,omitempty"`
+		Skipped    *skipped   `xml:"skipped,omitempty"`
+		SystemOut  string     `xml:"system-out,omitempty"`
 	}
 	type testsuite struct {
 		Name     string     `xml:"name,attr"`

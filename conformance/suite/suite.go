@@ -91,17 +91,17 @@ func (c Check) Group() string {
 
 // Result is what one check found.
 type Result struct {
-	ID      string        `json:"id"`
-	Title   string        `json:"title"`
-	Class   Class         `json:"class"`
-	Group   string        `json:"group"`
+	ID    string `json:"id"`
+	Title string `json:"title"`
+	Class Class  `json:"class"`
+	Group string `json:"group"`
 	// Citation is the check's Cite.
-	Citation Citation `json:"citation"`
-	Outcome Outcome       `json:"outcome"`
-	Message string        `json:"message,omitempty"`
-	Expect  string        `json:"expected,omitempty"`
-	Got     string        `json:"got,omitempty"`
-	Elapsed time.Duration `json:"elapsed_ns"`
+	Citation Citation      `json:"citation"`
+	Outcome  Outcome       `json:"outcome"`
+	Message  string        `json:"message,omitempty"`
+	Expect   string        `json:"expected,omitempty"`
+	Got      string        `json:"got,omitempty"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
 }
 
 // Config says which server to check and how.
