@@ -68,7 +68,7 @@ func TestBridgeChecks(t *testing.T) {
 	} {
 		t.Run("broken="+tc.broken, func(t *testing.T) {
 			srv := gatewaytest.Start(t, gateway.Config{}, &fakeLLM{broken: tc.broken})
-			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Run: regexp.MustCompile(`^(bridge\.|rest\.generate)`)})
+			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Infergate: true, Run: regexp.MustCompile(`^(bridge\.|rest\.generate)`)})
 			require.NoError(t, err)
 			var failed []string
 			for _, res := range rep.Results {

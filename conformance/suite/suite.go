@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 )
 
 // Class says which specification a check holds a server to.
@@ -246,20 +247,23 @@ func runCheck(ctx context.Context, e *env, c Check) Result {
 	case <-done:
 	case <-ctx.Done():
 		// A check that ignores its context is abandoned rather than allowed to stall the run.
-		// A server that never answers fails whatever the class: it does not answer at all.
 		t.mu.Lock()
 		if t.res.Outcome != Fail {
-			t.res.Outcome, t.res.Message, t.res.Expect, t.res.Got = Fail, fmt.Sprintf("no answer within %s (-timeout)", e.cfg.Timeout), "", ""
+			t.res.Outcome, t.res.Message, t.res.Expect, t.res.Got = Fail, "", "", ""
 		}
 		t.timedOut = true
 		t.mu.Unlock()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && t.res.Outcome == Fail && !t.timedOut {
-		// The check ended itself on its deadline: the server did not answer in time.
+	if t.res.Outcome == Fail && (t.timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+		strings.Contains(t.res.Got+t.res.Message, codeName(codes.DeadlineExceeded))) {
+		// The server did not answer in time (the server's copy of the deadline, grpc-timeout,
+		// may expire before the client's). That fails whatever the class: it did not answer.
 		t.timedOut = true
-		t.res.Message = strings.TrimPrefix(t.res.Message+"; no answer within "+e.cfg.Timeout.String()+" (-timeout)", "; ")
+		if note := "no answer within " + e.cfg.Timeout.String() + " (-timeout)"; !strings.Contains(t.res.Message, note) {
+			t.res.Message = strings.TrimPrefix(t.res.Message+"; "+note, "; ")
+		}
 	}
 	res := t.res
 	if res.Outcome == Fail && !t.timedOut && !t.panicked {
