@@ -16,6 +16,7 @@ import (
 // holds itself to the recommended rules and its own conventions too), and nothing may skip for
 // want of an extension infergate advertises.
 func TestInfergate(t *testing.T) {
+	t.Parallel()
 	srv := gatewaytest.Start(t, gateway.Config{})
 	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Infergate: true})
 	require.NoError(t, err)
