@@ -43,7 +43,6 @@ var (
 	citeDtype   = v2("\"datatype\" : The data-type of the input tensor elements as defined in [Tensor Data Types](#tensor-data-types).")
 	citeVersion = v2("\"versions\" : The model versions that may be explicitly requested via the appropriate endpoint.")
 	citeInvalid = rpcCode("The client specified an invalid argument.")
-	citeNotFnd  = rpcCode("Some requested entity (e.g., file or directory) was not found.")
 	citeRESTErr = v2("A failed inference request must be indicated by an HTTP error status (typically 400).")
 	citeHealth  = v2("A 200 status code indicates true and a 4xx status code indicates false.")
 	citeNumeric = triton("user_guide/model_repository.md", "Each version is stored in its own, numerically named, subdirectory where the name of the subdirectory corresponds to the version number of the model.")
