@@ -48,13 +48,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	grpcAddr := fs.String("grpc", "", "gRPC address of the server, host:port (required)")
 	httpURL := fs.String("http", "", "base URL of the server's KServe v2 REST API, e.g. http://localhost:8000 (REST checks skip without it)")
 	var models stringList
-	fs.Var(&models, "model", "model to check (repeatable or comma-separated); default: every ready model in RepositoryIndex")
+	fs.Var(&models, "model", "model to check (repeatable or comma-separated); default: every ready model in RepositoryIndex, required when the server has none")
 	runPattern := fs.String("run", "", "run only the checks whose ID matches this regular expression")
 	timeout := fs.Duration("timeout", 30*time.Second, "time limit for each check")
 	jsonFile := fs.String("json", "", "also write the report as JSON to this file")
 	junitFile := fs.String("junit", "", "also write the report as JUnit XML to this file")
 	colorMode := fs.String("color", "auto", "colour the table: auto (when stdout is a terminal), always or never")
-	list := fs.Bool("list", false, "list the checks and exit")
+	list := fs.Bool("list", false, "list the checks, each with its class and the sentence it enforces, and exit")
+	strict := fs.Bool("infergate", false, "hold the server to infergate's own conventions too (their failures FAIL instead of WARN)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: conformance -grpc HOST:PORT [-http URL] [flags]\n\nChecks a KServe v2 inference server against the protocol and Triton's extensions.\n\n")
 		fs.PrintDefaults()
@@ -64,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *list {
 		for _, c := range suite.Checks() {
-			fmt.Fprintf(stdout, "%-40s %-17s %s\n", c.ID, c.Class, c.Title)
+			fmt.Fprintf(stdout, "%-40s %-17s %s\n    %s\n", c.ID, c.Class, c.Title, c.Cite)
 		}
 		return 0
 	}
@@ -72,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	cfg := suite.Config{GRPCAddr: *grpcAddr, HTTPURL: *httpURL, Models: models, Timeout: *timeout}
+	cfg := suite.Config{GRPCAddr: *grpcAddr, HTTPURL: *httpURL, Models: models, Timeout: *timeout, Infergate: *strict}
 	if *runPattern != "" {
 		re, err := regexp.Compile(*runPattern)
 		if err != nil {
@@ -86,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rep, err := suite.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
+		if errors.Is(err, suite.ErrModelsRequired) {
+			fs.Usage()
+		}
 		return 2
 	}
 	if err := rep.WriteTable(stdout, useColor(*colorMode, stdout)); err != nil {

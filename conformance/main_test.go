@@ -11,6 +11,8 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/conformance/internal/fixture"
+	"github.com/infergate/infergate/conformance/suite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +32,10 @@ func TestCommandReports(t *testing.T) {
 	require.Regexp(t, `\n\d+ passed, 0 failed, \d+ warned, \d+ skipped in `, out)
 
 	var rep struct {
-		Results []struct{ ID, Outcome string }
+		Results []struct {
+			ID, Outcome string
+			Citation    struct{ Source, Text string }
+		}
 		Summary struct{ Passed, Failed int }
 	}
 	b, err := os.ReadFile(jsonPath)
@@ -38,6 +43,10 @@ func TestCommandReports(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.NotEmpty(t, rep.Results)
 	require.Equal(t, len(rep.Results), rep.Summary.Passed)
+	for _, res := range rep.Results {
+		require.NotEmpty(t, res.Citation.Text, res.ID)
+		require.NotEmpty(t, res.Citation.Source, res.ID)
+	}
 
 	var junit struct {
 		Tests    int `xml:"tests,attr"`
@@ -45,7 +54,11 @@ func TestCommandReports(t *testing.T) {
 		Suites   []struct {
 			Name  string `xml:"name,attr"`
 			Cases []struct {
-				Name string `xml:"name,attr"`
+				Name       string `xml:"name,attr"`
+				Properties []struct {
+					Name  string `xml:"name,attr"`
+					Value string `xml:"value,attr"`
+				} `xml:"properties>property"`
 			} `xml:"testcase"`
 		} `xml:"testsuite"`
 	}
@@ -55,6 +68,10 @@ func TestCommandReports(t *testing.T) {
 	require.Equal(t, len(rep.Results), junit.Tests)
 	require.Zero(t, junit.Failures)
 	require.Equal(t, "health", junit.Suites[0].Name)
+	props := junit.Suites[0].Cases[0].Properties
+	require.Len(t, props, 3)
+	require.Equal(t, "citation", props[1].Name)
+	require.NotEmpty(t, props[1].Value)
 }
 
 func TestCommandFailsWhenACheckFails(t *testing.T) {
@@ -77,4 +94,23 @@ func TestCommandUsage(t *testing.T) {
 	stdout.Reset()
 	require.Equal(t, 0, run([]string{"-list"}, &stdout, &stderr))
 	require.True(t, strings.HasPrefix(stdout.String(), "health.discovery"), stdout.String())
+	// Every check is listed with the sentence it enforces and its source.
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Len(t, lines, 2*len(suite.Checks()))
+	for i := 1; i < len(lines); i += 2 {
+		require.Regexp(t, `^    ".+" \(\S+ .+\)$`, lines[i])
+	}
+}
+
+// TestCommandNeedsModels: a server that cannot list its models (no RepositoryIndex) makes -model
+// required, a usage error (exit 2), not a failed check.
+func TestCommandNeedsModels(t *testing.T) {
+	srv := fixture.Minimal(t, fixture.Options{})
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 2, run([]string{"-grpc", srv.GRPCAddr}, &stdout, &stderr), stdout.String())
+	require.Contains(t, stderr.String(), "name the models to check (-model)")
+	require.Contains(t, stderr.String(), "usage: conformance")
+	stdout.Reset()
+	require.Equal(t, 0, run([]string{"-grpc", srv.GRPCAddr, "-model", "simple", "-run", `^(health|infer)\.`, "-color", "never"}, &stdout, &stderr), stdout.String())
+	require.Contains(t, stdout.String(), "PASS  health.discovery")
 }

@@ -59,6 +59,7 @@ func framed(s string) []byte {
 // model that keeps the contract and bridge.completions fails on one whose finish_reason is not
 // OpenAI's.
 func TestBridgeChecks(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		broken string
 		failed []string
@@ -67,8 +68,9 @@ func TestBridgeChecks(t *testing.T) {
 		{broken: "finish_reason", failed: []string{"bridge.completions"}},
 	} {
 		t.Run("broken="+tc.broken, func(t *testing.T) {
+			t.Parallel()
 			srv := gatewaytest.Start(t, gateway.Config{}, &fakeLLM{broken: tc.broken})
-			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Run: regexp.MustCompile(`^(bridge\.|rest\.generate)`)})
+			rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Infergate: true, Run: regexp.MustCompile(`^(bridge\.|rest\.generate)`)})
 			require.NoError(t, err)
 			var failed []string
 			for _, res := range rep.Results {

@@ -16,7 +16,7 @@ import (
 // and finish_reason BYTES out, one element per choice, optional BOOL stream/streaming input.
 func bridgeChecks() []Check {
 	return []Check{
-		{ID: "bridge.completions", Title: "an LLM model answers text_input (raw and typed) with text_output and a finish_reason per choice", Class: Infergate, Item: 63, Run: func(t *T) {
+		{ID: "bridge.completions", Title: "an LLM model answers text_input (raw and typed) with text_output and a finish_reason per choice", Class: Infergate, Cite: citeBridge, Item: 63, Run: func(t *T) {
 			m := t.llmModel()
 			raw := t.mustInfer(llmRequest(m, "Say hello", false, false))
 			typed := t.mustInfer(llmRequest(m, "Say hello", false, true))
@@ -33,7 +33,7 @@ func bridgeChecks() []Check {
 			}
 			t.Note("model '%s'", m.name)
 		}},
-		{ID: "bridge.completions-errors", Title: "an LLM model rejects a request without text_input or with an unknown input", Class: Infergate, Item: 63, Run: func(t *T) {
+		{ID: "bridge.completions-errors", Title: "an LLM model rejects a request without text_input or with an unknown input", Class: Infergate, Cite: own("each chat or completions model gets a KServe model of the same name with `text_input` BYTES [1]"), Item: 63, Run: func(t *T) {
 			m := t.llmModel()
 			_, err := t.infer(&inference.ModelInferRequest{ModelName: m.name})
 			t.expectCode(err, "ModelInfer without text_input", codes.InvalidArgument)
@@ -43,7 +43,7 @@ func bridgeChecks() []Check {
 			_, err = t.infer(req)
 			t.expectCode(err, "ModelInfer with an unknown input", codes.InvalidArgument)
 		}},
-		{ID: "bridge.stream", Title: "an LLM model streams deltas whose concatenation is the unary text; only the last is final", Class: Infergate, Item: 64, Run: func(t *T) {
+		{ID: "bridge.stream", Title: "an LLM model streams deltas whose concatenation is the unary text; only the last is final", Class: Infergate, Cite: own("ModelStreamInfer with `stream=true` sends one response per upstream chunk, `triton_final_response` false until the last, which carries the finish reason"), Item: 64, Run: func(t *T) {
 			m := t.llmModel()
 			streamIn := llmStreamInput(m)
 			if streamIn == "" {

@@ -16,7 +16,7 @@ import (
 // what Triton's clients expect of them, and classificationChecks its classification extension.
 func configChecks() []Check {
 	return append([]Check{
-		{ID: "config.model", Title: "ModelConfig names the model and agrees with its metadata (names, TYPE_* types, dims)", Class: TritonExtension, Item: 44, Run: func(t *T) {
+		{ID: "config.model", Title: "ModelConfig names the model and agrees with its metadata (names, TYPE_* types, dims)", Class: TritonExtension, Cite: triton("protocol/extension_model_configuration.md", "The contents of the response will be the JSON representation of the model's configuration"), Item: 44, Run: func(t *T) {
 			t.requireExtension("model_configuration")
 			if len(t.env.models) == 0 {
 				t.Skip("no models discovered")
@@ -28,12 +28,12 @@ func configChecks() []Check {
 			}
 			t.Note("%d models", len(t.env.models))
 		}},
-		{ID: "config.unknown", Title: "ModelConfig on an unknown model is NOT_FOUND", Class: TritonExtension, Item: 45, Run: func(t *T) {
+		{ID: "config.unknown", Title: "ModelConfig on an unknown model is refused (NOT_FOUND)", Class: TritonExtension, Cite: triton("protocol/extension_model_configuration.md", "The OK code indicates success and other codes indicate failure."), Item: 45, Run: func(t *T) {
 			t.requireExtension("model_configuration")
 			_, err := t.client().ModelConfig(t.ctx, &inference.ModelConfigRequest{Name: unknownModel})
-			t.expectCode(err, "ModelConfig(unknown)", codes.NotFound)
+			t.expectRefusal(err, "ModelConfig(unknown)", codes.NotFound, "")
 		}},
-		{ID: "config.statistics", Title: "ModelStatistics has one entry per model, counts successful inferences and lists every model for \"\"", Class: TritonExtension, Item: 46, Run: func(t *T) {
+		{ID: "config.statistics", Title: "ModelStatistics has one entry per model, counts successful inferences and lists every model for \"\"", Class: TritonExtension, Cite: triton("protocol/extension_statistics.md", "\"inference_count\" : The cumulative count of successful inference requests made for this model."), Item: 46, Run: func(t *T) {
 			t.requireExtension("statistics")
 			m := t.generic()
 			before := modelStats(t, m.name)
@@ -72,14 +72,12 @@ func configChecks() []Check {
 			}
 			t.Note("model '%s': inference_count %d -> %d; ModelStatistics(\"\") has %d entries", m.name, before.GetInferenceCount(), after.GetInferenceCount(), len(names))
 		}},
-		{ID: "config.stats-unknown", Title: "ModelStatistics on an unknown model is NOT_FOUND", Class: TritonExtension, Item: 47, Run: func(t *T) {
+		{ID: "config.stats-unknown", Title: "ModelStatistics on an unknown model is refused (NOT_FOUND)", Class: TritonExtension, Cite: triton("protocol/extension_statistics.md", "The OK code indicates success and other codes indicate failure."), Item: 47, Run: func(t *T) {
 			t.requireExtension("statistics")
 			_, err := t.client().ModelStatistics(t.ctx, &inference.ModelStatisticsRequest{Name: unknownModel})
-			if s := t.expectCode(err, "ModelStatistics(unknown)", codes.NotFound, codes.InvalidArgument); s.Code() == codes.InvalidArgument {
-				t.Warn("INVALID_ARGUMENT for an unknown model; Triton answers NOT_FOUND")
-			}
+			t.expectRefusal(err, "ModelStatistics(unknown)", codes.NotFound, "")
 		}},
-		{ID: "config.repository-index", Title: "RepositoryIndex(ready=false) lists every model as READY, with states from Triton's set", Class: TritonExtension, Item: 48, Run: func(t *T) {
+		{ID: "config.repository-index", Title: "RepositoryIndex(ready=false) lists every model as READY, with states from Triton's set", Class: TritonExtension, Cite: triton("protocol/extension_model_repository.md", "The index API returns information about every model available in a model repository, even if it is not currently loaded into Triton."), Item: 48, Run: func(t *T) {
 			t.requireExtension("model_repository")
 			r, err := t.client().RepositoryIndex(t.ctx, &inference.RepositoryIndexRequest{Ready: false})
 			t.expectOK(err, "RepositoryIndex(ready=false)")
@@ -198,7 +196,7 @@ func indexEntries(idx []*inference.RepositoryIndexResponse_ModelIndex, name stri
 // classification=k comes back as BYTES "value:index[:label]" strings of its top k elements.
 func classificationChecks() []Check {
 	return []Check{
-		{ID: "classification.top-k", Title: "classification=2 on an output gives its top 2 as \"value:index[:label]\"; classification=0 is INVALID_ARGUMENT", Class: TritonExtension, Item: 56, Run: func(t *T) {
+		{ID: "classification.top-k", Title: "classification=2 on an output gives its top 2 as \"value:index[:label]\"; classification=0 is INVALID_ARGUMENT", Class: TritonExtension, Cite: triton("protocol/extension_classification.md", "When the classification parameter is used, Triton will determine the top-n classifications as the n highest-valued elements in the output tensor compared using the output tensor’s data type."), Item: 56, Run: func(t *T) {
 			t.requireExtension("classification")
 			m := t.generic(func(m *model) bool { return classifiable(m) != nil })
 			out := classifiable(m)

@@ -13,7 +13,7 @@ import (
 // marked triton_final_response, an empty final only on request, and no unary ModelInfer.
 func decoupledChecks() []Check {
 	return []Check{
-		{ID: "decoupled.repeat", Title: "repeat_int32 streams one response per IN element (OUT = IN[i], IDX = i), the last marked final", Class: TritonExtension, Item: 52, Run: func(t *T) {
+		{ID: "decoupled.repeat", Title: "repeat_int32 streams one response per IN element (OUT = IN[i], IDX = i), the last marked final", Class: TritonExtension, Cite: triton("user_guide/decoupled_models.md", "In order to run inference on a decoupled model, the client must use the bi-directional streaming RPC."), Item: 52, Run: func(t *T) {
 			m := t.repeatModel()
 			withFinal := repeatRequest(m, "conformance-repeat-1", []int32{100, 101, 102, 103, 104}, true)
 			without := repeatRequest(m, "conformance-repeat-2", []int32{7, 8, 9}, false)
@@ -24,7 +24,7 @@ func decoupledChecks() []Check {
 			checkRepeat(t, without.Id, byID[without.Id], []int32{7, 8, 9}, false)
 			t.Note("%d and %d responses, correlated by id", len(byID[withFinal.Id]), len(byID[without.Id]))
 		}},
-		{ID: "decoupled.empty-final", Title: "repeat_int32 with IN shape [0] and triton_enable_empty_final_response answers exactly one empty final response", Class: TritonExtension, Item: 52, Run: func(t *T) {
+		{ID: "decoupled.empty-final", Title: "repeat_int32 with IN shape [0] and triton_enable_empty_final_response answers exactly one empty final response", Class: TritonExtension, Cite: triton("user_guide/decoupled_models.md", "In these cases where no response is sent by the backend, the streaming GRPC client can opt-in to receive an empty final response for each request."), Item: 52, Run: func(t *T) {
 			m := t.repeatModel()
 			req := repeatRequest(m, "conformance-repeat-empty", nil, true)
 			s := t.streamRun(nil, req)
@@ -48,7 +48,8 @@ func decoupledChecks() []Check {
 				t.Fail("the empty final response has triton_final_response = true", "false")
 			}
 		}},
-		{ID: "decoupled.model-infer-rejected", Title: "ModelInfer on a decoupled model is UNIMPLEMENTED", Class: TritonExtension, Item: 53, Run: func(t *T) {
+		{ID: "decoupled.model-infer-rejected", Title: "ModelInfer on a decoupled model is UNIMPLEMENTED", Class: TritonExtension, Cite: triton("user_guide/decoupled_models.md", "Even standard ModelInfer RPC in the GRPC endpoint does not support decoupled responses."), Item: 53, Run: func(t *T) {
+			t.requireConfig()
 			var m *model
 			for _, x := range t.env.models {
 				if x.decoupled() && (m == nil || x.name == "repeat_int32") {

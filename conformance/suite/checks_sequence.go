@@ -13,7 +13,7 @@ import (
 // supplies the control inputs, so requests carry only the model's other inputs.
 func sequenceChecks() []Check {
 	return []Check{
-		{ID: "sequence.lifecycle", Title: "a sequence (start, middle, end) with sequence_id 1000 is served request by request", Class: TritonExtension, Item: 55, Run: func(t *T) {
+		{ID: "sequence.lifecycle", Title: "a sequence (start, middle, end) with sequence_id 1000 is served request by request", Class: TritonExtension, Cite: citeSeqExt, Item: 55, Run: func(t *T) {
 			m := t.sequenceModel()
 			t.warnSequenceExtension()
 			const id = 1000
@@ -42,7 +42,7 @@ func sequenceChecks() []Check {
 				t.Note("model '%s'", m.name)
 			}
 		}},
-		{ID: "sequence.unknown-id", Title: "a non-start request for a sequence id never started is INVALID_ARGUMENT", Class: TritonExtension, Item: 55, Run: func(t *T) {
+		{ID: "sequence.unknown-id", Title: "a non-start request for a sequence id never started is INVALID_ARGUMENT", Class: TritonExtension, Cite: citeSeqStart, Item: 55, Run: func(t *T) {
 			m := t.sequenceModel()
 			id := 1<<40 + rand.Int64N(1<<40)
 			_, err := t.infer(sequenceRequest(m, id, false, false, 1))
@@ -56,7 +56,7 @@ func sequenceChecks() []Check {
 			}
 			t.Note("model '%s': %s", m.name, s.Message())
 		}},
-		{ID: "sequence.id-type", Title: "sequence_id given as a bool_param is INVALID_ARGUMENT", Class: TritonExtension, Item: 55, Run: func(t *T) {
+		{ID: "sequence.id-type", Title: "sequence_id given as a bool_param is INVALID_ARGUMENT", Class: TritonExtension, Cite: triton("protocol/extension_sequence.md", "\"sequence_id\" : a string or uint64 value that identifies the sequence to which a request belongs."), Item: 55, Run: func(t *T) {
 			m := t.sequenceModel()
 			req := sequenceRequest(m, 1, true, true, 1)
 			req.Parameters["sequence_id"] = boolParameter(true)

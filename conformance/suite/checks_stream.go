@@ -12,7 +12,7 @@ import (
 // and the triton_grpc_error header that turns them into the stream's status.
 func streamChecks() []Check {
 	return []Check{
-		{ID: "stream.pipelined", Title: "10 pipelined stream requests get 10 responses in order, ids echoed, each triton_final_response=true", Class: TritonExtension, Item: 49, Run: func(t *T) {
+		{ID: "stream.pipelined", Title: "10 pipelined stream requests get 10 responses in order, ids echoed, each triton_final_response=true", Class: TritonExtension, Cite: citeFinal, Item: 49, Run: func(t *T) {
 			m := t.generic()
 			ref := t.mustInfer(validRequest(m))
 			const n = 10
@@ -44,7 +44,7 @@ func streamChecks() []Check {
 			}
 			t.Note("model '%s'", m.name)
 		}},
-		{ID: "stream.error-continues", Title: "a bad stream request gets an error_message with its id and the stream goes on", Class: TritonExtension, Item: 50, Run: func(t *T) {
+		{ID: "stream.error-continues", Title: "a bad stream request gets an error_message with its id and the stream goes on", Class: TritonExtension, Cite: triton("protocol/extension_sequence.md", "The message describing the error. The empty message indicates the inference was successful without errors."), Item: 50, Run: func(t *T) {
 			m := t.generic()
 			good1, good2 := validRequest(m), validRequest(m)
 			good1.Id, good2.Id = "conformance-good-1", "conformance-good-3"
@@ -86,7 +86,7 @@ func streamChecks() []Check {
 			}
 			t.Note("error_message: %s", r.GetErrorMessage())
 		}},
-		{ID: "stream.grpc-error-header", Title: "with metadata triton_grpc_error=true a bad request ends the stream with its gRPC status", Class: TritonExtension, Item: 51, Run: func(t *T) {
+		{ID: "stream.grpc-error-header", Title: "with metadata triton_grpc_error=true a bad request ends the stream with its gRPC status", Class: TritonExtension, Cite: triton("customization_guide/inference_protocols.md", "Upon encountering an error, Triton returns the appropriate GRPC error code and subsequently closes the stream."), Item: 51, Run: func(t *T) {
 			m := t.generic()
 			good := validRequest(m)
 			good.Id = "conformance-good-1"

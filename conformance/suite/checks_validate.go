@@ -9,12 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// validateChecks send requests that break one input rule each (checklist items 18-33 and 37) and
-// expect INVALID_ARGUMENT, never INTERNAL; on Triton the message must carry the key phrase
-// kserve.md documents. Each starts from validRequest, so only the broken rule can be the cause.
+// validateChecks send requests that break one input rule each (checklist items 18-33 and 37). A
+// refusal is required where the v2 text states the rule (standard) and preferred where it only
+// follows from google.rpc.Code (recommended); INVALID_ARGUMENT is preferred, another client-error
+// code warns, and a server-fault code such as INTERNAL fails (see expectRefusal). On Triton the
+// message must carry the key phrase kserve.md documents. Each starts from validRequest, so only
+// the broken rule can be the cause.
 func validateChecks() []Check {
 	return []Check{
-		{ID: "validate.datatype-mismatch", Title: "an input declared with another datatype of the same size (FP32 for INT32) is INVALID_ARGUMENT", Class: Standard, Item: 18, Run: func(t *T) {
+		{ID: "validate.datatype-mismatch", Title: "an input declared with another datatype of the same size (FP32 for INT32) is refused (INVALID_ARGUMENT)", Class: Recommended, Cite: citeInvalid, Item: 18, Run: func(t *T) {
 			m, i := t.pickInput("an input of a fixed-size datatype", nil,
 				ofDatatype("INT32", "UINT32"), func(_ *model, in *tensorMeta) bool { return sameSizeDatatype[in.GetDatatype()] != "" })
 			req := validRequest(m)
@@ -24,13 +27,13 @@ func validateChecks() []Check {
 			in.Datatype = other
 			t.noteRefusal(m, t.expectInvalid(req, what, "data-type is"))
 		}},
-		{ID: "validate.datatype-unknown", Title: "an input with datatype \"FOO\" is INVALID_ARGUMENT", Class: Standard, Item: 19, Run: func(t *T) {
+		{ID: "validate.datatype-unknown", Title: "an input with datatype \"FOO\" is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeDtype, Item: 19, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.Inputs[0].Datatype = "FOO"
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "input '%s' declared \"FOO\"", req.Inputs[0].Name), "data-type is"))
 		}},
-		{ID: "validate.shape", Title: "an input of the wrong rank or size (e.g. [1,15] for [-1,16], [16] for a batching model) is INVALID_ARGUMENT", Class: Standard, Item: 20, Run: func(t *T) {
+		{ID: "validate.shape", Title: "an input of the wrong rank or size (e.g. [1,15] for [-1,16], [16] for a batching model) is refused (INVALID_ARGUMENT)", Class: Standard, Cite: v2("\"shape\" : The shape of the tensor. Variable-size dimensions are specified as -1."), Item: 20, Run: func(t *T) {
 			m := t.generic()
 			in := m.meta.GetInputs()[0]
 			// One dimension more, data unchanged (the extra dimension is 1).
@@ -62,7 +65,7 @@ func validateChecks() []Check {
 			}
 			t.Note("shapes refused: %v", done)
 		}},
-		{ID: "validate.shape-wildcard", Title: "a request shape containing -1 is INVALID_ARGUMENT", Class: Standard, Item: 21, Run: func(t *T) {
+		{ID: "validate.shape-wildcard", Title: "a request shape containing -1 is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeUnsigned, Item: 21, Run: func(t *T) {
 			// A dimension past the batch dimension where there is one: Triton takes the first
 			// dimension of a batching model's input as the batch size before it looks for -1.
 			nonBatch := func(m *model, in *tensorMeta) bool {
@@ -74,7 +77,7 @@ func validateChecks() []Check {
 			shape[len(shape)-1] = -1
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "input '%s' shape %v", req.Inputs[i].Name, req.Inputs[i].Shape), "All input dimensions should be specified"))
 		}},
-		{ID: "validate.missing-input", Title: "a request without one of the model's required inputs is INVALID_ARGUMENT", Class: Standard, Item: 22, Run: func(t *T) {
+		{ID: "validate.missing-input", Title: "a request without one of the model's required inputs is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeInputs, Item: 22, Run: func(t *T) {
 			m, i := t.pickInput("two or more inputs, one of them required", []func(*model) bool{func(m *model) bool { return len(m.meta.GetInputs()) >= 2 }}, requiredInput)
 			req := validRequest(m)
 			name := req.Inputs[i].Name
@@ -82,22 +85,24 @@ func validateChecks() []Check {
 			req.RawInputContents = slices.Delete(req.RawInputContents, i, i+1)
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "required input '%s' left out", name), "missing required input"))
 		}},
-		{ID: "validate.unknown-input", Title: "a request with an input the model does not have (in place of one, or extra) is INVALID_ARGUMENT", Class: Standard, Item: 23, Run: func(t *T) {
+		{ID: "validate.unknown-input", Title: "a request with an input the model does not have (in place of one, or extra) is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeInputs, Item: 23, Run: func(t *T) {
 			m := t.generic()
 			// One input renamed: the input count is right, only the name is unknown.
 			req := validRequest(m)
 			name := req.Inputs[0].Name
 			req.Inputs[0].Name = "conformance_unknown_input"
 			s := t.expectInvalid(req, inferWhat(m, "input 'conformance_unknown_input' in place of '%s'", name), "unexpected inference input")
-			// One input more than the model has (Triton then reports the input count).
+			// One input more than the model has (Triton then reports the input count): v2 does not
+			// forbid ignoring it, so OK is a warning.
 			req = validRequest(m)
 			first := req.Inputs[0]
 			req.Inputs = append(req.Inputs, &inference.ModelInferRequest_InferInputTensor{Name: "conformance_unknown_input", Datatype: first.Datatype, Shape: first.Shape})
 			req.RawInputContents = append(req.RawInputContents, req.RawInputContents[0])
-			t.expectInvalid(req, inferWhat(m, "an extra input 'conformance_unknown_input'"), "")
+			_, err := t.infer(req)
+			t.preferRefusal(err, inferWhat(m, "an extra input 'conformance_unknown_input'"), codes.InvalidArgument, "", "the model has no such input")
 			t.noteRefusal(m, s)
 		}},
-		{ID: "validate.duplicate-input", Title: "a request naming the same input twice is INVALID_ARGUMENT", Class: Standard, Item: 24, Run: func(t *T) {
+		{ID: "validate.duplicate-input", Title: "a request naming the same input twice is refused (INVALID_ARGUMENT)", Class: Recommended, Cite: citeInvalid, Item: 24, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			first := req.Inputs[0]
@@ -105,14 +110,14 @@ func validateChecks() []Check {
 			req.RawInputContents = append(req.RawInputContents, req.RawInputContents[0])
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "input '%s' twice", first.Name), "already exists in request"))
 		}},
-		{ID: "validate.duplicate-output", Title: "a request naming the same output twice is INVALID_ARGUMENT", Class: Standard, Item: 25, Run: func(t *T) {
+		{ID: "validate.duplicate-output", Title: "a request naming the same output twice is refused (INVALID_ARGUMENT)", Class: Recommended, Cite: citeInvalid, Item: 25, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			name := m.meta.GetOutputs()[0].GetName()
 			req.Outputs = []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: name}, {Name: name}}
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "output '%s' requested twice", name), "already exists in request"))
 		}},
-		{ID: "validate.raw-size", Title: "raw input data 4 bytes shorter or longer than prod(shape) * size is INVALID_ARGUMENT", Class: Standard, Item: 26, Run: func(t *T) {
+		{ID: "validate.raw-size", Title: "raw input data 4 bytes shorter or longer than prod(shape) * size is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeSize, Item: 26, Run: func(t *T) {
 			m, i := t.pickInput("a fixed-size input of 4 bytes or more", nil, func(m *model, in *tensorMeta) bool {
 				size := datatypes[in.GetDatatype()]
 				return size > 0 && elements(inputShape(m, in))*int64(size) >= 4
@@ -126,25 +131,21 @@ func validateChecks() []Check {
 			long.RawInputContents[i] = append(long.RawInputContents[i], 0, 0, 0, 0)
 			t.noteRefusal(m, t.expectInvalid(long, inferWhat(m, "input '%s' raw data of %d bytes (shape needs %d)", name, n+4, n), "input byte size mismatch"))
 		}},
-		{ID: "validate.raw-too-few", Title: "fewer raw_input_contents entries than inputs is INVALID_ARGUMENT", Class: Standard, Item: 27, Run: func(t *T) {
+		{ID: "validate.raw-too-few", Title: "fewer raw_input_contents entries than inputs is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeRawEach, Item: 27, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.RawInputContents = req.RawInputContents[:len(req.RawInputContents)-1]
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "%d inputs and %d raw_input_contents entries", len(req.Inputs), len(req.RawInputContents)), "unable to find data for input tensor"))
 		}},
-		{ID: "validate.raw-too-many", Title: "more raw_input_contents entries than inputs is INVALID_ARGUMENT (Triton accepts them: warn)", Class: Standard, Item: 28, Run: func(t *T) {
+		{ID: "validate.raw-too-many", Title: "more raw_input_contents entries than inputs is refused (INVALID_ARGUMENT; Triton accepts them)", Class: Recommended, Cite: citeRawEach, Item: 28, Run: func(t *T) {
 			m := t.generic()
 			req := validRequest(m)
 			req.RawInputContents = append(req.RawInputContents, req.RawInputContents[0])
 			_, err := t.infer(req)
 			what := inferWhat(m, "%d inputs and %d raw_input_contents entries", len(req.Inputs), len(req.RawInputContents))
-			if s := t.expectCode(err, what, codes.InvalidArgument, codes.OK); s.Code() == codes.OK {
-				t.Warn("OK for a surplus raw_input_contents entry: Triton accepts surplus raw entries (KServe python and Dynamo refuse them)")
-			} else {
-				t.noteRefusal(m, s)
-			}
+			t.noteRefusal(m, t.preferRefusal(err, what, codes.InvalidArgument, "", "Triton accepts surplus raw entries; KServe python and Dynamo refuse them"))
 		}},
-		{ID: "validate.raw-and-typed", Title: "an input with typed contents while raw_input_contents is used is INVALID_ARGUMENT", Class: Standard, Item: 29, Run: func(t *T) {
+		{ID: "validate.raw-and-typed", Title: "an input with typed contents while raw_input_contents is used is refused (INVALID_ARGUMENT)", Class: Standard, Cite: v2proto("If this field is specified then InferInputTensor::contents must not be specified for any input tensor."), Item: 29, Run: func(t *T) {
 			m, i := t.pickInput("an input with a typed contents field", nil, func(_ *model, in *tensorMeta) bool { return hasTypedField(in.GetDatatype()) })
 			req := validRequest(m)
 			c, err := toTyped(req.Inputs[i].Datatype, req.RawInputContents[i])
@@ -155,7 +156,7 @@ func validateChecks() []Check {
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "input '%s' in both raw_input_contents and contents", req.Inputs[i].Name),
 				"contents field must not be specified when using raw_input_contents"))
 		}},
-		{ID: "validate.typed-wrong-field", Title: "typed contents in the field of another datatype (fp32_contents for INT32) are INVALID_ARGUMENT", Class: Standard, Item: 30, Run: func(t *T) {
+		{ID: "validate.typed-wrong-field", Title: "typed contents in the field of another datatype (fp32_contents for INT32) are refused (INVALID_ARGUMENT)", Class: Standard, Cite: v2proto("Representation for INT8, INT16, and INT32 data types. The size must match what is expected by the tensor's shape."), Item: 30, Run: func(t *T) {
 			m, i := t.pickInput("only inputs with typed contents fields", []func(*model) bool{allInputsTyped},
 				ofDatatype("INT32"), func(_ *model, in *tensorMeta) bool { return true })
 			req := t.mustTyped(m)
@@ -170,7 +171,7 @@ func validateChecks() []Check {
 			}
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "%s input '%s' in %s", in.Datatype, in.Name, field), "unexpected explicit tensor data"))
 		}},
-		{ID: "validate.typed-count", Title: "typed contents with one element too few or too many are INVALID_ARGUMENT", Class: Standard, Item: 31, Run: func(t *T) {
+		{ID: "validate.typed-count", Title: "typed contents with one element too few or too many are refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeTypedSz, Item: 31, Run: func(t *T) {
 			m, i := t.pickInput("only inputs with typed contents fields", []func(*model) bool{allInputsTyped},
 				func(_ *model, in *tensorMeta) bool { return in.GetDatatype() != "BYTES" }, func(_ *model, in *tensorMeta) bool { return true })
 			// Typed contents become bytes before the size check: Triton reports the byte size.
@@ -193,7 +194,7 @@ func validateChecks() []Check {
 				t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "input '%s' shape %v and %d typed elements", in.Name, in.Shape, n+delta), phrase))
 			}
 		}},
-		{ID: "validate.bytes-framing", Title: "BYTES raw data with a truncated length prefix or a length past the end is INVALID_ARGUMENT", Class: Standard, Item: 32, Run: func(t *T) {
+		{ID: "validate.bytes-framing", Title: "BYTES raw data with a truncated length prefix or a length past the end is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeSize, Item: 32, Run: func(t *T) {
 			m, i := t.pickInput("a BYTES input", nil, ofDatatype("BYTES"))
 			name := m.meta.GetInputs()[i].GetName()
 			req := widenedRequest(m, i, 3)
@@ -210,7 +211,7 @@ func validateChecks() []Check {
 			binary.LittleEndian.PutUint32(data[len(data)-4-lastLen:], uint32(lastLen+10))
 			t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "BYTES input '%s' whose last element length runs 10 bytes past the end", name), ""))
 		}},
-		{ID: "validate.bytes-count", Title: "BYTES raw data framing one element more or fewer than prod(shape) is INVALID_ARGUMENT", Class: Standard, Item: 33, Run: func(t *T) {
+		{ID: "validate.bytes-count", Title: "BYTES raw data framing one element more or fewer than prod(shape) is refused (INVALID_ARGUMENT)", Class: Standard, Cite: citeSize, Item: 33, Run: func(t *T) {
 			m, i := t.pickInput("a BYTES input", nil, ofDatatype("BYTES"))
 			name := m.meta.GetInputs()[i].GetName()
 			for _, delta := range []int{-1, 1} {
@@ -223,7 +224,8 @@ func validateChecks() []Check {
 				t.noteRefusal(m, t.expectInvalid(req, inferWhat(m, "BYTES input '%s' shape %v and %d framed elements", name, req.Inputs[i].Shape, n+delta), "string elements"))
 			}
 		}},
-		{ID: "validate.batch-size", Title: "a batch of max_batch_size is OK, one more is INVALID_ARGUMENT", Class: Standard, Item: 37, Run: func(t *T) {
+		{ID: "validate.batch-size", Title: "a batch of ModelConfig's max_batch_size is OK, one more is refused (INVALID_ARGUMENT)", Class: TritonExtension, Cite: triton("user_guide/model_configuration.md", "The *max_batch_size* property indicates the maximum batch size that the model supports for the [types of batching](architecture.md#models-and-schedulers) that can be exploited by Triton."), Item: 37, Run: func(t *T) {
+			t.requireConfig()
 			m := t.generic(func(m *model) bool {
 				if m.maxBatch() <= 0 {
 					return false
@@ -240,7 +242,8 @@ func validateChecks() []Check {
 				t.Skip("model '%s': a batch of %d would take %d bytes", m.name, mbs+1, size)
 			}
 			t.mustInfer(batchRequest(m, mbs))
-			t.noteRefusal(m, t.expectInvalid(batchRequest(m, mbs+1), inferWhat(m, "batch %d (max_batch_size %d)", mbs+1, mbs), "batch-size must be <="))
+			_, err := t.infer(batchRequest(m, mbs+1))
+			t.noteRefusal(m, t.expectRefusal(err, inferWhat(m, "batch %d (max_batch_size %d in ModelConfig)", mbs+1, mbs), codes.InvalidArgument, "batch-size must be <="))
 			t.Note("model '%s', max_batch_size %d", m.name, mbs)
 		}},
 	}

@@ -37,6 +37,7 @@ func (m *identityModel) Execute(_ context.Context, req *engines.Request, send fu
 // TestInfergateEveryDatatype runs the inference, data and REST checks against infergate serving an
 // identity model per datatype, so every datatype crosses infergate's gRPC and REST codecs.
 func TestInfergateEveryDatatype(t *testing.T) {
+	t.Parallel()
 	var extra []engines.Model
 	for dt := inference.DataType_TYPE_BOOL; dt <= inference.DataType_TYPE_BF16; dt++ {
 		if dt != inference.DataType_TYPE_FP32 { // identity_fp32 is built in

@@ -27,6 +27,11 @@ type env struct {
 	models []*model
 	// discoveryErrs are problems met while discovering models, reported by the discovery check.
 	discoveryErrs []string
+	// needModels is RepositoryIndex's UNIMPLEMENTED answer when no models were named: the server
+	// cannot list its models, so Run stops with ErrModelsRequired.
+	needModels error
+	// listedNone is true when RepositoryIndex answered and listed no ready model.
+	listedNone bool
 }
 
 // model is one served model as the protocol describes it.
@@ -95,7 +100,14 @@ func (e *env) discover(ctx context.Context) {
 				}
 			}
 		}
+		e.listedNone = len(names) == 0
 	} else if len(names) == 0 {
+		// KServe v2 has no model-listing call: a server without Triton's RepositoryIndex is not
+		// at fault, the run needs -model. Any other answer is the server's failure to list.
+		if status.Code(err) == codes.Unimplemented {
+			e.needModels = err
+			return
+		}
 		e.discoveryErrs = append(e.discoveryErrs, fmt.Sprintf("RepositoryIndex: %s (name models with -model)", describeErr(err)))
 	}
 	sort.Strings(names)

@@ -49,6 +49,17 @@ func (t *T) requireExtension(ext string) {
 	}
 }
 
+// requireConfig skips the check unless some model has a ModelConfig: max_batch_size, decoupled
+// and sequence batching live there, in Triton's model_configuration extension, not in KServe v2.
+func (t *T) requireConfig() {
+	for _, m := range t.env.models {
+		if m.config != nil {
+			return
+		}
+	}
+	t.Skip("no model has a ModelConfig (Triton's model_configuration extension, not part of KServe v2)")
+}
+
 // requireHTTP skips the check unless a REST URL was given.
 func (t *T) requireHTTP() string {
 	if t.env.cfg.HTTPURL == "" {

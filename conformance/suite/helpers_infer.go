@@ -122,15 +122,61 @@ func (t *T) mustTyped(m *model) *inference.ModelInferRequest {
 	return req
 }
 
-// expectInvalid sends req and fails the check unless the server answers INVALID_ARGUMENT; on
-// Triton the message must also contain phrase, Triton's documented text (none when empty).
+// expectInvalid sends req, which breaks one input rule, and holds the answer to expectRefusal
+// with INVALID_ARGUMENT preferred.
 func (t *T) expectInvalid(req *inference.ModelInferRequest, what, phrase string) *status.Status {
 	_, err := t.infer(req)
-	s := t.expectCode(err, what, codes.InvalidArgument)
-	if phrase != "" && t.isTriton() {
-		t.expectContains(s, what, phrase)
+	return t.expectRefusal(err, what, codes.InvalidArgument, phrase)
+}
+
+// clientCodes are the codes that put a refusal down to the request. KServe v2 says only that
+// "other codes indicate failure"; google.rpc.Code gives these four to a client's mistake.
+var clientCodes = []codes.Code{codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.OutOfRange}
+
+// expectRefusal holds err, the answer to a request the server must refuse, to what the v2 text
+// and google.rpc.Code say: OK fails (the request breaks the rule the check cites), want passes
+// (on Triton its message must contain phrase, Triton's documented text, unless phrase is
+// empty), another client code warns, and a server-fault code (INTERNAL, UNKNOWN, ...) fails: it
+// blames the server for the client's mistake. It returns the status for notes.
+func (t *T) expectRefusal(err error, what string, want codes.Code, phrase string) *status.Status {
+	s, _ := status.FromError(err)
+	switch {
+	case s.Code() == codes.OK:
+		t.Fail(what+": a refusal ("+codeName(want)+")", "OK")
+	case s.Code() == want:
+		if phrase != "" && t.isTriton() {
+			t.expectContains(s, what, phrase)
+		}
+	case slices.Contains(clientCodes, s.Code()):
+		t.Warn("%s: %s instead of %s, which google.rpc.Code gives to this case", what, describeErr(err), codeName(want))
+	default:
+		t.Fail(fmt.Sprintf("%s: a refusal with a client-error code (%s preferred)", what, codeName(want)), describeErr(err)+"; "+faultMeaning(s.Code()))
 	}
 	return s
+}
+
+// preferRefusal is expectRefusal for requests the v2 text does not forbid: OK is a warning.
+func (t *T) preferRefusal(err error, what string, want codes.Code, phrase, whyOK string) *status.Status {
+	if err == nil {
+		t.Warn("%s: OK; %s prefers %s (%s)", what, "google.rpc.Code", codeName(want), whyOK)
+		return status.New(codes.OK, "")
+	}
+	return t.expectRefusal(err, what, want, phrase)
+}
+
+// faultMeaning says, quoting google.rpc.Code, why code is wrong for a refused request.
+func faultMeaning(c codes.Code) string {
+	switch c {
+	case codes.Internal:
+		return internalMeaning
+	case codes.Unknown:
+		return unknownMeaning
+	case codes.Unimplemented:
+		return `google.rpc.Code UNIMPLEMENTED: "The operation is not implemented or is not supported/enabled in this service." (the operation is, the request is wrong)`
+	case codes.DeadlineExceeded, codes.Canceled:
+		return "the server did not answer in time"
+	}
+	return "a code google.rpc.Code does not give to a client's invalid request"
 }
 
 // noteRefusal notes the model a validation check used and the server's answer.

@@ -285,6 +285,7 @@ func sequenceControls(m *model) []string {
 // sequenceModel is the sequence-batching model the sequence checks use: simple_sequence when
 // served, else the first one.
 func (t *T) sequenceModel() *model {
+	t.requireConfig()
 	var found *model
 	for _, m := range t.env.models {
 		if !m.sequence() || m.decoupled() {

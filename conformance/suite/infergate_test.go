@@ -12,11 +12,13 @@ import (
 )
 
 // TestInfergate runs the whole suite against an infergate started in-process, as `go run
-// ./conformance` would against `go run ./runtime`: nothing may fail, and nothing may skip for
+// ./conformance -infergate` would against `go run ./runtime`: nothing may fail or warn (infergate
+// holds itself to the recommended rules and its own conventions too), and nothing may skip for
 // want of an extension infergate advertises.
 func TestInfergate(t *testing.T) {
+	t.Parallel()
 	srv := gatewaytest.Start(t, gateway.Config{})
-	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL})
+	rep, err := suite.Run(context.Background(), suite.Config{GRPCAddr: srv.Addr, HTTPURL: srv.URL, Infergate: true})
 	require.NoError(t, err)
 	var table strings.Builder
 	require.NoError(t, rep.WriteTable(&table, false))
@@ -36,4 +38,5 @@ func TestInfergate(t *testing.T) {
 		})
 	}
 	require.Zero(t, rep.Summary.Failed, rep.Summary.String())
+	require.Zero(t, rep.Summary.Warned, rep.Summary.String())
 }

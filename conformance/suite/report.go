@@ -32,6 +32,10 @@ func (r *Report) WriteTable(w io.Writer, color bool) error {
 		if d := res.detail(); d != "" {
 			fmt.Fprintf(tw, "  \t\t\t%s\n", d)
 		}
+		if res.Outcome == Fail && res.Citation.Text != "" {
+			// What the server is held to, so that a failure can be judged without the source.
+			fmt.Fprintf(tw, "  \t\t\tper %s\n", oneLine(res.Citation.String()))
+		}
 	}
 	fmt.Fprintf(tw, "\n%s in %s\n", r.Summary, r.Elapsed.Round(time.Millisecond))
 	return tw.Flush()
@@ -86,13 +90,18 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 	type skipped struct {
 		Message string `xml:"message,attr"`
 	}
+	type property struct {
+		Name  string `xml:"name,attr"`
+		Value string `xml:"value,attr"`
+	}
 	type testcase struct {
-		Name      string   `xml:"name,attr"`
-		Classname string   `xml:"classname,attr"`
-		Time      float64  `xml:"time,attr"`
-		Failure   *failure `xml:"failure,omitempty"`
-		Skipped   *skipped `xml:"skipped,omitempty"`
-		SystemOut string   `xml:"system-out,omitempty"`
+		Name       string     `xml:"name,attr"`
+		Classname  string     `xml:"classname,attr"`
+		Time       float64    `xml:"time,attr"`
+		Properties []property `xml:"properties>property,omitempty"`
+		Failure    *failure   `xml:"failure,omitempty"`
+		Skipped    *skipped   `xml:"skipped,omitempty"`
+		SystemOut  string     `xml:"system-out,omitempty"`
 	}
 	type testsuite struct {
 		Name     string     `xml:"name,attr"`
@@ -121,10 +130,11 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 			out.Suites = append(out.Suites, testsuite{Name: res.Group})
 		}
 		s := &out.Suites[i]
-		c := testcase{Name: res.ID + ": " + res.Title, Classname: "conformance." + res.Group, Time: res.Elapsed.Seconds()}
+		c := testcase{Name: res.ID + ": " + res.Title, Classname: "conformance." + res.Group, Time: res.Elapsed.Seconds(),
+			Properties: []property{{"class", string(res.Class)}, {"citation", res.Citation.Text}, {"citation_source", res.Citation.Source}}}
 		switch res.Outcome {
 		case Fail:
-			c.Failure = &failure{Message: res.detail(), Text: fmt.Sprintf("class %s\n%s", res.Class, res.detail())}
+			c.Failure = &failure{Message: res.detail(), Text: fmt.Sprintf("class %s\n%s\nper %s", res.Class, res.detail(), res.Citation)}
 			s.Failures++
 			out.Failures++
 		case Skip:

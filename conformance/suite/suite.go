@@ -11,6 +11,7 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -20,20 +21,41 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 )
 
 // Class says which specification a check holds a server to.
 type Class string
 
 const (
-	// Standard checks follow the KServe v2 / Open Inference Protocol.
+	// Standard checks hold what the KServe v2 text requires (or what gRPC's status codes make
+	// plainly wrong, such as INTERNAL for a client's mistake): a failure is a FAIL.
 	Standard Class = "standard"
-	// TritonExtension checks follow Triton's extensions and documented behaviour.
+	// Recommended checks hold what the v2 text suggests or gRPC's status semantics imply without
+	// requiring it: a failure is reported as WARN.
+	Recommended Class = "recommended"
+	// TritonExtension checks follow Triton's extensions, example models and documented
+	// behaviour. They run where the server advertises the extension or calls itself Triton, and
+	// skip (or warn) elsewhere.
 	TritonExtension Class = "triton-extension"
-	// Infergate checks hold infergate's built-in models and bridge to their documented results;
-	// they also pass on any server with the same models (Triton's examples).
+	// Infergate checks hold infergate's own conventions (the LLM tensor contract, one error text
+	// for REST and gRPC). A failure is a FAIL only with Config.Infergate; elsewhere it is a WARN.
 	Infergate Class = "infergate"
 )
+
+// Classes lists the classes in the order reports show them.
+func Classes() []Class { return []Class{Standard, Recommended, TritonExtension, Infergate} }
+
+// Citation is the sentence a check enforces, quoted exactly, and where it comes from.
+type Citation struct {
+	// Source is the document: a repository and path (or an RFC), e.g.
+	// "kserve/kserve docs/predict-api/v2/required_api.md".
+	Source string `json:"source"`
+	// Text is the sentence (or the shortest exact part of it that carries the rule).
+	Text string `json:"text"`
+}
+
+func (c Citation) String() string { return fmt.Sprintf("%q (%s)", c.Text, c.Source) }
 
 // Outcome is the result of one check.
 type Outcome string
@@ -55,6 +77,8 @@ type Check struct {
 	ID    string
 	Title string
 	Class Class
+	// Cite is the sentence the check enforces; Class follows from it.
+	Cite Citation
 	// Item is the number of the checklist item the check covers (0 when it has none).
 	Item int
 	Run  func(t *T)
@@ -68,15 +92,17 @@ func (c Check) Group() string {
 
 // Result is what one check found.
 type Result struct {
-	ID      string        `json:"id"`
-	Title   string        `json:"title"`
-	Class   Class         `json:"class"`
-	Group   string        `json:"group"`
-	Outcome Outcome       `json:"outcome"`
-	Message string        `json:"message,omitempty"`
-	Expect  string        `json:"expected,omitempty"`
-	Got     string        `json:"got,omitempty"`
-	Elapsed time.Duration `json:"elapsed_ns"`
+	ID    string `json:"id"`
+	Title string `json:"title"`
+	Class Class  `json:"class"`
+	Group string `json:"group"`
+	// Citation is the check's Cite.
+	Citation Citation      `json:"citation"`
+	Outcome  Outcome       `json:"outcome"`
+	Message  string        `json:"message,omitempty"`
+	Expect   string        `json:"expected,omitempty"`
+	Got      string        `json:"got,omitempty"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
 }
 
 // Config says which server to check and how.
@@ -99,7 +125,15 @@ type Config struct {
 	HTTPClient *http.Client
 	// Progress, when set, is called after each check with its result.
 	Progress func(Result)
+	// Infergate holds the server to infergate's own conventions too: Infergate-class failures
+	// are FAILs instead of WARNs. infergate's own tests set it.
+	Infergate bool
 }
+
+// ErrModelsRequired is returned by Run when Config.Models is empty and the server cannot list its
+// models: RepositoryIndex (Triton's model_repository extension, not part of KServe v2) is
+// unimplemented. It is a usage error: name the models to check.
+var ErrModelsRequired = errors.New("the server cannot list its models (no RepositoryIndex): name the models to check (-model)")
 
 // Report is the outcome of one run.
 type Report struct {
@@ -156,6 +190,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer e.close()
+	if e.needModels != nil {
+		return nil, fmt.Errorf("conformance: %w; RepositoryIndex answered %s", ErrModelsRequired, describeErr(e.needModels))
+	}
 	rep := &Report{GRPCAddr: cfg.GRPCAddr, HTTPURL: cfg.HTTPURL, Started: time.Now(), Models: e.modelNames()}
 	if e.server != nil {
 		rep.ServerName, rep.ServerVersion, rep.Extensions = e.server.GetName(), e.server.GetVersion(), e.server.GetExtensions()
@@ -192,14 +229,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runCheck(ctx context.Context, e *env, c Check) Result {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	t := &T{ctx: ctx, env: e, res: Result{ID: c.ID, Title: c.Title, Class: c.Class, Group: c.Group(), Outcome: Pass}}
+	t := &T{ctx: ctx, env: e, res: Result{ID: c.ID, Title: c.Title, Class: c.Class, Group: c.Group(), Citation: c.Cite, Outcome: Pass}}
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer func() {
 			if p := recover(); p != nil {
-				t.res.Outcome, t.res.Message = Fail, fmt.Sprintf("check panicked: %v", p)
+				t.mu.Lock()
+				t.res.Outcome, t.res.Message, t.panicked = Fail, fmt.Sprintf("check panicked: %v", p), true
+				t.mu.Unlock()
 			}
 		}()
 		c.Run(t)
@@ -210,13 +249,30 @@ func runCheck(ctx context.Context, e *env, c Check) Result {
 		// A check that ignores its context is abandoned rather than allowed to stall the run.
 		t.mu.Lock()
 		if t.res.Outcome != Fail {
-			t.res.Outcome, t.res.Message = Fail, fmt.Sprintf("no answer within %s", e.cfg.Timeout)
+			t.res.Outcome, t.res.Message, t.res.Expect, t.res.Got = Fail, "", "", ""
 		}
+		t.timedOut = true
 		t.mu.Unlock()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.res.Outcome == Fail && (t.timedOut || errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+		strings.Contains(t.res.Got+t.res.Message, codeName(codes.DeadlineExceeded))) {
+		// The server did not answer in time (the server's copy of the deadline, grpc-timeout,
+		// may expire before the client's). That fails whatever the class: it did not answer.
+		t.timedOut = true
+		if note := "no answer within " + e.cfg.Timeout.String() + " (-timeout)"; !strings.Contains(t.res.Message, note) {
+			t.res.Message = strings.TrimPrefix(t.res.Message+"; "+note, "; ")
+		}
+	}
 	res := t.res
+	if res.Outcome == Fail && !t.timedOut && !t.panicked {
+		if why := softClass(c.Class, e.cfg); why != "" {
+			// The rule is not the v2 text's: report the divergence without failing the server.
+			t.warnings = append(t.warnings, why+": "+res.detail())
+			res.Outcome, res.Message, res.Expect, res.Got = Warn, "", "", ""
+		}
+	}
 	if res.Outcome == Pass && len(t.warnings) > 0 {
 		res.Outcome = Warn
 	}
@@ -235,6 +291,20 @@ type T struct {
 	mu       sync.Mutex
 	res      Result
 	warnings []string
+	// timedOut and panicked mark failures that no class softens.
+	timedOut, panicked bool
+}
+
+// softClass says why a failure of a check of class c is reported as a warning, or "" when it is
+// a failure.
+func softClass(c Class, cfg Config) string {
+	switch {
+	case c == Recommended:
+		return "recommended, not required by the v2 text"
+	case c == Infergate && !cfg.Infergate:
+		return "infergate's own convention, not a v2 rule"
+	}
+	return ""
 }
 
 // Context is cancelled when the check's time is up.
