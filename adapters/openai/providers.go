@@ -343,13 +343,13 @@ func (p *Proxy) getFrom(ctx context.Context, e *endpoint, path string) (int, []b
 // loaded when any reports it; and each endpoint's own. 503 when no vLLM endpoint is healthy.
 func (p *Proxy) vllmHealth(w http.ResponseWriter) {
 	type epLoad struct {
-		Name          string   `json:"name"`
-		Healthy       bool     `json:"healthy"`
-		ModelLoaded   bool     `json:"model_loaded"`
-		KVCacheUsage  *float64 `json:"gpu_memory_usage"` // null: its metrics unknown
-		Running       float64  `json:"num_requests_running"`
-		Waiting       float64  `json:"num_requests_waiting"`
-		Outstanding   int64    `json:"outstanding"`
+		Name           string   `json:"name"`
+		Healthy        bool     `json:"healthy"`
+		ModelLoaded    bool     `json:"model_loaded"`
+		KVCacheUsage   *float64 `json:"gpu_memory_usage"` // null: its metrics unknown
+		Running        float64  `json:"num_requests_running"`
+		Waiting        float64  `json:"num_requests_waiting"`
+		Outstanding    int64    `json:"outstanding"`
 		MetricsScraped bool     `json:"metrics_scraped"`
 	}
 	out := struct {
