@@ -38,7 +38,7 @@
 //     add_generation_prompt: false, so the answer continues it, as Anthropic's does.
 //
 // Accepted and not sent, because they change nothing an OpenAI upstream could act on:
-// cache_control (vLLM caches prefixes by itself), service_tier, thinking "adaptive" and
+// cache_control (vLLM caches prefixes by itself), service_tier, speed, diagnostics, thinking "adaptive" and
 // "disabled" (the model's default), anthropic-beta headers, citations on input text blocks, and
 // thinking and redacted_thinking blocks of earlier assistant turns (OpenAI's chat API has no
 // place for them; Anthropic's API does not show the model earlier turns' thinking either).

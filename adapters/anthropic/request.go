@@ -27,6 +27,10 @@ type msgRequest struct {
 	ServiceTier   *string         `json:"service_tier"`
 	OutputConfig  *outputConfig   `json:"output_config"`
 	CacheControl  json.RawMessage `json:"cache_control"`
+	// Accepted and not sent: a speed tier and prompt-cache diagnostics have no counterpart, and
+	// ignoring them changes no answer.
+	Speed       json.RawMessage `json:"speed"`
+	Diagnostics json.RawMessage `json:"diagnostics"`
 	// Known, and refused when set: features of Anthropic's platform with no OpenAI counterpart.
 	Container         json.RawMessage `json:"container"`
 	MCPServers        json.RawMessage `json:"mcp_servers"`
