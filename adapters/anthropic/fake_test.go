@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/anthropic"
 	asdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/infergate/infergate/adapters/anthropic"
 )
 
 // reply is what the fake chat handler answers for one model: an error, or an answer it sends

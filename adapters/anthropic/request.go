@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -194,7 +195,7 @@ func decodeError(err error) *apiError {
 			field = "body"
 		}
 		return invalid(fmt.Sprintf("%s: Input should be a valid %s", field, jsonKind(typeErr.Type.String())))
-	case errors.As(err, &syntaxErr):
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid(fmt.Sprintf("The request body is not valid JSON: %v", err))
 	}
 	msg := err.Error()

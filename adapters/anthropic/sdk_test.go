@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/anthropic"
-	"github.com/infergate/infergate/adapters/pipeline"
 	asdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/infergate/infergate/adapters/anthropic"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
