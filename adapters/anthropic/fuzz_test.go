@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// FuzzTranslate: any body is translated to valid JSON or refused with a 400; nothing panics.
+// FuzzTranslate: any body is translated to valid JSON or refused with a 400; nothing panics, and
+// nothing encoding/json calls invalid is accepted.
 func FuzzTranslate(f *testing.F) {
 	for _, tc := range requestPairs {
 		f.Add([]byte(tc.in), false)
@@ -24,6 +25,9 @@ func FuzzTranslate(f *testing.F) {
 		}
 		if !json.Valid(tr.body) {
 			t.Fatalf("invalid output %s", tr.body)
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
 		}
 		if tr.estimate < 0 {
 			t.Fatal("negative estimate")

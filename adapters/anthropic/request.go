@@ -3,14 +3,14 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"strconv"
 	"strings"
 )
 
-// The Anthropic request, decoded strictly: a field this package does not know is refused
-// (Anthropic's own API does the same), so nothing a client sends is dropped without a word.
+// The Anthropic request, decoded strictly (decode.go): a field this package does not know is
+// refused (Anthropic's own API does the same), so nothing a client sends is dropped without a
+// word. The tags name the fields for the reader; the decoder does not use them.
 type msgRequest struct {
 	Model         *string         `json:"model"`
 	MaxTokens     *int64          `json:"max_tokens"`
@@ -69,11 +69,13 @@ type toolChoice struct {
 }
 
 type outputConfig struct {
-	Format *struct {
-		Type   string          `json:"type"`
-		Schema json.RawMessage `json:"schema"`
-	} `json:"format"`
-	Effort string `json:"effort"`
+	Format *outputFormat `json:"format"`
+	Effort string        `json:"effort"`
+}
+
+type outputFormat struct {
+	Type   string          `json:"type"`
+	Schema json.RawMessage `json:"schema"`
 }
 
 type inMessage struct {
@@ -87,19 +89,6 @@ type content struct {
 	text   string
 	blocks []block
 	isText bool
-}
-
-func (c *content) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		c.isText = true
-		return json.Unmarshal(b, &c.text)
-	}
-	if string(b) == "null" {
-		return errors.New("content must be a string or a list of content blocks")
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	return d.Decode(&c.blocks)
 }
 
 // empty reports whether c holds nothing: "" or [].
@@ -169,56 +158,14 @@ const billingHeader = "x-anthropic-billing-header"
 // error is Anthropic's 400 naming the field at fault.
 func translate(body []byte, count bool) (*translated, *apiError) {
 	var req msgRequest
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&req); err != nil {
-		return nil, decodeError(err)
-	}
-	if d.More() {
-		return nil, invalid("The request body must hold one JSON object.")
+	if err := decodeRequest(body, &req); err != nil {
+		return nil, err
 	}
 	t := &tr{b: make([]byte, 0, len(body)+256)}
 	if err := t.request(&req, count); err != nil {
 		return nil, err
 	}
 	return &translated{body: t.b, model: *req.Model, stream: req.Stream != nil && *req.Stream, estimate: estimateTokens(t.chars, t.images)}, nil
-}
-
-// decodeError words a decoding failure as Anthropic does ("field: problem").
-func decodeError(err error) *apiError {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "body"
-		}
-		return invalid(fmt.Sprintf("%s: Input should be a valid %s", field, jsonKind(typeErr.Type.String())))
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return invalid(fmt.Sprintf("The request body is not valid JSON: %v", err))
-	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return invalid(strings.Trim(f, `"`) + ": Extra inputs are not permitted")
-	}
-	return invalid(strings.TrimPrefix(msg, "json: "))
-}
-
-func jsonKind(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "[]"):
-		return "list"
-	case strings.Contains(goType, "int"):
-		return "integer"
-	case strings.Contains(goType, "float"):
-		return "number"
-	case goType == "string":
-		return "string"
-	case goType == "bool":
-		return "boolean"
-	}
-	return "object"
 }
 
 // estimateTokens guesses a prompt's tokens: a quarter of its text's bytes (about right for
@@ -399,7 +346,7 @@ func (t *tr) messages(msgs []inMessage) *apiError {
 	seenUser := false
 	for i := range msgs {
 		m := &msgs[i]
-		field := fmt.Sprintf("messages.%d", i)
+		field := "messages." + strconv.Itoa(i)
 		if m.Content == nil {
 			return invalid(field + ".content: Field required")
 		}
@@ -494,7 +441,7 @@ func (t *tr) user(c *content, field string, pending []string) ([]string, *apiErr
 			others++
 			continue
 		}
-		bf := fmt.Sprintf("%s.content.%d", field, i)
+		bf := field + ".content." + strconv.Itoa(i)
 		j := indexOf(pending, bl.ToolUseID)
 		if j < 0 {
 			if bl.ToolUseID == "" {
@@ -604,7 +551,7 @@ func (t *tr) parts(blocks []block, field string, skipResults bool) *apiError {
 func (t *tr) partList(blocks []block, field string) *apiError {
 	for i := range blocks {
 		bl := &blocks[i]
-		bf := fmt.Sprintf("%s.%d", field, i)
+		bf := field + "." + strconv.Itoa(i)
 		switch bl.Type {
 		case "tool_result":
 			continue
@@ -774,7 +721,7 @@ func (t *tr) assistant(c *content, field string) ([]string, *apiError) {
 	texts := 0
 	for i := range c.blocks {
 		bl := &c.blocks[i]
-		bf := fmt.Sprintf("%s.content.%d", field, i)
+		bf := field + ".content." + strconv.Itoa(i)
 		switch bl.Type {
 		case "text":
 			if bl.Text == nil || *bl.Text == "" {
@@ -861,7 +808,7 @@ func compact(raw json.RawMessage) string {
 func (t *tr) tools(tools []toolParam, choice *toolChoice) *apiError {
 	for i := range tools {
 		tl := &tools[i]
-		field := fmt.Sprintf("tools.%d", i)
+		field := "tools." + strconv.Itoa(i)
 		switch {
 		case tl.Type != "" && tl.Type != "custom":
 			return unsupported(field+".type", fmt.Sprintf("%q is a server tool that runs on Anthropic's platform", tl.Type))

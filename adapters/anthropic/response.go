@@ -5,41 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-)
+	"strconv"
 
-// chatCompletion is the part of an OpenAI chat completion an Anthropic message is made of.
-type chatCompletion struct {
-	Choices []struct {
-		Message struct {
-			Content          *string `json:"content"`
-			ReasoningContent *string `json:"reasoning_content"`
-			Reasoning        *string `json:"reasoning"`
-			Refusal          *string `json:"refusal"`
-			ToolCalls        []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason *string `json:"finish_reason"`
-		// StopReason is vLLM's: the stop string that ended the answer (or a stop token's id).
-		StopReason json.RawMessage `json:"stop_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int64 `json:"prompt_tokens"`
-		CompletionTokens    int64 `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-}
+	"github.com/infergate/infergate/adapters/apierror"
+	"github.com/infergate/infergate/adapters/pipeline"
+)
 
 // outBlock is one content block of an answer.
 type outBlock struct {
 	typ   string // text, thinking, tool_use
-	text  string // text, thinking
+	text  []byte // text, thinking: the upstream's JSON string literal, copied as is
 	id    string // tool_use
 	name  string
 	input []byte // a JSON object
@@ -101,58 +76,174 @@ func stopReason(finish string, vllmStop []byte, tools, refused bool) (reason, se
 	return "end_turn", ""
 }
 
-// decodeCompletion reads an OpenAI chat completion as an Anthropic message. Its error is the
-// upstream's fault: a 502.
+// decodeCompletion reads an OpenAI chat completion as an Anthropic message, with the scanner
+// (the answer's text is copied out as the JSON string literal it is). Its error is the
+// upstream's fault: a 502, or the error a 200 answer held instead of a completion.
 func decodeCompletion(body []byte) (*message, *apiError) {
-	var c chatCompletion
-	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, badUpstream(fmt.Sprintf("The upstream's answer is not a chat completion: %v", err))
+	if obj, status, ok := apierror.ParseEvent(body); ok {
+		msg := obj.Message
+		if msg == "" {
+			msg = "The upstream answered with an error."
+		}
+		return nil, &apiError{status: status, typ: errorType(status), msg: msg}
 	}
-	if len(c.Choices) == 0 {
+	var (
+		text, thinking, refusal []byte
+		calls                   []outBlock
+		finish, vllmStop        []byte
+		prompt, compl, cached   int64
+		choices                 int
+		badArgs                 string
+	)
+	sc := scanner{b: body}
+	ok := sc.peek() == '{' && sc.object(func(sc *scanner, key []byte) bool {
+		switch string(key) {
+		case `"choices"`:
+			return sc.array(func(sc *scanner, _ int) bool {
+				choices++
+				if choices > 1 { // n > 1 is never asked for: the first choice is the answer
+					return sc.skip(0)
+				}
+				return sc.object(func(sc *scanner, key []byte) bool {
+					switch string(key) {
+					case `"message"`:
+						return sc.object(func(sc *scanner, key []byte) bool {
+							switch string(key) {
+							case `"content"`:
+								text = sc.strOrNull()
+							case `"reasoning_content"`, `"reasoning"`:
+								if r := sc.strOrNull(); len(r) > len(thinking) {
+									thinking = r
+								}
+							case `"refusal"`:
+								refusal = sc.strOrNull()
+							case `"tool_calls"`:
+								return sc.array(func(sc *scanner, i int) bool {
+									tc, ok := toolCallOf(sc, i)
+									if ok && tc.input == nil && badArgs == "" {
+										badArgs = fmt.Sprintf("The upstream's tool call %d (%s) has arguments that are not a JSON object.", i, tc.name)
+									}
+									calls = append(calls, tc)
+									return ok
+								})
+							default:
+								return sc.skip(0)
+							}
+							return !sc.bad
+						})
+					case `"finish_reason"`:
+						finish = sc.strOrNull()
+					case `"stop_reason"`:
+						sc.ws()
+						start := sc.i
+						if !sc.skip(0) {
+							return false
+						}
+						vllmStop = sc.b[start:sc.i]
+					default:
+						return sc.skip(0)
+					}
+					return !sc.bad
+				})
+			})
+		case `"usage"`:
+			return sc.object(func(sc *scanner, key []byte) bool {
+				switch string(key) {
+				case `"prompt_tokens"`:
+					prompt = sc.int()
+				case `"completion_tokens"`:
+					compl = sc.int()
+				case `"prompt_tokens_details"`:
+					return sc.object(func(sc *scanner, key []byte) bool {
+						if string(key) == `"cached_tokens"` {
+							cached = sc.int()
+							return !sc.bad
+						}
+						return sc.skip(0)
+					})
+				default:
+					return sc.skip(0)
+				}
+				return !sc.bad
+			})
+		}
+		return sc.skip(0)
+	})
+	switch {
+	case !ok || sc.peek() != 0:
+		return nil, badUpstream("The upstream's answer is not a chat completion: " + pipeline.Truncate(string(body), 200))
+	case choices == 0:
 		return nil, badUpstream("The upstream's chat completion has no choices.")
+	case badArgs != "":
+		return nil, badUpstream(badArgs)
 	}
-	ch := &c.Choices[0]
-	m := &message{}
-	if r := ch.Message.ReasoningContent; r != nil && *r != "" {
-		m.content = append(m.content, outBlock{typ: "thinking", text: *r})
-	} else if r := ch.Message.Reasoning; r != nil && *r != "" {
-		m.content = append(m.content, outBlock{typ: "thinking", text: *r})
+	m := &message{content: make([]outBlock, 0, 2+len(calls))}
+	if len(thinking) > 2 {
+		m.content = append(m.content, outBlock{typ: "thinking", text: thinking})
 	}
-	if s := ch.Message.Content; s != nil && *s != "" {
-		m.content = append(m.content, outBlock{typ: "text", text: *s})
+	if len(text) > 2 {
+		m.content = append(m.content, outBlock{typ: "text", text: text})
 	}
-	refused := false
-	if s := ch.Message.Refusal; s != nil && *s != "" {
-		m.content = append(m.content, outBlock{typ: "text", text: *s})
-		refused = true
+	if len(refusal) > 2 {
+		m.content = append(m.content, outBlock{typ: "text", text: refusal})
 	}
-	for i, tc := range ch.Message.ToolCalls {
-		input := []byte("{}")
-		if a := bytes.TrimSpace([]byte(tc.Function.Arguments)); len(a) > 0 {
-			if a[0] != '{' || !json.Valid(a) {
-				return nil, badUpstream(fmt.Sprintf("The upstream's tool call %d (%s) has arguments that are not a JSON object.", i, tc.Function.Name))
-			}
-			input = a
-		}
-		id := tc.ID
-		if id == "" {
-			id = fmt.Sprintf("toolu_%d", i)
-		}
-		m.content = append(m.content, outBlock{typ: "tool_use", id: id, name: tc.Function.Name, input: input})
+	m.content = append(m.content, calls...)
+	f := ""
+	if len(finish) > 2 {
+		f = unquote(finish)
 	}
-	finish := ""
-	if ch.FinishReason != nil {
-		finish = *ch.FinishReason
-	}
-	m.stopReason, m.stopSequence = stopReason(finish, ch.StopReason, len(ch.Message.ToolCalls) > 0, refused)
-	if u := c.Usage; u != nil {
-		cached := int64(0)
-		if u.PromptTokensDetails != nil {
-			cached = u.PromptTokensDetails.CachedTokens
-		}
-		m.usage = fromOpenAI(u.PromptTokens, u.CompletionTokens, cached)
-	}
+	m.stopReason, m.stopSequence = stopReason(f, vllmStop, len(calls) > 0, len(refusal) > 2)
+	m.usage = fromOpenAI(prompt, compl, cached)
 	return m, nil
+}
+
+// toolCallOf reads one of a completion's tool calls; its input is nil when the arguments are not
+// a JSON object. ok is false when the JSON is malformed.
+func toolCallOf(sc *scanner, i int) (outBlock, bool) {
+	var id, name, args []byte
+	ok := sc.object(func(sc *scanner, key []byte) bool {
+		switch string(key) {
+		case `"id"`:
+			id = sc.strOrNull()
+		case `"function"`:
+			return sc.object(func(sc *scanner, key []byte) bool {
+				switch string(key) {
+				case `"name"`:
+					name = sc.strOrNull()
+				case `"arguments"`:
+					args = sc.strOrNull()
+				default:
+					return sc.skip(0)
+				}
+				return !sc.bad
+			})
+		default:
+			return sc.skip(0)
+		}
+		return !sc.bad
+	})
+	if !ok {
+		return outBlock{}, false
+	}
+	tc := outBlock{typ: "tool_use", id: "toolu_" + strconv.Itoa(i)}
+	if len(id) > 2 {
+		tc.id = unquote(id)
+	}
+	if name != nil {
+		tc.name = unquote(name)
+	}
+	tc.input = []byte("{}")
+	if args != nil {
+		if a := bytes.TrimSpace([]byte(unquote(args))); len(a) > 0 {
+			as := scanner{b: a}
+			if as.peek() != '{' || !as.skip(0) || as.peek() != 0 {
+				tc.input = nil
+			} else {
+				tc.input = a
+			}
+		}
+	}
+	return tc, true
 }
 
 func badUpstream(msg string) *apiError {
@@ -196,7 +287,7 @@ func appendBlock(b []byte, bl *outBlock, start bool) []byte {
 		if start {
 			b = append(b, `""`...)
 		} else {
-			b = appendString(b, bl.text)
+			b = append(b, bl.text...)
 		}
 		// No signature: the upstream's reasoning is not Anthropic's, and nothing can verify it.
 		return append(b, `,"signature":""}`...)
@@ -217,7 +308,7 @@ func appendBlock(b []byte, bl *outBlock, start bool) []byte {
 	if start {
 		b = append(b, `""`...)
 	} else {
-		b = appendString(b, bl.text)
+		b = append(b, bl.text...)
 	}
 	return append(b, '}')
 }
@@ -240,13 +331,13 @@ func appendMessageEvents(b []byte, id, model string, m *message, estimate int) [
 		switch bl.typ {
 		case "thinking":
 			b = append(b, `,"delta":{"type":"thinking_delta","thinking":`...)
-			b = appendString(b, bl.text)
+			b = append(b, bl.text...)
 		case "tool_use":
 			b = append(b, `,"delta":{"type":"input_json_delta","partial_json":`...)
 			b = appendString(b, string(bl.input))
 		default:
 			b = append(b, `,"delta":{"type":"text_delta","text":`...)
-			b = appendString(b, bl.text)
+			b = append(b, bl.text...)
 		}
 		b = append(b, "}}\n\n"...)
 		b = appendBlockStop(b, i)

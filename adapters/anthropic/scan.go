@@ -66,6 +66,10 @@ func (s *scanner) str() []byte {
 	s.i++
 	for s.i < len(s.b) {
 		c := s.b[s.i]
+		if c >= 0x80 || plain[c] {
+			s.i++
+			continue
+		}
 		switch {
 		case c == '"':
 			s.i++
@@ -152,22 +156,49 @@ func (s *scanner) skip(depth int) bool {
 	case 'n':
 		return s.lit("null") || s.fail()
 	default:
-		start := s.i
-		if c == '-' {
-			s.i++
-		}
-		for s.i < len(s.b) {
-			c := s.b[s.i]
-			if !('0' <= c && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-				break
-			}
-			s.i++
-		}
-		if s.i == start || (s.b[start] == '-' && s.i == start+1) {
-			return s.fail()
-		}
-		return true
+		return s.number() || s.fail()
 	}
+}
+
+// number passes over a number as JSON's grammar has it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number() bool {
+	b, i := s.b, s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return false
+		}
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return false
+		}
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	}
+	s.i = i
+	return true
 }
 
 // object walks an object (or null), calling fn for each member with the scanner at its value,

@@ -27,6 +27,8 @@ type chatWriter struct {
 	over bool      // buf passed maxAnswer
 	sent bool      // headers went to the client
 	out  outcome
+	// flush flushes w; found on first use (http.NewResponseController allocates per call).
+	flush func() error
 }
 
 // maxAnswer bounds a whole answer held for translation; maxErrorBody an error's body.
@@ -99,7 +101,10 @@ func (c *chatWriter) send() {
 	}
 	_, _ = c.w.Write(c.st.out)
 	c.st.out = c.st.out[:0]
-	_ = http.NewResponseController(c.w).Flush()
+	if c.flush == nil {
+		c.flush = http.NewResponseController(c.w).Flush
+	}
+	_ = c.flush()
 }
 
 // Flush is the chat handler's flush: events are already flushed as they are written.
