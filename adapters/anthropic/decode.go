@@ -63,8 +63,6 @@ func (d *decoder) where() string {
 	return b.String()
 }
 
-func (d *decoder) failed() bool { return d.err != nil || d.s.bad }
-
 func (d *decoder) syntax() {
 	if d.err == nil {
 		d.err = invalid("The request body is not valid JSON (at byte " + strconv.Itoa(d.s.i) + ").")

@@ -199,7 +199,8 @@ func testServer(t testing.TB, opts anthropic.Options) (*httptest.Server, asdk.Cl
 	mux.Handle("GET /v1/models/{id}", anthropic.WrapModels(http.HandlerFunc(openAIModels)))
 	srv := httptest.NewServer(anthropic.AcceptAPIKey(mux))
 	t.Cleanup(srv.Close)
-	c := asdk.NewClient(option.WithBaseURL(srv.URL+"/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	// Anthropic's x-api-key, as Claude Code and curl send it (this SDK sends Authorization: Bearer).
+	c := asdk.NewClient(option.WithBaseURL(srv.URL+"/"), option.WithHeader("X-Api-Key", "test-key"), option.WithMaxRetries(0))
 	return srv, c
 }
 

@@ -70,16 +70,6 @@ func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
 
 func appendFloat(b []byte, f float64) []byte { return strconv.AppendFloat(b, f, 'g', -1, 64) }
 
-// appendKey appends `,"k":` (or `"k":` right after an opening brace or bracket).
-func appendKey(b []byte, k string) []byte {
-	if n := len(b); n > 0 && b[n-1] != '{' && b[n-1] != '[' {
-		b = append(b, ',')
-	}
-	b = append(b, '"')
-	b = append(b, k...)
-	return append(b, '"', ':')
-}
-
 // appendComma appends a separator unless b ends an opening brace or bracket.
 func appendComma(b []byte) []byte {
 	if n := len(b); n > 0 && b[n-1] != '{' && b[n-1] != '[' {

@@ -14,6 +14,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/infergate/infergate/adapters/anthropic"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -451,4 +453,37 @@ func TestAcceptAPIKeyErrors(t *testing.T) {
 	_, err = c.Messages.New(context.Background(), asdk.MessageNewParams{Model: "m", MaxTokens: 1, Messages: userText("x")})
 	require.NoError(t, err)
 
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	m := anthropic.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	srv, c := testServer(t, anthropic.Options{Chat: newFakeChat(map[string]reply{"e500": {status: 500}}), Metrics: m})
+	_, err := c.Messages.New(context.Background(), asdk.MessageNewParams{Model: "ok", MaxTokens: 1, Messages: userText("x")})
+	require.NoError(t, err)
+	_, err = c.Messages.New(context.Background(), asdk.MessageNewParams{Model: "e500", MaxTokens: 1, Messages: userText("x")})
+	require.Error(t, err)
+	res, err := http.Post(srv.URL+"/v1/messages", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, 400, res.StatusCode)
+	_, err = c.Messages.CountTokens(context.Background(), asdk.MessageCountTokensParams{Model: "m", Messages: userText("x")})
+	require.NoError(t, err)
+	want := `
+# HELP infergate_anthropic_translation_errors_total Translations that failed: request (an Anthropic request refused with a 400), response (an upstream answer that is not a chat completion), stream (an upstream stream that could not be translated).
+# TYPE infergate_anthropic_translation_errors_total counter
+infergate_anthropic_translation_errors_total{direction="request"} 1
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "infergate_anthropic_translation_errors_total"))
+	want = `
+# HELP infergate_anthropic_requests_total Anthropic Messages API requests by mode (translate: served as OpenAI chat; native: passed to an upstream's /v1/messages; count_tokens) and outcome (ok, client_error, server_error, stream_error, translate_error, canceled).
+# TYPE infergate_anthropic_requests_total counter
+infergate_anthropic_requests_total{mode="count_tokens",outcome="ok"} 1
+infergate_anthropic_requests_total{mode="translate",outcome="client_error"} 1
+infergate_anthropic_requests_total{mode="translate",outcome="ok"} 1
+infergate_anthropic_requests_total{mode="translate",outcome="server_error"} 1
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "infergate_anthropic_requests_total"))
 }
