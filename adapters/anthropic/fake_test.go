@@ -31,6 +31,8 @@ type reply struct {
 	// die ends a stream after its first content chunk the way the gateway's chat handler does
 	// when its upstream fails: an in-band error, then http.ErrAbortHandler.
 	die bool
+	// whole answers a stream request with a whole completion, as a response cache may.
+	whole bool
 }
 
 type toolCall struct{ id, name, args string }
@@ -99,7 +101,7 @@ func (f *fakeChat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, b)
 		return
 	}
-	if req.Stream {
+	if req.Stream && !rep.whole {
 		f.stream(w, rep)
 		return
 	}

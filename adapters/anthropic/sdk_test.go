@@ -487,3 +487,47 @@ infergate_anthropic_requests_total{mode="translate",outcome="server_error"} 1
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "infergate_anthropic_requests_total"))
 }
+
+// TestHTTPEdges: what an SDK does not send, sent raw.
+func TestHTTPEdges(t *testing.T) {
+	t.Parallel()
+	chat := newFakeChat(map[string]reply{"cached": {text: "from cache", finish: "stop", prompt: 3, compl: 2, whole: true}})
+	srv, c := testServer(t, anthropic.Options{Chat: chat, MaxBodyBytes: 4096})
+	post := func(path, body string) (int, http.Header, map[string]any) {
+		t.Helper()
+		res, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var m map[string]any
+		b, _ := io.ReadAll(res.Body)
+		require.NoError(t, json.Unmarshal(b, &m), "%s", b)
+		return res.StatusCode, res.Header, m
+	}
+	status, h, body := post("/v1/messages", `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	assert.Equal(t, 400, status)
+	assert.Equal(t, "error", body["type"])
+	assert.Equal(t, map[string]any{"type": "invalid_request_error", "message": "max_tokens: Field required"}, body["error"])
+	assert.Equal(t, h.Get("Request-Id"), body["request_id"])
+	assert.Equal(t, "false", h.Get("X-Should-Retry"), "a refused translation is refused again")
+
+	status, _, body = post("/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+strings.Repeat("x", 5000)+`"}]}`)
+	assert.Equal(t, 413, status)
+	assert.Equal(t, "request_too_large", body["error"].(map[string]any)["type"])
+
+	res, err := http.Get(srv.URL + "/v1/messages")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, 405, res.StatusCode)
+
+	// A stream asked for, a whole answer given (a cached one): the client still gets events.
+	msg, types, err := streamed(t, c, asdk.MessageNewParams{Model: "cached", MaxTokens: 8, Messages: userText("x")})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"}, types)
+	assert.Equal(t, "from cache", msg.Content[0].Text)
+	assert.EqualValues(t, 2, msg.Usage.OutputTokens)
+
+	// Claude Code's ?beta=true is accepted and not passed on.
+	status, _, body = post("/v1/messages?beta=true", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`)
+	assert.Equal(t, 200, status)
+	assert.Equal(t, "message", body["type"])
+}
