@@ -63,6 +63,7 @@ type errorWriter struct {
 	hold   bool
 	buf    []byte
 	done   bool
+	flush  func() error
 }
 
 func (e *errorWriter) Header() http.Header { return e.w.Header() }
@@ -94,7 +95,10 @@ func (e *errorWriter) Write(p []byte) (int, error) {
 
 func (e *errorWriter) Flush() {
 	if !e.hold {
-		_ = http.NewResponseController(e.w).Flush()
+		if e.flush == nil {
+			e.flush = http.NewResponseController(e.w).Flush
+		}
+		_ = e.flush()
 	}
 }
 

@@ -20,7 +20,8 @@ type Options struct {
 	// served by it in-process, so every stage of the gateway applies to them. Required.
 	Chat http.Handler
 	// Native, when set, names the models whose upstreams serve /v1/messages themselves (vLLM
-	// 0.12 and later): their Messages requests go to NativeHandler unchanged.
+	// 0.12 and later): their Messages requests go to NativeHandler unchanged. count_tokens is
+	// always answered here (CountTokens is exact where the model has a tokenizer).
 	Native func(model string) bool
 	// NativeHandler serves a native model's POST /v1/messages (the request's path is rewritten to
 	// that): the gateway's upstream proxy for that path. Its OpenAI-shaped errors (the gateway's
@@ -190,6 +191,7 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 	out.Header.Set("X-Request-Id", reqID)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
 	out.GetBody = nil
 	out.Form, out.PostForm, out.MultipartForm = nil, nil, nil
 	return out
@@ -210,6 +212,7 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	out.Header.Set("X-Request-Id", reqID)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
 	out.GetBody = nil
 	ew := &errorWriter{w: w, reqID: reqID}
 	defer func() {

@@ -49,6 +49,9 @@ type streamer struct {
 	hasUsage bool
 	deltas   int64 // content events, the output's size when the upstream reports no usage
 
+	// sc and tc scan a chunk and its tool calls; kept here so they are not allocated per chunk
+	// (the scanner's recursion makes the compiler move one on the stack to the heap).
+	sc, tc scanner
 	tap    *pipeline.EventTap
 	failed bool
 	ended  bool
@@ -134,7 +137,8 @@ type delta struct {
 
 // chunk handles one chunk; false when it is malformed.
 func (s *streamer) chunk(data []byte) bool {
-	sc := scanner{b: data}
+	s.sc = scanner{b: data}
+	sc := &s.sc
 	var d delta
 	ok := sc.object(func(sc *scanner, key []byte) bool {
 		switch string(key) {
@@ -159,7 +163,8 @@ func (s *streamer) chunk(data []byte) bool {
 		s.content(kindText, "text_delta", "text", d.refusal)
 	}
 	if d.toolCalls != nil {
-		tc := scanner{b: d.toolCalls}
+		s.tc = scanner{b: d.toolCalls}
+		tc := &s.tc
 		if !tc.array(func(tc *scanner, i int) bool { return s.toolCall(tc, i) }) {
 			return false
 		}
@@ -194,8 +199,8 @@ func (s *streamer) choice(sc *scanner, d *delta) bool {
 				return !sc.bad
 			})
 		case `"finish_reason"`:
-			if f := sc.strOrNull(); len(f) > 2 {
-				s.finish = string(f[1 : len(f)-1])
+			if f := sc.strOrNull(); len(f) > 2 && string(f[1:len(f)-1]) != s.finish {
+				s.finish = unquote(f)
 			}
 			return !sc.bad
 		case `"stop_reason"`:

@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,6 +30,7 @@ type chatWriter struct {
 	out  outcome
 	// flush flushes w; found on first use (http.NewResponseController allocates per call).
 	flush func() error
+	werr  error // the client's write error
 }
 
 // maxAnswer bounds a whole answer held for translation; maxErrorBody an error's body.
@@ -53,7 +55,7 @@ func (c *chatWriter) WriteHeader(status int) {
 		c.w.WriteHeader(http.StatusOK)
 		c.sent = true
 		c.st.start()
-		c.send()
+		_ = c.send()
 	}
 }
 
@@ -79,7 +81,9 @@ func (c *chatWriter) Write(p []byte) (int, error) {
 	}
 	if c.st != nil {
 		c.st.write(p)
-		c.send()
+		if err := c.send(); err != nil {
+			return 0, err // the client went away: the chat handler stops and counts it so
+		}
 		return len(p), nil
 	}
 	limit := maxAnswer
@@ -95,16 +99,23 @@ func (c *chatWriter) Write(p []byte) (int, error) {
 }
 
 // send writes the translated events out, flushed: each reaches the client as soon as it exists.
-func (c *chatWriter) send() {
-	if len(c.st.out) == 0 {
-		return
+// Its error is the client's: once it failed, nothing more is written.
+func (c *chatWriter) send() error {
+	if c.werr != nil || len(c.st.out) == 0 {
+		return c.werr
 	}
-	_, _ = c.w.Write(c.st.out)
+	_, c.werr = c.w.Write(c.st.out)
 	c.st.out = c.st.out[:0]
+	if c.werr != nil {
+		return c.werr
+	}
 	if c.flush == nil {
 		c.flush = http.NewResponseController(c.w).Flush
 	}
-	_ = c.flush()
+	if err := c.flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		c.werr = err
+	}
+	return c.werr
 }
 
 // Flush is the chat handler's flush: events are already flushed as they are written.
@@ -118,7 +129,7 @@ func (c *chatWriter) finish(aborted bool) {
 			c.st.fail("api_error", "The upstream failed mid-stream.")
 		}
 		c.st.end()
-		c.send()
+		_ = c.send()
 		c.out = outcomeOK
 		if c.st.failed {
 			c.out = outcomeStreamError
