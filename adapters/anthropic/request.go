@@ -224,7 +224,6 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 	}
 	b := append(t.b, `{"model":`...)
 	b = appendString(b, *req.Model)
-	t.chars += len(*req.Model)
 	b = append(b, `,"messages":[`...)
 	t.b = b
 	if req.System != nil {

@@ -150,7 +150,7 @@ func TestCountRequest(t *testing.T) {
 	tr, err := translate([]byte(`{"model":"m","messages":[{"role":"user","content":"12345678"}],"tools":[{"name":"f","input_schema":{"type":"object"}}]}`), true)
 	require.Nil(t, err)
 	assert.NotContains(t, string(tr.body), "max_tokens")
-	assert.Equal(t, (len("m")+len("12345678")+len("f")+len(`{"type":"object"}`)+3)/4, tr.estimate)
+	assert.Equal(t, (len("12345678")+len("f")+len(`{"type":"object"}`)+3)/4, tr.estimate)
 	_, err = translate([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q"}]}`), true)
 	require.NotNil(t, err)
 }
