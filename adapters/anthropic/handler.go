@@ -1,0 +1,286 @@
+package anthropic
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/infergate/infergate/adapters/pipeline"
+)
+
+// Options configures a Handler.
+type Options struct {
+	// Chat is the gateway's own POST /v1/chat/completions handler: translated requests are
+	// served by it in-process, so every stage of the gateway applies to them. Required.
+	Chat http.Handler
+	// Native, when set, names the models whose upstreams serve /v1/messages themselves (vLLM
+	// 0.12 and later): their Messages requests go to NativeHandler unchanged. count_tokens is
+	// always answered here (CountTokens is exact where the model has a tokenizer).
+	Native func(model string) bool
+	// NativeHandler serves a native model's POST /v1/messages (the request's path is rewritten to
+	// that): the gateway's upstream proxy for that path. Its OpenAI-shaped errors (the gateway's
+	// own) are translated; an upstream's Anthropic-shaped ones pass as they are.
+	NativeHandler http.Handler
+	// CountTokens, when set, counts a count_tokens request's prompt exactly: model and the
+	// request as an OpenAI chat completions body (no max_tokens). It returns an error wrapping
+	// ErrNoTokenizer when the model has no tokenizer (the estimate is answered instead), a
+	// *pipeline.Error for the gateway's own answers (an unknown model: 404), or another error
+	// (a 500).
+	CountTokens func(ctx context.Context, model string, openAIChatBody []byte) (tokens int, err error)
+	// MaxBodyBytes limits a request body; default 32 MiB, Anthropic's own limit.
+	MaxBodyBytes int64
+	// Metrics, when set, counts requests (NewMetrics; register its Collectors).
+	Metrics *Metrics
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrNoTokenizer is what CountTokens' error wraps when the model has no tokenizer.
+var ErrNoTokenizer = errors.New("the model has no tokenizer")
+
+// Handler serves Anthropic's Messages API: POST .../v1/messages and POST
+// .../v1/messages/count_tokens, matched on the path's suffix, so it can be mounted under any
+// prefix (/v1/messages, /olla/anthropic/v1/messages) without stripping it.
+type Handler struct {
+	opts Options
+	m    *Metrics
+	log  *slog.Logger
+}
+
+// New returns a Handler. It panics without Options.Chat, or with Native but no NativeHandler:
+// wiring mistakes, not run-time conditions.
+func New(opts Options) *Handler {
+	if opts.Chat == nil {
+		panic("anthropic: Options.Chat is required")
+	}
+	if opts.Native != nil && opts.NativeHandler == nil {
+		panic("anthropic: Options.Native needs Options.NativeHandler")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 32 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = NewMetrics() // counted but never exposed: keeps every path free of nil checks
+	}
+	return &Handler{opts: opts, m: m, log: opts.Logger}
+}
+
+const (
+	pathMessages    = "/v1/messages"
+	pathCountTokens = "/v1/messages/count_tokens"
+)
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := r.Header.Get("X-Request-Id")
+	if reqID == "" {
+		reqID = pipeline.NewRequestID()
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	count := strings.HasSuffix(p, pathCountTokens)
+	if !count && !strings.HasSuffix(p, pathMessages) {
+		(&apiError{status: http.StatusNotFound, typ: "not_found_error", msg: fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path)}).write(w, reqID)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		(&apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", msg: "Method " + r.Method + " is not allowed; use POST."}).write(w, reqID)
+		return
+	}
+	mode := modeTranslate
+	if count {
+		mode = modeCount
+	}
+	body, err := readBody(r, h.opts.MaxBodyBytes)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			h.refuse(w, mode, reqID, &apiError{status: http.StatusRequestEntityTooLarge, typ: "request_too_large",
+				msg: fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", tooBig.Limit)})
+			return
+		}
+		h.refuse(w, mode, reqID, invalid("Could not read the request body: "+err.Error()))
+		return
+	}
+	if count {
+		h.countTokens(w, r, body, reqID)
+		return
+	}
+	if h.opts.Native != nil {
+		if rt, err := pipeline.Scan(body); err == nil && rt.Model != "" && h.opts.Native(rt.Model) {
+			h.native(w, r, body, reqID)
+			return
+		}
+	}
+	t, aerr := translate(body, false)
+	if aerr != nil {
+		h.m.translationErrors.WithLabelValues("request").Inc()
+		h.refuse(w, mode, reqID, aerr)
+		return
+	}
+	cw := &chatWriter{w: w, h: make(http.Header, 16), stream: t.stream, id: "msg_" + reqID, model: t.model, estimate: t.estimate, reqID: reqID}
+	aborted := h.serveChat(cw, chatRequest(r, t.body, reqID))
+	cw.finish(aborted)
+	if cw.out == outcomeTranslateError {
+		h.m.translationErrors.WithLabelValues("response").Inc()
+	} else if cw.out == outcomeStreamError && cw.st != nil && !aborted {
+		h.m.translationErrors.WithLabelValues("stream").Inc()
+	}
+	h.m.requests.WithLabelValues(modeTranslate, string(cw.out)).Inc()
+	if aborted && cw.sent {
+		// The answer went out partly: end the connection as the chat handler would have, so no
+		// client mistakes the cut for a complete answer (the error event went first).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// serveChat runs the chat handler; aborted is true when it gave up mid-answer with
+// http.ErrAbortHandler (its upstream failed), which this handler then answers for.
+func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) (aborted bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	h.opts.Chat.ServeHTTP(w, r)
+	return false
+}
+
+// Headers that never reach the chat handler: Anthropic's protocol headers, the client's API key
+// (already mapped to Authorization by AcceptAPIKey), Accept-Encoding (the answer must come
+// uncompressed to be translated) and the body's length.
+func dropHeader(k string) bool {
+	switch k {
+	case "X-Api-Key", "Accept-Encoding", "Content-Length", "Content-Type":
+		return true
+	}
+	return strings.HasPrefix(k, "Anthropic-")
+}
+
+// chatRequest is the chat completions request for a translated body: the client's context
+// (its principal, its cancellation), its headers less dropHeader's, its request id.
+func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
+	out := r.WithContext(r.Context()) // a shallow copy
+	u := *r.URL
+	u.Path, u.RawPath, u.RawQuery = "/v1/chat/completions", "", ""
+	out.URL = &u
+	out.RequestURI = u.Path
+	out.Method = http.MethodPost
+	out.Header = make(http.Header, len(r.Header)+2)
+	for k, vv := range r.Header {
+		if !dropHeader(k) {
+			out.Header[k] = vv
+		}
+	}
+	if key := r.Header.Get("X-Api-Key"); key != "" && out.Header.Get("Authorization") == "" {
+		out.Header.Set("Authorization", "Bearer "+key)
+	}
+	out.Header.Set("Content-Type", "application/json")
+	out.Header.Set("X-Request-Id", reqID)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.GetBody = nil
+	out.Form, out.PostForm, out.MultipartForm = nil, nil, nil
+	return out
+}
+
+// native passes a request unchanged to the native handler, at /v1/messages.
+func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, reqID string) {
+	out := r.WithContext(r.Context())
+	u := *r.URL
+	u.Path, u.RawPath = pathMessages, ""
+	out.URL = &u
+	out.RequestURI = u.RequestURI()
+	out.Header = r.Header.Clone()
+	if key := out.Header.Get("X-Api-Key"); key != "" && out.Header.Get("Authorization") == "" {
+		out.Header.Set("Authorization", "Bearer "+key)
+	}
+	out.Header.Del("X-Api-Key")
+	out.Header.Set("X-Request-Id", reqID)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.GetBody = nil
+	ew := &errorWriter{w: w, reqID: reqID}
+	defer func() {
+		ew.finish()
+		h.m.requests.WithLabelValues(modeNative, string(outcomeOf(ew.status))).Inc()
+	}()
+	h.opts.NativeHandler.ServeHTTP(ew, out)
+}
+
+// countTokens answers count_tokens: the tokenizer's count when CountTokens has one for the
+// model, else the estimate (estimateTokens) over the translated request.
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request, body []byte, reqID string) {
+	t, aerr := translate(body, true)
+	if aerr != nil {
+		h.m.translationErrors.WithLabelValues("request").Inc()
+		h.refuse(w, modeCount, reqID, aerr)
+		return
+	}
+	n := t.estimate
+	if h.opts.CountTokens != nil {
+		c, err := h.opts.CountTokens(r.Context(), t.model, t.body)
+		var gwErr *pipeline.Error
+		switch {
+		case err == nil:
+			n = c
+		case errors.Is(err, ErrNoTokenizer):
+		case errors.As(err, &gwErr):
+			for k, vv := range gwErr.Header {
+				w.Header()[k] = vv
+			}
+			h.refuse(w, modeCount, reqID, &apiError{status: gwErr.Status, typ: errorType(gwErr.Status), msg: gwErr.Message})
+			return
+		case r.Context().Err() != nil:
+			h.m.requests.WithLabelValues(modeCount, "canceled").Inc()
+			return
+		default:
+			h.log.Warn("count_tokens failed", "model", t.model, "err", err)
+			h.refuse(w, modeCount, reqID, &apiError{status: http.StatusInternalServerError, typ: "api_error", msg: "Counting the tokens failed: " + err.Error()})
+			return
+		}
+	}
+	b := append([]byte(`{"input_tokens":`), strconv.Itoa(n)...)
+	b = append(b, "}"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", reqID)
+	w.Header().Set("X-Request-Id", reqID)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	h.m.requests.WithLabelValues(modeCount, string(outcomeOK)).Inc()
+}
+
+func (h *Handler) refuse(w http.ResponseWriter, mode, reqID string, e *apiError) {
+	w.Header().Set("X-Request-Id", reqID)
+	e.write(w, reqID)
+	h.m.requests.WithLabelValues(mode, string(outcomeOf(e.status))).Inc()
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if r.ContentLength > 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+}

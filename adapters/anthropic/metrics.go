@@ -1,0 +1,56 @@
+package anthropic
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Request modes.
+const (
+	modeTranslate = "translate" // translated to OpenAI chat and served by the chat handler
+	modeNative    = "native"    // passed to an upstream that speaks /v1/messages
+	modeCount     = "count_tokens"
+)
+
+// outcome is how a request ended, a label value.
+type outcome string
+
+const (
+	outcomeOK             outcome = "ok"
+	outcomeClientError    outcome = "client_error"    // a 4xx: refused, by the translator or the gateway
+	outcomeServerError    outcome = "server_error"    // a 5xx before any answer
+	outcomeStreamError    outcome = "stream_error"    // a stream that ended in an error event
+	outcomeTranslateError outcome = "translate_error" // an upstream answer that could not be translated
+)
+
+func outcomeOf(status int) outcome {
+	switch {
+	case status == 0 || status < 300:
+		return outcomeOK
+	case status < 500:
+		return outcomeClientError
+	}
+	return outcomeServerError
+}
+
+// Metrics count the Messages API's requests.
+type Metrics struct {
+	requests          *prometheus.CounterVec
+	translationErrors *prometheus.CounterVec
+}
+
+// NewMetrics makes the metrics; register Collectors once.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_anthropic_requests_total",
+			Help: "Anthropic Messages API requests by mode (translate: served as OpenAI chat; native: passed to an upstream's /v1/messages; count_tokens) and outcome (ok, client_error, server_error, stream_error, translate_error, canceled)."},
+			[]string{"mode", "outcome"}),
+		translationErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_anthropic_translation_errors_total",
+			Help: "Translations that failed: request (an Anthropic request refused with a 400), response (an upstream answer that is not a chat completion), stream (an upstream stream that could not be translated)."},
+			[]string{"direction"}),
+	}
+}
+
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.translationErrors}
+}
