@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -389,6 +390,8 @@ type httpOutcome struct {
 
 // Every HTTP route (KServe REST, the OpenAI API, files and batches, admin, health and metrics) with
 // every kind of caller, as TestSecurityAuthMatrixRPC does for RPCs.
+var requestIDField = regexp.MustCompile(`"request_id":"[^"]*"`)
+
 func TestSecurityAuthMatrixHTTP(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	// llama and qwen have a tokenizer, so /tokenize answers the key that may use the model.
@@ -433,6 +436,15 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/v1/sessions", `{"model":"$M"}`, scoped, &llm},
 		{"GET", "/v1/sessions/sess_AAAAAAAAAAAAAAAAAAAAAA", "", anyKey, nil},
 		{"DELETE", "/v1/sessions/sess_AAAAAAAAAAAAAAAAAAAAAA", "", anyKey, nil},
+		{"POST", "/v1/messages", `{"model":"$M","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
+		{"POST", "/v1/messages/count_tokens", `{"model":"$M","messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
+		{"POST", "/olla/anthropic/v1/messages", `{"model":"$M","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
+		{"GET", "/olla/models", "", anyKey, nil},
+		{"GET", "/olla/vllm/v1/models/$M", "", scoped, &llm},
+		{"POST", "/olla/vllm/v1/chat/completions", `{"model":"$M","messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
+		{"POST", "/olla/proxy/v1/completions", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
+		{"GET", "/olla/vllm/health", "", anyKey, nil},
+		{"GET", "/olla/vllm/metrics", "", anyKey, nil},
 	}
 	call := func(method, path, body, key, model string) httpOutcome {
 		fill := func(s string) string { return strings.ReplaceAll(s, "$M", model) }
@@ -448,6 +460,7 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		if model != "" {
 			r.body = strings.ReplaceAll(r.body, model, "<MODEL>")
 		}
+		r.body = requestIDField.ReplaceAllString(r.body, `"request_id":"<ID>"`) // Anthropic's errors name the request
 		return httpOutcome{r.status, r.body}
 	}
 	for _, rt := range routes {

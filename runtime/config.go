@@ -101,6 +101,10 @@ type modelConfig struct {
 	Cache *cacheConfig `yaml:"cache"`
 	// Session keeps conversations in the gateway: clients send only the new turn.
 	Session *sessionConfig `yaml:"session"`
+	// Messages is how Anthropic Messages API requests (/v1/messages) for the model are served:
+	// translate (the default: to OpenAI chat completions and back, for any upstream) or native
+	// (passed unchanged to the upstream's own /v1/messages: vLLM 0.12 and later).
+	Messages string `yaml:"messages"`
 }
 
 // cacheConfig is models.<name>.cache.
@@ -269,6 +273,11 @@ func (m modelConfig) validate(name string) []string {
 	}
 	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent || m.Input == "tokens") {
 		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))
+	}
+	switch m.Messages {
+	case "", "translate", "native":
+	default:
+		out = append(out, fmt.Sprintf("models.%s.messages: %q is neither translate nor native", name, m.Messages))
 	}
 	out = append(out, m.Cache.validate(name)...)
 	out = append(out, m.Session.validate(name)...)

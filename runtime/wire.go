@@ -143,12 +143,15 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	if err != nil {
 		return nil, nil, err
 	}
+	messagesMount, messagesOuter, messagesInner := messagesAPI(cfg, models, func() *openai.Proxy { return proxy }, visible, &collectors, log)
+	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesOuter)
 	if auth != nil {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
 	}
-	gwCfg.Services = append(gwCfg.Services, proxy.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
+	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		if cfg.Compat.ollaRoutes() {
 			proxy.MountOlla(mux, "/olla")
 		}

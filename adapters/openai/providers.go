@@ -402,3 +402,8 @@ func (p *Proxy) vllmMetrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_ = vllmmetrics.Expose(w, pages)
 }
+
+// Forwarder is the handler that passes a POST to the upstreams as the OpenAI API's routes do,
+// at the request's own path: the model's pipeline, routing, failover, the response streamed
+// back. The Anthropic Messages API's native path uses it for /v1/messages.
+func (p *Proxy) Forwarder() http.Handler { return http.HandlerFunc(p.proxy) }
