@@ -50,7 +50,8 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	if req.ID = r.Header.Get(HeaderRequestID); req.ID == "" {
 		req.ID = pipeline.NewRequestID()
 	}
-	res, err := p.Handle(r.Context(), req)
+	ctx, stuck := p.sticky(r.Context(), r.Header, req.Model())
+	res, err := p.Handle(ctx, req)
 	if err != nil {
 		var gwErr *pipeline.Error
 		if errors.As(err, &gwErr) {
@@ -88,6 +89,9 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.Stream || req.Stream() {
 		h.Del("Content-Length")
+	}
+	if stuck != nil {
+		stuck(h, res.Endpoint)
 	}
 	w.WriteHeader(res.StatusCode)
 

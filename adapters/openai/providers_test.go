@@ -304,3 +304,39 @@ func TestOllaVLLMLoad(t *testing.T) {
 	assert.Contains(t, body, `vllm:num_requests_running{endpoint="a"} 1`)
 	assert.Contains(t, body, `vllm:num_requests_running{endpoint="b"} 0`)
 }
+
+// Olla's sticky sessions: requests with one X-Olla-Session-ID stick to the endpoint that served
+// the first, whatever the load elsewhere, and move when it leaves rotation.
+func TestOllaStickySession(t *testing.T) {
+	t.Parallel()
+	a := openaitest.Start(t, "a", "llama")
+	b := openaitest.Start(t, "b", "llama")
+	e := startOlla(t, openai.Options{}, slowChecks(ep(a, 0)), slowChecks(ep(b, 0)))
+	e.waitModels(t, 1)
+	first := map[string]string{}
+	for _, s := range []string{"s1", "s2", "s3", "s4"} {
+		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+		require.Equal(t, http.StatusOK, res.StatusCode, body)
+		assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky))
+		first[s] = res.Header.Get(openai.HeaderEndpoint)
+	}
+	assert.Len(t, map[string]bool{first["s1"]: true, first["s2"]: true, first["s3"]: true, first["s4"]: true}, 2, "new sessions spread")
+	for range 3 {
+		for s, want := range first {
+			res, _ := e.post(t, "/olla/vllm/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+			assert.Equal(t, want, res.Header.Get(openai.HeaderEndpoint), s)
+			assert.Equal(t, "hit", res.Header.Get(openai.HeaderOllaSticky))
+		}
+	}
+	a.Stop() // the next request to a fails over to b, and the session moves there
+	for s, was := range first {
+		if was != "a" {
+			continue
+		}
+		res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+		assert.Equal(t, "b", res.Header.Get(openai.HeaderEndpoint))
+		assert.Equal(t, "repin", res.Header.Get(openai.HeaderOllaSticky))
+	}
+	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "no session, no stickiness")
+}

@@ -91,6 +91,8 @@ type Proxy struct {
 	watchers atomic.Pointer[[]func()]
 	// terminal is the last Handler of every model's pipeline: p.forward, as one func value.
 	terminal pipeline.Handler
+	// affinity pins Olla's sticky sessions (X-Olla-Session-ID) to endpoints.
+	affinity *affinity
 
 	mu sync.Mutex // guards table rebuilds and watchers
 }
@@ -160,6 +162,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, m: newMetrics(), router: upstream.Router{Breaker: opts.Breaker, Last: true}}
 	p.terminal = p.forward
+	p.affinity = newAffinity()
 	p.watchers.Store(&[]func(){})
 	for _, k := range opts.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(k))
