@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -339,4 +340,41 @@ func TestOllaStickySession(t *testing.T) {
 	}
 	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
 	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "no session, no stickiness")
+}
+
+// BenchmarkOllaRoute: a chat completion through Olla's provider-scoped route against the same
+// through /v1, alternating on one client (the baseline in the same process); ratio is the
+// route's time over /v1's (goal: 1, the same cost).
+func BenchmarkOllaRoute(b *testing.B) {
+	up := openaitest.Start(b, "bench", "llama")
+	e := startOlla(b, openai.Options{}, slowChecks(ep(up, 0)))
+	client := benchClient()
+	defer client.CloseIdleConnections()
+	var buf bytes.Buffer
+	send := func(path string) time.Duration {
+		s := time.Now()
+		res, err := client.Post(e.URL+path, "application/json", bytes.NewReader(benchChat))
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Reset()
+		_, err = buf.ReadFrom(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			b.Fatalf("%s: status %d, err %v: %s", path, res.StatusCode, err, buf.Bytes())
+		}
+		return time.Since(s)
+	}
+	for range 100 {
+		send("/v1/chat/completions")
+		send("/olla/vllm/v1/chat/completions")
+	}
+	var v1, olla time.Duration
+	for b.Loop() {
+		v1 += send("/v1/chat/completions")
+		olla += send("/olla/vllm/v1/chat/completions")
+	}
+	b.ReportMetric(float64(v1.Microseconds())/float64(b.N), "v1-us/op")
+	b.ReportMetric(float64(olla.Microseconds())/float64(b.N), "olla-us/op")
+	b.ReportMetric(float64(olla)/float64(v1), "ratio")
 }
