@@ -100,7 +100,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if count {
 		mode = modeCount
 	}
-	body, err := readBody(r, h.opts.MaxBodyBytes)
+	body, err := pipeline.ReadBody(r, h.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -268,19 +268,4 @@ func (h *Handler) refuse(w http.ResponseWriter, mode, reqID string, e *apiError)
 	w.Header().Set("X-Request-Id", reqID)
 	e.write(w, reqID)
 	h.m.requests.WithLabelValues(mode, string(outcomeOf(e.status))).Inc()
-}
-
-// readBody reads a request body of at most limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	if r.ContentLength > 0 {
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }

@@ -200,28 +200,8 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 // toolCallOf reads one of a completion's tool calls; its input is nil when the arguments are not
 // a JSON object. ok is false when the JSON is malformed.
 func toolCallOf(sc *scanner, i int) (outBlock, bool) {
-	var id, name, args []byte
-	ok := sc.object(func(sc *scanner, key []byte) bool {
-		switch string(key) {
-		case `"id"`:
-			id = sc.strOrNull()
-		case `"function"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				switch string(key) {
-				case `"name"`:
-					name = sc.strOrNull()
-				case `"arguments"`:
-					args = sc.strOrNull()
-				default:
-					return sc.skip(0)
-				}
-				return !sc.bad
-			})
-		default:
-			return sc.skip(0)
-		}
-		return !sc.bad
-	})
+	f, ok := readToolCall(sc, int64(i))
+	id, name, args := f.id, f.name, f.args
 	if !ok {
 		return outBlock{}, false
 	}
@@ -388,4 +368,40 @@ func appendErrorEvent(b []byte, typ, msg string) []byte {
 	b = appendEventHead(b, "error")
 	b = appendError(b, typ, msg, "")
 	return append(b, "\n\n"...)
+}
+
+// toolCallFields are one OpenAI tool call's fields as raw JSON values (strings still quoted;
+// nil when absent or null), a whole answer's or a stream delta's.
+type toolCallFields struct {
+	index          int64
+	id, name, args []byte
+}
+
+// readToolCall reads a tool call object; index is pos unless the object has its own.
+func readToolCall(sc *scanner, pos int64) (toolCallFields, bool) {
+	f := toolCallFields{index: pos}
+	ok := sc.object(func(sc *scanner, key []byte) bool {
+		switch string(key) {
+		case `"index"`:
+			f.index = sc.int()
+		case `"id"`:
+			f.id = sc.strOrNull()
+		case `"function"`:
+			return sc.object(func(sc *scanner, key []byte) bool {
+				switch string(key) {
+				case `"name"`:
+					f.name = sc.strOrNull()
+				case `"arguments"`:
+					f.args = sc.strOrNull()
+				default:
+					return sc.skip(0)
+				}
+				return !sc.bad
+			})
+		default:
+			return sc.skip(0)
+		}
+		return !sc.bad
+	})
+	return f, ok
 }

@@ -299,31 +299,8 @@ func (s *streamer) deltaHead(deltaType, field string) {
 // starts the call's tool_use block; its argument fragments are input_json_delta events (those that
 // came first wait for the start).
 func (s *streamer) toolCall(sc *scanner, pos int) bool {
-	idx := int64(pos)
-	var id, name, args []byte
-	ok := sc.object(func(sc *scanner, key []byte) bool {
-		switch string(key) {
-		case `"index"`:
-			idx = sc.int()
-		case `"id"`:
-			id = sc.strOrNull()
-		case `"function"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				switch string(key) {
-				case `"name"`:
-					name = sc.strOrNull()
-				case `"arguments"`:
-					args = sc.strOrNull()
-				default:
-					return sc.skip(0)
-				}
-				return !sc.bad
-			})
-		default:
-			return sc.skip(0)
-		}
-		return !sc.bad
-	})
+	f, ok := readToolCall(sc, int64(pos))
+	idx, id, name, args := f.index, f.id, f.name, f.args
 	if !ok {
 		return false
 	}

@@ -31,7 +31,7 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // proxy serves one POST of the OpenAI API: the HTTP adapter onto the request pipeline.
 func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, err := readBody(r, p.opts.MaxBodyBytes)
+	body, err := pipeline.ReadBody(r, p.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -236,20 +236,4 @@ func isHopHeader(k string) bool {
 		return true
 	}
 	return false
-}
-
-// readBody reads the whole request body, in one allocation when the length is declared.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	if r.ContentLength > 0 {
-		// The server's body reader stops at the declared length, which is within the limit.
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }

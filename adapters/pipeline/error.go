@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -175,4 +176,21 @@ func Truncate(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s + "..."
+}
+
+// ReadBody reads an HTTP request's whole body, at most limit bytes (an *http.MaxBytesError
+// beyond), in one allocation when the length is declared: the server's body reader stops at the
+// declared length, which is checked against the limit first.
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if r.ContentLength > 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }
