@@ -351,28 +351,20 @@ func BenchmarkOllaRoute(b *testing.B) {
 	client := benchClient()
 	defer client.CloseIdleConnections()
 	var buf bytes.Buffer
-	send := func(path string) time.Duration {
+	// chatOnce posts to its base URL + /v1/chat/completions: /olla/vllm is the route's base.
+	send := func(base string) time.Duration {
 		s := time.Now()
-		res, err := client.Post(e.URL+path, "application/json", bytes.NewReader(benchChat))
-		if err != nil {
-			b.Fatal(err)
-		}
-		buf.Reset()
-		_, err = buf.ReadFrom(res.Body)
-		res.Body.Close()
-		if err != nil || res.StatusCode != http.StatusOK {
-			b.Fatalf("%s: status %d, err %v: %s", path, res.StatusCode, err, buf.Bytes())
-		}
+		chatOnce(b, client, e.URL+base, &buf)
 		return time.Since(s)
 	}
 	for range 100 {
-		send("/v1/chat/completions")
-		send("/olla/vllm/v1/chat/completions")
+		send("")
+		send("/olla/vllm")
 	}
 	var v1, olla time.Duration
 	for b.Loop() {
-		v1 += send("/v1/chat/completions")
-		olla += send("/olla/vllm/v1/chat/completions")
+		v1 += send("")
+		olla += send("/olla/vllm")
 	}
 	b.ReportMetric(float64(v1.Microseconds())/float64(b.N), "v1-us/op")
 	b.ReportMetric(float64(olla.Microseconds())/float64(b.N), "olla-us/op")
