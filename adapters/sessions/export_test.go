@@ -22,6 +22,7 @@ func (m *Metrics) Turns(model, result string) float64 {
 }
 func (m *Metrics) Trimmed(model string) float64  { return value(m.trimmed.WithLabelValues(model)) }
 func (m *Metrics) Busy(model string) float64     { return value(m.busy.WithLabelValues(model)) }
+func (m *Metrics) Waits(model string) float64    { return value(m.waits.WithLabelValues(model)) }
 func (m *Metrics) StoreErrors(op string) float64 { return value(m.storeErrors.WithLabelValues(op)) }
 func (m *Metrics) Active(model string) float64   { return value(m.active.WithLabelValues(model)) }
 func (m *Metrics) Created(model string) float64  { return value(m.created.WithLabelValues(model)) }

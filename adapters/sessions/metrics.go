@@ -10,6 +10,7 @@ type Metrics struct {
 	turns            *prometheus.CounterVec
 	trimmed          *prometheus.CounterVec
 	busy             *prometheus.CounterVec
+	waits            *prometheus.CounterVec
 	storeErrors      *prometheus.CounterVec
 }
 
@@ -34,6 +35,8 @@ func NewMetrics() *Metrics {
 			[]string{"model", "result"}),
 		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_sessions_trimmed_tokens_total",
 			Help: "Tokens of session history left out of prompts to fit the context window."}, []string{"model"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_sessions_lock_waits_total",
+			Help: "Turns that found another turn of the session in progress and waited for it (up to the lock wait)."}, []string{"model"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_sessions_busy_total",
 			Help: "Turns refused with 409 because another turn of the session was in progress."}, []string{"model"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_sessions_store_errors_total",
@@ -43,5 +46,5 @@ func NewMetrics() *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.created, m.deleted, m.active, m.turns, m.trimmed, m.busy, m.storeErrors}
+	return []prometheus.Collector{m.created, m.deleted, m.active, m.turns, m.trimmed, m.busy, m.waits, m.storeErrors}
 }

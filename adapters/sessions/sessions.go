@@ -17,8 +17,8 @@
 // A session belongs to the API key that created it (Options.Owner) and to one model. Ids the
 // gateway did not make, expired ones and another key's are all the same 404, so a client cannot
 // learn whether an id exists. A turn holds the session's lock from the request until its answer
-// is stored; a second concurrent turn is refused with 409 session_busy, so turns never
-// interleave. The lock is a lease, renewed while the turn runs, so a gateway that dies mid-turn
+// is stored; a second concurrent turn waits for it (Options.LockWait) and is then refused with
+// 409 session_busy, so turns never interleave. The lock is a lease, renewed while the turn runs, so a gateway that dies mid-turn
 // frees the session within one lease.
 //
 // State lives in a Store: Memory (one process) or Redis (replicas sharing one Redis continue

@@ -381,6 +381,34 @@ func TestBusy(t *testing.T) {
 	assert.Equal(t, msgs("user:first", "assistant:re: first", "user:third", "assistant:re: third"), g.stored("", id))
 }
 
+// A turn sent while the previous one is finishing (its answer read, not yet stored) waits for
+// it, within LockWait, instead of being refused: here the first turn is held until the second
+// has arrived, and the second still succeeds, after the first, with the first in its history.
+func TestBusyWaits(t *testing.T) {
+	t.Parallel()
+	u := startUpstream(t, "u1")
+	g := startGateway(t, gwConfig{ups: []*upstream{u}, options: func(o *sessions.Options) { o.LockWait = time.Minute }})
+	id := g.create("", "m")
+	arrived, release := u.holdNext()
+	defer release()
+	done := make(chan int)
+	go func() {
+		st, _, _ := g.turn("", id, true, user("first"))
+		done <- st
+	}()
+	<-arrived
+	second := make(chan int, 1)
+	go func() {
+		st, _, _ := g.turn("", id, false, user("second"))
+		second <- st
+	}()
+	require.Eventually(t, func() bool { return g.metrics.Waits("m") == 1 }, 10*time.Second, time.Millisecond, "the second turn is waiting")
+	release()
+	assert.Equal(t, http.StatusOK, <-done)
+	assert.Equal(t, http.StatusOK, <-second, "waited for the first turn instead of 409")
+	assert.Equal(t, msgs("user:first", "assistant:re: first", "user:second", "assistant:re: second"), g.stored("", id))
+}
+
 // 64 clients send turns to one session at once, each retrying while it is busy: every turn is
 // stored exactly once, whole, and each upstream request saw exactly the turns stored before it.
 func TestConcurrentTurns(t *testing.T) {

@@ -48,6 +48,11 @@ type Options struct {
 	// of it while the turn runs, so a gateway that dies mid-turn frees its session within a
 	// lease. Default 30 s.
 	LockLease time.Duration
+	// LockWait is how long a turn waits for the session's previous turn to be stored before it
+	// is refused with 409 session_busy: a client sends its next turn as soon as the last
+	// answer's final bytes arrive, a moment before the gateway has stored that answer and
+	// released the lock. Default 2 s; negative: no wait.
+	LockWait time.Duration
 	// MaxTurn bounds how long a turn's lock is renewed (a turn whose body is never finished);
 	// default 1 h.
 	MaxTurn time.Duration
@@ -113,6 +118,9 @@ func New(opts Options) *Manager {
 	}
 	if opts.LockLease <= 0 {
 		opts.LockLease = 30 * time.Second
+	}
+	if opts.LockWait == 0 {
+		opts.LockWait = 2 * time.Second
 	}
 	if opts.MaxTurn <= 0 {
 		opts.MaxTurn = time.Hour
@@ -226,10 +234,35 @@ func sessionID(req *pipeline.Request) (id string, ok bool, err error) {
 	return bodyID, bodyID != "", nil
 }
 
+// lock takes session id's lock, waiting up to LockWait for a turn in progress to end.
+func (m *Manager) lock(ctx context.Context, model, id string) (*Session, string, error) {
+	owner := m.opts.Owner(ctx)
+	var deadline time.Time
+	wait := 5 * time.Millisecond
+	for {
+		s, token, err := m.opts.Store.Lock(ctx, owner, id, m.opts.LockLease)
+		if !errors.Is(err, ErrBusy) || m.opts.LockWait < 0 {
+			return s, token, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(m.opts.LockWait)
+			m.m.waits.WithLabelValues(model).Inc()
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return s, token, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
 // turn sends one turn of session id.
 func (m *Manager) turn(ctx context.Context, next pipeline.Handler, req *pipeline.Request, model string, mo ModelOptions, id string) (*pipeline.Response, error) {
-	st := m.opts.Store
-	s, token, err := st.Lock(ctx, m.opts.Owner(ctx), id, m.opts.LockLease)
+	s, token, err := m.lock(ctx, model, id)
 	if err != nil {
 		if errors.Is(err, ErrBusy) {
 			m.m.busy.WithLabelValues(model).Inc()
