@@ -44,6 +44,8 @@ func TestReasoningSplit(t *testing.T) {
 		{V32, thinking, "Here is my thought process:\nA then B, never finishing", "<nil>", "Here is my thought process:\nA then B, never finishing"},
 		{V32, thinking, "only the end Here is my response: X", "<nil>", "only the end Here is my response: X"},
 		{V32, thinking, "no markers at all", "<nil>", "no markers at all"},
+		{V32, thinking, "Here is my thought process:Here is my response: X", "<nil>", "Here is my thought process:Here is my response: X"},
+		{V32, thinking, "Here is my thought process: Here is my response: X", "", "X"},
 		{V32, &ChatRequest{}, "Here is my thought process: A Here is my response: B", "<nil>", "Here is my thought process: A Here is my response: B"},
 		{V32, nil, "Here is my thought process: A Here is my response: B", "<nil>", "Here is my thought process: A Here is my response: B"},
 		{V32, thinking, "Here is my response: X Here is my thought process: Y", "<nil>", "Here is my response: X Here is my thought process: Y"},
