@@ -30,7 +30,6 @@ const (
 
 var (
 	reCo32         = regexp.MustCompile(`<co>(\d+)</co>`)
-	reCoStrip32    = regexp.MustCompile(`\s*<co>\d+</co>\s*`)
 	reCiteLine32   = regexp.MustCompile(`(?s)<co>(\d+)</co>\s*Document (\d+): "(.+)$`)
 	reCite33       = regexp.MustCompile(`<\|start_of_cite\|>\{"document_id": "(\d+)"\}<\|end_of_cite\|>`)
 	reCiteLine33   = regexp.MustCompile(`(\d+):(.+)`)
@@ -94,13 +93,11 @@ func parse32(text string, inputDocs []Document) (parsedOutput, error) {
 
 	docs := docsFromCitations32(citesText)
 	alignDocsWithInput(docs, inputDocs)
-	clean := pyStrip(reCoStrip32.ReplaceAllLiteralString(resp, ""))
+	clean := pyStrip(removeCo(resp))
 	out := parsedOutput{response: clean}
 
 	if hallucText != "" {
-		out.hallucinations = parseHallucinations(hallucText, clean, func(s string) string {
-			return reCoStrip32.ReplaceAllLiteralString(s, "")
-		})
+		out.hallucinations = parseHallucinations(hallucText, clean, removeCo)
 	}
 	if citesText != "" {
 		cites := parseCitations32(citesText)
@@ -306,7 +303,7 @@ func addContextSpans(cites []Citation, docs []CitedDocument) {
 
 func addResponseSpans32(cites []Citation, withMarks, clean string) error {
 	sents := splitSentences(withMarks)
-	removeMarks := func(s string) string { return reCoStrip32.ReplaceAllLiteralString(s, "") }
+	removeMarks := removeCo
 	byID := map[string]string{}
 	for si, s := range sents {
 		for _, m := range reCo32.FindAllStringSubmatchIndex(s, -1) {
@@ -464,4 +461,51 @@ func pySplitLines(s string) []string {
 		out = append(out, s[start:])
 	}
 	return out
+}
+
+// removeCo deletes 3.2 citation markers with the whitespace around them, as the regular
+// expression \s*<co>\d+</co>\s* does (with Python's Unicode \s); written out because Go's
+// backtracker spends most of a parse on the leading \s*.
+func removeCo(s string) string {
+	if !strings.Contains(s, "<co>") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	last, pos := 0, 0
+	for {
+		j := strings.Index(s[pos:], "<co>")
+		if j < 0 {
+			break
+		}
+		j += pos
+		k := j + 4
+		for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+			k++
+		}
+		if k == j+4 || !strings.HasPrefix(s[k:], "</co>") {
+			pos = j + 4
+			continue
+		}
+		end := k + 5
+		l := j
+		for l > last {
+			r, n := utf8.DecodeLastRuneInString(s[last:l])
+			if !isPySpace(r) {
+				break
+			}
+			l -= n
+		}
+		for end < len(s) {
+			r, n := utf8.DecodeRuneInString(s[end:])
+			if !isPySpace(r) {
+				break
+			}
+			end += n
+		}
+		b.WriteString(s[last:l])
+		last, pos = end, end
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }

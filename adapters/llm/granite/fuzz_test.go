@@ -2,6 +2,7 @@ package granite
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -108,6 +109,40 @@ func FuzzRender(f *testing.F) {
 			if !strings.HasSuffix(p, "<|end_of_role|>") || !strings.HasPrefix(p, "<|start_of_role|>system<|end_of_role|>") {
 				t.Fatalf("prompt %q", p)
 			}
+		}
+	})
+}
+
+// FuzzPyJSON: every valid JSON value re-encodes in Python's form to JSON of the same value.
+func FuzzPyJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5e3,{"b":"é\u00e9\ud83d\ude00"}],"c":{}}`, `[]`, `"\u0000\/"`, `-0`, `1e999`, `[1.0,-0.0]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var b1 strings.Builder
+		err := pyIndentJSON(&b1, b, 0)
+		if !json.Valid(b) {
+			return // its contract: Render checks json.Valid first; it must only not panic
+		}
+		if err != nil {
+			if err == errJSONDepth {
+				return
+			}
+			t.Fatalf("%q: %v", b, err)
+		}
+		out := b1.String()
+		if strings.Contains(out, "Infinity") || strings.Contains(out, "NaN") {
+			return // Python's non-standard float literals
+		}
+		var v1, v2 any
+		if json.Unmarshal(b, &v1) != nil {
+			return
+		}
+		if err := json.Unmarshal([]byte(out), &v2); err != nil {
+			t.Fatalf("%q -> %q: %v", b, out, err)
+		}
+		if !reflect.DeepEqual(v1, v2) {
+			t.Fatalf("%q -> %q changes the value", b, out)
 		}
 	})
 }

@@ -271,3 +271,22 @@ func TestSanitizeInputsOnlyTouchesMessages(t *testing.T) {
 		t.Error("Render changed the caller's request")
 	}
 }
+
+// The tools JSON must be what CPython's json.dumps(indent=4) writes: escapes, floats, -0, Infinity.
+func TestPythonJSONGolden(t *testing.T) {
+	t.Parallel()
+	var got strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, "pyjson_cases.jsonl")), "\n") {
+		if err := pyIndentJSON(&got, json.RawMessage(line), 0); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		got.WriteString("\n====\n")
+	}
+	assertSame(t, got.String(), readFile(t, "pyjson_expected.txt"))
+	for _, bad := range []string{`{"a" 1}`, `[1,`, `"\x"`, `{"a":1}x`, `"\u12"`, strings.Repeat("[", 100) + strings.Repeat("]", 100)} {
+		var b strings.Builder
+		if err := pyIndentJSON(&b, json.RawMessage(bad), 0); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -385,3 +385,21 @@ func TestSplitSentences(t *testing.T) {
 		}
 	}
 }
+
+func TestRemoveCo(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"a <co>1</co>. b":               "a. b",
+		"a<co>1</co><co>2</co>b":        "ab",
+		"a  <co>1</co>  <co>22</co>  b": "ab",
+		"a <co>x</co> b <co></co>":      "a <co>x</co> b <co></co>",
+		"<co>1</co>":                    "",
+		"x\u00a0<co>3</co>\ny":          "xy",
+		"no markers":                    "no markers",
+		"a <co>1</co b <co>2</co>":      "a <co>1</co b",
+	} {
+		if got := removeCo(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
