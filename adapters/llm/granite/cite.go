@@ -306,8 +306,8 @@ func addResponseSpans32(cites []Citation, withMarks, clean string) error {
 	removeMarks := removeCo
 	byID := map[string]string{}
 	for si, s := range sents {
-		for _, m := range reCo32.FindAllStringSubmatchIndex(s, -1) {
-			id := s[m[2]:m[3]]
+		for _, m := range findCo(s) {
+			id := s[m[1]:m[2]]
 			if _, seen := byID[id]; seen {
 				continue
 			}
@@ -508,4 +508,27 @@ func removeCo(s string) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// findCo returns the 3.2 markers <co>N</co> in s as [start, id start, id end, end] (what the
+// regexp <co>(\d+)</co> finds; by hand, as this runs once per sentence).
+func findCo(s string) [][4]int {
+	var out [][4]int
+	for pos := 0; ; {
+		j := strings.Index(s[pos:], "<co>")
+		if j < 0 {
+			return out
+		}
+		j += pos
+		k := j + 4
+		for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+			k++
+		}
+		if k > j+4 && strings.HasPrefix(s[k:], "</co>") {
+			out = append(out, [4]int{j, j + 4, k, k + 5})
+			pos = k + 5
+			continue
+		}
+		pos = j + 4
+	}
 }

@@ -403,3 +403,19 @@ func TestRemoveCo(t *testing.T) {
 		}
 	}
 }
+
+func TestFindCoMatchesRegexp(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "<co>1</co>", "a<co>12</co>b<co></co><co>x</co><co>3</co", "<co><co>4</co>", "<co>1</co><co>2</co>"} {
+		want := reCo32.FindAllStringSubmatchIndex(s, -1)
+		got := findCo(s)
+		if len(got) != len(want) {
+			t.Fatalf("%q: %v, want %v", s, got, want)
+		}
+		for i := range got {
+			if got[i] != [4]int{want[i][0], want[i][2], want[i][3], want[i][1]} {
+				t.Errorf("%q: %v, want %v", s, got, want)
+			}
+		}
+	}
+}

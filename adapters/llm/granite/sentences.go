@@ -26,18 +26,11 @@ func splitSentences(text string) []string {
 	pos := 0
 	for pos < len(text) {
 		// Find the next run of non-space characters.
-		rs := pos
-		for rs < len(text) {
-			r, n := utf8.DecodeRuneInString(text[rs:])
-			if !unicode.IsSpace(r) {
-				break
-			}
-			rs += n
-		}
+		rs := skipSpace(text, pos)
 		re := rs
 		for re < len(text) {
-			r, n := utf8.DecodeRuneInString(text[re:])
-			if unicode.IsSpace(r) {
+			sp, n := spaceAt(text, re)
+			if sp {
 				break
 			}
 			re += n
@@ -89,13 +82,22 @@ func hasTextAfter(text string, i int) bool {
 
 func skipSpace(text string, i int) int {
 	for i < len(text) {
-		r, n := utf8.DecodeRuneInString(text[i:])
-		if !unicode.IsSpace(r) {
+		sp, n := spaceAt(text, i)
+		if !sp {
 			break
 		}
 		i += n
 	}
 	return i
+}
+
+// spaceAt says whether text[i:] starts with a space character, and that character's size.
+func spaceAt(text string, i int) (bool, int) {
+	if c := text[i]; c < utf8.RuneSelf {
+		return c == ' ' || (c >= '\t' && c <= '\r'), 1
+	}
+	r, n := utf8.DecodeRuneInString(text[i:])
+	return unicode.IsSpace(r), n
 }
 
 // isSentenceEnd decides whether tok (ending in . ? or !) ends a sentence, given what follows.
