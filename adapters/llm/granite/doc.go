@@ -11,7 +11,7 @@
 //
 // Processors are found by name in a Registry. NewDefaultRegistry holds Granite 3.2 and 3.3
 // under granite-io's names and aliases ("granite3.2", "granite3.2:8b",
-// "ibm-granite/granite-3.3-8b-instruct", ...; see Names32 and Names33). A Go program adds its
+// "ibm-granite/granite-3.3-8b-instruct", ...; see Version.Names). A Go program adds its
 // own processor by implementing InputProcessor and OutputProcessor (and, for a multi-call
 // flow, IOProcessor through Entry.NewIO) and calling Register with a name and aliases; see
 // ExampleRegistry.

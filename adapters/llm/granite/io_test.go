@@ -79,12 +79,8 @@ func TestSimpleIOProcessor(t *testing.T) {
 func TestRegistryNames(t *testing.T) {
 	t.Parallel()
 	reg := NewDefaultRegistry()
-	for _, names := range [][]string{Names32, Names33} {
-		want := V32
-		if names[0] == "Granite 3.3" {
-			want = V33
-		}
-		for _, n := range names {
+	for _, want := range []Version{V32, V33} {
+		for _, n := range want.Names() {
 			e, ok := reg.Lookup(n)
 			if !ok || e.Input.(*Processor).Version() != want {
 				t.Errorf("%q: %v %v", n, ok, e)
@@ -97,7 +93,7 @@ func TestRegistryNames(t *testing.T) {
 	if _, err := reg.IOProcessor("granite4", &fakeBackend{}); err == nil {
 		t.Error("unknown name accepted")
 	}
-	if len(reg.Names()) != len(Names32)+len(Names33) {
+	if len(reg.Names()) != len(V32.Names())+len(V33.Names()) {
 		t.Errorf("names %v", reg.Names())
 	}
 	p := New(V32)

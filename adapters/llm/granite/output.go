@@ -103,8 +103,8 @@ func findFirst(text string, markers []string) (int, int) {
 	return -1, -1
 }
 
-// between returns what lies between the first open and the first close after it... as
-// granite-io does: the first of each, and only if close starts after open ends.
+// between returns what lies between the first open and the first close, as granite-io
+// takes them: only when that close starts after that open ends.
 func between(text, open, close string) (string, bool) {
 	o := strings.Index(text, open)
 	c := strings.Index(text, close)

@@ -59,29 +59,33 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{entries: map[string]*Entry{}} }
 
-// Names granite-io registers its processors under.
-var (
-	Names32 = []string{"Granite 3.2", "ibm-granite/granite-3.2-2b-instruct",
-		"ibm-granite/granite-3.2-8b-instruct", "granite3.2", "granite3.2:8b", "granite3.2:2b",
-		"ibm-granite/granite-8b-instruct-preview-4k"}
-	Names33 = []string{"Granite 3.3", "ibm-granite/granite-3.3-2b-instruct",
-		"ibm-granite/granite-3.3-8b-instruct", "granite3.3", "granite3.3:2b", "granite3.3:8b"}
-)
-
-// NewDefaultRegistry returns a registry holding Granite 3.2 and 3.3 under granite-io's names
-// and aliases (Names32, Names33); opts configure both processors.
-func NewDefaultRegistry(opts ...Option) *Registry {
-	r := NewRegistry()
-	p32, p33 := New(V32, opts...), New(V33, opts...)
-	must(r.Register(Entry{Input: p32, Output: p32, NewIO: func(b Backend) IOProcessor { return NewSimple(p32, p32, b) }}, Names32[0], Names32[1:]...))
-	must(r.Register(Entry{Input: p33, Output: p33, NewIO: func(b Backend) IOProcessor { return NewSimple(p33, p33, b) }}, Names33[0], Names33[1:]...))
-	return r
+// Names returns the names granite-io registers a format's processors under, the canonical
+// name first (a fresh slice each call).
+func (v Version) Names() []string {
+	switch v {
+	case V32:
+		return []string{"Granite 3.2", "ibm-granite/granite-3.2-2b-instruct",
+			"ibm-granite/granite-3.2-8b-instruct", "granite3.2", "granite3.2:8b", "granite3.2:2b",
+			"ibm-granite/granite-8b-instruct-preview-4k"}
+	case V33:
+		return []string{"Granite 3.3", "ibm-granite/granite-3.3-2b-instruct",
+			"ibm-granite/granite-3.3-8b-instruct", "granite3.3", "granite3.3:2b", "granite3.3:8b"}
+	}
+	return nil
 }
 
-func must(err error) {
-	if err != nil {
-		panic(err)
+// NewDefaultRegistry returns a registry holding Granite 3.2 and 3.3 under granite-io's names
+// and aliases (Version.Names); opts configure both processors.
+func NewDefaultRegistry(opts ...Option) *Registry {
+	r := NewRegistry()
+	for _, v := range []Version{V32, V33} {
+		p := New(v, opts...)
+		names := v.Names()
+		if err := r.Register(Entry{Input: p, Output: p}, names[0], names[1:]...); err != nil {
+			panic(err) // the two name lists are disjoint
+		}
 	}
+	return r
 }
 
 // Register adds e under name and every alias. A name already taken is an error and nothing
