@@ -1,0 +1,217 @@
+package granite
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// splitSentences approximates NLTK's English Punkt tokenizer (sent_tokenize), which granite-io
+// uses to find the sentence a citation marker belongs to. Punkt's English model is trained
+// statistics; this keeps its rules that matter for model answers:
+//
+//   - a candidate end is the last '.', '?' or '!' of a run of non-space characters that is
+//     followed by whitespace and more text, or by one of ?!)";}]*:@'({[ ;
+//   - '?' and '!' always end a sentence;
+//   - a period does not end one after a known abbreviation ("e.g.", "Dr.", "U.S.", any word
+//     with an inner period), after a single-letter initial, or after a number when the next
+//     word starts in lower case or with ,;:.!?;
+//   - closing quotes and brackets after the end move to the sentence they close;
+//   - sentences start at their first non-space character.
+//
+// It differs from NLTK on rare abbreviations the trained model knows and this list does not.
+func splitSentences(text string) []string {
+	var out []string
+	start := 0
+	pos := 0
+	for pos < len(text) {
+		// Find the next run of non-space characters.
+		rs := skipSpace(text, pos)
+		re := rs
+		for re < len(text) {
+			sp, n := spaceAt(text, re)
+			if sp {
+				break
+			}
+			re += n
+		}
+		if rs >= len(text) {
+			break
+		}
+		// The rightmost end character in the run whose follower qualifies.
+		end := -1
+		for j := re - 1; j >= rs; j-- {
+			c := text[j]
+			if c != '.' && c != '?' && c != '!' {
+				continue
+			}
+			if j+1 < re && strings.IndexByte(punktNonWord, text[j+1]) >= 0 {
+				end = j
+				break
+			}
+			if j+1 == re && hasTextAfter(text, re) {
+				end = j
+				break
+			}
+		}
+		if end < 0 {
+			pos = re
+			continue
+		}
+		next := end + 1
+		if next == re {
+			next = skipSpace(text, re)
+		}
+		if isSentenceEnd(text[rs:end+1], text[next:]) {
+			out = append(out, text[start:end+1])
+			start = next
+		}
+		pos = end + 1
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return realign(out)
+}
+
+const punktNonWord = `?!)";}]*:@'({[`
+
+func hasTextAfter(text string, i int) bool {
+	return skipSpace(text, i) < len(text)
+}
+
+func skipSpace(text string, i int) int {
+	for i < len(text) {
+		sp, n := spaceAt(text, i)
+		if !sp {
+			break
+		}
+		i += n
+	}
+	return i
+}
+
+// spaceAt says whether text[i:] starts with a space character, and that character's size.
+func spaceAt(text string, i int) (bool, int) {
+	if c := text[i]; c < utf8.RuneSelf {
+		return c == ' ' || (c >= '\t' && c <= '\r'), 1
+	}
+	r, n := utf8.DecodeRuneInString(text[i:])
+	return unicode.IsSpace(r), n
+}
+
+// isSentenceEnd decides whether tok (ending in . ? or !) ends a sentence, given what follows.
+func isSentenceEnd(tok, rest string) bool {
+	last := tok[len(tok)-1]
+	if last != '.' {
+		return true
+	}
+	// The word is what follows the last punctuation that splits Punkt's words.
+	word := tok[:len(tok)-1]
+	if i := strings.LastIndexAny(word, punktNonWord); i >= 0 {
+		word = word[i+1:]
+	}
+	word = strings.TrimLeft(word, "(\"`{[:;&#*@)}]-,")
+	if strings.HasSuffix(word, ".") || word == "" {
+		return startsUpper(rest) // an ellipsis: only before a capitalised word
+	}
+	lw := strings.ToLower(word)
+	if punktAbbrevs[lw] {
+		return false
+	}
+	if k := strings.LastIndexByte(lw, '-'); k >= 0 && punktAbbrevs[lw[k+1:]] {
+		return false
+	}
+	if strings.Contains(lw, ".") && isLettersAndDots(lw) {
+		return false
+	}
+	if r, n := utf8.DecodeRuneInString(word); n == len(word) && unicode.IsLetter(r) {
+		return false // an initial
+	}
+	if isPunktNumber(word) {
+		return !nextNotStarter(rest)
+	}
+	return true
+}
+
+func startsUpper(s string) bool {
+	r, _ := utf8.DecodeRuneInString(s)
+	return unicode.IsUpper(r)
+}
+
+// nextNotStarter is Punkt's orthographic test answering "certainly not a sentence start".
+func nextNotStarter(rest string) bool {
+	if rest == "" {
+		return false
+	}
+	if strings.IndexByte(";:,.!?", rest[0]) >= 0 {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(rest)
+	return unicode.IsLower(r)
+}
+
+func isLettersAndDots(s string) bool {
+	for _, r := range s {
+		if r != '.' && !unicode.IsLetter(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// isPunktNumber matches Punkt's number type: -?[.,]?\d[\d,.-]*\.?
+func isPunktNumber(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s != "" && (s[0] == '.' || s[0] == ',') {
+		s = s[1:]
+	}
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && c != ',' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// realign moves closing quotes and brackets that open a sentence onto the one before.
+func realign(sents []string) []string {
+	for i := 1; i < len(sents); i++ {
+		s := sents[i]
+		j := 0
+		for j < len(s) && strings.IndexByte(`"')]}`, s[j]) >= 0 {
+			j++
+		}
+		if j == 0 {
+			continue
+		}
+		k := skipSpace(s, j)
+		if k == j && k < len(s) && !strings.HasPrefix(s[k:], "--") {
+			continue
+		}
+		sents[i-1] += s[:j]
+		sents[i] = s[k:]
+	}
+	out := sents[:0]
+	for _, s := range sents {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Common English abbreviations from Punkt's trained list.
+var punktAbbrevs = map[string]bool{
+	"mr": true, "mrs": true, "ms": true, "dr": true, "prof": true, "sr": true, "jr": true,
+	"st": true, "vs": true, "etc": true, "inc": true, "ltd": true, "co": true, "corp": true,
+	"no": true, "vol": true, "fig": true, "gen": true, "gov": true, "sen": true, "rep": true,
+	"rev": true, "lt": true, "col": true, "capt": true, "sgt": true, "mt": true, "ft": true,
+	"jan": true, "feb": true, "mar": true, "apr": true, "jun": true, "jul": true, "aug": true,
+	"sep": true, "sept": true, "oct": true, "nov": true, "dec": true, "approx": true,
+	"dept": true, "est": true, "u.s": true, "e.g": true, "i.e": true, "a.m": true, "p.m": true,
+}
