@@ -234,7 +234,9 @@ func TestSharedMemoryErrorsGRPC(t *testing.T) {
 		}, connect.CodeInvalidArgument, "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor 'INPUT0'"},
 		{"region not a string", func(r *inference.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_region"] = int64Param(1) },
 			connect.CodeInvalidArgument, "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', expected string_param."},
-		{"size not int64", func(r *inference.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_byte_size"] = strParam("64") },
+		{"size not int64", func(r *inference.ModelInferRequest) {
+			r.Inputs[0].Parameters["shared_memory_byte_size"] = strParam("64")
+		},
 			connect.CodeInvalidArgument, "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', expected int64_param."},
 		{"contents too", func(r *inference.ModelInferRequest) {
 			r.Inputs[0].Contents = &inference.InferTensorContents{IntContents: seq(16, func(int) int32 { return 0 })}
