@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/kserve"
+	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +71,12 @@ type Config struct {
 	// Decompression bounds compressed requests on every surface: what one may inflate to, how
 	// far past its compressed size, and the inflated bytes all requests may hold at once.
 	Decompression inflate.Config
+	// DisableSystemSharedMemory turns off Triton's system shared memory extension (on by
+	// default on Linux; see adapters/kserve/shm for its trust model: clients on the same host,
+	// one namespace of regions per server).
+	DisableSystemSharedMemory bool
+	// SharedMemoryMaxRegions caps the shared memory regions registered at once; default 4096.
+	SharedMemoryMaxRegions int
 
 	// unhardened drops the per-request checks of issue 17 (decompression bounds, the header
 	// limit), so a benchmark can measure what they cost; set only by tests.
@@ -121,7 +128,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		kserve.WithServerName(cfg.ServerName),
 		kserve.WithServerVersion(cfg.Version),
 		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes),
-		kserve.WithInflater(inflater))
+		kserve.WithInflater(inflater),
+		kserve.WithSystemSharedMemory(!cfg.DisableSystemSharedMemory),
+		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions))
 	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
 
 	g.metrics = prometheus.NewRegistry()
@@ -270,6 +279,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-grpcDrained:
 	case <-ctx.Done():
 	}
+	// Regions still used by requests that outlive the drain are unmapped when those finish.
+	err = errors.Join(err, g.svc.Close())
 	if ctx.Err() != nil {
 		g.cfg.Logger.Warn("drain timed out; closing remaining connections")
 		g.grpcSrv.Stop()
@@ -277,6 +288,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// SharedMemory is the system shared memory regions' manager, nil when the extension is off.
+func (g *Gateway) SharedMemory() *shm.Manager { return g.svc.SharedMemory() }
 
 // Ready reports whether the gateway accepts new work: true until Shutdown starts.
 func (g *Gateway) Ready() bool { return g.svc.Ready() }

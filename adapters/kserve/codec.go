@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
@@ -35,12 +36,15 @@ type callOptions struct {
 	// classes holds the classification count of each requested output (0: none); nil when no
 	// output asks for classification.
 	classes []int
+	// shmOut holds, for each requested output, the shared memory window it is written to (nil:
+	// none); nil when no output uses shared memory. The caller releases them (releaseShm).
+	shmOut []*shm.View
 }
 
 // decode turns a wire request into the engine request for model e: typed contents become raw
 // bytes, raw entries are matched to inputs in order (aliased, not copied), and reserved parameters
 // are checked. Errors carry Triton's codes and texts.
-func decode(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Request, callOptions, error) {
+func decode(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager) (*engines.Request, callOptions, error) {
 	model := e.Name()
 	r := &engines.Request{ID: req.GetId(), Inputs: make([]engines.Tensor, len(req.GetInputs()))}
 	raw := req.GetRawInputContents()
@@ -49,6 +53,24 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Reques
 		t := &r.Inputs[i]
 		t.Name, t.Shape = in.GetName(), in.GetShape()
 		t.Datatype = tensor.ParseDatatype(in.GetDatatype())
+		sp, err := parseShmParams(t.Name, in.GetParameters())
+		if err != nil {
+			return nil, callOptions{}, err
+		}
+		if sp.hasShm {
+			if sm == nil {
+				return nil, callOptions{}, unimplemented(extSystemSharedMemory)
+			}
+			if in.GetContents() != nil {
+				return nil, callOptions{}, invalid("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", t.Name, model)
+			}
+			// Copied out of the region: the engine must not read memory the client can
+			// truncate under it (see package shm).
+			if t.Data, err = sm.Read(sp.region, sp.offset, sp.size); err != nil {
+				return nil, callOptions{}, err
+			}
+			continue
+		}
 		switch {
 		case in.GetContents() != nil:
 			if len(raw) > 0 {
@@ -74,6 +96,7 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Reques
 		return nil, callOptions{}, invalid("expected %d entries in raw_input_contents (one per input) but got %d for model '%s'", next, len(raw), model)
 	}
 	var classes []int
+	var shmOut []*shm.View
 	if outs := req.GetOutputs(); len(outs) > 0 {
 		r.Outputs = make([]string, len(outs))
 		for i, o := range outs {
@@ -83,10 +106,49 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Reques
 		if classes, err = parseClassification(e, outs); err != nil {
 			return nil, callOptions{}, err
 		}
+		if shmOut, err = acquireOutputs(outs, classes, sm); err != nil {
+			return nil, callOptions{}, err
+		}
 	}
 	opts, err := parseParameters(r, req.GetParameters())
-	opts.classes = classes
+	opts.classes, opts.shmOut = classes, shmOut
 	return r, opts, err
+}
+
+// acquireOutputs holds the shared memory windows requested outputs are written to, checked
+// before the model runs as Triton checks them; on error it holds none.
+func acquireOutputs(outs []*inference.ModelInferRequest_InferRequestedOutputTensor, classes []int, sm *shm.Manager) ([]*shm.View, error) {
+	var views []*shm.View
+	fail := func(err error) ([]*shm.View, error) {
+		for _, v := range views {
+			v.Release()
+		}
+		return nil, err
+	}
+	for i, o := range outs {
+		sp, err := parseShmParams(o.GetName(), o.GetParameters())
+		if err != nil {
+			return fail(err)
+		}
+		if !sp.hasShm {
+			continue
+		}
+		if sm == nil {
+			return fail(unimplemented(extSystemSharedMemory))
+		}
+		if classes != nil && classes[i] > 0 {
+			return fail(invalid("output can't set both 'shared_memory_region' and 'classification'"))
+		}
+		v, err := sm.Acquire(sp.region, sp.offset, sp.size)
+		if err != nil {
+			return fail(err)
+		}
+		if views == nil {
+			views = make([]*shm.View, len(outs))
+		}
+		views[i] = v
+	}
+	return views, nil
 }
 
 // parseParameters moves the reserved parameters into r and opts and leaves the rest to the model.
@@ -198,6 +260,12 @@ func encode(e *engines.Entry, req *engines.Request, res *engines.Response, opts 
 		tensors[i].Name, tensors[i].Datatype, tensors[i].Shape = t.Name, tensor.Name(t.Datatype), t.Shape
 		out.Outputs[i] = &tensors[i]
 		data := t.Data
+		if opts.shmOut != nil && opts.shmOut[i] != nil {
+			if err := writeShmOutput(opts.shmOut[i], t.Name, data); err != nil {
+				return nil, err
+			}
+			data = nil // Triton sends an empty entry for an output in shared memory
+		}
 		if data == nil {
 			data = []byte{} // present even when empty, one entry per output
 		}

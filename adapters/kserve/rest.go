@@ -48,6 +48,7 @@ func (s *Service) RESTHandler() http.Handler {
 		post(model+"/generate", s.restGenerate(false))
 		post(model+"/generate_stream", s.restGenerate(true))
 	}
+	s.mountSharedMemory(get, post)
 	post("/v2/repository/index", s.restRepositoryIndex)
 	post("/v2/repository/models/{model}/load", s.restLoad)
 	post("/v2/repository/models/{model}/unload", s.restUnload)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +22,6 @@ import (
 const (
 	paramBinaryDataSize = "binary_data_size" // input: its bytes follow the JSON
 	paramBinaryData     = "binary_data"      // output: return it binary
-	paramSharedRegion   = "shared_memory_region"
 )
 
 // rawHeadroom is the spare space before a request body: a raw binary request for a BYTES input
@@ -40,7 +40,10 @@ type restCall struct {
 type restOutputs struct {
 	binaryDefault bool
 	explicit      []restOutputChoice
+	shm           []string // outputs written to shared memory: no data in the response
 }
+
+func (o *restOutputs) inShm(name string) bool { return slices.Contains(o.shm, name) }
 
 type restOutputChoice struct {
 	name   string
@@ -73,7 +76,7 @@ func (s *Service) restInfer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp, err := inferUnary(r.Context(), e, call.req, start)
+	resp, err := inferUnary(r.Context(), e, call.req, s.shm, start)
 	if err != nil {
 		return err
 	}
@@ -114,25 +117,36 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 
 	binaryData := body[headerLen:]
 	req.Inputs = make([]*inference.ModelInferRequest_InferInputTensor, len(j.Inputs))
-	req.RawInputContents = make([][]byte, len(j.Inputs))
+	req.RawInputContents = make([][]byte, 0, len(j.Inputs)) // one per input not in shared memory, as decode reads them
 	tensors := make([]inference.ModelInferRequest_InferInputTensor, len(j.Inputs))
 	for i := range j.Inputs {
 		in := &j.Inputs[i]
 		t := &tensors[i]
 		req.Inputs[i] = t
 		t.Name, t.Datatype, t.Shape = in.Name, in.Datatype, in.Shape
-		size, isBinary, err := inputParameters(in, t)
+		size, isBinary, isShm, err := inputParameters(in, t)
 		if err != nil {
 			return nil, err
 		}
-		if isBinary == (in.Data != nil) {
+		if n := btoi(in.Data != nil) + btoi(isBinary) + btoi(isShm); n != 1 {
 			msg := "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But"
-			if isBinary {
-				msg += " set 'data' 'binary_data_size'"
-			} else {
+			if n == 0 {
 				msg += " no field is set"
+			} else {
+				msg += " set"
+				for _, f := range [...]struct {
+					set  bool
+					name string
+				}{{in.Data != nil, " 'data'"}, {isBinary, " 'binary_data_size'"}, {isShm, " 'shared_memory_region'"}} {
+					if f.set {
+						msg += f.name
+					}
+				}
 			}
 			return nil, invalid("%s (input '%s' of model '%s')", msg, in.Name, model)
+		}
+		if isShm {
+			continue // decode reads it from the region
 		}
 		if isBinary {
 			if !hasHeader && size > 0 {
@@ -143,7 +157,7 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 				return nil, invalid("unexpected size for input '%s', expecting %d additional bytes for model '%s'", in.Name, size-uint64(len(binaryData)), model)
 			}
 			// Three-index slice: a model appending to its input cannot run into the next one.
-			req.RawInputContents[i] = binaryData[:size:size]
+			req.RawInputContents = append(req.RawInputContents, binaryData[:size:size])
 			binaryData = binaryData[size:]
 			continue
 		}
@@ -151,7 +165,7 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 		if err != nil {
 			return nil, err
 		}
-		req.RawInputContents[i] = raw
+		req.RawInputContents = append(req.RawInputContents, raw)
 	}
 	if len(binaryData) > 0 {
 		return nil, invalid("unexpected additional input data for model '%s': %d bytes after the last binary input", model, len(binaryData))
@@ -165,6 +179,17 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 			t := &outs[i]
 			req.Outputs[i] = t
 			t.Name = o.Name
+			if _, ok := o.Parameters[paramShmRegion]; ok {
+				if _, cls := o.Parameters[paramClassification]; cls {
+					return nil, invalid("Output can't set both 'shared_memory_region' and 'classification'")
+				}
+				if v, ok := o.Parameters[paramBinaryData]; ok {
+					if b, err := boolParameter(paramBinaryData, v); err != nil || b {
+						return nil, invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
+					}
+				}
+				call.out.shm = append(call.out.shm, o.Name)
+			}
 			for k, v := range o.Parameters {
 				switch k {
 				case paramBinaryData:
@@ -173,8 +198,15 @@ func parseInferBody(e *engines.Entry, buf []byte, headroom int, header string) (
 						return nil, err
 					}
 					call.out.explicit = append(call.out.explicit, restOutputChoice{o.Name, b})
-				case paramSharedRegion:
-					return nil, unimplemented("system_shared_memory")
+				case paramShmRegion, paramShmOffset, paramShmByteSize:
+					p, err := shmParameter(k, v)
+					if err != nil {
+						return nil, err
+					}
+					if t.Parameters == nil {
+						t.Parameters = make(map[string]*inference.InferParameter, len(o.Parameters))
+					}
+					t.Parameters[k] = p
 				default:
 					p, err := inferParameter(k, v)
 					if err != nil {
@@ -217,21 +249,29 @@ func requestParameters(params map[string]jsonValue, out *restOutputs) (map[strin
 
 // inputParameters converts an input's JSON parameters onto t, taking out binary_data_size, which
 // it returns.
-func inputParameters(in *restInputJSON, t *inference.ModelInferRequest_InferInputTensor) (size uint64, isBinary bool, err error) {
+func inputParameters(in *restInputJSON, t *inference.ModelInferRequest_InferInputTensor) (size uint64, isBinary, isShm bool, err error) {
 	for k, v := range in.Parameters {
 		switch k {
 		case paramBinaryDataSize:
 			size, err = strconv.ParseUint(string(v), 10, 64)
 			if err != nil {
-				return 0, false, invalid("Unable to parse 'binary_data_size' of input '%s': expected a non-negative integer, got %s", in.Name, clip(v))
+				return 0, false, false, invalid("Unable to parse 'binary_data_size' of input '%s': expected a non-negative integer, got %s", in.Name, clip(v))
 			}
 			isBinary = true
-		case paramSharedRegion:
-			return 0, false, unimplemented("system_shared_memory")
+		case paramShmRegion, paramShmOffset, paramShmByteSize:
+			p, err := shmParameter(k, v)
+			if err != nil {
+				return 0, false, false, err
+			}
+			if t.Parameters == nil {
+				t.Parameters = make(map[string]*inference.InferParameter, len(in.Parameters))
+			}
+			t.Parameters[k] = p
+			isShm = isShm || k == paramShmRegion
 		default:
 			p, err := inferParameter(k, v)
 			if err != nil {
-				return 0, false, err
+				return 0, false, false, err
 			}
 			if t.Parameters == nil {
 				t.Parameters = make(map[string]*inference.InferParameter, len(in.Parameters))
@@ -239,7 +279,31 @@ func inputParameters(in *restInputJSON, t *inference.ModelInferRequest_InferInpu
 			t.Parameters[k] = p
 		}
 	}
-	return size, isBinary, nil
+	return size, isBinary, isShm, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// shmParameter converts a shared memory parameter of REST JSON to its gRPC form, so the shared
+// path reads both alike: the region a string, offset and byte size non-negative integers.
+func shmParameter(key string, v jsonValue) (*inference.InferParameter, error) {
+	if key == paramShmRegion {
+		var s string
+		if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+			return nil, invalid("Unable to parse 'shared_memory_region': expected a string, got %s", clip(v))
+		}
+		return &inference.InferParameter{ParameterChoice: &inference.InferParameter_StringParam{StringParam: s}}, nil
+	}
+	n, err := strconv.ParseUint(string(v), 10, 63)
+	if err != nil {
+		return nil, invalid("Unable to parse '%s': expected a non-negative integer, got %s", key, clip(v))
+	}
+	return &inference.InferParameter{ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: int64(n)}}, nil
 }
 
 // jsonTensorData converts an input's JSON data to raw bytes. Only the JSON itself is checked
@@ -386,6 +450,15 @@ func writeInferResponse(w http.ResponseWriter, e *engines.Entry, resp *inference
 		var data []byte
 		if i < len(raw) {
 			data = raw[i]
+		}
+		if plan.inShm(o.GetName()) {
+			// In the client's region already: the output is described, not sent.
+			if len(o.GetParameters()) > 0 {
+				b = append(b, `,"parameters":`...)
+				b = appendParameters(b, o.GetParameters())
+			}
+			b = append(b, '}')
+			continue
 		}
 		if plan.binary(o.GetName()) {
 			b = append(b, `,"parameters":`...)

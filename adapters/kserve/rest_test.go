@@ -151,7 +151,7 @@ func TestRESTHealthAndMetadata(t *testing.T) {
 			r = p.get(t, "/v2")
 			require.Equal(t, http.StatusOK, r.status)
 			assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-			assert.Equal(t, `{"name":"triton","version":"dev","extensions":`+mustJSON(kserve.Extensions)+`}`, string(r.body))
+			assert.Equal(t, `{"name":"triton","version":"dev","extensions":`+mustJSON(extensionsWithShm())+`}`, string(r.body))
 			assert.Contains(t, kserve.Extensions, "binary_tensor_data")
 
 			wantMeta := `{"name":"simple","versions":["1"],"platform":"infergate_cpu",` +
@@ -536,8 +536,8 @@ func TestRESTInferMalformed(t *testing.T) {
 			requireRESTError(t, p.post(t, "/v2/models/simple/infer", c.body), 400, c.want)
 		})
 	}
-	requireRESTError(t, p.post(t, "/v2/models/simple/infer", `{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT32","parameters":{"shared_memory_region":"r"}}]}`), 501,
-		"infergate does not implement the system_shared_memory extension; ServerMetadata lists the extensions it does")
+	requireRESTError(t, p.post(t, "/v2/models/simple/infer", `{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT32","parameters":{"shared_memory_region":"r"}}]}`), 400,
+		"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'INPUT0'")
 }
 
 func TestRESTInferBinaryErrors(t *testing.T) {

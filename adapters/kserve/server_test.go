@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
@@ -45,7 +46,11 @@ func TestServerAPIs(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "triton", md.Name, "Triton's example clients check the name")
 			assert.NotEmpty(t, md.Version)
-			assert.ElementsMatch(t, []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}, md.Extensions)
+			want := []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}
+			if shm.Supported() {
+				want = append(want, "system_shared_memory") // on by default where it can be
+			}
+			assert.ElementsMatch(t, want, md.Extensions)
 
 			for _, v := range []string{"", "1"} {
 				mr, err := call[inference.ModelReadyRequest, inference.ModelReadyResponse](ctx, c, "ModelReady", &inference.ModelReadyRequest{Name: "simple", Version: v})
@@ -67,13 +72,11 @@ func TestServerAPIs(t *testing.T) {
 			assert.ElementsMatch(t, []string{"simple", "simple_int8", "simple_string", "simple_identity", "simple_sequence",
 				"simple_dyna_sequence", "repeat_int32", "square_int32", "identity_fp32"}, names)
 
-			for _, rpc := range []string{"SystemSharedMemoryStatus", "CudaSharedMemoryStatus", "TraceSetting", "LogSettings"} {
+			for _, rpc := range []string{"CudaSharedMemoryRegister", "TraceSetting", "LogSettings"} {
 				var err error
 				switch rpc {
-				case "SystemSharedMemoryStatus":
-					_, err = call[inference.SystemSharedMemoryStatusRequest, inference.SystemSharedMemoryStatusResponse](ctx, c, rpc, &inference.SystemSharedMemoryStatusRequest{})
-				case "CudaSharedMemoryStatus":
-					_, err = call[inference.CudaSharedMemoryStatusRequest, inference.CudaSharedMemoryStatusResponse](ctx, c, rpc, &inference.CudaSharedMemoryStatusRequest{})
+				case "CudaSharedMemoryRegister":
+					_, err = call[inference.CudaSharedMemoryRegisterRequest, inference.CudaSharedMemoryRegisterResponse](ctx, c, rpc, &inference.CudaSharedMemoryRegisterRequest{Name: "r"})
 				case "TraceSetting":
 					_, err = call[inference.TraceSettingRequest, inference.TraceSettingResponse](ctx, c, rpc, &inference.TraceSettingRequest{})
 				case "LogSettings":

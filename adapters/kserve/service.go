@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/inflate"
+	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
@@ -22,8 +24,8 @@ import (
 // Triton, rather than grpc-go's 4 MiB that breaks large tensors.
 const DefaultMaxMessageBytes = math.MaxInt32
 
-// Extensions lists the Triton protocol extensions this service implements, as ServerMetadata
-// reports them.
+// Extensions lists the Triton protocol extensions every service implements, as ServerMetadata
+// reports them; a service with system shared memory on adds "system_shared_memory".
 var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}
 
 // Service implements inference.GRPCInferenceService on a model registry.
@@ -36,6 +38,10 @@ type Service struct {
 	codec    *tensorCodec // the native gRPC transport's codec
 	frames   *framePool   // and its buffer pool
 	inflater *inflate.Inflater
+	shm      *shm.Manager // nil: the system shared memory extension is off
+	shmOff   bool
+	shmMax   int
+	exts     []string
 }
 
 // Option configures a Service.
@@ -63,6 +69,11 @@ func NewService(reg *engines.Registry, opts ...Option) *Service {
 	}
 	if s.inflater == nil {
 		s.inflater = inflate.New(inflate.Config{})
+	}
+	s.exts = Extensions
+	if !s.shmOff && shm.Supported() {
+		s.shm = shm.New(s.shmMax)
+		s.exts = append(slices.Clone(Extensions), extSystemSharedMemory)
 	}
 	return s
 }
@@ -93,7 +104,7 @@ func (s *Service) ServerReady(context.Context, *inference.ServerReadyRequest) (*
 }
 
 func (s *Service) ServerMetadata(context.Context, *inference.ServerMetadataRequest) (*inference.ServerMetadataResponse, error) {
-	return &inference.ServerMetadataResponse{Name: s.name, Version: s.version, Extensions: Extensions}, nil
+	return &inference.ServerMetadataResponse{Name: s.name, Version: s.version, Extensions: s.exts}, nil
 }
 
 // ModelReady answers false, not an error, for unknown or unloaded models, as released Triton does.
@@ -188,30 +199,6 @@ func unimplemented(extension string) error {
 		fmt.Errorf("infergate does not implement the %s extension; ServerMetadata lists the extensions it does", extension))
 }
 
-func (s *Service) SystemSharedMemoryStatus(context.Context, *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
-	return nil, unimplemented("system_shared_memory")
-}
-
-func (s *Service) SystemSharedMemoryRegister(context.Context, *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
-	return nil, unimplemented("system_shared_memory")
-}
-
-func (s *Service) SystemSharedMemoryUnregister(context.Context, *inference.SystemSharedMemoryUnregisterRequest) (*inference.SystemSharedMemoryUnregisterResponse, error) {
-	return nil, unimplemented("system_shared_memory")
-}
-
-func (s *Service) CudaSharedMemoryStatus(context.Context, *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
-	return nil, unimplemented("cuda_shared_memory")
-}
-
-func (s *Service) CudaSharedMemoryRegister(context.Context, *inference.CudaSharedMemoryRegisterRequest) (*inference.CudaSharedMemoryRegisterResponse, error) {
-	return nil, unimplemented("cuda_shared_memory")
-}
-
-func (s *Service) CudaSharedMemoryUnregister(context.Context, *inference.CudaSharedMemoryUnregisterRequest) (*inference.CudaSharedMemoryUnregisterResponse, error) {
-	return nil, unimplemented("cuda_shared_memory")
-}
-
 func (s *Service) TraceSetting(context.Context, *inference.TraceSettingRequest) (*inference.TraceSettingResponse, error) {
 	return nil, unimplemented("trace")
 }
@@ -227,7 +214,7 @@ func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferReque
 	if err != nil {
 		return nil, err
 	}
-	return inferUnary(ctx, e, req, start)
+	return inferUnary(ctx, e, req, s.shm, start)
 }
 
 // Triton refuses decoupled models on its one-response endpoints, in words that differ by protocol.
@@ -257,8 +244,9 @@ func (s *Service) resolveUnary(ctx context.Context, name, version, decoupledMsg 
 // inferUnary decodes, validates and runs req on e: the path gRPC ModelInfer and the REST infer
 // endpoint share, so the same bad request fails with the same message on both and both count in
 // the model's statistics. A request that asks to stream is INVALID_ARGUMENT here.
-func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, start time.Time) (*inference.ModelInferResponse, error) {
-	r, opts, err := prepare(e, req)
+func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager, start time.Time) (*inference.ModelInferResponse, error) {
+	r, opts, err := prepare(e, req, sm)
+	defer opts.releaseShm()
 	if err == nil && e.RequestDecoupled(r) {
 		err = invalid(errStreamingUnary)
 	}
@@ -292,13 +280,17 @@ func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts c
 	return out, nil
 }
 
-// prepare decodes and validates a request for e.
-func prepare(e *engines.Entry, req *inference.ModelInferRequest) (*engines.Request, callOptions, error) {
-	r, opts, err := decode(e, req)
+// prepare decodes and validates a request for e, with shared memory tensors in sm's regions (nil:
+// the extension is off). On success the caller releases opts' regions when the response is
+// written; on failure none are held.
+func prepare(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager) (*engines.Request, callOptions, error) {
+	r, opts, err := decode(e, req, sm)
 	if err != nil {
+		opts.releaseShm()
 		return nil, opts, err
 	}
 	if err := e.Validate(r); err != nil {
+		opts.releaseShm()
 		return nil, opts, err
 	}
 	return r, opts, nil

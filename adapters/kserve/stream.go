@@ -183,7 +183,7 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 	if err != nil {
 		return ss.report(req.GetId(), err)
 	}
-	r, opts, err := prepare(e, req)
+	r, opts, err := prepare(e, req, ss.svc.shm)
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
 		return ss.report(req.GetId(), err)
@@ -192,16 +192,19 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 		select {
 		case ss.slots <- struct{}{}:
 		case <-ctx.Done():
+			opts.releaseShm()
 			return context.Cause(ctx)
 		}
 		ss.wg.Add(1)
 		go func() {
 			defer func() { <-ss.slots; ss.wg.Done() }()
+			defer opts.releaseShm()
 			ss.runDecoupled(ctx, e, r, opts, start)
 		}()
 		return nil
 	}
 	out, err := inferOnce(ctx, e, r, opts, start)
+	opts.releaseShm()
 	if err != nil {
 		return ss.report(r.ID, err)
 	}

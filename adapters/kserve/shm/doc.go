@@ -1,0 +1,28 @@
+// Package shm holds the system shared memory regions of Triton's shared memory extension: POSIX
+// shared memory objects a client creates on the server's host, registers by key, and then names
+// in infer requests so tensors travel through memory instead of the socket.
+//
+// Trust model. The extension is for clients on the same host as the server. Regions are
+// per-server, as Triton's are: one namespace of region names shared by every client that can
+// reach the KServe surface, so any such client can read (as an input) or overwrite (as an
+// output) a region another client registered, by naming it. Keep the extension off (the KServe
+// service's option) wherever clients that must not see each other's tensors share a server.
+//
+// What a client can make the server touch: only POSIX shared memory objects, named by key (the
+// name shm_open takes: an optional leading '/' and then one path element, no '/', no "." or
+// ".."), opened under /dev/shm without following symbolic links, and only regular files there;
+// only the bytes inside the registered window [offset, offset+byte_size), whose end is checked
+// against the object's real size (fstat) at registration. It cannot name a file path, reach a
+// file outside /dev/shm, or read past the registered window. It can register any object the
+// server's user may open read-write, including objects other programs of that user created: run
+// the server as a user whose shared memory holds nothing clients must not read.
+//
+// An object that shrinks after registration would make the mapped pages past its new end fault
+// (SIGBUS). Every copy into or out of a mapping runs with faults turned into errors, so such a
+// client gets an error, not a crashed server; tensors are therefore copied out of a region before
+// a model reads them, and a model's outputs are copied into one after it has run.
+//
+// Lifetime: registration maps the window; unregistering removes the name at once and unmaps when
+// the last in-flight request using the region has finished (a reference count), so unregistering
+// during an inference is safe. Close unregisters everything. The number of regions is capped.
+package shm

@@ -1,0 +1,292 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+)
+
+// DefaultMaxRegions bounds the regions one server holds: each costs a mapping and a file
+// descriptor's worth of kernel state while it lives.
+const DefaultMaxRegions = 4096
+
+// reservedKeyPrefix marks the objects Triton's Python backend creates for itself; Triton refuses
+// to register them and so does infergate.
+const reservedKeyPrefix = "triton_python_backend_shm_region_"
+
+// maxKeyLen is NAME_MAX: the longest name /dev/shm can hold.
+const maxKeyLen = 255
+
+// Status describes one registered region, as SystemSharedMemoryStatus reports it.
+type Status struct {
+	Name     string
+	Key      string
+	Offset   uint64
+	ByteSize uint64
+}
+
+// Manager holds the registered regions. Its methods are safe for concurrent use; errors are
+// *connect.Error with Triton's codes and messages.
+type Manager struct {
+	mu      sync.Mutex
+	regions map[string]*region
+	max     int
+	closed  bool
+	mapped  atomic.Int64
+}
+
+// region is one registered window. refs counts its registration (while registered) and every
+// View handed out; the mapping is released when it drops to zero.
+type region struct {
+	m       *Manager
+	status  Status
+	mapping []byte // what mmap returned
+	data    []byte // the registered window inside it
+	refs    int    // guarded by m.mu
+}
+
+// New returns a manager holding at most maxRegions regions (DefaultMaxRegions when <= 0).
+func New(maxRegions int) *Manager {
+	if maxRegions <= 0 {
+		maxRegions = DefaultMaxRegions
+	}
+	return &Manager{regions: make(map[string]*region), max: maxRegions}
+}
+
+// Supported reports whether this build can map shared memory (Linux only).
+func Supported() bool { return supported }
+
+// Mapped is the number of live mappings: registered regions plus unregistered ones still in use.
+func (m *Manager) Mapped() int { return int(m.mapped.Load()) }
+
+// ValidKey reports whether key names a POSIX shared memory object the server may open, and the
+// name it has under /dev/shm.
+func ValidKey(key string) (string, bool) {
+	name := strings.TrimPrefix(key, "/")
+	if name == "" || name == "." || name == ".." || len(name) > maxKeyLen || strings.ContainsAny(name, "/\x00") {
+		return "", false
+	}
+	return name, true
+}
+
+// Register maps [offset, offset+byteSize) of the object key as region name.
+func (m *Manager) Register(name, key string, offset, byteSize uint64) error {
+	file, ok := ValidKey(key)
+	if !ok {
+		return connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("cannot register shared memory region '%s' - invalid shm key '%s'", name, key))
+	}
+	if strings.HasPrefix(file, reservedKeyPrefix) {
+		return connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("cannot register shared memory region '%s' with key '%s' as the key contains the reserved prefix '%s'", name, key, reservedKeyPrefix))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping"))
+	}
+	if _, dup := m.regions[name]; dup {
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("shared memory region '%s' already in manager", name))
+	}
+	if len(m.regions) >= m.max {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("failed to register shared memory region '%s': the server holds the most regions it allows (%d); unregister some first", name, m.max))
+	}
+	invalidArgs := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': invalid args", name))
+	// A zero-sized window cannot be mapped and could hold no tensor; an end past what an int
+	// can index could not be sliced.
+	if byteSize == 0 || offset > maxLen || byteSize > maxLen-offset {
+		return invalidArgs
+	}
+	mapping, data, err := mapObject(file, offset, byteSize)
+	switch {
+	case errors.Is(err, errOpen):
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("Unable to open shared memory region: '%s'", key))
+	case errors.Is(err, errStat):
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("Invalid shared memory region: '%s'", key))
+	case errors.Is(err, errBounds):
+		return invalidArgs
+	case err != nil:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': %v", name, err))
+	}
+	m.mapped.Add(1)
+	m.regions[name] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1}
+	return nil
+}
+
+// Unregister removes region name; an unknown name is not an error, as in Triton. The mapping
+// goes when the last request using it finishes.
+func (m *Manager) Unregister(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.regions[name]
+	if !ok {
+		return nil
+	}
+	delete(m.regions, name)
+	return r.dropLocked()
+}
+
+// UnregisterAll removes every region.
+func (m *Manager) UnregisterAll() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unregisterAllLocked()
+}
+
+func (m *Manager) unregisterAllLocked() error {
+	var failed []string
+	for name, r := range m.regions {
+		delete(m.regions, name)
+		if r.dropLocked() != nil {
+			failed = append(failed, name)
+		}
+	}
+	if failed != nil {
+		sort.Strings(failed)
+		return connect.NewError(connect.CodeInternal,
+			fmt.Errorf("Failed to unregister the following system shared memory regions: %s ,", strings.Join(failed, " ,")))
+	}
+	return nil
+}
+
+// Close unregisters every region and refuses new ones; regions still in use are unmapped when
+// their requests finish.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return m.unregisterAllLocked()
+}
+
+// Status describes region name, or every region (sorted by name) when name is empty.
+func (m *Manager) Status(name string) ([]Status, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if name != "" {
+		r, ok := m.regions[name]
+		if !ok {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find system shared memory region: '%s'", name))
+		}
+		return []Status{r.status}, nil
+	}
+	out := make([]Status, 0, len(m.regions))
+	for _, r := range m.regions {
+		out = append(out, r.status)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// dropLocked releases one reference and unmaps at zero.
+func (r *region) dropLocked() error {
+	r.refs--
+	if r.refs > 0 {
+		return nil
+	}
+	r.m.mapped.Add(-1)
+	mapping := r.mapping
+	r.mapping, r.data = nil, nil
+	return unmap(mapping)
+}
+
+// View is a window of a region a request uses: the region stays mapped until Release.
+type View struct {
+	r    *region
+	data []byte
+	name string
+}
+
+// Acquire checks a tensor's offset and byte size against region name and holds the region for
+// the request. Offsets and sizes come from the client: negative ones are refused with the
+// messages Triton gives for the huge unsigned values they become there.
+func (m *Manager) Acquire(name string, offset, byteSize int64) (*View, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.regions[name]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find shared memory region: '%s'", name))
+	}
+	size := uint64(len(r.data))
+	if offset < 0 || uint64(offset) >= size {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid offset for shared memory region: '%s'", name))
+	}
+	if byteSize < 0 || uint64(byteSize) > size-uint64(offset) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid offset + byte size for shared memory region: '%s'", name))
+	}
+	r.refs++
+	return &View{r: r, data: r.data[offset : offset+byteSize : offset+byteSize], name: name}, nil
+}
+
+// Len is the view's size in bytes.
+func (v *View) Len() int { return len(v.data) }
+
+// Release lets the region go; a released view must not be used again. Releasing twice is a
+// no-op.
+func (v *View) Release() {
+	if v == nil || v.r == nil {
+		return
+	}
+	m := v.r.m
+	m.mu.Lock()
+	_ = v.r.dropLocked()
+	m.mu.Unlock()
+	v.r, v.data = nil, nil
+}
+
+// ReadAll copies the view into a new slice.
+func (v *View) ReadAll() ([]byte, error) {
+	out := make([]byte, len(v.data))
+	if err := safeCopy(out, v.data); err != nil {
+		return nil, v.faultError()
+	}
+	return out, nil
+}
+
+// WriteAt copies p into the view at its start; the caller checked that p fits.
+func (v *View) Write(p []byte) error {
+	if len(p) > len(v.data) {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("%d bytes do not fit shared memory region '%s' (%d bytes)", len(p), v.name, len(v.data)))
+	}
+	if err := safeCopy(v.data, p); err != nil {
+		return v.faultError()
+	}
+	return nil
+}
+
+func (v *View) faultError() error {
+	return connect.NewError(connect.CodeInternal,
+		fmt.Errorf("shared memory region '%s' could not be accessed: its object shrank below the registered size", v.name))
+}
+
+var errFault = errors.New("memory fault")
+
+// safeCopy copies with memory faults turned into an error: a client that truncates its object
+// after registering it makes the pages past the new end fault, which would otherwise kill the
+// process.
+func safeCopy(dst, src []byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			err = errFault
+		}
+	}()
+	copy(dst, src)
+	return nil
+}
+
+// Read copies byteSize bytes at offset of region name: an input tensor.
+func (m *Manager) Read(name string, offset, byteSize int64) ([]byte, error) {
+	v, err := m.Acquire(name, offset, byteSize)
+	if err != nil {
+		return nil, err
+	}
+	defer v.Release()
+	return v.ReadAll()
+}

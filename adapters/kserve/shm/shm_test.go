@@ -1,0 +1,163 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/kserve/shm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var seq atomic.Int64
+
+// object creates a shared memory object of size bytes and returns its key.
+func object(t testing.TB, size int64) string {
+	t.Helper()
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm on this host")
+	}
+	name := fmt.Sprintf("infergate_shm_test_%d_%d", os.Getpid(), seq.Add(1))
+	f, err := os.OpenFile("/dev/shm/"+name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size))
+	require.NoError(t, f.Close())
+	t.Cleanup(func() { os.Remove("/dev/shm/" + name) })
+	return "/" + name
+}
+
+func TestRegisterUnregisterLeaksNothing(t *testing.T) {
+	t.Parallel()
+	m := shm.New(0)
+	key := object(t, 4096)
+	n := 10000
+	if testing.Short() {
+		n = 1000
+	}
+	for i := range n {
+		name := fmt.Sprintf("r%d", i%7)
+		require.NoError(t, m.Register(name, key, uint64(i%4000), 17))
+		v, err := m.Acquire(name, 3, 10)
+		require.NoError(t, err)
+		require.NoError(t, v.Write([]byte("0123456789")))
+		if i%2 == 0 {
+			require.NoError(t, m.Unregister(name))
+			v.Release()
+		} else {
+			v.Release()
+			require.NoError(t, m.Unregister(name))
+		}
+	}
+	assert.Zero(t, m.Mapped())
+}
+
+func TestCapOnRegions(t *testing.T) {
+	t.Parallel()
+	m := shm.New(3)
+	key := object(t, 64)
+	for i := range 3 {
+		require.NoError(t, m.Register(fmt.Sprint(i), key, 0, 8))
+	}
+	err := m.Register("x", key, 0, 8)
+	require.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err))
+	assert.Contains(t, err.Error(), "failed to register shared memory region 'x': the server holds the most regions it allows (3)")
+	require.NoError(t, m.Unregister("0"))
+	require.NoError(t, m.Register("x", key, 0, 8))
+	assert.Equal(t, 3, m.Mapped())
+}
+
+// A region in use survives its unregistering until the request releases it; Close unregisters
+// everything and refuses more.
+func TestInFlightKeepsMapping(t *testing.T) {
+	t.Parallel()
+	m := shm.New(0)
+	key := object(t, 64)
+	require.NoError(t, m.Register("a", key, 0, 64))
+	require.NoError(t, m.Register("b", key, 8, 8))
+	v, err := m.Acquire("a", 0, 64)
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	assert.Equal(t, 1, m.Mapped(), "a is still in use")
+	require.NoError(t, v.Write([]byte("still mapped")))
+	got, err := v.ReadAll()
+	require.NoError(t, err)
+	assert.Equal(t, "still mapped", string(got[:12]))
+	v.Release()
+	v.Release() // twice is harmless
+	assert.Zero(t, m.Mapped())
+	err = m.Register("c", key, 0, 8)
+	assert.Equal(t, connect.CodeUnavailable, connect.CodeOf(err))
+	st, err := m.Status("")
+	require.NoError(t, err)
+	assert.Empty(t, st)
+}
+
+// Any offset works, page-aligned or not, and the window is exactly what was registered.
+func TestUnalignedOffsets(t *testing.T) {
+	t.Parallel()
+	m := shm.New(0)
+	key := object(t, 3*4096)
+	f, err := os.OpenFile("/dev/shm"+key, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	for _, off := range []int64{0, 1, 4095, 4096, 4097, 2*4096 + 13} {
+		_, err := f.WriteAt([]byte(fmt.Sprintf("at%05d", off)), off)
+		require.NoError(t, err)
+		name := fmt.Sprint(off)
+		require.NoError(t, m.Register(name, key, uint64(off), 7))
+		got, err := m.Read(name, 0, 7)
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("at%05d", off), string(got))
+		_, err = m.Read(name, 0, 8)
+		assert.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+	}
+	require.NoError(t, m.UnregisterAll())
+	assert.Zero(t, m.Mapped())
+}
+
+func TestConcurrentUseAndUnregister(t *testing.T) {
+	t.Parallel()
+	m := shm.New(0)
+	key := object(t, 4096)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				_ = m.Register(fmt.Sprint(j%5), key, 0, 4096)
+				if v, err := m.Acquire(fmt.Sprint((i+j)%5), 0, 4096); err == nil {
+					_, _ = v.ReadAll()
+					v.Release()
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				_ = m.Unregister(fmt.Sprint((i * j) % 5))
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, m.UnregisterAll())
+	assert.Zero(t, m.Mapped())
+}
+
+func TestValidKey(t *testing.T) {
+	for key, want := range map[string]string{"/a": "a", "a": "a", "/input_simple": "input_simple"} {
+		got, ok := shm.ValidKey(key)
+		assert.True(t, ok, key)
+		assert.Equal(t, want, got)
+	}
+	for _, key := range []string{"", "/", "//a", "/.", "/..", "..", "a/b", "/a/../b", "a\x00"} {
+		_, ok := shm.ValidKey(key)
+		assert.False(t, ok, key)
+	}
+}
