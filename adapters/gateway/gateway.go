@@ -129,9 +129,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	g.metrics.MustRegister(inflater.Collectors()...)
 
 	mux := http.NewServeMux()
-	// deflate next to connect-go's gzip, so Connect and gRPC-Web clients are answered in it too.
+	mux.Handle(g.svc.Handler()) // gzip and deflate
+	// deflate next to connect-go's gzip on the others too, as on native gRPC.
 	deflate := inflater.ConnectCompression()
-	mux.Handle(g.svc.Handler(deflate))
 	mux.Handle(grpchealth.NewHandler(g.health, deflate))
 	reflector := grpcreflect.NewStaticReflector(inferenceconnect.GRPCInferenceServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, deflate))

@@ -75,7 +75,7 @@ func BenchmarkDeflateServerRead(b *testing.B) {
 	msg, _ := proto.Marshal(&inference.ModelInferRequest{ModelName: "simple", RawInputContents: [][]byte{text(16 << 10)}})
 	g := in.GRPC(encoding.GetCodecV2(grpcproto.Name), 1<<30)
 	deflate, gzipped := zl(b, msg), gz(b, msg)
-	c := encoding.GetCompressor(Deflate)
+	c := encoding.GetCompressor(deflateName)
 	read := func(pass func() ([]byte, error)) error {
 		v := new(inference.ModelInferRequest)
 		return g.receive(v, receiveDeferring(func(any) error {

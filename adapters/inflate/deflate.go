@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/encoding"
 )
 
-// Deflate is gRPC's "deflate" message encoding: the zlib format (RFC 1950), which gRPC's C core,
+// deflateName is gRPC's "deflate" message encoding: the zlib format (RFC 1950), which gRPC's C core,
 // and so Triton's C++ and Python clients, send for `-C deflate`, as HTTP's deflate coding is.
-const Deflate = "deflate"
+const deflateName = "deflate"
 
 // grpc-go looks compressors up by name in one registry per process, filled at init time; gzip is
 // there once grpc-go's encoding/gzip is imported. Registering deflate here makes every grpc-go
@@ -29,7 +29,7 @@ type deflateCompressor struct {
 	writers, readers sync.Pool
 }
 
-func (*deflateCompressor) Name() string { return Deflate }
+func (*deflateCompressor) Name() string { return deflateName }
 
 func (c *deflateCompressor) Compress(w io.Writer) (io.WriteCloser, error) {
 	zw, ok := c.writers.Get().(*zlib.Writer)
@@ -126,7 +126,7 @@ func decompressing() bool {
 // by Handler; a request Handler does not see (a Connect GET's compressed query) inflates here,
 // within the same bounds.
 func (in *Inflater) ConnectCompression() connect.HandlerOption {
-	return connect.WithCompression(Deflate,
+	return connect.WithCompression(deflateName,
 		func() connect.Decompressor { return &connectDecompressor{in: in} },
 		func() connect.Compressor {
 			zw, _ := zlib.NewWriterLevel(io.Discard, flate.BestSpeed)
@@ -145,7 +145,7 @@ func (d *connectDecompressor) Reset(src io.Reader) error {
 		d.r.Close()
 		d.r = nil
 	}
-	r, err := d.in.NewReader(Deflate, src)
+	r, err := d.in.NewReader(deflateName, src)
 	if err != nil {
 		return connectError(err)
 	}

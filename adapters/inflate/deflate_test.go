@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,7 +20,7 @@ import (
 )
 
 func deflateOf(t testing.TB) encoding.Compressor {
-	c := encoding.GetCompressor(Deflate)
+	c := encoding.GetCompressor(deflateName)
 	require.NotNil(t, c, "deflate is registered with grpc-go")
 	return c
 }
@@ -163,4 +164,23 @@ func FuzzDeferredDeflate(f *testing.F) {
 			t.Fatalf("%d messages left set aside", held)
 		}
 	})
+}
+
+// connect-go's deflate decompressor (for what Handler does not see) inflates within the same
+// bounds, with connect-go's codes, and gives back its budget when connect-go closes it.
+func TestConnectDecompressorBounded(t *testing.T) {
+	in := New(Config{MaxBytes: 1 << 20, MaxInFlightBytes: 1 << 20})
+	d := &connectDecompressor{in: in}
+	require.NoError(t, d.Reset(bytes.NewReader(zl(t, []byte("hello")))))
+	out, err := io.ReadAll(d)
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(out))
+	require.NoError(t, d.Close())
+
+	require.NoError(t, d.Reset(bytes.NewReader(zl(t, make([]byte, 2<<20)))))
+	_, err = io.ReadAll(d)
+	assert.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err), "%v", err)
+	require.NoError(t, d.Close())
+	assert.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(d.Reset(bytes.NewReader([]byte("not zlib")))))
+	assert.Zero(t, in.budget.used.Load())
 }
