@@ -344,3 +344,39 @@ func BenchmarkDeflateVsGzip(b *testing.B) {
 	b.ReportMetric(float64(spent[1].Microseconds())/float64(b.N), "gzip-us")
 	b.ReportMetric(float64(spent[0])/float64(spent[1]), "deflate-x")
 }
+
+// On gRPC-Web and Connect too, a deflate request from a client that accepts only gzip is not
+// answered in deflate (connect-go picks the answer's encoding from the client's list, once the
+// inflating handler has taken the request's off).
+func TestHTTPDeflateAnswerHonoursAcceptList(t *testing.T) {
+	t.Parallel()
+	srv := gatewaytest.Start(t, gateway.Config{})
+	msg, err := proto.Marshal(simpleRequest())
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name           string
+		body           []byte
+		hdr            []string
+		answerEncoding string
+	}{
+		{"gRPC-Web", envelope(1, zlibBytes(t, msg)), []string{"Content-Type", "application/grpc-web+proto",
+			"Grpc-Encoding", "deflate", "Grpc-Accept-Encoding", "gzip"}, "Grpc-Encoding"},
+		{"Connect unary", zlibBytes(t, msg), []string{"Content-Type", "application/proto", "Connect-Protocol-Version", "1",
+			"Content-Encoding", "deflate", "Accept-Encoding", "gzip"}, "Content-Encoding"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/inference.GRPCInferenceService/ModelInfer", bytes.NewReader(tc.body))
+			require.NoError(t, err)
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			require.Equal(t, http.StatusOK, res.StatusCode, "%s", b)
+			assert.NotEqual(t, "deflate", res.Header.Get(tc.answerEncoding))
+			assert.Contains(t, []string{"", "identity", "gzip"}, res.Header.Get(tc.answerEncoding))
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/engines"
@@ -16,14 +17,15 @@ import (
 )
 
 // transport.deflate skips cleanly on a server without deflate: here connect-go's handler serving
-// gRPC, which has gzip only and answers deflate UNIMPLEMENTED (a grpc-go server in this process
+// gRPC with gzip only, which answers deflate UNIMPLEMENTED (a grpc-go server in this process
 // cannot be one: grpc-go's compressors are process-wide, and infergate's deflate is registered).
 func TestDeflateCheckSkipsWithoutDeflate(t *testing.T) {
 	t.Parallel()
 	reg := engines.NewRegistry()
 	require.NoError(t, cpu.Register(reg))
 	mux := http.NewServeMux()
-	mux.Handle(kserve.NewService(reg, kserve.WithServerName("fixture")).Handler()) // not "triton", which must accept deflate
+	// Not "triton", which must accept deflate; deflate taken off the handler's compressions.
+	mux.Handle(kserve.NewService(reg, kserve.WithServerName("fixture")).Handler(connect.WithCompression("deflate", nil, nil)))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
