@@ -78,13 +78,13 @@ func BenchmarkDeflateServerRead(b *testing.B) {
 	c := encoding.GetCompressor(deflateName)
 	read := func(pass func() ([]byte, error)) error {
 		v := new(inference.ModelInferRequest)
-		return g.receive(v, receiveDeferring(func(any) error {
+		return g.receive(v, receiveDeferring(recvFunc(func(any) error {
 			b, err := pass()
 			if err != nil {
 				return err
 			}
 			return g.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
-		}, v))
+		}), v))
 	}
 	interleave(b,
 		func() error {

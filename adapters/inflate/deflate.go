@@ -95,13 +95,21 @@ func (r *pooledReader) Close() error {
 	return nil
 }
 
-// receiveDeferring reads v with recv; a deflate message it decompresses is passed on marked. The
+// receiveDeferring reads v with r; a deflate message it decompresses is passed on marked. The
 // mark is this function on the goroutine's stack: grpc-go decompresses in the goroutine that
 // reads the message and gives its compressor nothing else to tell a server's read from a
 // client's.
 //
 //go:noinline
-func receiveDeferring(recv func(any) error, v any) error { return recv(v) }
+func receiveDeferring(r receiver, v any) error { return r.RecvMsg(v) }
+
+// receiver reads one message: a grpc.ServerStream, or a unary call's decoding function as a
+// recvFunc (an interface, not a method value, so a stream's read allocates no closure).
+type receiver interface{ RecvMsg(any) error }
+
+type recvFunc func(any) error
+
+func (f recvFunc) RecvMsg(v any) error { return f(v) }
 
 var receiveDeferringEntry = reflect.ValueOf(receiveDeferring).Pointer()
 

@@ -64,14 +64,14 @@ func TestDeflateDeferredOnServerRead(t *testing.T) {
 	compressed := zl(t, msg)
 
 	var passed []byte
-	require.NoError(t, receiveDeferring(func(any) error {
+	require.NoError(t, receiveDeferring(recvFunc(func(any) error {
 		r, err := c.Decompress(bytes.NewReader(compressed))
 		if err != nil {
 			return err
 		}
 		passed, err = io.ReadAll(r)
 		return err
-	}, nil))
+	}), nil))
 	require.Equal(t, append(append([]byte{}, deferredDeflate...), compressed...), passed)
 
 	in := New(Config{MaxBytes: 1 << 20, MaxInFlightBytes: 1 << 20})
@@ -97,13 +97,13 @@ func TestDeflateDeferredOnServerRead(t *testing.T) {
 func TestDecompressingOnlyInsideReceive(t *testing.T) {
 	assert.False(t, decompressing())
 	var inside bool
-	_ = receiveDeferring(func(any) error { inside = decompressing(); return nil }, nil)
+	_ = receiveDeferring(recvFunc(func(any) error { inside = decompressing(); return nil }), nil)
 	assert.True(t, inside)
 	done := make(chan bool)
-	_ = receiveDeferring(func(any) error {
+	_ = receiveDeferring(recvFunc(func(any) error {
 		go func() { done <- decompressing() }() // another goroutine is not inside
 		return nil
-	}, nil)
+	}), nil)
 	assert.False(t, <-done)
 }
 
@@ -134,14 +134,14 @@ func FuzzDeferredDeflate(f *testing.F) {
 	c := deflateOf(f)
 	f.Fuzz(func(t *testing.T, body []byte, pieces uint8) {
 		var passed []byte
-		err := receiveDeferring(func(any) error {
+		err := receiveDeferring(recvFunc(func(any) error {
 			r, err := c.Decompress(bytes.NewReader(body))
 			if err != nil {
 				return err
 			}
 			passed, err = io.ReadAll(r)
 			return err
-		}, nil)
+		}), nil)
 		if err != nil {
 			t.Fatalf("the server's decompressor passes bytes on, it does not fail: %v", err)
 		}

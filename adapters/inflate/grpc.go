@@ -188,7 +188,7 @@ func (r registrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			answerAccepted(ctx)
-			return h(srv, ctx, func(v any) error { return r.g.receive(v, receiveDeferring(dec, v)) }, ic)
+			return h(srv, ctx, func(v any) error { return r.g.receive(v, receiveDeferring(recvFunc(dec), v)) }, ic)
 		}
 		d.Methods[i] = m
 	}
@@ -220,7 +220,7 @@ type receiving struct {
 }
 
 func (s receiving) RecvMsg(m any) error {
-	return s.g.receive(m, receiveDeferring(s.ServerStream.RecvMsg, m))
+	return s.g.receive(m, receiveDeferring(s.ServerStream, m))
 }
 
 // answerAccepted keeps grpc-go from answering in an encoding the client did not list in
