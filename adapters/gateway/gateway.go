@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests from gRPC clients
+	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests from gRPC clients (deflate: package inflate)
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -138,11 +138,13 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	g.metrics.MustRegister(inflater.Collectors()...)
 
 	mux := http.NewServeMux()
-	mux.Handle(g.svc.Handler())
-	mux.Handle(grpchealth.NewHandler(g.health))
+	mux.Handle(g.svc.Handler()) // gzip and deflate
+	// deflate next to connect-go's gzip on the others too, as on native gRPC.
+	deflate := inflater.ConnectCompression()
+	mux.Handle(grpchealth.NewHandler(g.health, deflate))
 	reflector := grpcreflect.NewStaticReflector(inferenceconnect.GRPCInferenceServiceName, grpchealth.HealthV1ServiceName)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, deflate))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, deflate))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
 	rest := g.svc.RESTHandler() // KServe v2 REST, over HTTP/1.1 and h2c alike
 	mux.Handle("/v2", rest)

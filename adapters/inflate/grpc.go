@@ -16,7 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// GRPC inflates gzip-compressed messages on a grpc-go server within the Inflater's bounds.
+// GRPC inflates gzip- and deflate-compressed messages on a grpc-go server within the Inflater's
+// bounds, and answers each call compressed only with an encoding its client accepts.
 //
 // grpc-go's own gzip decompressor stops only at the server's message limit (2 GiB for Triton's
 // clients), runs before any handler or interceptor, and turns every failure into INTERNAL, with
@@ -26,6 +27,12 @@ import (
 // Registrar inflates them when its handler asks for the message, in the call's goroutine, where
 // a refusal gets its proper code (RESOURCE_EXHAUSTED for a bound, INVALID_ARGUMENT for corrupt
 // data) and the budget is held exactly until the message is decoded.
+//
+// grpc-go has one per-server decompression hook, taken by gzip; deflate reaches the server only
+// through grpc-go's process-wide compressor registry. So this package registers a "deflate"
+// compressor there (see deflate.go) that inflates as any client expects, except when it runs
+// inside a message read of a service registered through Registrar: there it passes the message
+// on marked, like gzip's.
 type GRPC struct {
 	in     *Inflater
 	codec  *deferringCodec
@@ -49,9 +56,12 @@ func (g *GRPC) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// deferred starts the bytes a compressed message is passed on as. No protobuf message starts with
-// a zero byte (field number 0 does not exist), so no real message is taken for one.
-var deferred = []byte("\x00infergate:gzip\x00")
+// The marks a compressed message is passed on behind, one per encoding. No protobuf message
+// starts with a zero byte (field number 0 does not exist), so no real message is taken for one.
+var (
+	deferredGzip    = []byte("\x00infergate:gzip\x00")
+	deferredDeflate = []byte("\x00infergate:deflate\x00")
+)
 
 // passGzip passes a gzip message on undecompressed, behind the mark.
 type passGzip struct{}
@@ -59,9 +69,15 @@ type passGzip struct{}
 func (passGzip) Type() string { return "gzip" }
 
 func (passGzip) Do(r io.Reader) ([]byte, error) {
-	b := bytes.NewBuffer(append(make([]byte, 0, 4<<10), deferred...))
+	b := bytes.NewBuffer(append(make([]byte, 0, 4<<10), deferredGzip...))
 	_, err := b.ReadFrom(r)
 	return b.Bytes(), err
+}
+
+// setAside is a compressed message kept for the call to inflate.
+type setAside struct {
+	encoding string
+	b        []byte
 }
 
 // deferringCodec sets a marked message's bytes aside for the call to inflate, and decodes any
@@ -73,11 +89,22 @@ type deferringCodec struct {
 }
 
 func (c *deferringCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if len(data) == 1 {
-		if b := data[0].ReadOnlyData(); bytes.HasPrefix(b, deferred) {
-			// passGzip's own buffer, which grpc-go does not recycle: kept as it is.
+	if len(data) == 0 {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	b := data[0].ReadOnlyData()
+	switch {
+	case len(data) == 1 && bytes.HasPrefix(b, deferredGzip):
+		// passGzip's own buffer, which grpc-go does not recycle: kept as it is.
+		c.held.Add(1)
+		c.pending.Store(v, setAside{"gzip", b[len(deferredGzip):]})
+		return nil
+	case len(b) > 0 && b[0] == 0:
+		// Perhaps the deflate compressor's output: buffers from grpc-go's pool, which it
+		// recycles once this returns, so the bytes are copied out.
+		if all := data.Materialize(); bytes.HasPrefix(all, deferredDeflate) {
 			c.held.Add(1)
-			c.pending.Store(v, b[len(deferred):])
+			c.pending.Store(v, setAside{"deflate", all[len(deferredDeflate):]})
 			return nil
 		}
 	}
@@ -97,12 +124,13 @@ func (g *GRPC) receive(v any, err error) error {
 	if err != nil || !ok {
 		return err
 	}
-	r, err := g.in.newReader("gzip", bytes.NewReader(b.([]byte)), g.maxMsg)
+	m := b.(setAside)
+	r, err := g.in.newReader(m.encoding, bytes.NewReader(m.b), g.maxMsg)
 	if err != nil {
 		return statusOf(err)
 	}
 	defer r.Close() // the budget is given back once the message is decoded
-	out, err := readAll(r, len(b.([]byte)))
+	out, err := readAll(r, len(m.b))
 	if err != nil {
 		return statusOf(err)
 	}
@@ -143,8 +171,9 @@ func statusOf(err error) error {
 }
 
 // Registrar returns r, registering every service so that its handlers' message reads (unary
-// decoding and streams' RecvMsg) inflate the messages the codec set aside. It also serves
-// reflection's GetServiceInfo when r does.
+// decoding and streams' RecvMsg) inflate the messages the codec set aside, and so that a call
+// is answered compressed only with an encoding its client accepts. It also serves reflection's
+// GetServiceInfo when r does.
 func (g *GRPC) Registrar(r grpc.ServiceRegistrar) grpc.ServiceRegistrar { return registrar{r, g} }
 
 type registrar struct {
@@ -158,14 +187,18 @@ func (r registrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error { return r.g.receive(v, dec(v)) }, ic)
+			answerAccepted(ctx)
+			return h(srv, ctx, func(v any) error { return r.g.receive(v, receiveDeferring(recvFunc(dec), v)) }, ic)
 		}
 		d.Methods[i] = m
 	}
 	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
 		h := s.Handler
-		s.Handler = func(srv any, ss grpc.ServerStream) error { return h(srv, receiving{ss, r.g}) }
+		s.Handler = func(srv any, ss grpc.ServerStream) error {
+			answerAccepted(ss.Context())
+			return h(srv, receiving{ss, r.g})
+		}
 		d.Streams[i] = s
 	}
 	r.ServiceRegistrar.RegisterService(&d, impl)
@@ -186,4 +219,24 @@ type receiving struct {
 	g *GRPC
 }
 
-func (s receiving) RecvMsg(m any) error { return s.g.receive(m, s.ServerStream.RecvMsg(m)) }
+func (s receiving) RecvMsg(m any) error {
+	return s.g.receive(m, receiveDeferring(s.ServerStream, m))
+}
+
+// answerAccepted keeps grpc-go from answering in an encoding the client did not list in
+// grpc-accept-encoding. grpc-go answers a compressed request in the request's encoding without
+// looking at that list; gRPC's compression spec has a server compress only with an encoding the
+// client accepts. A client that sent no list gets identity, which every client reads.
+func answerAccepted(ctx context.Context) {
+	s, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ SendCompress() string })
+	if !ok {
+		return
+	}
+	enc := s.SendCompress()
+	if enc == "" || enc == encoding.Identity {
+		return // uncompressed requests are answered uncompressed
+	}
+	if accepted, err := grpc.ClientSupportedCompressors(ctx); err == nil && !slices.Contains(accepted, enc) {
+		_ = grpc.SetSendCompressor(ctx, encoding.Identity) // identity is always allowed
+	}
+}

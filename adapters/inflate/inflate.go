@@ -6,10 +6,11 @@
 // a bound is refused as the byte that crosses it is produced, so a 1 MB body that would inflate
 // to 1 GiB costs at most the bound, not the gibibyte.
 //
-// It covers every transport the gateway serves: Content-Encoding bodies (HTTP), per-message
-// compression inside gRPC, gRPC-Web and Connect envelopes (Handler), and grpc-go's native
-// transport (GRPCOption). The standard library's decompressors do the inflating; what no library
-// offers is the bounds and the budget around them, so those are written here.
+// It covers every transport the gateway serves, for gzip and deflate alike: Content-Encoding
+// bodies (HTTP), per-message compression inside gRPC, gRPC-Web and Connect envelopes (Handler),
+// and grpc-go's native transport (GRPC). The standard library's decompressors do the inflating;
+// what no library offers is the bounds and the budget around them, so those are written here.
+// Importing the package registers gRPC's deflate with grpc-go (deflate.go).
 package inflate
 
 import (

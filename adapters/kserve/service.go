@@ -79,11 +79,12 @@ func NewService(reg *engines.Registry, opts ...Option) *Service {
 }
 
 // Handler returns the service's HTTP path prefix and handler, serving gRPC, gRPC-Web and Connect,
-// gzip included.
+// gzip and deflate included (deflate bounded by the service's Inflater).
 func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
 	opts = append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(s.maxBytes),
 		connect.WithSendMaxBytes(s.maxBytes),
+		s.inflater.ConnectCompression(),
 	}, opts...)
 	return inferenceconnect.NewGRPCInferenceServiceHandler(s, opts...)
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 )
 
@@ -36,6 +37,27 @@ func transportChecks() []Check {
 			}
 			t.expectOK(err, fmt.Sprintf("gzip-compressed ModelInfer on '%s'", m.name))
 			sameOutputs(t, "gzip-compressed ModelInfer", plain, gz)
+			t.Note("model '%s'", m.name)
+		}},
+		{ID: "transport.deflate", Title: "a deflate-compressed request (Triton's clients' -C deflate) is answered like the uncompressed one, and not in an encoding the client did not accept", Class: TritonExtension, Cite: triton("customization_guide/inference_protocols.md", "Triton allows the on-wire compression of request/response messages by exposing following option on server-side:"), Item: 40, Run: func(t *T) {
+			m := t.generic()
+			plain := t.mustInfer(validRequest(m))
+			res, err := t.client().ModelInfer(t.ctx, validRequest(m), grpc.UseCompressor("deflate"))
+			if status.Code(err) == codes.Unimplemented && !t.isTriton() {
+				// gRPC's answer from a server without deflate; Triton's gRPC core has it.
+				t.Skip("the server does not accept deflate: %s", describeErr(err))
+				return
+			}
+			t.expectOK(err, fmt.Sprintf("deflate-compressed ModelInfer on '%s'", m.name))
+			sameOutputs(t, "deflate-compressed ModelInfer", plain, res)
+			// gRPC's compression doc: a server compresses only with an encoding the client
+			// listed in grpc-accept-encoding. grpc-go's client refuses any other answer.
+			res, err = t.client().ModelInfer(t.ctx, validRequest(m), grpc.UseCompressor("deflate"), experimental.AcceptCompressors(gzip.Name))
+			if err != nil {
+				t.Warn("deflate-compressed ModelInfer from a client accepting only gzip: %s (answer uncompressed or in gzip)", describeErr(err))
+			} else {
+				sameOutputs(t, "deflate-compressed ModelInfer accepting only gzip", plain, res)
+			}
 			t.Note("model '%s'", m.name)
 		}},
 		{ID: "transport.concurrent-200", Title: "200 concurrent ModelInfer calls on one connection all succeed with their own ids", Class: Standard, Cite: citeID, Item: 41, Run: func(t *T) {
