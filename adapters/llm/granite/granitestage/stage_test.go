@@ -278,11 +278,9 @@ func TestInvalid(t *testing.T) {
 	} {
 		res, body := e.post(t, c.body)
 		assert.Equal(t, http.StatusBadRequest, res.StatusCode, c.body)
-		var eo struct{ Error pipeline.Error }
 		var raw struct {
 			Error struct{ Param string }
 		}
-		_ = json.Unmarshal([]byte(body), &eo)
 		require.NoError(t, json.Unmarshal([]byte(body), &raw), body)
 		assert.Equal(t, c.param, raw.Error.Param, body)
 	}
