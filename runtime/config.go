@@ -16,6 +16,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/inflate"
+	"github.com/infergate/infergate/adapters/llm/granite"
 	"github.com/infergate/infergate/adapters/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -105,6 +106,11 @@ type modelConfig struct {
 	// translate (the default: to OpenAI chat completions and back, for any upstream) or native
 	// (passed unchanged to the upstream's own /v1/messages: vLLM 0.12 and later).
 	Messages string `yaml:"messages"`
+	// Processor serves the model's chat completions through a Granite processor by its
+	// registry name or alias (granite3.2, granite3.3, ibm-granite/granite-3.3-8b-instruct, ...):
+	// the gateway renders the prompt (thinking, documents, controls, tools) and parses the
+	// model's text back into reasoning, citations, hallucinations and tool calls.
+	Processor string `yaml:"processor"`
 }
 
 // cacheConfig is models.<name>.cache.
@@ -274,6 +280,15 @@ func (m modelConfig) validate(name string) []string {
 	if m.Tokenizer == "" && (m.MaxModelLen > 0 || m.SpecialTokensInContent || m.Input == "tokens") {
 		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))
 	}
+	if m.Processor != "" {
+		if _, ok := granite.NewDefaultRegistry().Lookup(m.Processor); !ok {
+			out = append(out, fmt.Sprintf("models.%s.processor: unknown processor %q (known: %s)", name, m.Processor,
+				strings.Join(granite.NewDefaultRegistry().Names(), ", ")))
+		}
+		if m.Input == "tokens" {
+			out = append(out, fmt.Sprintf("models.%s: processor and input: tokens cannot go together (both turn chat into completions; a processor sends its own prompt text)", name))
+		}
+	}
 	switch m.Messages {
 	case "", "translate", "native":
 	default:
@@ -300,6 +315,12 @@ type serverConfig struct {
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
 	// IdleTimeout closes a connection that carried nothing for that long; default 5m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// SystemSharedMemory serves Triton's system shared memory extension (Linux); default true.
+	// Clients register /dev/shm objects by key and pass tensors through them: a same-host trust
+	// model (README: Security model).
+	SystemSharedMemory *bool `yaml:"system_shared_memory"`
+	// SharedMemoryMaxRegions caps the regions registered at once; default 4096.
+	SharedMemoryMaxRegions int `yaml:"shared_memory_max_regions"`
 }
 
 func (c serverConfig) decompression() inflate.Config {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/infergate/infergate/adapters/llm/granite"
+	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
 	"log/slog"
 	"maps"
 	"slices"
@@ -35,6 +37,10 @@ import (
 //	     model's tokenizer and chat template)
 //	  -> token input: chat rendered and tokenized, sent as ids to /v1/completions, the answer
 //	     turned back into a chat completion (models.<name>.input: tokens)
+//	  -> Granite processing: chat rendered by a Granite processor, sent as a prompt to
+//	     /v1/completions, the model's text parsed back into reasoning, citations, hallucinations
+//	     and tool calls (models.<name>.processor)
+//	  -> disaggregation: prefill then decode (models.<name>.disaggregation)
 //	  -> routing and forwarding (the terminal handler: pick, failover, the metered exchange)
 //
 // A model's stages are chosen once per model, from its models.<name> config.
@@ -64,6 +70,9 @@ func llmStages(g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager
 				stages = append(stages, tokeninput.Stage(m.Model))
 			}
 		}
+		if m.granite != nil {
+			stages = append(stages, m.granite)
+		}
 		if m.disagg != nil {
 			stages = append(stages, m.disagg)
 		}
@@ -83,6 +92,8 @@ type llmModel struct {
 	cache  pipeline.Interceptor // nil: no response cache
 	disagg pipeline.Interceptor // prefill then decode; nil: aggregated
 	route  pipeline.Interceptor
+	// granite serves chat through a Granite processor (models.<name>.processor); nil: none.
+	granite pipeline.Interceptor
 }
 
 // loadModels reads each configured model's tokenizer and chat template, and builds its routing;
@@ -91,6 +102,7 @@ type llmModel struct {
 // closers gets what stops the sharing.
 func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Client, redisPrefix string, closers *[]func(), collectors *[]prometheus.Collector, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
+	granites := granite.NewDefaultRegistry()
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
 		lm := &llmModel{tokens: c.Input == "tokens"}
@@ -114,6 +126,10 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 				*collectors = append(*collectors, sh.Collectors()...)
 			}
 			lm.route = x.Stage(lm.Model)
+		}
+		if c.Processor != "" {
+			e, _ := granites.Lookup(c.Processor) // validated with the config
+			lm.granite = granitestage.Stage(e, granitestage.Options{})
 		}
 		if d := c.Disaggregation; d != nil {
 			lm.disagg = disagg.New(disagg.Options{Model: name, Prefill: d.Prefill, Decode: d.Decode,

@@ -37,6 +37,8 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	gwCfg.Decompression = cfg.Server.decompression()
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
 	gwCfg.IdleTimeout = cfg.Server.IdleTimeout
+	gwCfg.DisableSystemSharedMemory = cfg.Server.SystemSharedMemory != nil && !*cfg.Server.SystemSharedMemory
+	gwCfg.SharedMemoryMaxRegions = cfg.Server.SharedMemoryMaxRegions
 	var closers []func()
 	stop := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
