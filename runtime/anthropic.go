@@ -77,4 +77,3 @@ func messagesAPI(cfg *fileConfig, models map[string]*llmModel, proxy func() *ope
 	}
 	return mount, anthropic.AcceptAPIKey, inner
 }
-
