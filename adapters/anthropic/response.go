@@ -91,7 +91,7 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 		text, thinking, refusal []byte
 		calls                   []outBlock
 		finish, vllmStop        []byte
-		prompt, compl, cached   int64
+		u                       usage
 		choices                 int
 		badArgs                 string
 	)
@@ -147,25 +147,9 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 				})
 			})
 		case `"usage"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				switch string(key) {
-				case `"prompt_tokens"`:
-					prompt = sc.int()
-				case `"completion_tokens"`:
-					compl = sc.int()
-				case `"prompt_tokens_details"`:
-					return sc.object(func(sc *scanner, key []byte) bool {
-						if string(key) == `"cached_tokens"` {
-							cached = sc.int()
-							return !sc.bad
-						}
-						return sc.skip(0)
-					})
-				default:
-					return sc.skip(0)
-				}
-				return !sc.bad
-			})
+			var ok bool
+			u, _, ok = readUsage(sc)
+			return ok
 		}
 		return sc.skip(0)
 	})
@@ -193,8 +177,35 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 		f = unquote(finish)
 	}
 	m.stopReason, m.stopSequence = stopReason(f, vllmStop, len(calls) > 0, len(refusal) > 2)
-	m.usage = fromOpenAI(prompt, compl, cached)
+	m.usage = u
 	return m, nil
+}
+
+// readUsage reads an OpenAI usage object (a whole answer's, or a stream's last chunk's); seen is
+// whether it had any field.
+func readUsage(sc *scanner) (u usage, seen, ok bool) {
+	var prompt, completion, cached int64
+	ok = sc.object(func(sc *scanner, key []byte) bool {
+		seen = true
+		switch string(key) {
+		case `"prompt_tokens"`:
+			prompt = sc.int()
+		case `"completion_tokens"`:
+			completion = sc.int()
+		case `"prompt_tokens_details"`:
+			return sc.object(func(sc *scanner, key []byte) bool {
+				if string(key) == `"cached_tokens"` {
+					cached = sc.int()
+					return !sc.bad
+				}
+				return sc.skip(0)
+			})
+		default:
+			return sc.skip(0)
+		}
+		return !sc.bad
+	})
+	return fromOpenAI(prompt, completion, cached), seen, ok
 }
 
 // toolCallOf reads one of a completion's tool calls; its input is nil when the arguments are not

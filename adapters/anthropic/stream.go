@@ -219,30 +219,9 @@ func (s *streamer) choice(sc *scanner, d *delta) bool {
 }
 
 func (s *streamer) readUsage(sc *scanner) bool {
-	var prompt, completion, cached int64
-	seen := false
-	ok := sc.object(func(sc *scanner, key []byte) bool {
-		seen = true
-		switch string(key) {
-		case `"prompt_tokens"`:
-			prompt = sc.int()
-		case `"completion_tokens"`:
-			completion = sc.int()
-		case `"prompt_tokens_details"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				if string(key) == `"cached_tokens"` {
-					cached = sc.int()
-					return !sc.bad
-				}
-				return sc.skip(0)
-			})
-		default:
-			return sc.skip(0)
-		}
-		return !sc.bad
-	})
+	u, seen, ok := readUsage(sc)
 	if ok && seen {
-		s.usage, s.hasUsage = fromOpenAI(prompt, completion, cached), true
+		s.usage, s.hasUsage = u, true
 	}
 	return ok
 }
