@@ -281,9 +281,10 @@ func (m modelConfig) validate(name string) []string {
 		out = append(out, fmt.Sprintf("models.%s: max_model_len, special_tokens_in_content and input: tokens need tokenizer (the gateway counts tokens with it)", name))
 	}
 	if m.Processor != "" {
-		if _, ok := granite.NewDefaultRegistry().Lookup(m.Processor); !ok {
+		reg := granite.NewDefaultRegistry()
+		if _, ok := reg.Lookup(m.Processor); !ok {
 			out = append(out, fmt.Sprintf("models.%s.processor: unknown processor %q (known: %s)", name, m.Processor,
-				strings.Join(granite.NewDefaultRegistry().Names(), ", ")))
+				strings.Join(reg.Names(), ", ")))
 		}
 		if m.Input == "tokens" {
 			out = append(out, fmt.Sprintf("models.%s: processor and input: tokens cannot go together (both turn chat into completions; a processor sends its own prompt text)", name))
