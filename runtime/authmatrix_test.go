@@ -445,6 +445,11 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/olla/proxy/v1/completions", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"GET", "/olla/vllm/health", "", anyKey, nil},
 		{"GET", "/olla/vllm/metrics", "", anyKey, nil},
+		{"GET", "/v2/systemsharedmemory/status", "", anyKey, nil},
+		{"GET", "/v2/systemsharedmemory/region/nope/status", "", anyKey, nil},
+		{"POST", "/v2/systemsharedmemory/region/nope/register", `{"key":"../not/a/key","offset":0,"byte_size":16}`, anyKey, nil},
+		{"POST", "/v2/systemsharedmemory/region/nope/unregister", "", anyKey, nil},
+		{"GET", "/v2/cudasharedmemory/status", "", anyKey, nil},
 	}
 	call := func(method, path, body, key, model string) httpOutcome {
 		fill := func(s string) string { return strings.ReplaceAll(s, "$M", model) }
