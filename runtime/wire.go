@@ -105,6 +105,14 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		strip = []string{"Authorization", "X-Api-Key"}
 		visible = guard.Visible
 		reg.SetVisibility(guard.Visible)
+		// Each key's shared memory regions are its own: another key can neither read, write,
+		// list nor unregister them.
+		gwCfg.SharedMemoryOwner = func(ctx context.Context) string {
+			if p := guard.PrincipalFrom(ctx); p != nil {
+				return p.Name
+			}
+			return ""
+		}
 	}
 	// /tokenize and /detokenize, over HTTP and as OpenAIService's RPCs alike: the model's own
 	// tokenizer when it has one configured, else its vLLM upstream's endpoints (Forward, below).

@@ -73,8 +73,11 @@ type Config struct {
 	Decompression inflate.Config
 	// DisableSystemSharedMemory turns off Triton's system shared memory extension (on by
 	// default on Linux; see adapters/kserve/shm for its trust model: clients on the same host,
-	// one namespace of regions per server).
+	// a namespace of regions per SharedMemoryOwner).
 	DisableSystemSharedMemory bool
+	// SharedMemoryOwner names the caller a request's shared memory regions belong to (the
+	// runtime passes its API key's name); nil: one namespace for every caller, as in Triton.
+	SharedMemoryOwner func(context.Context) string
 	// SharedMemoryMaxRegions caps the shared memory regions registered at once; default 4096.
 	SharedMemoryMaxRegions int
 
@@ -130,7 +133,8 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes),
 		kserve.WithInflater(inflater),
 		kserve.WithSystemSharedMemory(!cfg.DisableSystemSharedMemory),
-		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions))
+		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions),
+		kserve.WithSharedMemoryOwner(cfg.SharedMemoryOwner))
 	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
 
 	g.metrics = prometheus.NewRegistry()

@@ -44,7 +44,7 @@ type callOptions struct {
 // decode turns a wire request into the engine request for model e: typed contents become raw
 // bytes, raw entries are matched to inputs in order (aliased, not copied), and reserved parameters
 // are checked. Errors carry Triton's codes and texts.
-func decode(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager) (*engines.Request, callOptions, error) {
+func decode(e *engines.Entry, req *inference.ModelInferRequest, sm shmScope) (*engines.Request, callOptions, error) {
 	model := e.Name()
 	r := &engines.Request{ID: req.GetId(), Inputs: make([]engines.Tensor, len(req.GetInputs()))}
 	raw := req.GetRawInputContents()
@@ -58,7 +58,7 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager)
 			return nil, callOptions{}, err
 		}
 		if sp.hasShm {
-			if sm == nil {
+			if sm.m == nil {
 				return nil, callOptions{}, unimplemented(extSystemSharedMemory)
 			}
 			if in.GetContents() != nil {
@@ -66,7 +66,7 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager)
 			}
 			// Copied out of the region: the engine must not read memory the client can
 			// truncate under it (see package shm).
-			if t.Data, err = sm.Read(sp.region, sp.offset, sp.size); err != nil {
+			if t.Data, err = sm.m.Read(sm.owner, sp.region, sp.offset, sp.size); err != nil {
 				return nil, callOptions{}, err
 			}
 			continue
@@ -117,7 +117,7 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager)
 
 // acquireOutputs holds the shared memory windows requested outputs are written to, checked
 // before the model runs as Triton checks them; on error it holds none.
-func acquireOutputs(outs []*inference.ModelInferRequest_InferRequestedOutputTensor, classes []int, sm *shm.Manager) ([]*shm.View, error) {
+func acquireOutputs(outs []*inference.ModelInferRequest_InferRequestedOutputTensor, classes []int, sm shmScope) ([]*shm.View, error) {
 	var views []*shm.View
 	fail := func(err error) ([]*shm.View, error) {
 		for _, v := range views {
@@ -133,13 +133,13 @@ func acquireOutputs(outs []*inference.ModelInferRequest_InferRequestedOutputTens
 		if !sp.hasShm {
 			continue
 		}
-		if sm == nil {
+		if sm.m == nil {
 			return fail(unimplemented(extSystemSharedMemory))
 		}
 		if classes != nil && classes[i] > 0 {
 			return fail(invalid("output can't set both 'shared_memory_region' and 'classification'"))
 		}
-		v, err := sm.Acquire(sp.region, sp.offset, sp.size)
+		v, err := sm.m.Acquire(sm.owner, sp.region, sp.offset, sp.size)
 		if err != nil {
 			return fail(err)
 		}

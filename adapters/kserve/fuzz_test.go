@@ -173,7 +173,7 @@ func FuzzModelInferRequest(f *testing.F) {
 			req.ModelName = fuzzModels[int(pick)%len(fuzzModels)]
 			e = reg.Lookup(req.ModelName)
 		}
-		r, opts, err := prepare(e, req, nil)
+		r, opts, err := prepare(e, req, shmScope{})
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
@@ -273,7 +273,7 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 				e = reg.Lookup(fuzzModels[0])
 			}
 			require.NotNil(t, e)
-			r, opts, err := prepare(e, req, nil)
+			r, opts, err := prepare(e, req, shmScope{})
 			if accepted[name] {
 				require.NoError(t, err)
 				checkPrepared(t, e, r, opts)
@@ -308,18 +308,18 @@ func TestPrepareHugeShapeAllocatesLittle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := reg.Lookup(tc.model)
 			require.NotNil(t, e)
-			_, _, err := prepare(e, tc.req, nil)
+			_, _, err := prepare(e, tc.req, shmScope{})
 			require.Error(t, err)
 			assert.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 			var ce *connect.Error
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tc.msg, ce.Message())
 
-			allocs := testing.AllocsPerRun(100, func() { _, _, err = prepare(e, tc.req, nil) })
+			allocs := testing.AllocsPerRun(100, func() { _, _, err = prepare(e, tc.req, shmScope{}) })
 			require.Error(t, err)
 			assert.LessOrEqual(t, allocs, 20.0, "allocations per rejected request")
 
-			perCall := bytesPerCall(200, func() { _, _, _ = prepare(e, tc.req, nil) })
+			perCall := bytesPerCall(200, func() { _, _, _ = prepare(e, tc.req, shmScope{}) })
 			assert.Less(t, perCall, uint64(4096), "bytes allocated per rejected request")
 			t.Logf("%.0f allocations, %d bytes per rejected request", allocs, perCall)
 		})

@@ -95,7 +95,7 @@ func FuzzRESTInferBody(f *testing.F) {
 			return
 		}
 		checkAliasing(t, buf, call, header)
-		r, opts, err := prepare(e, call.req, nil)
+		r, opts, err := prepare(e, call.req, shmScope{})
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
@@ -162,7 +162,7 @@ func checkAliasing(t *testing.T, buf []byte, call *restCall, header string) {
 // rest. Only JSON-incapable outputs (half floats, NaN) may fail, with a 400.
 func checkRESTResponse(t *testing.T, e *engines.Entry, call *restCall) {
 	t.Helper()
-	resp, err := inferUnary(context.Background(), e, call.req, nil, time.Now())
+	resp, err := inferUnary(context.Background(), e, call.req, shmScope{}, time.Now())
 	if err != nil {
 		requireInvalidArgument(t, err) // model-level rejections, checked by checkPrepared too
 		return
@@ -231,7 +231,7 @@ func FuzzRESTGenerateBody(f *testing.F) {
 		if len(req.Inputs) != len(req.RawInputContents) {
 			t.Fatalf("%d inputs, %d raw entries", len(req.Inputs), len(req.RawInputContents))
 		}
-		r, opts, err := prepare(e, req, nil)
+		r, opts, err := prepare(e, req, shmScope{})
 		if err != nil {
 			requireInvalidArgument(t, err)
 			return
@@ -251,7 +251,7 @@ func TestRESTFuzzSeedsExpectations(t *testing.T) {
 		copy(buf[rawHeadroom:], s.body)
 		call, err := parseInferBody(e, buf, rawHeadroom, s.header)
 		if err == nil {
-			_, _, err = prepare(e, call.req, nil)
+			_, _, err = prepare(e, call.req, shmScope{})
 		}
 		if valid[i] {
 			assert.NoError(t, err, "seed %d", i)

@@ -52,7 +52,7 @@ func (s *Service) restGenerate(stream bool) restFunc {
 		if err != nil {
 			return err
 		}
-		pr, opts, err := prepare(e, req, nil) // generate has no shared memory tensors
+		pr, opts, err := prepare(e, req, shmScope{}) // generate has no shared memory tensors
 		if err != nil {
 			e.Stats.RecordFailure(start, time.Now())
 			return err

@@ -76,7 +76,7 @@ func (s *Service) restInfer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp, err := inferUnary(r.Context(), e, call.req, s.shm, start)
+	resp, err := inferUnary(r.Context(), e, call.req, s.shmScope(r.Context()), start)
 	if err != nil {
 		return err
 	}

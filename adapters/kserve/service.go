@@ -39,6 +39,7 @@ type Service struct {
 	frames   *framePool   // and its buffer pool
 	inflater *inflate.Inflater
 	shm      *shm.Manager // nil: the system shared memory extension is off
+	shmOwner func(context.Context) string
 	shmOff   bool
 	shmMax   int
 	exts     []string
@@ -215,7 +216,7 @@ func (s *Service) ModelInfer(ctx context.Context, req *inference.ModelInferReque
 	if err != nil {
 		return nil, err
 	}
-	return inferUnary(ctx, e, req, s.shm, start)
+	return inferUnary(ctx, e, req, s.shmScope(ctx), start)
 }
 
 // Triton refuses decoupled models on its one-response endpoints, in words that differ by protocol.
@@ -245,7 +246,7 @@ func (s *Service) resolveUnary(ctx context.Context, name, version, decoupledMsg 
 // inferUnary decodes, validates and runs req on e: the path gRPC ModelInfer and the REST infer
 // endpoint share, so the same bad request fails with the same message on both and both count in
 // the model's statistics. A request that asks to stream is INVALID_ARGUMENT here.
-func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager, start time.Time) (*inference.ModelInferResponse, error) {
+func inferUnary(ctx context.Context, e *engines.Entry, req *inference.ModelInferRequest, sm shmScope, start time.Time) (*inference.ModelInferResponse, error) {
 	r, opts, err := prepare(e, req, sm)
 	defer opts.releaseShm()
 	if err == nil && e.RequestDecoupled(r) {
@@ -281,10 +282,10 @@ func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts c
 	return out, nil
 }
 
-// prepare decodes and validates a request for e, with shared memory tensors in sm's regions (nil:
+// prepare decodes and validates a request for e, with shared memory tensors in sm's regions (zero:
 // the extension is off). On success the caller releases opts' regions when the response is
 // written; on failure none are held.
-func prepare(e *engines.Entry, req *inference.ModelInferRequest, sm *shm.Manager) (*engines.Request, callOptions, error) {
+func prepare(e *engines.Entry, req *inference.ModelInferRequest, sm shmScope) (*engines.Request, callOptions, error) {
 	r, opts, err := decode(e, req, sm)
 	if err != nil {
 		opts.releaseShm()

@@ -38,6 +38,32 @@ func WithSystemSharedMemory(on bool) Option { return func(s *Service) { s.shmOff
 // shm.DefaultMaxRegions).
 func WithSharedMemoryMaxRegions(n int) Option { return func(s *Service) { s.shmMax = n } }
 
+// WithSharedMemoryOwner names the owner of the regions a request registers and uses (default:
+// one namespace for every caller, as in Triton). The runtime passes the caller's API key, so that
+// with keys on one client's regions are never reached through another's requests.
+func WithSharedMemoryOwner(owner func(context.Context) string) Option {
+	return func(s *Service) { s.shmOwner = owner }
+}
+
+// shmScope is one request's reach into the shared memory regions: the manager (nil when the
+// extension is off) and the namespace of the request's caller.
+type shmScope struct {
+	m     *shm.Manager
+	owner string
+}
+
+// shmScope is the scope of ctx's caller.
+func (s *Service) shmScope(ctx context.Context) shmScope {
+	if s.shm == nil {
+		return shmScope{}
+	}
+	sc := shmScope{m: s.shm}
+	if s.shmOwner != nil {
+		sc.owner = s.shmOwner(ctx)
+	}
+	return sc
+}
+
 // SharedMemory is the service's region manager, nil when the extension is off.
 func (s *Service) SharedMemory() *shm.Manager { return s.shm }
 
@@ -120,11 +146,11 @@ func (s *Service) shmDisabled() error {
 	return unimplemented(extSystemSharedMemory)
 }
 
-func (s *Service) SystemSharedMemoryStatus(_ context.Context, req *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
+func (s *Service) SystemSharedMemoryStatus(ctx context.Context, req *inference.SystemSharedMemoryStatusRequest) (*inference.SystemSharedMemoryStatusResponse, error) {
 	if s.shm == nil {
 		return nil, s.shmDisabled()
 	}
-	st, err := s.shm.Status(req.GetName())
+	st, err := s.shm.Status(s.shmScope(ctx).owner, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -135,25 +161,26 @@ func (s *Service) SystemSharedMemoryStatus(_ context.Context, req *inference.Sys
 	return resp, nil
 }
 
-func (s *Service) SystemSharedMemoryRegister(_ context.Context, req *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
+func (s *Service) SystemSharedMemoryRegister(ctx context.Context, req *inference.SystemSharedMemoryRegisterRequest) (*inference.SystemSharedMemoryRegisterResponse, error) {
 	if s.shm == nil {
 		return nil, s.shmDisabled()
 	}
-	if err := s.shm.Register(req.GetName(), req.GetKey(), req.GetOffset(), req.GetByteSize()); err != nil {
+	if err := s.shm.Register(s.shmScope(ctx).owner, req.GetName(), req.GetKey(), req.GetOffset(), req.GetByteSize()); err != nil {
 		return nil, err
 	}
 	return &inference.SystemSharedMemoryRegisterResponse{}, nil
 }
 
-func (s *Service) SystemSharedMemoryUnregister(_ context.Context, req *inference.SystemSharedMemoryUnregisterRequest) (*inference.SystemSharedMemoryUnregisterResponse, error) {
+func (s *Service) SystemSharedMemoryUnregister(ctx context.Context, req *inference.SystemSharedMemoryUnregisterRequest) (*inference.SystemSharedMemoryUnregisterResponse, error) {
 	if s.shm == nil {
 		return nil, s.shmDisabled()
 	}
+	owner := s.shmScope(ctx).owner
 	var err error
 	if req.GetName() == "" {
-		err = s.shm.UnregisterAll()
+		err = s.shm.UnregisterAll(owner)
 	} else {
-		err = s.shm.Unregister(req.GetName())
+		err = s.shm.Unregister(owner, req.GetName())
 	}
 	if err != nil {
 		return nil, err
@@ -171,12 +198,12 @@ func (s *Service) CudaSharedMemoryRegister(context.Context, *inference.CudaShare
 	return nil, connect.NewError(connect.CodeUnimplemented, errNoCUDA)
 }
 
-func (s *Service) CudaSharedMemoryStatus(_ context.Context, req *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
+func (s *Service) CudaSharedMemoryStatus(ctx context.Context, req *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
 	if s.shm == nil {
 		return nil, unimplemented("cuda_shared_memory")
 	}
 	if name := req.GetName(); name != "" {
-		if _, err := s.shm.Status(name); err == nil {
+		if _, err := s.shm.Status(s.shmScope(ctx).owner, name); err == nil {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("The region named '%s' is registered as system shared memory, not CUDA shared memory", name))
 		}
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find cuda shared memory region: '%s'", name))
@@ -221,7 +248,7 @@ func (s *Service) restShmStatus(w http.ResponseWriter, r *http.Request) error {
 	if s.shm == nil {
 		return s.shmDisabled()
 	}
-	st, err := s.shm.Status(r.PathValue("region"))
+	st, err := s.shm.Status(s.shmScope(r.Context()).owner, r.PathValue("region"))
 	if err != nil {
 		return err
 	}
@@ -260,7 +287,7 @@ func (s *Service) restShmRegister(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := s.shm.Register(r.PathValue("region"), key, offset, size); err != nil {
+	if err := s.shm.Register(s.shmScope(r.Context()).owner, r.PathValue("region"), key, offset, size); err != nil {
 		return shmRESTError(err)
 	}
 	writeJSON(w, http.StatusOK, nil)

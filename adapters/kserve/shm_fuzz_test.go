@@ -24,7 +24,7 @@ func fuzzRegion(f *testing.F) *shm.Manager {
 	}
 	f.Cleanup(func() { os.Remove("/dev/shm/" + name) })
 	m := shm.New(0)
-	if err := m.Register("r", "/"+name, 0, 64); err != nil {
+	if err := m.Register("", "r", "/"+name, 0, 64); err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { m.Close() })
@@ -77,7 +77,7 @@ func FuzzSharedMemoryParams(f *testing.F) {
 		if !sp.hasShm {
 			return
 		}
-		v, err := m.Acquire(sp.region, sp.offset, sp.size)
+		v, err := m.Acquire("", sp.region, sp.offset, sp.size)
 		if err != nil {
 			if c := connect.CodeOf(err); c != connect.CodeInvalidArgument && c != connect.CodeNotFound {
 				t.Fatalf("code %v: %v", c, err)

@@ -183,7 +183,7 @@ func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRe
 	if err != nil {
 		return ss.report(req.GetId(), err)
 	}
-	r, opts, err := prepare(e, req, ss.svc.shm)
+	r, opts, err := prepare(e, req, ss.svc.shmScope(ctx))
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
 		return ss.report(req.GetId(), err)

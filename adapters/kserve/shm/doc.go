@@ -2,11 +2,13 @@
 // shared memory objects a client creates on the server's host, registers by key, and then names
 // in infer requests so tensors travel through memory instead of the socket.
 //
-// Trust model. The extension is for clients on the same host as the server. Regions are
-// per-server, as Triton's are: one namespace of region names shared by every client that can
-// reach the KServe surface, so any such client can read (as an input) or overwrite (as an
-// output) a region another client registered, by naming it. Keep the extension off (the KServe
-// service's option) wherever clients that must not see each other's tensors share a server.
+// Trust model. The extension is for clients on the same host as the server. Every region has an
+// owner, a namespace the caller names (the runtime passes the caller's API key): a region is found,
+// listed and unregistered only through its owner's calls. Without API keys every caller is the
+// same owner, as in Triton: any client that can reach the KServe surface can read (as an input)
+// or overwrite (as an output) a region another client registered, by naming it. Keep keys on, or
+// the extension off (the KServe service's option), wherever clients that must not see each
+// other's tensors share a server.
 //
 // What a client can make the server touch: only POSIX shared memory objects, named by key (the
 // name shm_open takes: an optional leading '/' and then one path element, no '/', no "." or

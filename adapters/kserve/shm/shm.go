@@ -35,11 +35,16 @@ type Status struct {
 // *connect.Error with Triton's codes and messages.
 type Manager struct {
 	mu      sync.Mutex
-	regions map[string]*region
+	regions map[regionID]*region
 	max     int
 	closed  bool
 	mapped  atomic.Int64
 }
+
+// regionID names a region within its owner's namespace: with API keys on, each key has its own
+// (see Register), so one client's regions are never read, written, listed or unregistered through
+// another's requests.
+type regionID struct{ owner, name string }
 
 // region is one registered window. refs counts its registration (while registered) and every
 // View handed out; the mapping is released when it drops to zero.
@@ -56,7 +61,7 @@ func New(maxRegions int) *Manager {
 	if maxRegions <= 0 {
 		maxRegions = DefaultMaxRegions
 	}
-	return &Manager{regions: make(map[string]*region), max: maxRegions}
+	return &Manager{regions: make(map[regionID]*region), max: maxRegions}
 }
 
 // Supported reports whether this build can map shared memory (Linux only).
@@ -75,8 +80,11 @@ func ValidKey(key string) (string, bool) {
 	return name, true
 }
 
-// Register maps [offset, offset+byteSize) of the object key as region name.
-func (m *Manager) Register(name, key string, offset, byteSize uint64) error {
+// Register maps [offset, offset+byteSize) of the object key as region name of owner. Owners are
+// namespaces (the caller's API key; "" when keys are off): every other method finds only the
+// regions its owner registered, so two clients may use one name, and neither reaches the other's
+// regions. The cap on regions is the server's, across owners.
+func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) error {
 	file, ok := ValidKey(key)
 	if !ok {
 		return connect.NewError(connect.CodeInvalidArgument,
@@ -91,7 +99,8 @@ func (m *Manager) Register(name, key string, offset, byteSize uint64) error {
 	if m.closed {
 		return connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping"))
 	}
-	if _, dup := m.regions[name]; dup {
+	id := regionID{owner, name}
+	if _, dup := m.regions[id]; dup {
 		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("shared memory region '%s' already in manager", name))
 	}
 	if len(m.regions) >= m.max {
@@ -116,36 +125,41 @@ func (m *Manager) Register(name, key string, offset, byteSize uint64) error {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': %v", name, err))
 	}
 	m.mapped.Add(1)
-	m.regions[name] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1}
+	m.regions[id] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1}
 	return nil
 }
 
-// Unregister removes region name; an unknown name is not an error, as in Triton. The mapping
-// goes when the last request using it finishes.
-func (m *Manager) Unregister(name string) error {
+// Unregister removes owner's region name; an unknown name is not an error, as in Triton. The
+// mapping goes when the last request using it finishes.
+func (m *Manager) Unregister(owner, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.regions[name]
+	id := regionID{owner, name}
+	r, ok := m.regions[id]
 	if !ok {
 		return nil
 	}
-	delete(m.regions, name)
+	delete(m.regions, id)
 	return r.dropLocked()
 }
 
-// UnregisterAll removes every region.
-func (m *Manager) UnregisterAll() error {
+// UnregisterAll removes every region of owner.
+func (m *Manager) UnregisterAll(owner string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.unregisterAllLocked()
+	return m.unregisterLocked(func(id regionID) bool { return id.owner == owner })
 }
 
-func (m *Manager) unregisterAllLocked() error {
+// unregisterLocked removes the regions that match.
+func (m *Manager) unregisterLocked(match func(regionID) bool) error {
 	var failed []string
-	for name, r := range m.regions {
-		delete(m.regions, name)
+	for id, r := range m.regions {
+		if !match(id) {
+			continue
+		}
+		delete(m.regions, id)
 		if r.dropLocked() != nil {
-			failed = append(failed, name)
+			failed = append(failed, id.name)
 		}
 	}
 	if failed != nil {
@@ -162,23 +176,26 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	return m.unregisterAllLocked()
+	return m.unregisterLocked(func(regionID) bool { return true })
 }
 
-// Status describes region name, or every region (sorted by name) when name is empty.
-func (m *Manager) Status(name string) ([]Status, error) {
+// Status describes owner's region name, or every region of owner (sorted by name) when name is
+// empty.
+func (m *Manager) Status(owner, name string) ([]Status, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if name != "" {
-		r, ok := m.regions[name]
+		r, ok := m.regions[regionID{owner, name}]
 		if !ok {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find system shared memory region: '%s'", name))
 		}
 		return []Status{r.status}, nil
 	}
-	out := make([]Status, 0, len(m.regions))
-	for _, r := range m.regions {
-		out = append(out, r.status)
+	out := []Status{}
+	for id, r := range m.regions {
+		if id.owner == owner {
+			out = append(out, r.status)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -203,13 +220,13 @@ type View struct {
 	name string
 }
 
-// Acquire checks a tensor's offset and byte size against region name and holds the region for
-// the request. Offsets and sizes come from the client: negative ones are refused with the
+// Acquire checks a tensor's offset and byte size against owner's region name and holds the
+// region for the request. Offsets and sizes come from the client: negative ones are refused with the
 // messages Triton gives for the huge unsigned values they become there.
-func (m *Manager) Acquire(name string, offset, byteSize int64) (*View, error) {
+func (m *Manager) Acquire(owner, name string, offset, byteSize int64) (*View, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r, ok := m.regions[name]
+	r, ok := m.regions[regionID{owner, name}]
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find shared memory region: '%s'", name))
 	}
@@ -281,9 +298,9 @@ func safeCopy(dst, src []byte) (err error) {
 	return nil
 }
 
-// Read copies byteSize bytes at offset of region name: an input tensor.
-func (m *Manager) Read(name string, offset, byteSize int64) ([]byte, error) {
-	v, err := m.Acquire(name, offset, byteSize)
+// Read copies byteSize bytes at offset of owner's region name: an input tensor.
+func (m *Manager) Read(owner, name string, offset, byteSize int64) ([]byte, error) {
+	v, err := m.Acquire(owner, name, offset, byteSize)
 	if err != nil {
 		return nil, err
 	}

@@ -42,16 +42,16 @@ func TestRegisterUnregisterLeaksNothing(t *testing.T) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("r%d", i%7)
-		require.NoError(t, m.Register(name, key, uint64(i%4000), 17))
-		v, err := m.Acquire(name, 3, 10)
+		require.NoError(t, m.Register("", name, key, uint64(i%4000), 17))
+		v, err := m.Acquire("", name, 3, 10)
 		require.NoError(t, err)
 		require.NoError(t, v.Write([]byte("0123456789")))
 		if i%2 == 0 {
-			require.NoError(t, m.Unregister(name))
+			require.NoError(t, m.Unregister("", name))
 			v.Release()
 		} else {
 			v.Release()
-			require.NoError(t, m.Unregister(name))
+			require.NoError(t, m.Unregister("", name))
 		}
 	}
 	assert.Zero(t, m.Mapped())
@@ -62,13 +62,13 @@ func TestCapOnRegions(t *testing.T) {
 	m := shm.New(3)
 	key := object(t, 64)
 	for i := range 3 {
-		require.NoError(t, m.Register(fmt.Sprint(i), key, 0, 8))
+		require.NoError(t, m.Register("", fmt.Sprint(i), key, 0, 8))
 	}
-	err := m.Register("x", key, 0, 8)
+	err := m.Register("", "x", key, 0, 8)
 	require.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err))
 	assert.Contains(t, err.Error(), "failed to register shared memory region 'x': the server holds the most regions it allows (3)")
-	require.NoError(t, m.Unregister("0"))
-	require.NoError(t, m.Register("x", key, 0, 8))
+	require.NoError(t, m.Unregister("", "0"))
+	require.NoError(t, m.Register("", "x", key, 0, 8))
 	assert.Equal(t, 3, m.Mapped())
 }
 
@@ -78,9 +78,9 @@ func TestInFlightKeepsMapping(t *testing.T) {
 	t.Parallel()
 	m := shm.New(0)
 	key := object(t, 64)
-	require.NoError(t, m.Register("a", key, 0, 64))
-	require.NoError(t, m.Register("b", key, 8, 8))
-	v, err := m.Acquire("a", 0, 64)
+	require.NoError(t, m.Register("", "a", key, 0, 64))
+	require.NoError(t, m.Register("", "b", key, 8, 8))
+	v, err := m.Acquire("", "a", 0, 64)
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 	assert.Equal(t, 1, m.Mapped(), "a is still in use")
@@ -91,9 +91,9 @@ func TestInFlightKeepsMapping(t *testing.T) {
 	v.Release()
 	v.Release() // twice is harmless
 	assert.Zero(t, m.Mapped())
-	err = m.Register("c", key, 0, 8)
+	err = m.Register("", "c", key, 0, 8)
 	assert.Equal(t, connect.CodeUnavailable, connect.CodeOf(err))
-	st, err := m.Status("")
+	st, err := m.Status("", "")
 	require.NoError(t, err)
 	assert.Empty(t, st)
 }
@@ -110,14 +110,14 @@ func TestUnalignedOffsets(t *testing.T) {
 		_, err := f.WriteAt([]byte(fmt.Sprintf("at%05d", off)), off)
 		require.NoError(t, err)
 		name := fmt.Sprint(off)
-		require.NoError(t, m.Register(name, key, uint64(off), 7))
-		got, err := m.Read(name, 0, 7)
+		require.NoError(t, m.Register("", name, key, uint64(off), 7))
+		got, err := m.Read("", name, 0, 7)
 		require.NoError(t, err)
 		assert.Equal(t, fmt.Sprintf("at%05d", off), string(got))
-		_, err = m.Read(name, 0, 8)
+		_, err = m.Read("", name, 0, 8)
 		assert.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 	}
-	require.NoError(t, m.UnregisterAll())
+	require.NoError(t, m.UnregisterAll(""))
 	assert.Zero(t, m.Mapped())
 }
 
@@ -131,8 +131,8 @@ func TestConcurrentUseAndUnregister(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range 50 {
-				_ = m.Register(fmt.Sprint(j%5), key, 0, 4096)
-				if v, err := m.Acquire(fmt.Sprint((i+j)%5), 0, 4096); err == nil {
+				_ = m.Register("", fmt.Sprint(j%5), key, 0, 4096)
+				if v, err := m.Acquire("", fmt.Sprint((i+j)%5), 0, 4096); err == nil {
 					_, _ = v.ReadAll()
 					v.Release()
 				}
@@ -141,12 +141,12 @@ func TestConcurrentUseAndUnregister(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range 50 {
-				_ = m.Unregister(fmt.Sprint((i * j) % 5))
+				_ = m.Unregister("", fmt.Sprint((i * j) % 5))
 			}
 		}()
 	}
 	wg.Wait()
-	require.NoError(t, m.UnregisterAll())
+	require.NoError(t, m.UnregisterAll(""))
 	assert.Zero(t, m.Mapped())
 }
 
@@ -160,4 +160,36 @@ func TestValidKey(t *testing.T) {
 		_, ok := shm.ValidKey(key)
 		assert.False(t, ok, key)
 	}
+}
+
+// Owners are namespaces: one owner's regions are never found, listed or unregistered through
+// another's calls, and both may use one name; the cap counts every owner's regions.
+func TestOwnersAreNamespaces(t *testing.T) {
+	t.Parallel()
+	m := shm.New(3)
+	key := object(t, 64)
+	require.NoError(t, m.Register("alice", "r", key, 0, 64))
+	st, err := m.Status("bob", "")
+	require.NoError(t, err)
+	assert.Empty(t, st)
+	_, err = m.Status("bob", "r")
+	assert.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	_, err = m.Acquire("bob", "r", 0, 8)
+	assert.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	require.NoError(t, m.Register("bob", "r", key, 8, 8), "the same name in another namespace")
+	require.NoError(t, m.UnregisterAll("bob"))
+	require.NoError(t, m.Unregister("bob", "r"))
+	st, err = m.Status("alice", "")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	assert.Equal(t, uint64(64), st[0].ByteSize)
+	v, err := m.Acquire("alice", "r", 0, 64)
+	require.NoError(t, err)
+	v.Release()
+	require.NoError(t, m.Register("bob", "a", key, 0, 8))
+	require.NoError(t, m.Register("bob", "b", key, 0, 8))
+	err = m.Register("carol", "c", key, 0, 8)
+	assert.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err), "the cap is the server's")
+	require.NoError(t, m.Close())
+	assert.Zero(t, m.Mapped())
 }
