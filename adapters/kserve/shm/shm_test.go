@@ -141,7 +141,7 @@ func TestConcurrentUseAndUnregister(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range 50 {
-				_ = m.Unregister("", fmt.Sprint((i * j) % 5))
+				_ = m.Unregister("", fmt.Sprint((i*j)%5))
 			}
 		}()
 	}
