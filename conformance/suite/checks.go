@@ -18,6 +18,7 @@ func Checks() []Check {
 		sequenceChecks(),
 		restChecks(),
 		builtinChecks(),
+		shmChecks(),
 		bridgeChecks(),
 	} {
 		all = append(all, group...)

@@ -235,6 +235,11 @@ func runCheck(ctx context.Context, e *env, c Check) Result {
 	go func() {
 		defer close(done)
 		defer func() {
+			for i := len(t.cleanups) - 1; i >= 0; i-- {
+				t.cleanups[i]()
+			}
+		}()
+		defer func() {
 			if p := recover(); p != nil {
 				t.mu.Lock()
 				t.res.Outcome, t.res.Message, t.panicked = Fail, fmt.Sprintf("check panicked: %v", p), true
@@ -293,7 +298,12 @@ type T struct {
 	warnings []string
 	// timedOut and panicked mark failures that no class softens.
 	timedOut, panicked bool
+	cleanups           []func() // run last first when the check ends, however it ends
 }
+
+// cleanup registers f to run when the check ends (after Fail and Skip too), as testing.T's
+// Cleanup does. f must not end the check itself.
+func (t *T) cleanup(f func()) { t.cleanups = append(t.cleanups, f) }
 
 // softClass says why a failure of a check of class c is reported as a warning, or "" when it is
 // a failure.
