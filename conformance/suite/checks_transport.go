@@ -113,14 +113,15 @@ func transportChecks() []Check {
 					t.Fail(fmt.Sprintf("ModelInfer %d under a 1 ms deadline: DEADLINE_EXCEEDED (or OK when in time)", i+1), describeErr(err))
 				}
 			}
-			if exceeded == 0 {
-				t.Warn("all %d calls (%s) answered within 1 ms: the requests were too fast to test the deadline", calls, desc)
-			}
 			live, err := t.client().ServerLive(t.ctx, &inference.ServerLiveRequest{})
 			t.expectOK(err, "ServerLive after the deadline")
 			equal(t, "ServerLive.live after the deadline", true, live.GetLive())
 			m := t.generic()
 			t.mustInfer(validRequest(m))
+			if exceeded == 0 {
+				// Nothing wrong was seen, and nothing about deadlines either: no verdict.
+				t.Skip("all %d calls (%s) answered within 1 ms: the requests were too fast to test the deadline", calls, desc)
+			}
 			t.Note("%d of %d calls with %s ended with DEADLINE_EXCEEDED; the server then answered ServerLive and ModelInfer", exceeded, calls, desc)
 		}},
 		{ID: "transport.unknown-method", Title: "an unknown method of GRPCInferenceService is UNIMPLEMENTED", Class: Standard, Cite: grpcDoc("Method not found at server"), Item: 43, Run: func(t *T) {

@@ -114,9 +114,8 @@ func TestConformance(t *testing.T) {
 	t.Log("\n" + table.String())
 	require.NotZero(t, rep.Summary.Passed)
 	for _, res := range rep.Results {
-		// The recommendations too, but transport.deadline WARNs when the calls were too fast to
-		// test a deadline at all: an inconclusive run, not a miss.
-		if res.Outcome == suite.Fail || res.Outcome == suite.Warn && res.ID != "transport.deadline" {
+		// The recommendations too.
+		if res.Outcome == suite.Fail || res.Outcome == suite.Warn {
 			t.Errorf("%s (%s): %s expected %s, got %s", res.ID, res.Title, res.Message, res.Expect, res.Got)
 		}
 	}
