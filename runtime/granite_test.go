@@ -8,13 +8,17 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestGraniteProcessor: models.<name>.processor serves chat completions through a Granite
@@ -25,7 +29,7 @@ func TestGraniteProcessor(t *testing.T) {
 	addr := startModels(t, fmt.Sprintf(`
 builtin_models: false
 upstreams:
-  - {name: up, url: %s, type: vllm, check_interval: 1h}
+  - {name: up, url: %s, type: vllm, kind: chat, check_interval: 1h}
 models:
   granite: {processor: ibm-granite/granite-3.3-8b-instruct}
 `, up.URL), "granite")
@@ -38,6 +42,43 @@ models:
 	require.NoError(t, json.Unmarshal(up.LastBody(), &sent))
 	assert.True(t, strings.HasPrefix(sent.Prompt, "<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date: April 2024.\nToday's Date: "), "Granite 3.3's prompt, at /v1/completions: %q", sent.Prompt)
 	assert.True(t, strings.HasSuffix(sent.Prompt, "<|start_of_role|>user<|end_of_role|>Hello<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"), sent.Prompt)
+
+	// Every surface takes the processor: OpenAIService over Connect, the KServe bridge (the
+	// upstream is of kind chat, so the bridge sends chat) and a Batch API line.
+	prompted := func(what, text string) {
+		t.Helper()
+		var sent struct{ Prompt string }
+		require.NoError(t, json.Unmarshal(up.LastBody(), &sent), what)
+		assert.True(t, strings.HasSuffix(sent.Prompt, "<|start_of_role|>user<|end_of_role|>"+text+"<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"),
+			"%s: Granite's prompt at /v1/completions: %q", what, sent.Prompt)
+	}
+	ctx := context.Background()
+	got, err := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, "http://"+addr).CreateChatCompletion(ctx,
+		&openaiv1.CreateChatCompletionRequest{Model: "granite", Messages: []*openaiv1.ChatMessage{{Role: "user", Content: proto.String("Over Connect")}}})
+	require.NoError(t, err)
+	assert.Equal(t, "Hello from up", got.GetChoices()[0].GetMessage().GetContent())
+	prompted("Connect", "Over Connect")
+
+	res, err := http.Post("http://"+addr+"/v2/models/granite/generate", "application/json",
+		strings.NewReader(`{"text_input":"Through the bridge","parameters":{"max_tokens":8}}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	assert.Contains(t, string(b), `"text_output":"Hello from up"`)
+	prompted("bridge", "Through the bridge")
+
+	fileID := uploadBatchFile(t, "http://"+addr, "k", `{"custom_id":"g","method":"POST","url":"/v1/chat/completions","body":{"model":"granite","messages":[{"role":"user","content":"In a batch"}]}}`+"\n")
+	res, err = http.Post("http://"+addr+"/v1/batches", "application/json",
+		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	require.NoError(t, err)
+	var created struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
+	res.Body.Close()
+	done := waitBatch(t, addr, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+	require.NotNil(t, done.OutputFileID)
+	assert.Equal(t, 1, fileLines(t, addr, done.OutputFileID, map[string]int{}), "the line succeeded")
+	prompted("batch line", "In a batch")
 
 	_, err = parseConfig("test", []byte("models:\n  g: {processor: granite9}\n"))
 	require.Error(t, err)
