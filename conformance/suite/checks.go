@@ -19,6 +19,7 @@ func Checks() []Check {
 		restChecks(),
 		builtinChecks(),
 		shmChecks(),
+		settingsChecks(),
 		bridgeChecks(),
 	} {
 		all = append(all, group...)
