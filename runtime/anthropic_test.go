@@ -25,6 +25,7 @@ import (
 // key may not use as not found, the same under /olla/anthropic; and a native model's requests
 // passed to the upstream's own /v1/messages.
 func TestAnthropicMessages(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "up", "qwen", "llama", "hidden")
 	const key = "sk-anthropic-test-5e1f"
 	addr := serveYAML(t, fmt.Sprintf(`

@@ -88,6 +88,7 @@ type rpcCaller func(t *testing.T, method protoreflect.MethodDescriptor, req prot
 // exist. Before, any key could load and unload any model, and model-scoped keys could read the
 // metadata, config and statistics of every model.
 func TestSecurityAuthMatrixRPC(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	addr := startInProcess(t, secureConfig(t, up.URL, ""))
 	conn := dial(t, addr)
@@ -393,6 +394,7 @@ type httpOutcome struct {
 var requestIDField = regexp.MustCompile(`"request_id":"[^"]*"`)
 
 func TestSecurityAuthMatrixHTTP(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "up", "llama", "qwen")
 	// llama and qwen have a tokenizer, so /tokenize answers the key that may use the model.
 	// ... and sessions and a response cache, so that their routes are there.

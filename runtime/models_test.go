@@ -56,6 +56,7 @@ func startModels(t *testing.T, yaml, model string) string {
 // and the OpenAI SDK, OpenAIService over Connect, the KServe bridge's generate), and never
 // reaches the upstream; one that fits goes through; /tokenize counts with the same tokenizer.
 func TestModelsContextLength(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "vllm", "qwen")
 	addr := startModels(t, fmt.Sprintf(`
 builtin_models: false
@@ -142,6 +143,7 @@ func TestModelsConfigErrors(t *testing.T) {
 // come back in each surface's own shape; a stream's usage and the guard's token budget are
 // settled on the gateway's exact counts.
 func TestModelsTokenInput(t *testing.T) {
+	t.Parallel()
 	engine := tokeninputtest.Start(t, "qwen")
 	addr := startModels(t, fmt.Sprintf(`
 builtin_models: false
@@ -216,6 +218,7 @@ batch: {dir: %s}
 // TestModelsExactTokenBudget: a stream without a usage object is charged against the guard's
 // token budget at the gateway's exact prompt count plus its chunks, not at the body's estimate.
 func TestModelsExactTokenBudget(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "vllm", "qwen")
 	addr := startModels(t, fmt.Sprintf(`
 builtin_models: false

@@ -27,6 +27,7 @@ import (
 // tokenizer, while conversations spread over the endpoints; round_robin takes turns whatever
 // the load.
 func TestRoutingPolicies(t *testing.T) {
+	t.Parallel()
 	ups := []*openaitest.Upstream{openaitest.Start(t, "a", "m"), openaitest.Start(t, "b", "m"), openaitest.Start(t, "c", "m")}
 	upstreams := ""
 	for _, u := range ups {

@@ -80,6 +80,7 @@ func errorOf(t *testing.T, body string) (msg, code string) {
 // /detokenize answer, over Connect and gRPC: the same tokens for a model with a tokenizer, with
 // every form and flag, and the same errors, as INVALID_ARGUMENT.
 func TestTokenizeRPC(t *testing.T) {
+	t.Parallel()
 	up := openaitest.Start(t, "vllm", "qwen")
 	addr := startModels(t, fmt.Sprintf(`
 builtin_models: false
