@@ -99,6 +99,10 @@ var reserved = map[string]bool{
 type strMap struct {
 	content func(s string) string // message contents and reasoning
 	other   func(s string) string // every other string of the request, object keys included
+	// inspect: the functions only look (they return their argument), so the request's JSON
+	// values are walked rather than copied (RenderSpans' check that no special token can be
+	// read in the request's text).
+	inspect bool
 }
 
 func (m *strMap) text(s string) string {
@@ -369,9 +373,14 @@ func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
 	return d, nil
 }
 
-// mapValue applies sm's other to every string and key of v, in a copy.
+// mapValue applies sm's other to every string and key of v, in a copy (or, when sm only
+// inspects, to v itself).
 func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 	if sm == nil || sm.other == nil {
+		return v
+	}
+	if sm.inspect {
+		inspectValue(v, sm.other)
 		return v
 	}
 	switch {
@@ -393,6 +402,26 @@ func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 		return nd
 	}
 	return v
+}
+
+// inspectValue calls f with every string and key of v. The request's values nest at most
+// Limits.MaxInputDepth deep (jsonValue and goValue refuse deeper ones), which bounds the
+// recursion.
+func inspectValue(v jinja.Value, f func(string) string) {
+	switch {
+	case v.IsString():
+		f(v.AsString())
+	case v.IsList():
+		for _, item := range v.AsList().Items {
+			inspectValue(item, f)
+		}
+	case v.IsDict():
+		d := v.AsDict()
+		for _, k := range d.Keys {
+			f(k)
+			inspectValue(d.Data[k], f)
+		}
+	}
 }
 
 func isJSONObject(raw []byte) bool {
