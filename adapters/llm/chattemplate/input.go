@@ -140,8 +140,9 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 		vars[k] = mapValue(jv, sm)
 	}
 	msgs := make([]jinja.Value, len(in.Messages))
+	keys := make(keySlab, 3*len(in.Messages)) // role, content and often one more
 	for i := range in.Messages {
-		m, err := t.message(&in.Messages[i], i, sm)
+		m, err := t.message(&in.Messages[i], i, sm, &keys)
 		if err != nil {
 			return nil, err
 		}
@@ -191,6 +192,20 @@ func newDict(n int) (jinja.Value, *jinja.Dict) {
 	return v, d
 }
 
+// keySlab hands out the key lists of the messages' dicts from shared arrays: one allocation
+// for a conversation's messages rather than one each.
+type keySlab []string
+
+// take returns an empty list with room for n keys.
+func (k *keySlab) take(n int) []string {
+	if len(*k) < n {
+		*k = make(keySlab, max(n, 64))
+	}
+	l := (*k)[:0:n] // full: an append beyond n copies rather than writing into the next list
+	*k = (*k)[n:]
+	return l
+}
+
 // add sets a key the dict does not have yet: one map operation where Set makes two (it looks
 // for the key first, to keep its place in the key list).
 func add(d *jinja.Dict, key string, v jinja.Value) {
@@ -222,7 +237,7 @@ func str(s string) jinja.Value {
 	return jinja.NewString(s)
 }
 
-func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
+func (t *Template) message(m *Message, i int, sm *strMap, keys *keySlab) (jinja.Value, error) {
 	if !roles[m.Role] {
 		return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].role", i), "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
 	}
@@ -247,7 +262,9 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 	if m.Name != "" {
 		n++
 	}
-	d, msg := newDict(n)
+	d := jinja.NewDict()
+	msg := d.AsDict()
+	msg.Keys = keys.take(n)
 	add(msg, "role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {
 		var parts []jinja.Value
