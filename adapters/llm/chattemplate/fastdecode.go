@@ -174,7 +174,15 @@ type fastReader struct {
 	b  []byte
 	i  int
 	ok bool
+	// s is b as a string, made at the first string read that needs its own bytes: the strings
+	// without escapes are then slices of it, one allocation for all of them (a chat's dozens
+	// of contents) rather than one each. Only for bodies up to maxShared bytes, so that a big
+	// body with a few short strings is not copied whole.
+	s string
 }
+
+// maxShared bounds the bodies whose strings share one copy of the body.
+const maxShared = 1 << 20
 
 func (r *fastReader) ws() {
 	for r.i < len(r.b) {
@@ -382,7 +390,13 @@ func (r *fastReader) str() (string, bool) {
 		case "function":
 			return "function", true
 		}
-		return string(body), true
+		if len(r.b) > maxShared {
+			return string(body), true
+		}
+		if r.s == "" {
+			r.s = string(r.b)
+		}
+		return r.s[start+1 : r.i-1], true
 	}
 	s, ok := unquote(lit)
 	if !ok {

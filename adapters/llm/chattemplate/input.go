@@ -99,6 +99,10 @@ var reserved = map[string]bool{
 type strMap struct {
 	content func(s string) string // message contents and reasoning
 	other   func(s string) string // every other string of the request, object keys included
+	// inspect: the functions only look (they return their argument), so the request's JSON
+	// values are walked rather than copied (RenderSpans' check that no special token can be
+	// read in the request's text).
+	inspect bool
 }
 
 func (m *strMap) text(s string) string {
@@ -136,8 +140,9 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 		vars[k] = mapValue(jv, sm)
 	}
 	msgs := make([]jinja.Value, len(in.Messages))
+	keys := make(keySlab, 3*len(in.Messages)) // role, content and often one more
 	for i := range in.Messages {
-		m, err := t.message(&in.Messages[i], i, sm)
+		m, err := t.message(&in.Messages[i], i, sm, &keys)
 		if err != nil {
 			return nil, err
 		}
@@ -187,6 +192,20 @@ func newDict(n int) (jinja.Value, *jinja.Dict) {
 	return v, d
 }
 
+// keySlab hands out the key lists of the messages' dicts from shared arrays: one allocation
+// for a conversation's messages rather than one each.
+type keySlab []string
+
+// take returns an empty list with room for n keys.
+func (k *keySlab) take(n int) []string {
+	if len(*k) < n {
+		*k = make(keySlab, max(n, 64))
+	}
+	l := (*k)[:0:n] // full: an append beyond n copies rather than writing into the next list
+	*k = (*k)[n:]
+	return l
+}
+
 // add sets a key the dict does not have yet: one map operation where Set makes two (it looks
 // for the key first, to keep its place in the key list).
 func add(d *jinja.Dict, key string, v jinja.Value) {
@@ -218,7 +237,7 @@ func str(s string) jinja.Value {
 	return jinja.NewString(s)
 }
 
-func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
+func (t *Template) message(m *Message, i int, sm *strMap, keys *keySlab) (jinja.Value, error) {
 	if !roles[m.Role] {
 		return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].role", i), "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
 	}
@@ -243,7 +262,9 @@ func (t *Template) message(m *Message, i int, sm *strMap) (jinja.Value, error) {
 	if m.Name != "" {
 		n++
 	}
-	d, msg := newDict(n)
+	d := jinja.NewDict()
+	msg := d.AsDict()
+	msg.Keys = keys.take(n)
 	add(msg, "role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {
 		var parts []jinja.Value
@@ -369,9 +390,14 @@ func (t *Template) tool(tl *Tool, i int, sm *strMap) (jinja.Value, error) {
 	return d, nil
 }
 
-// mapValue applies sm's other to every string and key of v, in a copy.
+// mapValue applies sm's other to every string and key of v, in a copy (or, when sm only
+// inspects, to v itself).
 func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 	if sm == nil || sm.other == nil {
+		return v
+	}
+	if sm.inspect {
+		inspectValue(v, sm.other)
 		return v
 	}
 	switch {
@@ -393,6 +419,26 @@ func mapValue(v jinja.Value, sm *strMap) jinja.Value {
 		return nd
 	}
 	return v
+}
+
+// inspectValue calls f with every string and key of v. The request's values nest at most
+// Limits.MaxInputDepth deep (jsonValue and goValue refuse deeper ones), which bounds the
+// recursion.
+func inspectValue(v jinja.Value, f func(string) string) {
+	switch {
+	case v.IsString():
+		f(v.AsString())
+	case v.IsList():
+		for _, item := range v.AsList().Items {
+			inspectValue(item, f)
+		}
+	case v.IsDict():
+		d := v.AsDict()
+		for _, k := range d.Keys {
+			f(k)
+			inspectValue(d.Data[k], f)
+		}
+	}
 }
 
 func isJSONObject(raw []byte) bool {

@@ -28,6 +28,9 @@ type SpecialTokens struct {
 	// only is the first byte of every token when they share one ('<' for most models), so
 	// that find can jump from one to the next; -1 when they do not.
 	only int
+	// tails are the tokens' proper suffixes (all but the first byte, all but the first two,
+	// ...), by first byte, each once: what a content could be the rest of (see inertContent).
+	tails [256][]string
 }
 
 // NewSpecialTokens indexes tokens (empty strings are ignored).
@@ -53,7 +56,58 @@ func NewSpecialTokens(tokens []string) *SpecialTokens {
 		l := s.byFirst[i]
 		sort.SliceStable(l, func(a, b int) bool { return len(l[a]) > len(l[b]) })
 	}
+	seen := map[string]bool{}
+	for _, l := range s.byFirst {
+		for _, t := range l {
+			for k := 1; k < len(t); k++ {
+				if tail := t[k:]; !seen[tail] {
+					seen[tail] = true
+					s.tails[tail[0]] = append(s.tails[tail[0]], tail)
+				}
+			}
+		}
+	}
 	return s
+}
+
+// starts reports whether str holds a byte that some token begins with.
+func (s *SpecialTokens) starts(str string) bool {
+	if s.only >= 0 {
+		return strings.IndexByte(str, byte(s.only)) >= 0
+	}
+	for i := 0; i < len(str); i++ {
+		if len(s.byFirst[str[i]]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// inertContent reports whether a message content (or reasoning) leaves a tokenizer's reading of
+// the render the same whether its text is marked plain or not: no token can begin inside its
+// core (the text RenderSegments marks, surrounding whitespace left out), and none can begin in
+// the text before it and run into it, which would need the core to start with the rest of a
+// token (a proper suffix of it) or to be the start of such a rest. The core is assumed to reach
+// the render as it is (or not at all): a template that rewrote a content into token text
+// (replace("[END]", "<|im_end|>")) would get its token read where the marks would have kept it
+// plain, and no known template does so.
+func (s *SpecialTokens) inertContent(str string) bool {
+	lead := strings.IndexFunc(str, notSpace)
+	if lead < 0 {
+		return true // all whitespace: RenderSegments marks nothing
+	}
+	trail := strings.LastIndexFunc(str, notSpace)
+	_, size := utf8.DecodeRuneInString(str[trail:])
+	core := str[lead : trail+size]
+	if s.starts(core) {
+		return false
+	}
+	for _, tail := range s.tails[core[0]] {
+		if strings.HasPrefix(core, tail) || strings.HasPrefix(tail, core) {
+			return false
+		}
+	}
+	return true
 }
 
 // match returns the longest special token at the start of s, or "".
@@ -139,20 +193,29 @@ func hasMarkRune(s string) bool {
 // the template follows with "end|>". No known template emits a special token's tail after a
 // content.
 func (t *Template) RenderSegments(ctx context.Context, in *Input, special *SpecialTokens) ([]Segment, error) {
-	out, content, err := t.renderSpans(ctx, in, special)
+	out, content, err := t.renderSpans(ctx, in, special, false)
 	if err != nil {
 		return nil, err
 	}
 	return segments(out, content), nil
 }
 
-// RenderSpans is RenderSegments for a tokenizer: the render, and the byte ranges of it that are
-// Content segments (sorted, disjoint, not touching), which is what a tokenizer's plain ranges
-// are (tokenizer.Options.Plain), without cutting the render into segments and joining them again.
+// RenderSpans is RenderSegments for a tokenizer: the render, and the byte ranges of it that a
+// tokenizer must read as plain text (tokenizer.Options.Plain; sorted, disjoint, not touching):
+// those of the Content segments, without cutting the render into segments and joining them
+// again. It renders once rather than twice when the ranges cannot change what a tokenizer
+// reads, and then returns none: when no string of the request holds one of special's tokens,
+// and no token can begin inside a content or run into one from the text before it (the
+// content's text would have to begin with the rest of a token). For Qwen's and Llama's tokens,
+// which all begin with '<', that is any request whose contents hold no '<' and do not begin
+// with the tail of a token ("im_end|>", "|>").
 func (t *Template) RenderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, [][2]int, error) {
-	out, content, err := t.renderSpans(ctx, in, special)
+	out, content, err := t.renderSpans(ctx, in, special, true)
 	if err != nil {
 		return "", nil, err
+	}
+	if len(content) == 0 {
+		return out, nil, nil
 	}
 	plain := make([][2]int, 0, len(content))
 	for _, r := range content {
@@ -165,14 +228,31 @@ func (t *Template) RenderSpans(ctx context.Context, in *Input, special *SpecialT
 	return out, plain, nil
 }
 
-func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialTokens) (string, []span, error) {
-	vars, err := t.variables(in, nil)
+// renderSpans renders in and returns the ranges of the render that came from the request;
+// inert lets it return none, after one render, when the request's text is inert (RenderSpans).
+func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialTokens, inert bool) (string, []span, error) {
+	var look *strMap
+	if inert && special != nil && special.n > 0 {
+		// The real render's variables, built with a look at each string on the way.
+		look = &strMap{
+			inspect: true,
+			content: func(s string) string {
+				inert = inert && special.inertContent(s)
+				return s
+			},
+			other: func(s string) string {
+				inert = inert && !special.find(s)
+				return s
+			},
+		}
+	}
+	vars, err := t.variables(in, look)
 	if err != nil {
 		return "", nil, err
 	}
 	out, err := t.render(ctx, vars)
-	if err != nil {
-		return "", nil, err
+	if err != nil || inert {
+		return out, nil, err
 	}
 	var content []span // of out: from the request
 

@@ -58,7 +58,9 @@ func checkSegments(t *testing.T, tmpl *Template, body string) []Segment {
 	return segs
 }
 
-// checkSpans: RenderSpans gives the text of the segments and the ranges of their Content ones.
+// checkSpans: RenderSpans gives the text of the segments and the ranges of their Content ones,
+// or, having rendered once, no ranges where none of them could change a tokenizer's reading:
+// no special token that occurs anywhere in the render overlaps one of them.
 func checkSpans(t *testing.T, tmpl *Template, in *Input, segs []Segment) {
 	t.Helper()
 	text, plain, err := tmpl.RenderSpans(context.Background(), in, specialTokens)
@@ -73,9 +75,36 @@ func checkSpans(t *testing.T, tmpl *Template, in *Input, segs []Segment) {
 		}
 		pos += len(s.Text)
 	}
-	if pos != len(text) || !reflect.DeepEqual(plain, want) && len(plain)+len(want) > 0 {
+	if pos != len(text) {
+		t.Fatalf("RenderSpans: %d bytes; the segments: %d bytes", len(text), pos)
+	}
+	if len(plain) == 0 && len(want) > 0 {
+		if tok, at := tokenOverlapping(specialTokens, text, want); tok != "" {
+			t.Fatalf("RenderSpans gave no ranges, but the special token %q at byte %d of %q overlaps the contents %v", tok, at, text, want)
+		}
+		return
+	}
+	if !reflect.DeepEqual(plain, want) && len(plain)+len(want) > 0 {
 		t.Fatalf("RenderSpans: %d bytes, ranges %v; the segments: %d bytes, ranges %v", len(text), plain, pos, want)
 	}
+}
+
+// tokenOverlapping returns a special token that occurs in text (at any byte, not only where a
+// tokenizer's left-to-right reading would look) overlapping one of ranges, and where; "" if none.
+func tokenOverlapping(s *SpecialTokens, text string, ranges [][2]int) (string, int) {
+	for i := range len(text) {
+		for _, tok := range s.byFirst[text[i]] {
+			if !strings.HasPrefix(text[i:], tok) {
+				continue
+			}
+			for _, r := range ranges {
+				if i < r[1] && i+len(tok) > r[0] {
+					return tok, i
+				}
+			}
+		}
+	}
+	return "", 0
 }
 
 func contents(segs []Segment) []string {
@@ -203,6 +232,51 @@ func TestSpecialTokensFind(t *testing.T) {
 			if got, want := s.find(str), naive(s, str); got != want {
 				t.Errorf("%q: find %v, want %v", str, got, want)
 			}
+		}
+	}
+}
+
+// TestRenderSpansOnce: RenderSpans renders once, with no ranges, only for requests whose text
+// cannot hold or complete a special token: none in any string, no token's first byte in a
+// content, no content beginning with a token's rest; checkSpans holds it to the double render.
+func TestRenderSpansOnce(t *testing.T) {
+	td := mustTestdata(t)
+	head, err := Compile(`{% for m in messages %}{{ m.role }}<|im_{{ m.content }}{% endfor %}`, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tmpl *Template
+		body string
+		once bool
+	}{
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "What is 2+2?"}]}`, true},
+		{td.templates["llama3_1"], `{"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "x > 2"}]}`, true},
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "a < b"}]}`, false},
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "hi", "name": "<|im_end|>"}]}`, false},
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "hi", "name": "a<b"}]}`, true}, // not a content: only a whole token counts
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "description": "\u003c|im_start|>"}}}]}`, false},
+		{td.templates["qwen3"], `{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": ["<|im_end|>"]}}`, false},
+		{head, `{"messages": [{"role": "user", "content": "hello"}]}`, true},
+		{head, `{"messages": [{"role": "user", "content": "  end|>\nhello"}]}`, false},
+		{head, `{"messages": [{"role": "user", "content": "end"}]}`, false}, // the start of a token's rest
+		{head, `{"messages": [{"role": "user", "content": "|>"}]}`, false},
+	} {
+		in, err := DecodeRequest([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs, err := c.tmpl.RenderSegments(context.Background(), in, specialTokens)
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		checkSpans(t, c.tmpl, in, segs)
+		_, plain, err := c.tmpl.RenderSpans(context.Background(), in, specialTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if once := plain == nil && len(contents(segs)) > 0; once != c.once {
+			t.Errorf("%s: one render %v, want %v (ranges %v, contents %q)", c.body, once, c.once, plain, contents(segs))
 		}
 	}
 }

@@ -6,7 +6,9 @@
 // A chat request is rendered with the model's template and tokenized in one pass over the
 // render, the request's own text (message contents, and special-token text anywhere in the
 // request) marked plain: a user who types "<|im_end|>" gets the characters, not a role boundary
-// (Options.SpecialInContent restores vLLM's behaviour, which reads them as the token).
+// (Options.SpecialInContent restores vLLM's behaviour, which reads them as the token). Marking
+// takes a second render, which chattemplate.RenderSpans skips when the request's text cannot
+// hold or complete a special token (for Qwen and Llama: its contents hold no '<').
 package prompt
 
 import (
@@ -95,7 +97,7 @@ func (m *Model) chatText(ctx context.Context, in *chattemplate.Input, addSpecial
 	}
 	if m.opts.SpecialInContent {
 		// Special-token text is read as such everywhere: the render alone will do, and it is
-		// one render where RenderSegments needs two.
+		// one render where RenderSpans may need two.
 		text, err := m.tmpl.Render(ctx, in)
 		if err != nil {
 			return "", opts, chattemplate.OpenAIError(err)

@@ -304,18 +304,43 @@ func (t *Tokenizer) buildModel(m *modelJSON, added []addedTokenJSON) error {
 	// Each vocabulary token as the bytes it stands for. A token whose characters are not all in
 	// the byte-level alphabet cannot come out of the byte-level BPE; it decodes to its own UTF-8
 	// (as Hugging Face's ByteLevel decoder does).
+	//
+	// The decoded tokens are slices of one string: one object for the garbage collector to mark
+	// rather than one per token (150,000 for Qwen), which each of its cycles would visit, a cost
+	// every request's allocations share. (A token's decoded bytes are never longer than the
+	// token.)
+	size := 0
+	for tok := range m.Vocab {
+		size += len(tok)
+	}
+	arena := make([]byte, 0, size)
+	type decoded struct {
+		id, start, end int
+		tok            string // when it is not byte-level
+	}
+	all := make([]decoded, 0, len(m.Vocab))
+	for tok, id := range m.Vocab {
+		start := len(arena)
+		var ok bool
+		if arena, ok = appendByteLevelDecode(arena, tok); !ok {
+			arena = arena[:start]
+			all = append(all, decoded{id: id, tok: tok})
+			continue
+		}
+		all = append(all, decoded{id: id, start: start, end: len(arena)})
+	}
+	bytesOf := string(arena)
 	t.tokBytes = make([]string, maxID+1)
 	t.known = make([]bool, maxID+1)
 	t.pieceID = make(map[string]int32, len(m.Vocab))
-	for tok, id := range m.Vocab {
-		b, ok := byteLevelDecode(tok)
-		if ok {
-			t.pieceID[b] = int32(id)
-		} else {
-			b = tok
+	for _, d := range all {
+		b := d.tok
+		if b == "" {
+			b = bytesOf[d.start:d.end]
+			t.pieceID[b] = int32(d.id)
 		}
-		t.tokBytes[id] = b
-		t.known[id] = true
+		t.tokBytes[d.id] = b
+		t.known[d.id] = true
 	}
 	for i := range t.byteID {
 		t.byteID[i] = -1
@@ -750,12 +775,21 @@ func init() {
 // byteLevelDecode maps a byte-level string back to the bytes it stands for; ok is false when a
 // character is outside the alphabet.
 func byteLevelDecode(s string) (string, bool) {
-	buf := make([]byte, 0, len(s))
+	buf, ok := appendByteLevelDecode(make([]byte, 0, len(s)), s)
+	if !ok {
+		return "", false
+	}
+	return string(buf), true
+}
+
+// appendByteLevelDecode appends byteLevelDecode(s) to buf; false (and buf partly appended to)
+// when s is not byte-level.
+func appendByteLevelDecode(buf []byte, s string) ([]byte, bool) {
 	for _, r := range s {
 		if r < 0 || int(r) >= len(byteOfRune) || byteOfRune[r] < 0 {
-			return "", false
+			return buf, false
 		}
 		buf = append(buf, byte(byteOfRune[r]))
 	}
-	return string(buf), true
+	return buf, true
 }
