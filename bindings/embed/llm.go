@@ -262,5 +262,3 @@ func openAIError(w http.ResponseWriter, status int, typ, msg string) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ}})
 }
-
-

@@ -148,7 +148,7 @@ def _input_value(datatype, shape, view):
             arr = _np.empty(len(items), dtype=object)
             arr[:] = items
             return arr.reshape(shape)
-        return items
+        return _nest(items, shape)
     if _np is not None:
         dt = "uint16" if datatype == "BF16" else {v: k for k, v in _NP_TO_KSERVE.items()}[datatype]
         return _np.frombuffer(view, dtype=_np.dtype(dt).newbyteorder("<")).reshape(shape)
@@ -157,6 +157,15 @@ def _input_value(datatype, shape, view):
     if 0 in shape or not shape:
         return mv.cast(fmt)
     return mv.cast(fmt, shape)
+
+
+def _nest(items, shape):
+    """items as nested lists of the tensor's shape (a 1-D tensor: the flat list)."""
+    for d in reversed(shape[1:]):
+        if d <= 0:
+            break
+        items = [items[i:i + d] for i in range(0, len(items), d)]
+    return items
 
 
 def _flatten(v, shape, depth=0):
