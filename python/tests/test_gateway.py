@@ -323,6 +323,37 @@ class GRPCTest(unittest.TestCase):
                 hang.set()
 
 
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+
+@unittest.skipIf(numpy is None, "NumPy is not importable (Debian: python3-numpy)")
+class NumPyTest(unittest.TestCase):
+    def test_arrays_in_and_out(self):
+        seen = {}
+
+        def fn(d):
+            seen["type"] = type(d["INPUT0"])
+            return {"OUTPUT0": d["INPUT0"] * 2}
+
+        def wrong(d):
+            return {"OUTPUT0": d["INPUT0"].astype(numpy.float64)}
+
+        with infergate.Gateway(listen="127.0.0.1:0") as gw:
+            gw.register_tensor_model("np", inputs=FP32_IN, outputs=FP32_OUT, fn=fn)
+            gw.register_tensor_model("wrong", inputs=FP32_IN, outputs=FP32_OUT, fn=wrong)
+            body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.5, -1]}]}
+            status, answer = post(f"{gw.url}/v2/models/np/infer", body)
+            self.assertEqual(status, 200, answer)
+            self.assertEqual(json.loads(answer)["outputs"][0]["data"], [3, -2])
+            self.assertIs(seen["type"], numpy.ndarray)
+            status, answer = post(f"{gw.url}/v2/models/wrong/infer", body)
+            self.assertEqual(status, 500, answer)
+            self.assertIn("as FP64, declared FP32", json.loads(answer)["error"])
+
+
 class LifecycleTest(unittest.TestCase):
     def test_config_dict_and_builtin_models(self):
         with infergate.Gateway(config={"builtin_models": True, "server_name": "py"}, listen="127.0.0.1:0") as gw:
