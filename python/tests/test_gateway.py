@@ -93,6 +93,7 @@ class GatewayTest(unittest.TestCase):
         def fails(prompt):
             raise RuntimeError("the LLM is out of tokens")
         cls.gw.register_llm("fails", fails)
+        cls.gw.register_llm("number", lambda prompt: 42)
         cls.gw.start()
         cls.url = cls.gw.url
 
@@ -197,6 +198,11 @@ class GatewayTest(unittest.TestCase):
                             {"model": "fails", "messages": [{"role": "user", "content": "hi"}]})
         self.assertGreaterEqual(status, 500, body)
         self.assertIn("out of tokens", body.decode())
+
+    def test_llm_returning_a_non_string_is_a_request_error(self):
+        status, body = post(f"{self.url}/v1/completions", {"model": "number", "prompt": "x"})
+        self.assertGreaterEqual(status, 500, body)
+        self.assertIn("returned int, want str or an iterable of str", body.decode())
 
     def test_llm_on_openai_models_and_kserve_bridge(self):
         status, body = get(f"{self.url}/v1/models")
@@ -396,6 +402,14 @@ class LifecycleTest(unittest.TestCase):
             get(f"{url}/v2/health/ready", timeout=2)
         with self.assertRaises(RuntimeError):
             gw.register_llm("late", lambda p: p)
+
+    def test_example_script(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        p = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "serve.py"), "--self-test"],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("[2, 4, 6]", p.stdout)
+        self.assertIn("HELLO THERE", p.stdout)
 
     def test_clean_exit_with_a_request_in_flight(self):
         # The interpreter exits while a Python model is running and a gateway was never stopped:
