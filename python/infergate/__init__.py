@@ -68,7 +68,7 @@ def load_library(path=None):
             "ig_stop": (i32, [i64, i64, PP]),
             "ig_close": (None, [i64]),
             "ig_register_tensor": (i32, [i64, P, i64, ctypes.c_void_p, PP]),
-            "ig_output": (i32, [u64, P, P, ctypes.POINTER(i64), i32, ctypes.c_void_p, i64]),
+            "ig_output": (i32, [u64, P, P, ctypes.c_char_p, i32, ctypes.c_void_p, i64]),
             "ig_fail": (i32, [u64, P, P]),
             "ig_register_llm": (i32, [i64, P, ctypes.c_void_p, PP]),
             "ig_emit": (i32, [u64, P, i64]),
@@ -106,6 +106,38 @@ _FORMATS = {"BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "
 _NP_TO_KSERVE = {"bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
                  "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "float16": "FP16",
                  "float32": "FP32", "float64": "FP64"}
+
+
+_FMT_TO_KSERVE = {v: k for k, v in _FORMATS.items() if k != "BF16"}
+_KSERVE_TO_NP = {v: k for k, v in _NP_TO_KSERVE.items()}
+_decode = json.JSONDecoder().decode
+
+# A memoryview over C memory, without a copy.
+_memory_from = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory_from.restype = ctypes.py_object
+_memory_from.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+_PYBUF_READ = 0x100
+
+
+def _memory(ptr, size):
+    return _memory_from(ptr, size, _PYBUF_READ)
+
+
+def _address(buf):
+    """(address, size, owner) of a buffer's bytes, copying only read-only memoryviews; owner
+    must stay alive until the bytes are handed over."""
+    if isinstance(buf, bytes):
+        return buf, len(buf), buf  # ctypes passes a bytes object's own buffer
+    if _np is not None and isinstance(buf, _np.ndarray):
+        return buf.__array_interface__["data"][0] if buf.nbytes else None, buf.nbytes, buf
+    mv = memoryview(buf).cast("B")
+    if not len(mv):
+        return None, 0, mv
+    if mv.readonly:
+        b = mv.tobytes()
+        return b, len(b), b
+    c = ctypes.c_char.from_buffer(mv)
+    return ctypes.addressof(c), len(mv), c
 
 
 def _split_bytes(raw):
@@ -150,7 +182,7 @@ def _input_value(datatype, shape, view):
             return arr.reshape(shape)
         return _nest(items, shape)
     if _np is not None:
-        dt = "uint16" if datatype == "BF16" else {v: k for k, v in _NP_TO_KSERVE.items()}[datatype]
+        dt = "uint16" if datatype == "BF16" else _KSERVE_TO_NP[datatype]
         return _np.frombuffer(view, dtype=_np.dtype(dt).newbyteorder("<")).reshape(shape)
     fmt = _FORMATS[datatype]
     mv = memoryview(view).cast("B")
@@ -197,7 +229,7 @@ def _output_value(name, declared, value):
         return dt, list(arr.shape), arr
     if isinstance(value, memoryview):
         fmt = value.format.lstrip("<@=")
-        dt = {v: k for k, v in _FORMATS.items() if k != "BF16"}.get(fmt)
+        dt = _FMT_TO_KSERVE.get(fmt)
         if dt is None:
             raise TypeError(f"output '{name}' is a memoryview of format {value.format!r}")
         if declared == "BF16" and dt == "UINT16":
@@ -332,11 +364,11 @@ class Gateway:
 
         def call(cid, hdr, hdr_len, data, lens, n):
             try:
-                head = json.loads(ctypes.string_at(hdr, hdr_len))
+                head = _decode(ctypes.string_at(hdr, hdr_len).decode())
                 args = {}
                 for i, t in enumerate(head["inputs"]):
                     size = lens[i]
-                    buf = (ctypes.c_char * size).from_address(data[i]) if size else bytearray()
+                    buf = _memory(data[i], size) if size else bytearray()
                     args[t["name"]] = _input_value(t["datatype"], t["shape"], buf)
                 out = fn(args)
                 if not isinstance(out, dict):
@@ -346,17 +378,8 @@ class Gateway:
                     if wanted is not None and oname not in wanted:
                         continue
                     dt, shape, buf = _output_value(oname, declared.get(oname, "BYTES"), value)
-                    mv = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
-                    nbytes = len(mv)
-                    cshape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-                    if isinstance(mv, bytes):
-                        ptr = ctypes.cast(ctypes.c_char_p(mv), ctypes.c_void_p)
-                        keep = mv
-                    elif nbytes:
-                        keep = (ctypes.c_char * nbytes).from_buffer(mv) if not mv.readonly else ctypes.create_string_buffer(mv.tobytes(), nbytes)
-                        ptr = ctypes.cast(keep, ctypes.c_void_p)
-                    else:
-                        ptr = None
+                    ptr, nbytes, keep = _address(buf)
+                    cshape = struct.pack("<%dq" % len(shape), *shape)
                     if lib.ig_output(cid, str(oname).encode(), dt.encode(), cshape, len(shape), ptr, nbytes):
                         return 1
                     del keep
