@@ -250,25 +250,30 @@ func runTensor(fn unsafe.Pointer, model string, req *engines.Request) ([]engines
 	return c.outputs, nil
 }
 
-// ig_output adds one output to a running tensor call; its data is copied. Nonzero: unknown call.
+// ig_output adds one output to a running tensor call; its data is copied. Nonzero: the call is
+// unknown, or the output is invalid (the call then fails with the reason).
 //
 //export ig_output
 func ig_output(id C.uint64_t, name *C.char, datatype *C.char, shape *C.int64_t, ndim C.int32_t, data unsafe.Pointer, n C.int64_t) C.int32_t {
 	v, ok := calls.Load(uint64(id))
-	if !ok || ndim < 0 || ndim > 64 || n < 0 || n > 1<<31 {
+	if !ok {
 		return 1
 	}
 	c := v.(*call)
-	t := engines.Tensor{Name: C.GoString(name), Datatype: tensor.ParseDatatype(C.GoString(datatype)), Shape: make([]int64, ndim)}
+	out := C.GoString(name)
+	if ndim < 0 || ndim > 64 || n < 0 || (n > 0 && data == nil) {
+		c.err = connect.NewError(connect.CodeInternal, fmt.Errorf("output '%s': invalid rank %d or size %d", out, ndim, n))
+		return 1
+	}
+	t := engines.Tensor{Name: out, Datatype: tensor.ParseDatatype(C.GoString(datatype)), Shape: make([]int64, ndim)}
 	if ndim > 0 {
 		for i, d := range unsafe.Slice(shape, int(ndim)) {
 			t.Shape[i] = int64(d)
 		}
 	}
+	t.Data = make([]byte, int(n))
 	if n > 0 {
-		t.Data = C.GoBytes(data, C.int(n))
-	} else {
-		t.Data = []byte{}
+		copy(t.Data, unsafe.Slice((*byte)(data), int(n)))
 	}
 	c.outputs = append(c.outputs, t)
 	return 0
