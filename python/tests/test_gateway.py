@@ -6,6 +6,7 @@ Run from the repository root after `python3 python/build.py`:
 
 (INFERGATE_LIB=path/libinfergate.so points at another build, as the Go test does.)
 """
+import base64
 import concurrent.futures
 import json
 import os
@@ -111,6 +112,28 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         out = json.loads(body)["outputs"][0]
         self.assertEqual((out["name"], out["datatype"], out["shape"], out["data"]), ("OUTPUT0", "FP32", [3], [2, 3, 4]))
+
+    def test_tensor_model_connect(self):
+        # Connect's unary protocol with JSON: the KServe gRPC service over HTTP/1.1.
+        body = {"modelName": "add_one", "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": ["2"],
+                                                     "contents": {"fp32Contents": [1, 2]}}]}
+        req = urllib.request.Request(f"{self.url}/inference.GRPCInferenceService/ModelInfer",
+                                     json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            answer = json.loads(r.read())
+        raw = base64.b64decode(answer["rawOutputContents"][0])
+        self.assertEqual(struct.unpack("<2f", raw), (2.0, 3.0))
+
+    def test_llm_on_kserve_generate_stream(self):
+        req = urllib.request.Request(f"{self.url}/v2/models/words/generate_stream",
+                                     json.dumps({"text_input": "a b c"}).encode(), {"Content-Type": "application/json"})
+        text = ""
+        with urllib.request.urlopen(req, timeout=30) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: "):
+                    text += json.loads(line[6:]).get("text_output", "")
+        self.assertEqual(text, "a b c ")
 
     def test_metadata_and_config_as_declared(self):
         status, body = get(f"{self.url}/v2/models/add_one")
