@@ -29,7 +29,6 @@ import signal
 import struct
 import sys
 import threading
-import weakref
 
 try:  # optional
     import numpy as _np
@@ -502,9 +501,11 @@ def _prompt(req):
     return p if isinstance(p, str) else ""
 
 
-# Gateways still running at interpreter exit are stopped while Python can still run their
-# in-flight calls: no Go thread calls into a finalizing interpreter.
-_live = weakref.WeakSet()
+# Gateways not stopped yet. The references are strong on purpose: Go keeps serving a gateway
+# whose Python object was dropped, and must never call a collected ctypes callback. Those still
+# running at interpreter exit are stopped while Python can still run their in-flight calls, so
+# no Go thread calls into a finalizing interpreter.
+_live = set()
 
 
 @atexit.register

@@ -426,6 +426,18 @@ class LifecycleTest(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             gw.register_llm("late", lambda p: p)
 
+    def test_a_dropped_gateway_keeps_serving(self):
+        # Go keeps serving after the Python object is dropped: its callbacks must stay alive.
+        import gc
+        gw = infergate.Gateway(listen="127.0.0.1:0")
+        gw.register_llm("kept", lambda p: "still " + p)
+        url = gw.url if gw.start() else None
+        del gw
+        gc.collect()
+        status, body = post(f"{url}/v1/completions", {"model": "kept", "prompt": "here"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["choices"][0]["text"], "still here")
+
     def test_example_script(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         p = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "serve.py"), "--self-test"],
