@@ -10,6 +10,7 @@ import base64
 import concurrent.futures
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -437,6 +438,28 @@ class LifecycleTest(unittest.TestCase):
         status, body = post(f"{url}/v1/completions", {"model": "kept", "prompt": "here"})
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["choices"][0]["text"], "still here")
+
+    def test_sigterm_stops_serve_forever(self):
+        script = textwrap.dedent("""
+            import infergate
+            gw = infergate.Gateway(listen="127.0.0.1:0")
+            gw.register_llm("echo", lambda p: p)
+            gw.start()
+            print(gw.url, flush=True)
+            gw.serve_forever()
+            print("stopped", flush=True)
+        """)
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        try:
+            url = p.stdout.readline().strip()
+            status, body = post(f"{url}/v1/completions", {"model": "echo", "prompt": "x"})
+            self.assertEqual(status, 200, body)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(30), 0)
+            self.assertEqual(p.stdout.read().strip(), "stopped")
+        finally:
+            p.kill()
+            p.stdout.close()
 
     def test_example_script(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
