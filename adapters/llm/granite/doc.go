@@ -14,7 +14,15 @@
 // "ibm-granite/granite-3.3-8b-instruct", ...; see Version.Names). A Go program adds its
 // own processor by implementing InputProcessor and OutputProcessor (and, for a multi-call
 // flow, IOProcessor through Entry.NewIO) and calling Register with a name and aliases; see
-// ExampleRegistry.
+// ExampleRegistry and examples/graniteproc.
+//
+// IO processors beyond one call: MajorityVoting (granite-io's MajorityVotingProcessor: n
+// samples, answers normalized, the most common returned with its vote count; Voting wraps a
+// registry entry in it) and Sequence (a chain in which each step's answer feeds the next step's
+// request, such as a query rewrite before a RAG answer). granite-io registers neither under a
+// name, so neither is in NewDefaultRegistry. Backends: granitekserve (a KServe model with
+// text_input/text_output) and granitestage's (a /v1/completions call through the gateway's
+// routing).
 //
 // Fidelity. Prompts are byte-identical to granite-io's (its golden files are tests here) with
 // one deliberate exception: for Granite 3.2 with documents and no tools granite-io drops the
