@@ -42,6 +42,9 @@ const (
 // mismatch.
 const holdWindow = 96
 
+// maxIDDigits is the longest citation id a partial marker is recognized with.
+const maxIDDigits = 20
+
 // stream is the Processor's OutputStream. It keeps the whole text (bounded by MaxOutputBytes:
 // beyond that it lets nothing more out) and derives what is certain from it:
 //
@@ -74,7 +77,9 @@ type stream struct {
 	parsed    int // bytes parsed for the answer so far, and the length the next parse waits for
 	nextParse int
 	fixed     bool
-	respOpen  bool // 3.3: the answer opened with <response>, not yet closed
+	respKnown bool // 3.3 thinking: whether the answer opens with <response> is known
+	respOpen  bool // ...and it does, and </response> has not come yet
+	respAt    int  // offset after that <response>
 
 	reasoning, content strings.Builder // what was let out
 }
@@ -256,6 +261,36 @@ func (m marker) couldBecome(s string) bool {
 	return i > 0 && len(rest[i:]) < len(m.post) && strings.HasPrefix(m.post, rest[i:])
 }
 
+// holdFrom returns the earliest offset p >= from at which the rest of t may still become one
+// of ms (len(t) if none): for each marker only the last few offsets can start a literal's
+// prefix, and only the last occurrence of a template's head can start a partial template.
+func holdFrom(t string, from int, ms []marker) int {
+	c := len(t)
+	for _, m := range ms {
+		for p := max(from, len(t)-len(m.pre)+1); p < c; p++ {
+			if t[p] == m.pre[0] && strings.HasPrefix(m.pre, t[p:]) {
+				c = p
+				break
+			}
+		}
+		if m.post == "" {
+			continue
+		}
+		// A partial template is its head, digits and part of its tail: it starts within the
+		// last len(pre)+len(post)+maxIDDigits bytes (longer ids are cut; Close reports it).
+		lo := max(from, len(t)-len(m.pre)-len(m.post)-maxIDDigits)
+		if q := strings.LastIndex(t[lo:], m.pre); q >= 0 && lo+q < c && m.couldBecome(t[lo+q:]) {
+			c = lo + q
+		}
+	}
+	return c
+}
+
+func startsWithSpace(s string) bool {
+	r, _ := utf8.DecodeRuneInString(s)
+	return s != "" && isPySpace(r)
+}
+
 // stepContent lets out the answer up to the safe cut.
 func (s *stream) stepContent() string {
 	if s.fixed {
@@ -267,21 +302,7 @@ func (s *stream) stepContent() string {
 		ms = markers33
 	}
 	// The safe cut: before the earliest suffix that may still become a marker...
-	c := len(t)
-	for i := max(s.contentAt, len(t)-holdWindow); i < len(t); i++ {
-		if b := t[i]; b != '<' && b != '#' && b != '{' && b != ' ' {
-			continue
-		}
-		for _, m := range ms {
-			if m.couldBecome(t[i:]) {
-				c = i
-				break
-			}
-		}
-		if c == i {
-			break
-		}
-	}
+	c := holdFrom(t, max(s.contentAt, len(t)-holdWindow), ms)
 	// ...and before trailing whitespace.
 	for c > s.contentAt {
 		r, n := utf8.DecodeLastRuneInString(t[:c])
@@ -290,21 +311,28 @@ func (s *stream) stepContent() string {
 		}
 		c -= n
 	}
-	if s.p.version == V33 && s.req.Thinking {
+	if s.p.version == V33 && s.req.Thinking && !s.respKnown {
 		lead := strings.TrimLeftFunc(t[s.contentAt:], isPySpace)
 		if lead == "" || strings.HasPrefix("<response>", lead) && lead != "<response>" {
 			return "" // <response> may be coming
 		}
-		s.respOpen = strings.HasPrefix(lead, "<response>") && !strings.Contains(lead, "</response>")
-		if s.respOpen && c <= len(t)-len(lead)+len("<response>") {
+		s.respKnown, s.respOpen = true, strings.HasPrefix(lead, "<response>")
+		s.respAt = len(t) - len(lead) + len("<response>")
+	}
+	if s.respOpen {
+		if strings.Contains(t[max(s.respAt, s.cut-len("</response>")):], "</response>") {
+			s.respOpen = false // closed: Parse extracts it as it is
+		} else if c <= s.respAt {
 			return "" // Parse extracts a response only once it has a character
 		}
 	}
 	if c <= s.cut {
 		return ""
 	}
-	if s.cut > s.contentAt && s.content.Len() > 0 && !strings.ContainsAny(t[s.cut:c], "<#{") && !strings.ContainsRune(">}:", rune(t[s.cut-1])) {
-		// Plain text after plain text: Parse would append it as it is.
+	if s.cut > s.contentAt && s.content.Len() > 0 && !strings.ContainsAny(t[s.cut:c], "<#{") &&
+		!(t[s.cut-1] == '>' && startsWithSpace(t[s.cut:c])) {
+		// Plain text after the answer so far: Parse would append it as it is. (Whitespace
+		// right after a marker is the exception: a 3.2 citation marker takes it along.)
 		piece := t[s.cut:c]
 		s.cut = c
 		s.content.WriteString(piece)
