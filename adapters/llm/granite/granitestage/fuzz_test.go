@@ -63,11 +63,15 @@ func FuzzChatStream(f *testing.F) {
 	f.Add([]byte("data: {\"error\":{\"message\":\"fire\"}}\n\n"), uint8(0))
 	f.Add([]byte("data: {\"choices\":[{\"index\":9999,\"text\":\"x\"}]}\n\n"), uint8(0))
 	f.Add([]byte("data: not json\n\n"), uint8(3))
+	f.Add([]byte("\x00\x1f\"\\<>&\u2028\u2029\xff\xc3 é\t\r\n"), uint8(0))
 	p := granite.New(granite.V33)
 	f.Fuzz(func(t *testing.T, body []byte, mode uint8) {
 		in := &granite.ChatRequest{Thinking: mode&1 != 0}
 		if mode&2 != 0 {
 			in.Controls = &granite.Controls{Citations: true}
+		}
+		if want, _ := json.Marshal(string(body)); string(appendJSONString(nil, string(body))) != string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, want %s", body, appendJSONString(nil, string(body)), want)
 		}
 		up := pipeline.NewBody(body, pipeline.Usage{})
 		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: p, in: in, max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}

@@ -1,6 +1,7 @@
 package granitestage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/infergate/infergate/adapters/llm/granite"
 	"github.com/infergate/infergate/adapters/pipeline"
@@ -135,10 +138,13 @@ type chatStream struct {
 	head chunk
 	max  int
 
-	read    int // text bytes read from the upstream
-	choices map[int]*choiceState
-	out     []byte
-	err     error
+	read int // text bytes read from the upstream
+	// prefix and suffix frame a hand-written delta chunk (emitText) for the model in prefixModel.
+	prefix, suffix []byte
+	prefixModel    string
+	choices        map[int]*choiceState
+	out            []byte
+	err            error
 }
 
 var errStreamTooLarge = errors.New("granitestage: the upstream's streamed answer is over the bound")
@@ -231,13 +237,90 @@ func (c *chatStream) choice(i int) (*choiceState, error) {
 
 func (c *chatStream) delta(i int, d granite.Delta) {
 	if d.Reasoning != "" {
-		r := d.Reasoning
-		_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{ReasoningContent: &r}})
+		c.emitText(i, "reasoning_content", d.Reasoning)
 	}
 	if d.Content != "" {
-		s := d.Content
-		_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &s}})
+		c.emitText(i, "content", d.Content)
 	}
+}
+
+// emitText sends a one-member delta chunk, written by hand: it is the one sent per upstream
+// chunk, and the same as emitChoice's encoding of it.
+func (c *chatStream) emitText(i int, member, text string) {
+	if c.prefix == nil || c.prefixModel != c.head.Model {
+		h := c.head
+		h.Choices = []chunkChoice{}
+		b, err := json.Marshal(h)
+		if err != nil {
+			_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &text}})
+			return
+		}
+		// {...,"choices":[]...} -> up to and including "choices":[
+		at := bytes.Index(b, []byte(`"choices":[]`)) + len(`"choices":[`)
+		c.prefix, c.suffix, c.prefixModel = b[:at:at], b[at:], c.head.Model
+	}
+	c.out = append(c.out, "data: "...)
+	c.out = append(c.out, c.prefix...)
+	c.out = append(c.out, `{"index":`...)
+	c.out = strconv.AppendInt(c.out, int64(i), 10)
+	c.out = append(c.out, `,"delta":{"`...)
+	c.out = append(c.out, member...)
+	c.out = append(c.out, `":`...)
+	c.out = appendJSONString(c.out, text)
+	c.out = append(c.out, `},"logprobs":null,"finish_reason":null}`...)
+	c.out = append(c.out, c.suffix...)
+	c.out = append(c.out, "\n\n"...)
+}
+
+// appendJSONString appends s as a JSON string as encoding/json writes it (HTML characters and
+// U+2028/U+2029 escaped, invalid UTF-8 as U+FFFD).
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }
 
 // finish parses choice i's whole text and sends what the stream had not yet let out, its tool
