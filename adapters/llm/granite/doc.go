@@ -35,6 +35,11 @@
 // AssistantMessage.ParseError with the text left as content. Sentence splitting approximates
 // NLTK's Punkt (see splitSentences).
 //
+// Streaming: Processor.ParseStream parses one completion as it is generated (an OutputStream):
+// it lets reasoning and content out as soon as they are certain, holding back only what a marker,
+// section header or closing tag may still change, and on Close parses the whole text as Parse
+// does, reporting when what was streamed differs from that (a section the model never closed).
+//
 // The package does no I/O and keeps no global state; every input is bounded (MaxMessages,
 // MaxDocuments, MaxTools, MaxOutputBytes).
 package granite
