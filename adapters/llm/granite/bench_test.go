@@ -129,3 +129,54 @@ func BenchmarkParse(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkParseStream is the incremental parser over the same ~4,000-character answers fed in
+// 4-byte pieces (about a token each), Write for every piece and Close, against the whole-answer
+// Parse of the same text as the baseline: the ratio is what streaming the parse costs on top.
+func BenchmarkParseStream(b *testing.B) {
+	cited, docs := benchAnswer()
+	var thought strings.Builder
+	thought.WriteString("<think>")
+	for thought.Len() < 1800 {
+		thought.WriteString("Consider the seasons one at a time, and count the titles won. ")
+	}
+	thought.WriteString("</think><response>")
+	for thought.Len() < 3900 {
+		thought.WriteString("Limerick won the All-Ireland in 2018, 2020, 2021 and 2022. ")
+	}
+	thought.WriteString("</response>")
+	for _, tc := range []struct {
+		name string
+		p    *Processor
+		req  *ChatRequest
+		text string
+	}{
+		{"citations3.2", New(V32), &ChatRequest{Documents: docs, Controls: &Controls{Citations: true, Hallucinations: true}}, cited},
+		{"thinking3.3", New(V33), &ChatRequest{Thinking: true}, thought.String()},
+	} {
+		gens := []Generation{{Text: tc.text, StopReason: "stop"}}
+		var base float64
+		b.Run(tc.name+"/baseline-parse", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = tc.p.Parse(gens, tc.req)
+			}
+			base = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		})
+		b.Run(tc.name+"/stream", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s := tc.p.ParseStream(tc.req)
+				for i := 0; i < len(tc.text); i += 4 {
+					s.Write(tc.text[i:min(i+4, len(tc.text))])
+				}
+				if _, _, mismatch := s.Close("stop"); mismatch != "" {
+					b.Fatal(mismatch)
+				}
+			}
+			if base > 0 {
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
+			}
+		})
+	}
+}

@@ -14,7 +14,15 @@
 // "ibm-granite/granite-3.3-8b-instruct", ...; see Version.Names). A Go program adds its
 // own processor by implementing InputProcessor and OutputProcessor (and, for a multi-call
 // flow, IOProcessor through Entry.NewIO) and calling Register with a name and aliases; see
-// ExampleRegistry.
+// ExampleRegistry and examples/graniteproc.
+//
+// IO processors beyond one call: MajorityVoting (granite-io's MajorityVotingProcessor: n
+// samples, answers normalized, the most common returned with its vote count; Voting wraps a
+// registry entry in it) and Sequence (a chain in which each step's answer feeds the next step's
+// request, such as a query rewrite before a RAG answer). granite-io registers neither under a
+// name, so neither is in NewDefaultRegistry. Backends: granitekserve (a KServe model with
+// text_input/text_output) and granitestage's (a /v1/completions call through the gateway's
+// routing).
 //
 // Fidelity. Prompts are byte-identical to granite-io's (its golden files are tests here) with
 // one deliberate exception: for Granite 3.2 with documents and no tools granite-io drops the
@@ -26,6 +34,11 @@
 // (a repeated section header, a citation sentence it cannot locate) becomes
 // AssistantMessage.ParseError with the text left as content. Sentence splitting approximates
 // NLTK's Punkt (see splitSentences).
+//
+// Streaming: Processor.ParseStream parses one completion as it is generated (an OutputStream):
+// it lets reasoning and content out as soon as they are certain, holding back only what a marker,
+// section header or closing tag may still change, and on Close parses the whole text as Parse
+// does, reporting when what was streamed differs from that (a section the model never closed).
 //
 // The package does no I/O and keeps no global state; every input is bounded (MaxMessages,
 // MaxDocuments, MaxTools, MaxOutputBytes).

@@ -156,12 +156,26 @@ func NewSimple(in InputProcessor, out OutputProcessor, b Backend) *Simple {
 }
 
 // Chat renders req, calls the backend once with req.Params, and parses every choice.
-// For Granite 3.3 with citations asked for it sets skip_special_tokens=false, so that vLLM
-// keeps the cite and plugin tokens the parser needs.
 func (s *Simple) Chat(ctx context.Context, req *ChatRequest) ([]Result, error) {
-	prompt, err := s.in.Render(req, true)
+	g, err := s.Prepare(req)
 	if err != nil {
 		return nil, err
+	}
+	gens, err := s.b.Generate(ctx, g)
+	if err != nil {
+		return nil, fmt.Errorf("granite: backend: %w", err)
+	}
+	return s.out.Parse(gens, req), nil
+}
+
+// Prepare is the completions call Chat makes for req: the rendered prompt and req.Params. For
+// Granite 3.3 with citations asked for it sets skip_special_tokens=false, so that vLLM keeps
+// the cite and plugin tokens the parser needs. A caller that streams the call itself (and
+// parses it with an OutputStream) uses this.
+func (s *Simple) Prepare(req *ChatRequest) (GenerateRequest, error) {
+	prompt, err := s.in.Render(req, true)
+	if err != nil {
+		return GenerateRequest{}, err
 	}
 	params := req.Params
 	if p, ok := s.in.(*Processor); ok && p.version == V33 && req.Controls != nil && req.Controls.Citations {
@@ -171,9 +185,5 @@ func (s *Simple) Chat(ctx context.Context, req *ChatRequest) ([]Result, error) {
 		}
 		params["skip_special_tokens"] = false
 	}
-	gens, err := s.b.Generate(ctx, GenerateRequest{Prompt: prompt, Params: params})
-	if err != nil {
-		return nil, fmt.Errorf("granite: backend: %w", err)
-	}
-	return s.out.Parse(gens, req), nil
+	return GenerateRequest{Prompt: prompt, Params: params}, nil
 }

@@ -172,6 +172,8 @@ type Generation struct {
 // Result is one parsed completion (granite-io's ChatCompletionResult).
 type Result struct {
 	NextMessage AssistantMessage `json:"next_message"`
+	// Votes is how many samples gave this answer, set by MajorityVoting (0 elsewhere).
+	Votes int `json:"votes,omitempty"`
 }
 
 // ValidationError is a request Granite's prompt format cannot express; Rule names the rule

@@ -1,8 +1,10 @@
 package granitestage
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/llm/granite"
@@ -48,6 +50,43 @@ func FuzzDecode(f *testing.F) {
 			var ve *granite.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("render: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzChatStream feeds arbitrary bytes to the stream path as an upstream's SSE body: it never
+// panics, every event it sends is JSON, and it ends with [DONE] or an error.
+func FuzzChatStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"<think>a</think><response>b\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"text\":\"</response>\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), uint8(1))
+	f.Add([]byte("data: {\"choices\":[{\"index\":1,\"text\":\"x <co>1\"},{\"index\":0,\"text\":\"[{\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n"), uint8(2))
+	f.Add([]byte("data: {\"error\":{\"message\":\"fire\"}}\n\n"), uint8(0))
+	f.Add([]byte("data: {\"choices\":[{\"index\":9999,\"text\":\"x\"}]}\n\n"), uint8(0))
+	f.Add([]byte("data: not json\n\n"), uint8(3))
+	f.Add([]byte("\x00\x1f\"\\<>&\u2028\u2029\xff\xc3 é\t\r\n"), uint8(0))
+	p := granite.New(granite.V33)
+	f.Fuzz(func(t *testing.T, body []byte, mode uint8) {
+		in := &granite.ChatRequest{Thinking: mode&1 != 0}
+		if mode&2 != 0 {
+			in.Controls = &granite.Controls{Citations: true}
+		}
+		if want, _ := json.Marshal(string(body)); string(appendJSONString(nil, string(body))) != string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, want %s", body, appendJSONString(nil, string(body)), want)
+		}
+		up := pipeline.NewBody(body, pipeline.Usage{})
+		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: p, in: in, max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+		out, err := io.ReadAll(c)
+		if err == nil && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("ended without [DONE]: %q", out)
+		}
+		ev := pipeline.NewEvents(bytes.NewReader(out))
+		for {
+			data, err := ev.Next()
+			if err != nil {
+				break
+			}
+			if !json.Valid(data) {
+				t.Fatalf("event is not JSON: %q", data)
 			}
 		}
 	})

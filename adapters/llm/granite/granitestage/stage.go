@@ -13,11 +13,16 @@
 // X-Infergate-Granite-Parse-Error header: never a 500. An upstream's error answer passes on
 // unchanged.
 //
-// Streaming: a request with stream: true is answered by this increment with the whole result
-// replayed as server-sent events once the upstream finished (the reasoning and content a word at
-// a time, each tool call whole; the Granite extras ride on each choice's finish chunk). The
-// upstream is always asked for a whole answer, since citations and tool calls are parsed from
-// the whole text. Incremental streaming is a later increment.
+// Streaming: a request with stream: true asks the upstream for a stream and parses it as it
+// comes (granite.OutputStream): reasoning goes out as delta.reasoning_content and the answer as
+// delta.content while the model is still generating, holding back only what the parser may still
+// need (a suffix that may become a marker, section header or closing tag; trailing whitespace;
+// a completion that may be a tool call). Each choice's tool calls arrive whole and Granite's
+// citations, documents and hallucinations ride on its finish chunk, which also carries
+// parse_error when the output could not be parsed or the streamed text turned out to differ
+// from the whole answer's parse (a thought or response section the model never closed). An
+// entry with its own IO processor (Entry.NewIO, which may call the upstream several times) is
+// answered by replaying its whole result as server-sent events.
 package granitestage
 
 import (
@@ -108,6 +113,9 @@ func chat(ctx context.Context, e granite.Entry, o *Options, req *pipeline.Reques
 		return nil, err
 	}
 	b := &backend{next: next, req: req, model: f["model"], max: o.MaxAnswerBytes}
+	if sp, ok := e.Output.(granite.StreamOutputProcessor); ok && req.Stream() && e.NewIO == nil {
+		return b.stream(ctx, granite.NewSimple(e.Input, e.Output, nil), sp, in, f, o)
+	}
 	var iop granite.IOProcessor
 	if e.NewIO != nil {
 		iop = e.NewIO(b)
@@ -181,11 +189,31 @@ var errBadAnswer = pipeline.ServerError(http.StatusBadGateway, "bad_upstream_res
 	"The upstream's answer to the completion the gateway made of this chat request could not be read as a completion.")
 
 func (b *backend) Generate(ctx context.Context, g granite.GenerateRequest) ([]granite.Generation, error) {
-	body := make(map[string]any, len(g.Params)+3)
+	out, err := b.request(g, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.next(ctx, out)
+	if err != nil {
+		return nil, &upstreamAnswer{err: err}
+	}
+	if res.StatusCode != http.StatusOK || res.Stream {
+		return nil, &upstreamAnswer{res: res}
+	}
+	return b.take(res)
+}
+
+// request is the /v1/completions request for g: whole, or streamed with the client's
+// stream_options when streamOptions is not nil.
+func (b *backend) request(g granite.GenerateRequest, streamOptions json.RawMessage) (*pipeline.Request, error) {
+	body := make(map[string]any, len(g.Params)+4)
 	for k, v := range g.Params {
 		body[k] = v
 	}
-	body["model"], body["prompt"], body["stream"] = b.model, g.Prompt, false
+	body["model"], body["prompt"], body["stream"] = b.model, g.Prompt, streamOptions != nil
+	if len(streamOptions) > 0 && string(streamOptions) != "null" {
+		body["stream_options"] = streamOptions
+	}
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the completion request: %w", err)
@@ -197,13 +225,11 @@ func (b *backend) Generate(ctx context.Context, g granite.GenerateRequest) ([]gr
 		return nil, err
 	}
 	b.prompt = g.Prompt
-	res, err := b.next(ctx, &out)
-	if err != nil {
-		return nil, &upstreamAnswer{err: err}
-	}
-	if res.StatusCode != http.StatusOK || res.Stream {
-		return nil, &upstreamAnswer{res: res}
-	}
+	return &out, nil
+}
+
+// take reads a whole completion answer.
+func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
 	data, err := io.ReadAll(io.LimitReader(res.Body, int64(b.max)+1))
 	if err != nil || len(data) > b.max {
 		res.Body.Finish(nil)
@@ -312,14 +338,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		}
 		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}
 	}
-	if req.Header != nil && req.Header.Get(DebugHeader) == "prompt" {
-		p := b.prompt
-		if len(p) > MaxDebugPrompt {
-			p = p[:MaxDebugPrompt]
-			header.Set(PromptHeader+"-Truncated", strconv.Itoa(len(b.prompt)))
-		}
-		header.Set(PromptHeader, base64.StdEncoding.EncodeToString([]byte(p)))
-	}
+	b.debug(header)
 	full, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("granitestage: encoding the chat completion: %w", err)
@@ -347,6 +366,18 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 	res.Stream = true
 	res.Body = pipeline.NewEventBody(chunks, b.usage)
 	return res, nil
+}
+
+// debug sets PromptHeader when the request asked for it.
+func (b *backend) debug(header http.Header) {
+	if b.req.Header != nil && b.req.Header.Get(DebugHeader) == "prompt" {
+		p := b.prompt
+		if len(p) > MaxDebugPrompt {
+			p = p[:MaxDebugPrompt]
+			header.Set(PromptHeader+"-Truncated", strconv.Itoa(len(b.prompt)))
+		}
+		header.Set(PromptHeader, base64.StdEncoding.EncodeToString([]byte(p)))
+	}
 }
 
 // sanitizeHeader keeps a header value to printable ASCII.

@@ -46,6 +46,10 @@ type fake struct {
 	bodies []map[string]any
 	text   string
 	status int
+	// A streamed answer goes out in pieces of a few characters; with gate set, the pieces from
+	// byte holdAt on wait until gate is closed.
+	gate   chan struct{}
+	holdAt int
 }
 
 func (f *fake) set(text string, status int) {
@@ -81,6 +85,10 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.bodies = append(f.bodies, body)
 	text, status := f.text, f.status
 	f.mu.Unlock()
+	if body["stream"] == true && status == 0 {
+		f.stream(w, r, body, text)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if status != 0 {
 		w.WriteHeader(status)
@@ -91,6 +99,42 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": "stop"}},
 		"usage":   map[string]any{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
 	_, _ = w.Write(out)
+}
+
+// stream answers with an SSE completion stream of text, a few characters a chunk.
+func (f *fake) stream(w http.ResponseWriter, r *http.Request, body map[string]any, text string) {
+	f.mu.Lock()
+	gate, holdAt := f.gate, f.holdAt
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		w.(http.Flusher).Flush()
+	}
+	rs := []rune(text)
+	at := 0
+	for i := 0; i < len(rs); i += 5 {
+		piece := string(rs[i:min(i+5, len(rs))])
+		if gate != nil && at >= holdAt {
+			select {
+			case <-gate:
+				gate = nil
+			case <-r.Context().Done():
+				return
+			}
+		}
+		at += len(piece)
+		send(map[string]any{"id": "cmpl-up1", "object": "text_completion", "created": 1, "model": "granite",
+			"choices": []any{map[string]any{"index": 0, "text": piece, "finish_reason": nil}}})
+	}
+	send(map[string]any{"id": "cmpl-up1", "object": "text_completion", "created": 1, "model": "granite",
+		"choices": []any{map[string]any{"index": 0, "text": "", "finish_reason": "stop"}}})
+	if so, _ := body["stream_options"].(map[string]any); so["include_usage"] == true {
+		send(map[string]any{"id": "cmpl-up1", "object": "text_completion", "created": 1, "model": "granite", "choices": []any{},
+			"usage": map[string]any{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 type env struct {
@@ -112,6 +156,12 @@ func startWith(t *testing.T, name string) *env {
 	reg := granite.NewDefaultRegistry(granite.WithClock(func() time.Time { return day }))
 	entry, ok := reg.Lookup(name)
 	require.True(t, ok)
+	return startEntry(t, entry)
+}
+
+// startEntry serves model "granite" with entry.
+func startEntry(t *testing.T, entry granite.Entry) *env {
+	t.Helper()
 	e := &env{up: &fake{}}
 	us := httptest.NewServer(e.up)
 	t.Cleanup(us.Close)
@@ -287,9 +337,10 @@ func TestInvalid(t *testing.T) {
 	assert.Empty(t, e.up.requests(), "nothing reached the upstream")
 }
 
-// stream: true is the whole result replayed as chunks: reasoning and content deltas that add up
-// to the whole answer's, then the finish reason and the usage chunk asked for.
-func TestStreamReplay(t *testing.T) {
+// stream: true streams the upstream's completion through the incremental parser: reasoning and
+// content deltas that add up to the whole answer's parse, then the finish reason and the usage
+// chunk asked for.
+func TestStream(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	e.up.set(golden(t, "g33", "out", "test_raw_reasoning_output.txt"), 0)
@@ -311,8 +362,8 @@ func TestStreamReplay(t *testing.T) {
 		}
 	}
 	require.NoError(t, stream.Err())
-	assert.Equal(t, false, e.up.requests()[0]["stream"], "the upstream is asked for a whole answer")
-	assert.NotContains(t, e.up.requests()[0], "stream_options")
+	assert.Equal(t, true, e.up.requests()[0]["stream"], "the upstream is asked for a stream")
+	assert.Equal(t, map[string]any{"include_usage": true}, e.up.requests()[0]["stream_options"])
 	assert.Equal(t, golden(t, "g33", "out", "test_reasoning_output_processor_response.txt"), content.String())
 	assert.Equal(t, golden(t, "g33", "out", "test_reasoning_output_processor_thought.txt"), reasoning.String())
 	require.Greater(t, len(chunks), 3)
@@ -368,4 +419,63 @@ func TestParseErrorAndDebugPrompt(t *testing.T) {
 
 	res, _ = e.post(t, `{"model":"granite","messages":[{"role":"user","content":"q"}]}`)
 	assert.Empty(t, res.Header.Get(granitestage.PromptHeader), "only when asked")
+}
+
+// The first reasoning and content deltas reach the client while the upstream still holds back
+// the rest of its answer: the fake sends the tail only after the test has seen content. The
+// stream then ends with the whole answer's parse.
+func TestStreamFirstContentBeforeUpstreamEnds(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	text := "<think>Six sevens.</think>\n<response>It is 42. Every time you multiply six by seven, the answer is forty-two.</response>"
+	gate := make(chan struct{})
+	e.up.mu.Lock()
+	e.up.text, e.up.gate, e.up.holdAt = text, gate, strings.Index(text, "multiply")
+	e.up.mu.Unlock()
+	watchdog := time.AfterFunc(10*time.Second, func() { close(gate) }) // only against a hang
+	defer watchdog.Stop()
+
+	stream := e.sdk().Chat.Completions.NewStreaming(context.Background(), oai.ChatCompletionNewParams{Model: "granite",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("6*7?")}}, option.WithJSONSet("thinking", true))
+	var content, reasoning strings.Builder
+	var early string
+	released := false
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			content.WriteString(ch.Delta.Content)
+			if r, ok := ch.Delta.JSON.ExtraFields["reasoning_content"]; ok {
+				var s string
+				require.NoError(t, json.Unmarshal([]byte(r.Raw()), &s))
+				reasoning.WriteString(s)
+			}
+		}
+		if !released && content.Len() > 0 {
+			released, early = true, content.String()
+			if watchdog.Stop() {
+				close(gate)
+			}
+		}
+	}
+	require.NoError(t, stream.Err())
+	require.True(t, released)
+	assert.Equal(t, "Six sevens.", reasoning.String())
+	assert.True(t, strings.HasPrefix("It is 42.", early), "content before the upstream's tail: %q", early)
+	assert.Equal(t, "It is 42. Every time you multiply six by seven, the answer is forty-two.", content.String())
+}
+
+// An entry with its own IO processor (here majority voting) is still answered by replaying
+// its whole result: it may call the upstream several times (here three, as the fake answers
+// one choice whatever n asks).
+func TestStreamVotingReplays(t *testing.T) {
+	t.Parallel()
+	reg := granite.NewDefaultRegistry()
+	base, _ := reg.Lookup("granite3.3")
+	e := startEntry(t, granite.Voting(base, nil, 3))
+	e.up.set("42", 0)
+	_, body := e.post(t, `{"model":"granite","stream":true,"messages":[{"role":"user","content":"q"}]}`)
+	assert.Contains(t, body, `"content":"42"`)
+	require.Len(t, e.up.requests(), 3)
+	assert.Equal(t, false, e.up.requests()[0]["stream"])
+	assert.Equal(t, 3.0, e.up.requests()[0]["n"])
+	assert.Equal(t, 1.0, e.up.requests()[2]["n"])
 }
