@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
 )
 
 // Config configures a Tracer.
@@ -147,32 +148,41 @@ func End(span trace.Span, err error) {
 	span.End()
 }
 
-// StartUpstream begins the client span of one upstream call under ctx's span and writes its
+// StartUpstream begins the client span of one HTTP upstream call under ctx's span and writes its
 // traceparent (and tracestate) into h. Under a span that is not recorded (a client's traceparent
 // on a request not sampled) it writes that trace context and returns a nil span; with no trace
 // context in ctx it does nothing and allocates nothing. End the span with End.
 func StartUpstream(ctx context.Context, endpoint string, h http.Header) (context.Context, trace.Span) {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.SpanContext().IsValid() {
-		return ctx, nil
-	}
-	if !parent.IsRecording() {
+	ctx, span, ok := startUpstream(ctx, endpoint)
+	if ok {
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
-		return ctx, nil
 	}
-	ctx, span := parent.TracerProvider().Tracer("github.com/infergate/infergate").Start(ctx, "upstream "+endpoint,
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("infergate.endpoint", endpoint)))
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
 	return ctx, span
 }
 
-// InjectMetadata writes ctx's trace context into md-style pairs through set, for a gRPC upstream
-// call: set("traceparent", v). It does nothing without a trace context in ctx.
-func InjectMetadata(ctx context.Context, set func(key, value string)) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return
+// StartUpstreamGRPC is StartUpstream for a gRPC upstream call: the trace context goes into ctx's
+// outgoing metadata (call it after setting the call's own metadata, which would replace it).
+func StartUpstreamGRPC(ctx context.Context, endpoint string) (context.Context, trace.Span) {
+	ctx, span, ok := startUpstream(ctx, endpoint)
+	if ok {
+		var kv []string
+		propagation.TraceContext{}.Inject(ctx, funcCarrier(func(k, v string) { kv = append(kv, k, v) }))
+		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
 	}
-	propagation.TraceContext{}.Inject(ctx, funcCarrier(set))
+	return ctx, span
+}
+
+func startUpstream(ctx context.Context, endpoint string) (context.Context, trace.Span, bool) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
+		return ctx, nil, false
+	}
+	if !parent.IsRecording() {
+		return ctx, nil, true
+	}
+	ctx, span := parent.TracerProvider().Tracer("github.com/infergate/infergate").Start(ctx, "upstream "+endpoint,
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("infergate.endpoint", endpoint)))
+	return ctx, span, true
 }
 
 type funcCarrier func(key, value string)
