@@ -15,10 +15,25 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// HTTP wraps the KServe REST handler: a span per request, for the model its path names
-// (/v2/models/{model}/...), else under the server's settings.
+// Like Triton, infergate traces inference requests (ModelInfer, ModelStreamInfer, REST infer and
+// generate), not metadata, health or control calls, which would spend the trace count.
+
+func inferenceMethod(procedure string) bool {
+	return strings.HasSuffix(procedure, "/ModelInfer") || strings.HasSuffix(procedure, "/ModelStreamInfer")
+}
+
+func inferencePath(path string) bool {
+	return strings.HasSuffix(path, "/infer") || strings.HasSuffix(path, "/generate") || strings.HasSuffix(path, "/generate_stream")
+}
+
+// HTTP wraps the KServe REST handler: a span per inference request, for the model its path names
+// (/v2/models/{model}/...).
 func (t *Tracer) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t == nil || !t.snap.Load().on || !inferencePath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		ctx, span := t.Start(r.Context(), "KServe REST", modelInPath(r.URL.Path), propagation.HeaderCarrier(r.Header))
 		if span == nil {
 			if ctx != r.Context() { // the client's trace context, for upstreams
@@ -93,13 +108,17 @@ func modelOf(msg any) string {
 }
 
 // Connect is a connect-go handler interceptor (gRPC, gRPC-Web and Connect on one handler): a
-// span per call, named for its procedure. A stream gets one span, under the server's settings.
+// span per inference call, named for its procedure. A stream gets one span, under the server's
+// settings.
 func (t *Tracer) Connect() connect.Interceptor { return connectInterceptor{t} }
 
 type connectInterceptor struct{ t *Tracer }
 
 func (c connectInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !inferenceMethod(req.Spec().Procedure) {
+			return next(ctx, req)
+		}
 		ctx, span := c.t.Start(ctx, req.Spec().Procedure, modelOf(req.Any()), propagation.HeaderCarrier(req.Header()))
 		res, err := next(ctx, req)
 		End(span, err)
@@ -113,6 +132,9 @@ func (connectInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 
 func (c connectInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if !inferenceMethod(conn.Spec().Procedure) {
+			return next(ctx, conn)
+		}
 		ctx, span := c.t.Start(ctx, conn.Spec().Procedure, "", propagation.HeaderCarrier(conn.RequestHeader()))
 		err := next(ctx, conn)
 		End(span, err)
@@ -153,7 +175,7 @@ func (t *Tracer) incoming(ctx context.Context) propagation.TextMapCarrier {
 // per call, as Connect's.
 func (t *Tracer) GRPCUnary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if t == nil || !t.snap.Load().on {
+		if t == nil || !t.snap.Load().on || !inferenceMethod(info.FullMethod) {
 			return h(ctx, req)
 		}
 		ctx, span := t.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), modelOf(req), t.incoming(ctx))
@@ -166,7 +188,7 @@ func (t *Tracer) GRPCUnary() grpc.UnaryServerInterceptor {
 // GRPCStream: see GRPCUnary.
 func (t *Tracer) GRPCStream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if t == nil || !t.snap.Load().on {
+		if t == nil || !t.snap.Load().on || !inferenceMethod(info.FullMethod) {
 			return h(srv, ss)
 		}
 		ctx, span := t.Start(ss.Context(), strings.TrimPrefix(info.FullMethod, "/"), "", t.incoming(ss.Context()))
