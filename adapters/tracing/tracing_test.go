@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/pipeline"
@@ -196,4 +197,31 @@ func TestLogsSetLevel(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c.want, lv.Level())
 	}
+}
+
+// Sampling reads a snapshot while updates replace it: under -race, no data race, and a count
+// is never overspent.
+func TestConcurrentSamplingAndUpdates(t *testing.T) {
+	t.Parallel()
+	tr, exp := newTracer(t, &tracing.Settings{Level: tracing.LevelTimestamps, Rate: 1, Count: 50})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 100 {
+			update(t, tr, "m", "log_frequency", string(rune('0'+i%10)))
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				_, span := tr.Start(context.Background(), "req", "", nil)
+				tracing.End(span, nil)
+			}
+		})
+	}
+	wg.Wait()
+	<-done
+	assert.Len(t, exp.GetSpans(), 50)
+	assert.Equal(t, []string{"0"}, tr.Get("")["trace_count"])
 }
