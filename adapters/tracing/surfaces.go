@@ -146,7 +146,12 @@ func (c connectInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 type mdCarrier metadata.MD
 
 func (m mdCarrier) Get(key string) string {
-	if v := m[strings.ToLower(key)]; len(v) > 0 {
+	if key == "Traceparent" {
+		key = "traceparent" // Start's question, answered without an allocation
+	} else {
+		key = strings.ToLower(key)
+	}
+	if v := m[key]; len(v) > 0 {
 		return v[0]
 	}
 	return ""

@@ -124,7 +124,8 @@ func (t *Tracer) Start(ctx context.Context, name, model string, carrier propagat
 	if !sn.on {
 		return ctx, nil
 	}
-	if carrier != nil && carrier.Get("traceparent") != "" {
+	// The canonical spelling: http.Header's Get canonicalises any other with an allocation.
+	if carrier != nil && carrier.Get("Traceparent") != "" {
 		ctx = t.prop.Extract(ctx, carrier)
 	}
 	if !sn.scopeFor(model).sample() {

@@ -175,6 +175,16 @@ func TestOffPathAllocatesNothing(t *testing.T) {
 		})
 		assert.Zero(t, allocs, name)
 	}
+	// Tracing on, this request not sampled, no client trace context: nothing either.
+	unsampled, _ := newTracer(t, &tracing.Settings{Level: tracing.LevelTimestamps, Rate: 1e9, Count: -1})
+	plain := httptest.NewRequest(http.MethodPost, "/v2/models/simple/infer", nil)
+	mw := unsampled.HTTP(next)
+	allocs := testing.AllocsPerRun(100, func() {
+		_, span := unsampled.Start(ctx, "req", "simple", propagation.HeaderCarrier(plain.Header))
+		tracing.End(span, nil)
+		mw.ServeHTTP(nil, plain)
+	})
+	assert.Zero(t, allocs, "unsampled")
 }
 
 func TestLogsSetLevel(t *testing.T) {
