@@ -235,3 +235,23 @@ func TestConcurrentSamplingAndUpdates(t *testing.T) {
 	assert.Len(t, exp.GetSpans(), 50)
 	assert.Equal(t, []string{"0"}, tr.Get("")["trace_count"])
 }
+
+// The OTLP/HTTP exporter posts spans to the configured endpoint: a collector in the test process.
+func TestOTLPExportToEndpoint(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 4)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Method + " " + r.URL.Path + " " + r.Header.Get("Content-Type") + " " + r.Header.Get("X-Key")
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	on := tracing.Settings{Level: tracing.LevelTimestamps, Rate: 1, Count: -1}
+	tr, err := tracing.New(context.Background(), tracing.Config{Endpoint: collector.URL + "/v1/traces", Headers: map[string]string{"X-Key": "k"}, Settings: &on})
+	require.NoError(t, err)
+	require.True(t, tr.Exporting())
+	_, span := tr.Start(context.Background(), "req", "m", nil)
+	require.NotNil(t, span)
+	tracing.End(span, nil)
+	require.NoError(t, tr.Shutdown(context.Background()), "flushes the batch")
+	assert.Equal(t, "POST /v1/traces application/x-protobuf k", <-got)
+}
