@@ -113,7 +113,7 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 		}),
 	}
 	if s.tracer != nil {
-		// After the status conversion above, so a span sees the call's gRPC status.
+		// Inside the status conversion above: a span sees the service's own error and message.
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.tracer.GRPCUnary()), grpc.ChainStreamInterceptor(s.tracer.GRPCStream()))
 	}
 	return opts
