@@ -90,9 +90,10 @@ func (s grpcStream) Receive() (*inference.ModelInferRequest, error) {
 func (s *Service) Codec() encoding.CodecV2 { return s.codec }
 
 // ServerOptions are the grpc-go options the service needs: the zero-copy tensor codec, Triton's
-// message size limits, and interceptors that turn the service's errors into gRPC statuses.
+// message size limits, interceptors that turn the service's errors into gRPC statuses, and with a
+// Tracer a span per call.
 func (s *Service) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),
 		experimental.BufferPool(s.frames),
 		grpc.MaxRecvMsgSize(s.maxBytes),
@@ -111,6 +112,11 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 			return grpcStatus(err)
 		}),
 	}
+	if s.tracer != nil {
+		// Inside the status conversion above: a span sees the service's own error and message.
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.tracer.GRPCUnary()), grpc.ChainStreamInterceptor(s.tracer.GRPCStream()))
+	}
+	return opts
 }
 
 // setErrorTrailer sends the metadata a *connect.Error carries (the guard's retry-after) as gRPC

@@ -52,9 +52,15 @@ func (s *Service) RESTHandler() http.Handler {
 	post("/v2/repository/index", s.restRepositoryIndex)
 	post("/v2/repository/models/{model}/load", s.restLoad)
 	post("/v2/repository/models/{model}/unload", s.restUnload)
+	mux.Handle("/v2/trace/setting", restGetPost(s.restTrace))
+	mux.Handle("/v2/models/{model}/trace/setting", restGetPost(s.restTrace))
+	mux.Handle("/v2/logging", restGetPost(s.restLogging))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeRESTError(w, http.StatusNotFound, "Not Found")
 	})
+	if s.tracer != nil {
+		return s.tracer.HTTP(mux)
+	}
 	return mux
 }
 
@@ -74,6 +80,23 @@ func restMethod(method string, h restFunc) http.Handler {
 			copyErrorMeta(w.Header(), err)
 			writeRESTError(w, restStatus(err), restMessage(err))
 		}
+	})
+}
+
+// restGetPost serves h for GET (and HEAD), which reads settings, and POST, which changes them.
+func restGetPost(h restFunc) http.Handler {
+	get, post := restMethod(http.MethodGet, h), restMethod(http.MethodPost, h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			post.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, POST")
+			writeRESTError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		get.ServeHTTP(w, r)
 	})
 }
 

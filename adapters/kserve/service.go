@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/kserve/shm"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
@@ -25,7 +26,8 @@ import (
 const DefaultMaxMessageBytes = math.MaxInt32
 
 // Extensions lists the Triton protocol extensions every service implements, as ServerMetadata
-// reports them; a service with system shared memory on adds "system_shared_memory".
+// reports them; a service with system shared memory on adds "system_shared_memory", one with a
+// Tracer "trace", one with a log level "logging".
 var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}
 
 // Service implements inference.GRPCInferenceService on a model registry.
@@ -43,6 +45,8 @@ type Service struct {
 	shmOff   bool
 	shmMax   int
 	exts     []string
+	tracer   *tracing.Tracer // nil: the trace extension is off, and requests get no spans
+	logs     *tracing.Logs   // nil: the logging extension is off
 }
 
 // Option configures a Service.
@@ -71,10 +75,16 @@ func NewService(reg *engines.Registry, opts ...Option) *Service {
 	if s.inflater == nil {
 		s.inflater = inflate.New(inflate.Config{})
 	}
-	s.exts = Extensions
+	s.exts = slices.Clone(Extensions)
 	if !s.shmOff && shm.Supported() {
 		s.shm = shm.New(s.shmMax)
-		s.exts = append(slices.Clone(Extensions), extSystemSharedMemory)
+		s.exts = append(s.exts, extSystemSharedMemory)
+	}
+	if s.tracer != nil {
+		s.exts = append(s.exts, extTrace)
+	}
+	if s.logs != nil {
+		s.exts = append(s.exts, extLogging)
 	}
 	return s
 }
@@ -87,6 +97,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 		connect.WithSendMaxBytes(s.maxBytes),
 		s.inflater.ConnectCompression(),
 	}, opts...)
+	if s.tracer != nil {
+		opts = append(opts, connect.WithInterceptors(s.tracer.Connect()))
+	}
 	return inferenceconnect.NewGRPCInferenceServiceHandler(s, opts...)
 }
 
@@ -199,14 +212,6 @@ func (s *Service) RepositoryModelUnload(ctx context.Context, req *inference.Repo
 func unimplemented(extension string) error {
 	return connect.NewError(connect.CodeUnimplemented,
 		fmt.Errorf("infergate does not implement the %s extension; ServerMetadata lists the extensions it does", extension))
-}
-
-func (s *Service) TraceSetting(context.Context, *inference.TraceSettingRequest) (*inference.TraceSettingResponse, error) {
-	return nil, unimplemented("trace")
-}
-
-func (s *Service) LogSettings(context.Context, *inference.LogSettingsRequest) (*inference.LogSettingsResponse, error) {
-	return nil, unimplemented("logging")
 }
 
 // ModelInfer runs one request on a non-decoupled model.

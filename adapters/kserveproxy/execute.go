@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
@@ -100,7 +101,11 @@ func (m *model) attempt(ctx context.Context, r *route, req *engines.Request, sen
 		relayed, err = m.stream(ctx, ep, wire, send)
 	} else {
 		var res *inference.ModelInferResponse
-		if res, err = ep.client.ModelInfer(ep.outgoing(ctx), wire); err == nil {
+		// The upstream call's span and traceparent, after the endpoint's own metadata.
+		octx, span := tracing.StartUpstreamGRPC(ep.outgoing(ctx), ep.cfg.Name)
+		res, err = ep.client.ModelInfer(octx, wire)
+		tracing.End(span, err)
+		if err == nil {
 			var out *engines.Response
 			if out, _, err = m.response(ep, res); err == nil {
 				relayed = true
@@ -122,7 +127,9 @@ func (m *model) attempt(ctx context.Context, r *route, req *engines.Request, sen
 func (m *model) stream(ctx context.Context, ep *endpoint, wire *inference.ModelInferRequest, send func(*engines.Response) error) (relayed bool, err error) {
 	// Returning cancels the call: after the final response nothing more is expected, and a
 	// client that went away must not leave the upstream working for nobody.
-	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, ep.streamM))
+	ctx, span := tracing.StartUpstreamGRPC(metadata.NewOutgoingContext(ctx, ep.streamM), ep.cfg.Name)
+	defer func() { tracing.End(span, err) }()
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := ep.client.ModelStreamInfer(ctx)
 	if err != nil {

@@ -16,7 +16,10 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // exchange is an upstream response being read: it meters the body as it passes (time to first
@@ -30,6 +33,7 @@ type exchange struct {
 	reqID  string
 	stream bool // an SSE response with status 200: reads are chunks
 	ticket breaker.Ticket
+	span   trace.Span // the upstream call's span; nil when the request is not traced
 	// reqBody is the request's body as the transport reads it, allocated with the exchange.
 	reqBody bytes.Reader
 
@@ -131,9 +135,12 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 		u = &q
 	}
 	h := p.upstreamHeader(ep, out)
+	// The upstream call's span, a child of the request's, and its traceparent in h (replacing a
+	// client's, which h copied); nothing when the request carries no trace.
+	ctx, span := tracing.StartUpstream(ctx, ep.cfg.Name, h)
 	// The request is built by hand and sent on the transport itself: http.NewRequest would parse
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
-	x := &exchange{p: p, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket}
+	x := &exchange{p: p, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket, span: span}
 	x.reqBody.Reset(body)
 	req := &http.Request{
 		Method:     http.MethodPost,
@@ -151,6 +158,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 	}
 	res, err := ep.rt.roundTrip(ctx, req)
 	if err != nil {
+		tracing.End(span, err)
 		release()
 		if ctx.Err() == nil {
 			ep.Failed(err)
@@ -165,7 +173,9 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 		res.Body.Close()
 		release()
 		ticket.Done(breaker.Failure)
-		return nil, fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
+		err := fmt.Errorf("%s: HTTP %d", ep.cfg.Name, res.StatusCode)
+		tracing.End(span, err)
+		return nil, err
 	}
 	x.res = res
 	// Ollama's native API streams newline-delimited JSON, and does when the request says nothing.
@@ -323,6 +333,14 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	}
 	usage.Status = x.res.StatusCode
 	x.usage = usage
+	if x.span != nil {
+		x.span.SetAttributes(attribute.Int("http.response.status_code", x.res.StatusCode))
+		err := x.readErr
+		if err == nil && x.res.StatusCode >= 500 {
+			err = fmt.Errorf("HTTP %d", x.res.StatusCode)
+		}
+		tracing.End(x.span, err)
+	}
 	if x.readErr != nil && x.ctx.Err() == nil && writeErr == nil {
 		x.route.ep.warn.Warn(warnMidResponse, warnMidResponse, "model", x.route.public, "request_id", x.reqID, "err", x.readErr)
 	}

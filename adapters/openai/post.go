@@ -10,6 +10,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
 )
 
@@ -85,6 +86,8 @@ func (p *Proxy) post(ctx context.Context, r *route, req *pipeline.Request, t bre
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set(HeaderRequestID, pipeline.RequestID(ctx))
 	ep.setHeaders(hreq.Header)
+	_, span := tracing.StartUpstream(ctx, ep.cfg.Name, hreq.Header)
+	defer func() { tracing.End(span, err) }()
 	// failed ends the attempt on a connection error (down: the endpoint leaves rotation, as the
 	// OpenAI API's requests take it out) or an answer cut short: the endpoint's fault unless the
 	// caller went away.
