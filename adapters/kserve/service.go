@@ -268,7 +268,10 @@ func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts c
 	var out *inference.ModelInferResponse
 	if err == nil {
 		outStart := time.Now()
-		timing.Infer = outStart.Sub(inferStart)
+		// A batched request's wait in the scheduler's queue is queue time, not compute, as Triton
+		// reports it.
+		timing.Queued, timing.Batched = r.Queued, r.Batched
+		timing.Infer = outStart.Sub(inferStart) - r.Queued
 		out, err = encode(e, r, res, opts)
 		timing.Output = time.Since(outStart)
 	}
