@@ -108,15 +108,21 @@ func split(res *engines.Response, rows []int64) ([]*engines.Response, error) {
 // BYTES by walking their length prefixes. Its memory is one offset per request whatever the
 // shape claims.
 func boundaries(t *engines.Tensor, rows []int64) ([]int, error) {
+	var total int64
+	for _, n := range rows {
+		total += n
+	}
+	offs := make([]int, len(rows)+1)
 	per := int64(1) // elements per row
 	for _, d := range t.Shape[1:] {
-		if d < 0 || (d > 0 && per > (int64(len(t.Data))+1)/d) {
+		// With rows to fill, every element takes a byte at least: a row cannot have more
+		// elements than the data has bytes (which also keeps per from overflowing).
+		if d < 0 || (total > 0 && d > 0 && per > int64(len(t.Data))/d) {
 			return nil, fmt.Errorf("output '%s' has an impossible shape %v for %d bytes", t.Name, t.Shape, len(t.Data))
 		}
 		per *= d
 	}
-	offs := make([]int, len(rows)+1)
-	if per == 0 {
+	if per == 0 || total == 0 {
 		if len(t.Data) != 0 {
 			return nil, fmt.Errorf("output '%s' has shape %v but %d bytes", t.Name, t.Shape, len(t.Data))
 		}
@@ -153,10 +159,6 @@ func boundaries(t *engines.Tensor, rows []int64) ([]int, error) {
 		return nil, fmt.Errorf("output '%s' has datatype %s, which cannot be split", t.Name, tensor.Name(t.Datatype))
 	}
 	rowBytes := per * size
-	var total int64
-	for _, n := range rows {
-		total += n
-	}
 	n := int64(len(t.Data))
 	if (total == 0 && n != 0) || (total != 0 && (n%total != 0 || n/total != rowBytes)) {
 		return nil, fmt.Errorf("output '%s' has %d bytes, which do not hold shape %v", t.Name, len(t.Data), t.Shape)
