@@ -235,6 +235,10 @@ func (r *Registry) Load(name string) error {
 	if e == nil {
 		return UnknownLoad(name)
 	}
+	if e.Overridden() {
+		// As in Triton, a load without an override undoes the last one.
+		return r.Reconfigure(name, nil)
+	}
 	e.ready.Store(true)
 	return nil
 }
