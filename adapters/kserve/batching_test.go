@@ -209,3 +209,113 @@ func TestDynamicBatchingPriorities(t *testing.T) {
 	}
 	assert.Equal(t, []int32{1, 30, 10, 20}, d.firsts)
 }
+
+func loadParams(kv ...any) map[string]*inference.ModelRepositoryParameter {
+	out := map[string]*inference.ModelRepositoryParameter{}
+	for i := 0; i < len(kv); i += 2 {
+		var p inference.ModelRepositoryParameter
+		switch v := kv[i+1].(type) {
+		case string:
+			p.ParameterChoice = &inference.ModelRepositoryParameter_StringParam{StringParam: v}
+		case []byte:
+			p.ParameterChoice = &inference.ModelRepositoryParameter_BytesParam{BytesParam: v}
+		case int64:
+			p.ParameterChoice = &inference.ModelRepositoryParameter_Int64Param{Int64Param: v}
+		}
+		out[kv[i].(string)] = &p
+	}
+	return out
+}
+
+func TestLoadConfigOverrideSwitchesBatchingOn(t *testing.T) {
+	t.Parallel()
+	reg := newDoubler("registered", 8, &inference.ModelDynamicBatching{})
+	srv := start(t, reg)
+	srv.Registry.SetScheduler(batcher.Factory(batcher.Options{}))
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	c := inference.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+	load := func(model string, params map[string]*inference.ModelRepositoryParameter) error {
+		_, err := c.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: model, Parameters: params})
+		return err
+	}
+
+	require.NoError(t, load("simple", loadParams("config",
+		`{"name":"simple","max_batch_size":4,"dynamic_batching":{"max_queue_delay_microseconds":60000000},"instance_group":[{"kind":"KIND_CPU","count":2}]}`)))
+	cfg, err := c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "simple"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(4), cfg.Config.MaxBatchSize)
+	assert.Equal(t, uint64(60000000), cfg.Config.GetDynamicBatching().GetMaxQueueDelayMicroseconds())
+	assert.Equal(t, int32(2), cfg.Config.InstanceGroup[0].Count)
+
+	// Four one-row requests fill the batch of 4 (the delay is a minute): one execution.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			base := int32(100 * i)
+			req := &inference.ModelInferRequest{ModelName: "simple", Inputs: []*inference.ModelInferRequest_InferInputTensor{
+				{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}, Contents: &inference.InferTensorContents{IntContents: seq(16, func(k int) int32 { return base + int32(k) })}},
+				{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}, Contents: &inference.InferTensorContents{IntContents: seq(16, func(int) int32 { return 1 })}},
+			}}
+			res, err := c.ModelInfer(ctx, req)
+			if assert.NoError(t, err) {
+				assert.Equal(t, seq(16, func(k int) int32 { return base + int32(k) + 1 }), int32s(res.RawOutputContents[0]), "request %d gets its own sums", i)
+			}
+		})
+	}
+	wg.Wait()
+	st, err := c.ModelStatistics(ctx, &inference.ModelStatisticsRequest{Name: "simple"})
+	require.NoError(t, err)
+	require.Len(t, st.ModelStats[0].BatchStats, 1)
+	assert.Equal(t, uint64(4), st.ModelStats[0].BatchStats[0].BatchSize)
+	assert.Equal(t, uint64(1), st.ModelStats[0].ExecutionCount)
+
+	// A plain load undoes the override.
+	require.NoError(t, load("simple", nil))
+	cfg, err = c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "simple"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(8), cfg.Config.MaxBatchSize)
+	assert.Nil(t, cfg.Config.GetDynamicBatching())
+
+	for _, tc := range []struct {
+		name, model string
+		params      map[string]*inference.ModelRepositoryParameter
+		code        codes.Code
+		msg         string
+	}{
+		{"unknown parameter", "simple", loadParams("foo", "x"), codes.InvalidArgument, "unrecognized load parameter 'foo'."},
+		{"config not a string", "simple", loadParams("config", int64(1)), codes.InvalidArgument, "invalid value type for load parameter 'config', expected string_param."},
+		{"file not bytes", "simple", loadParams("file:1/model.onnx", int64(1)), codes.InvalidArgument, "invalid value type for load parameter 'file:1/model.onnx', expected bytes_param."},
+		{"files", "simple", loadParams("config", "{}", "file:1/model.onnx", []byte{1}), codes.Unimplemented,
+			"failed to load 'simple': model file overrides ('file:1/model.onnx') are not supported: infergate's models have no model files to replace"},
+		{"bad JSON", "simple", loadParams("config", `{"max_batch_size":`), codes.InvalidArgument, "Invalid config override: "},
+		{"unknown field", "simple", loadParams("config", `{"max_batch_sizes":4}`), codes.InvalidArgument, "Invalid config override: "},
+		{"other name", "simple", loadParams("config", `{"name":"other"}`), codes.InvalidArgument,
+			"unexpected directory name 'simple' for model 'other', directory name must equal model name"},
+		{"changes inputs", "simple", loadParams("config", `{"input":[{"name":"X","data_type":"TYPE_FP32","dims":[1]}]}`), codes.Unimplemented,
+			"failed to load 'simple': the config override changes 'input', which infergate cannot change on this model"},
+		{"batch size too large", "simple", loadParams("config", `{"max_batch_size":1000000}`), codes.InvalidArgument, "failed to load 'simple': max_batch_size 1000000 is out of range"},
+		{"preferred above max", "simple", loadParams("config", `{"max_batch_size":4,"dynamic_batching":{"preferred_batch_size":[8]}}`), codes.InvalidArgument,
+			"dynamic batching preferred size must be <= max batch size for simple"},
+		{"default priority", "simple", loadParams("config", `{"dynamic_batching":{"priority_levels":2}}`), codes.InvalidArgument,
+			"default priority level must be in range [1, 2] for simple"},
+		{"GPU instances", "simple", loadParams("config", `{"instance_group":[{"kind":"KIND_GPU","count":1}]}`), codes.Unimplemented, "failed to load 'simple': instance group 0 has kind KIND_GPU"},
+		{"sequence model", "simple_sequence", loadParams("config", `{"dynamic_batching":{}}`), codes.Unimplemented,
+			"failed to load 'simple_sequence': dynamic batching cannot be enabled on a sequence or decoupled model"},
+		{"registered model", "registered", loadParams("config", `{"max_batch_size":4}`), codes.Unimplemented,
+			"failed to load 'registered': config overrides apply to infergate's built-in models only"},
+		{"unknown model", "nope", loadParams("config", `{}`), codes.InvalidArgument, "failed to load 'nope', failed to poll from model repository"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := load(tc.model, tc.params)
+			require.Error(t, err)
+			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+		})
+	}
+	cfg, err = c.ModelConfig(ctx, &inference.ModelConfigRequest{Name: "simple"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(8), cfg.Config.MaxBatchSize, "refused overrides change nothing")
+}
