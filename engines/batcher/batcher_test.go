@@ -12,8 +12,10 @@ import (
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/batcher"
 	"github.com/infergate/infergate/gen/inference"
+	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 // gpu is a fake accelerator model: one execution at a time, costing perCall plus perItem for each
@@ -170,4 +172,84 @@ func BenchmarkDynamicBatching(b *testing.B) {
 	if testing.Verbose() {
 		fmt.Printf("N=%d batched %.0f/s p99 %v; unbatched %.0f/s p99 %v\n", b.N, batched, p99b, unbatched, p99u)
 	}
+}
+
+func TestRemoteModelsBatchOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	g := newGPU(&inference.ModelDynamicBatching{MaxQueueDelayMicroseconds: 60_000_000}, 2)
+	raw, err := proto.Marshal(g.cfg)
+	require.NoError(t, err)
+	for _, remote := range []bool{false, true} {
+		reg := engines.NewRegistry()
+		reg.SetScheduler(batcher.Factory(batcher.Options{Remote: remote}))
+		e, err := reg.RegisterRemote(&tensorv1.TensorModelConfig{TritonModelConfig: raw}, g.Execute)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				r := request(1, int32(i))
+				_, err := run(e, r)
+				assert.NoError(t, err)
+				assert.Equal(t, remote, r.Batched)
+			})
+		}
+		wg.Wait()
+	}
+	assert.Equal(t, []int64{1, 1, 2}, g.sizes, "two separate calls, then one batch of two")
+}
+
+func TestDelayedRequestsRunAfterOthers(t *testing.T) {
+	t.Parallel()
+	// max_batch_size 1 so order shows; a request past its 1 µs timeout under DELAY moves behind
+	// the level's requests still in time.
+	g := newGPU(&inference.ModelDynamicBatching{DefaultQueuePolicy: &inference.ModelQueuePolicy{
+		TimeoutAction: inference.ModelQueuePolicy_DELAY, AllowTimeoutOverride: true,
+	}}, 1)
+	gate := make(chan struct{})
+	blocked := &gatedModel{gpu: g, gate: gate, entered: make(chan struct{}, 8)}
+	reg := engines.NewRegistry()
+	var b *batcher.Batcher
+	reg.SetScheduler(func(e *engines.Entry, run engines.ExecuteFunc) engines.Scheduler {
+		b = batcher.New(e, run)
+		return b
+	})
+	e, err := reg.Register(blocked)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	start := func(base int32, timeout time.Duration) {
+		r := request(1, base)
+		r.Timeout = timeout
+		wg.Go(func() { _, err := run(e, r); assert.NoError(t, err) })
+	}
+	start(1, 0)
+	<-blocked.entered
+	start(2, time.Microsecond) // expires while queued: delayed
+	for b.Len() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond) // its 1 µs timer fires long before: its caller moves it to the delayed queue
+	start(3, 0)
+	for b.Len() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+	assert.Equal(t, []int32{1, 3, 2}, blocked.firsts)
+}
+
+type gatedModel struct {
+	*gpu
+	gate    chan struct{}
+	entered chan struct{}
+	mu      sync.Mutex
+	firsts  []int32
+}
+
+func (m *gatedModel) Execute(ctx context.Context, r *engines.Request, send func(*engines.Response) error) error {
+	m.mu.Lock()
+	m.firsts = append(m.firsts, int32(binary.LittleEndian.Uint32(r.Inputs[0].Data)))
+	m.mu.Unlock()
+	m.entered <- struct{}{}
+	<-m.gate
+	return m.gpu.Execute(ctx, r, send)
 }
