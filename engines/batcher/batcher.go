@@ -32,6 +32,8 @@ type Options struct {
 	// enables dynamic batching too; off by default, since an upstream with such a config usually
 	// batches by itself.
 	Remote bool
+	// Metrics is where the batchers count (nil: metrics nobody registered).
+	Metrics *Metrics
 }
 
 // Factory returns the registry's SchedulerFactory: a Batcher for every entry whose config enables
@@ -42,7 +44,7 @@ func Factory(opts Options) engines.SchedulerFactory {
 		if cfg.GetDynamicBatching() == nil || cfg.GetMaxBatchSize() <= 0 || (e.Remote() && !opts.Remote) {
 			return nil
 		}
-		return New(e, run)
+		return newBatcher(e, run, opts.Metrics)
 	}
 }
 
@@ -63,6 +65,7 @@ type Batcher struct {
 	workers int // running workers
 	waiting int // workers waiting for more requests or the queue delay
 	wake    chan struct{}
+	metrics modelMetrics
 }
 
 type level struct {
@@ -88,8 +91,13 @@ type result struct {
 	err error
 }
 
-// New returns the batcher for e, whose model runs with run.
-func New(e *engines.Entry, run engines.ExecuteFunc) *Batcher {
+// New returns the batcher for e, whose model runs with run, with metrics nobody registered.
+func New(e *engines.Entry, run engines.ExecuteFunc) *Batcher { return newBatcher(e, run, nil) }
+
+func newBatcher(e *engines.Entry, run engines.ExecuteFunc, m *Metrics) *Batcher {
+	if m == nil {
+		m = NewMetrics()
+	}
 	cfg := e.Config()
 	db := cfg.GetDynamicBatching()
 	b := &Batcher{
@@ -98,6 +106,7 @@ func New(e *engines.Entry, run engines.ExecuteFunc) *Batcher {
 		maxBatch: int64(cfg.GetMaxBatchSize()),
 		delay:    time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond,
 		wake:     make(chan struct{}, 1),
+		metrics:  m.forModel(e.Name()),
 	}
 	for _, p := range db.GetPreferredBatchSize() {
 		if p > 0 && int64(p) <= b.maxBatch {
@@ -170,6 +179,7 @@ func (b *Batcher) Execute(ctx context.Context, req *engines.Request, send func(*
 			if lvl.policy.GetTimeoutAction() == inference.ModelQueuePolicy_DELAY {
 				b.postpone(it)
 			} else if b.remove(it) {
+				b.metrics.timedOutCnt.Inc()
 				return connect.NewError(connect.CodeUnavailable, errTimeout)
 			}
 		}
@@ -180,10 +190,12 @@ func (b *Batcher) enqueue(it *item) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if maxQ := it.lvl.policy.GetMaxQueueSize(); maxQ > 0 && uint64(it.lvl.ready.Len()+it.lvl.delayed.Len()) >= uint64(maxQ) {
+		b.metrics.full.Inc()
 		return connect.NewError(connect.CodeUnavailable, errQueueFull)
 	}
 	it.elem = it.lvl.ready.PushBack(it)
 	b.queued++
+	b.metrics.pending.Set(float64(b.queued))
 	b.nudge()
 	return nil
 }
@@ -214,6 +226,7 @@ func (b *Batcher) remove(it *item) bool {
 	it.lvlList().Remove(it.elem)
 	it.elem = nil
 	b.queued--
+	b.metrics.pending.Set(float64(b.queued))
 	return true
 }
 
@@ -326,6 +339,7 @@ scan:
 		it.queued = now.Sub(it.enq)
 	}
 	b.queued -= len(cand)
+	b.metrics.pending.Set(float64(b.queued))
 	return cand, 0
 }
 
@@ -362,6 +376,7 @@ func (b *Batcher) execute(batch []*item) {
 			err = connect.NewError(connect.CodeInternal, err)
 		}
 	}
+	b.metrics.sizes.Observe(float64(total))
 	if err == nil {
 		b.entry.Stats.RecordBatch(int(total), inferStart.Sub(start), outStart.Sub(inferStart), time.Since(outStart))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/infergate/infergate/engines/batcher"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -85,7 +88,11 @@ func TestCoalescesAndSplits(t *testing.T) {
 	// A long delay and a batch that fills at 8 rows: the model runs exactly once, whatever the
 	// timing, with requests of 1, 2, 2 and 3 rows.
 	g := newGPU(&inference.ModelDynamicBatching{MaxQueueDelayMicroseconds: 60_000_000}, 8)
-	e := register(t, g, true)
+	m := batcher.NewMetrics()
+	reg := engines.NewRegistry()
+	reg.SetScheduler(batcher.Factory(batcher.Options{Metrics: m}))
+	e, err := reg.Register(g)
+	require.NoError(t, err)
 	rows := []int{1, 2, 2, 3}
 	var wg sync.WaitGroup
 	for i, n := range rows {
@@ -110,6 +117,18 @@ func TestCoalescesAndSplits(t *testing.T) {
 	require.Len(t, st.BatchStats, 1)
 	assert.Equal(t, uint64(8), st.BatchStats[0].BatchSize)
 	assert.Equal(t, uint64(1), st.BatchStats[0].ComputeInfer.Count)
+
+	pr := prometheus.NewPedanticRegistry()
+	require.NoError(t, pr.Register(m.Collectors()[0]))
+	require.NoError(t, pr.Register(m.Collectors()[1]))
+	require.NoError(t, testutil.GatherAndCompare(pr, strings.NewReader(`
+# HELP infergate_batcher_pending_requests Requests waiting in a model's dynamic batching queue (Triton's nv_inference_pending_request_count).
+# TYPE infergate_batcher_pending_requests gauge
+infergate_batcher_pending_requests{model="gpu"} 0
+`), "infergate_batcher_pending_requests"))
+	n, err := testutil.GatherAndCount(pr, "infergate_batcher_batch_size")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
 }
 
 func TestUnbatchedModelRunsDirectly(t *testing.T) {
