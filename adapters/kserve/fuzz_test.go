@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/tensor"
@@ -270,7 +271,7 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 		"simple_string raw": true, "simple_string typed": true, "simple_string not int": true,
 		"identity_fp32 raw": true, "identity_fp32 typed": true, "identity_fp32 empty": true,
 		"simple_identity": true, "simple_sequence start": true, "nil contents message present": true,
-		"unknown model, falls back": true,
+		"unknown model, falls back": true, "simple priority, timeout": true,
 	}
 	for name, req := range fuzzSeeds() {
 		t.Run(name, func(t *testing.T) {
@@ -283,6 +284,10 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 			if accepted[name] {
 				require.NoError(t, err)
 				checkPrepared(t, e, r, opts)
+				if name == "simple priority, timeout" {
+					assert.Equal(t, uint64(2), r.Priority)
+					assert.Equal(t, time.Millisecond, r.Timeout)
+				}
 				return
 			}
 			require.Error(t, err)
