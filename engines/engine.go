@@ -5,6 +5,7 @@ package engines
 
 import (
 	"context"
+	"time"
 
 	"github.com/infergate/infergate/gen/inference"
 )
@@ -44,6 +45,15 @@ type Request struct {
 	Outputs    []string
 	Parameters map[string]*inference.InferParameter
 	Sequence   Sequence
+	// Priority is the request's "priority" parameter (0: the model's default level) and Timeout
+	// its "timeout" parameter (0: none); a scheduler such as the dynamic batcher reads them.
+	Priority uint64
+	Timeout  time.Duration
+	// Queued and Batched are set by a Scheduler that ran the request: how long it waited in the
+	// queue, and that it ran inside a batch the scheduler accounted as one execution (so the
+	// adapter does not count it again).
+	Queued  time.Duration
+	Batched bool
 }
 
 // Input returns the input tensor called name, or nil.
@@ -99,3 +109,13 @@ type InputReshaper interface {
 	Model
 	ReshapeInputs(req *Request)
 }
+
+// Scheduler runs an entry's requests in place of calling its model directly: the dynamic
+// batcher. It has Model.Execute's contract, and sets the request's Queued and Batched.
+type Scheduler interface {
+	Execute(ctx context.Context, req *Request, send func(*Response) error) error
+}
+
+// SchedulerFactory returns the scheduler for an entry whose model runs with run, or nil to run
+// the entry's requests directly. It is called when the entry is registered or reconfigured.
+type SchedulerFactory func(e *Entry, run ExecuteFunc) Scheduler

@@ -23,6 +23,36 @@ type Registry struct {
 	order   []string // registration order, for stable listings
 	admit   atomic.Pointer[Admission]
 	visible atomic.Pointer[Visibility]
+	sched   atomic.Pointer[SchedulerFactory]
+}
+
+// SetScheduler makes f choose the scheduler (the dynamic batcher) of every entry registered or
+// reconfigured from now on, and of every entry already registered (nil: every model runs its
+// requests directly). Sequence and decoupled models never get one: their requests keep their
+// order and their streams.
+func (r *Registry) SetScheduler(f SchedulerFactory) {
+	if f == nil {
+		r.sched.Store(nil)
+	} else {
+		r.sched.Store(&f)
+	}
+	for _, e := range r.Entries() {
+		r.schedule(e)
+	}
+}
+
+// schedule sets e's scheduler from the registry's factory.
+func (r *Registry) schedule(e *Entry) {
+	f := r.sched.Load()
+	if f == nil || e.seq != nil || e.Decoupled() {
+		e.sched.Store(nil)
+		return
+	}
+	if s := (*f)(e, e.model.Execute); s != nil {
+		e.sched.Store(&s)
+	} else {
+		e.sched.Store(nil)
+	}
 }
 
 // Visibility decides, from a request's context (the guard's API key), whether its caller may see
@@ -93,6 +123,7 @@ func (r *Registry) Register(m Model) (*Entry, error) {
 	}
 	e := newEntry(m, cfg)
 	e.reg = r
+	r.schedule(e)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.entries[cfg.GetName()]; ok {
@@ -204,6 +235,10 @@ func (r *Registry) Load(name string) error {
 	if e == nil {
 		return UnknownLoad(name)
 	}
+	if e.Overridden() {
+		// As in Triton, a load without an override undoes the last one.
+		return r.Reconfigure(name, nil)
+	}
 	e.ready.Store(true)
 	return nil
 }
@@ -233,6 +268,7 @@ type Entry struct {
 	required int            // number of non-optional inputs
 	ready    atomic.Bool
 	seq      *sequencer
+	sched    atomic.Pointer[Scheduler] // nil: requests run the model directly
 	reg      *Registry
 	Stats    Stats
 }
@@ -317,7 +353,17 @@ func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) 
 			return err
 		}
 	}
+	if s := e.sched.Load(); s != nil {
+		return (*s).Execute(ctx, req, send)
+	}
 	return e.model.Execute(ctx, req, send)
+}
+
+// Remote reports whether the entry's model runs outside the gateway (a RemoteModel: a registered
+// backend or an upstream server's model).
+func (e *Entry) Remote() bool {
+	_, ok := e.model.(*RemoteModel)
+	return ok
 }
 
 func metadataOf(cfg *inference.ModelConfig, version string) *inference.ModelMetadataResponse {

@@ -1,6 +1,9 @@
 package engines
 
 import (
+	"cmp"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,19 +45,29 @@ type Stats struct {
 	ComputeInfer  Duration
 	ComputeOutput Duration
 	buckets       [len(LatencyBuckets) + 1]atomic.Uint64
+
+	batchMu sync.Mutex
+	batches map[int]*batchStat // by batch size; at most one per size up to max_batch_size
 }
+
+type batchStat struct{ input, infer, output Duration }
 
 // Timing splits one request's time the way Triton reports it.
 type Timing struct {
 	Start                        time.Time
 	Input, Infer, Output, Queued time.Duration
+	// Batched marks a request that ran inside a batch its scheduler already counted as one
+	// execution (RecordBatch); RecordSuccess then counts its inferences only.
+	Batched bool
 }
 
 // RecordSuccess accounts one successful request of the given batch size.
 func (s *Stats) RecordSuccess(batch int, t Timing, end time.Time) {
 	total := end.Sub(t.Start)
 	s.inferences.Add(uint64(max(batch, 1)))
-	s.executions.Add(1)
+	if !t.Batched {
+		s.executions.Add(1)
+	}
 	s.lastInference.Store(end.UnixMilli())
 	s.Success.add(total)
 	s.Queue.add(t.Queued)
@@ -62,6 +75,41 @@ func (s *Stats) RecordSuccess(batch int, t Timing, end time.Time) {
 	s.ComputeInfer.add(t.Infer)
 	s.ComputeOutput.add(t.Output)
 	s.observe(total)
+}
+
+// RecordBatch accounts one model execution of a batch of size requests' rows, formed by a
+// scheduler, for ModelStatistics' batch_stats.
+func (s *Stats) RecordBatch(size int, input, infer, output time.Duration) {
+	s.executions.Add(1)
+	s.batchMu.Lock()
+	if s.batches == nil {
+		s.batches = make(map[int]*batchStat)
+	}
+	b := s.batches[size]
+	if b == nil {
+		b = &batchStat{}
+		s.batches[size] = b
+	}
+	s.batchMu.Unlock()
+	b.input.add(input)
+	b.infer.add(infer)
+	b.output.add(output)
+}
+
+func (s *Stats) batchProto() []*inference.InferBatchStatistics {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	if len(s.batches) == 0 {
+		return nil
+	}
+	out := make([]*inference.InferBatchStatistics, 0, len(s.batches))
+	for size, b := range s.batches {
+		out = append(out, &inference.InferBatchStatistics{
+			BatchSize: uint64(size), ComputeInput: b.input.proto(), ComputeInfer: b.infer.proto(), ComputeOutput: b.output.proto(),
+		})
+	}
+	slices.SortFunc(out, func(a, b *inference.InferBatchStatistics) int { return cmp.Compare(a.BatchSize, b.BatchSize) })
+	return out
 }
 
 // RecordFailure accounts one failed request.
@@ -117,5 +165,6 @@ func (e *Entry) StatisticsProto() *inference.ModelStatistics {
 			CacheHit:      &inference.StatisticDuration{},
 			CacheMiss:     &inference.StatisticDuration{},
 		},
+		BatchStats: s.batchProto(),
 	}
 }

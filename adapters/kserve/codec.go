@@ -184,10 +184,12 @@ func parseParameters(r *engines.Request, params map[string]*inference.InferParam
 		case paramPriority:
 			switch v := p.GetParameterChoice().(type) {
 			case *inference.InferParameter_Uint64Param:
+				r.Priority = v.Uint64Param
 			case *inference.InferParameter_Int64Param:
 				if v.Int64Param < 0 {
 					return opts, invalid("invalid value for 'priority' parameter, expected a value >= 0, got %d.", v.Int64Param)
 				}
+				r.Priority = uint64(v.Int64Param)
 			default:
 				return opts, wrongType(k, "int64_param or uint64_param")
 			}
@@ -198,6 +200,7 @@ func parseParameters(r *engines.Request, params map[string]*inference.InferParam
 			}
 			if v.Int64Param > 0 {
 				opts.timeout = time.Duration(min(v.Int64Param, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
+				r.Timeout = opts.timeout
 			}
 		case paramEmptyFinal:
 			v, ok := p.GetParameterChoice().(*inference.InferParameter_BoolParam)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/tensor"
@@ -85,15 +86,21 @@ func fuzzSeeds() map[string]*inference.ModelInferRequest {
 	}
 	huge := append([]byte{0xff, 0xff, 0xff, 0xff}, "1234"...)
 
+	scheduled := simpleRaw(1, 16) // the request parameters the dynamic batcher reads
+	scheduled.Parameters = map[string]*inference.InferParameter{
+		"priority": {ParameterChoice: &inference.InferParameter_Uint64Param{Uint64Param: 2}},
+		"timeout":  {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 1000}},
+	}
 	seeds := map[string]*inference.ModelInferRequest{
-		"simple raw":            simpleRaw(1, 16),
-		"simple raw batch 0":    {ModelName: "simple", Inputs: simpleRaw(0, 16).Inputs, RawInputContents: [][]byte{{}, {}}},
-		"simple typed":          typed("simple", "INT32", &inference.InferTensorContents{IntContents: fuzzInt32s(16, func(i int) int32 { return int32(i) })}, 1, 16),
-		"simple_int8 typed":     typed("simple_int8", "INT8", &inference.InferTensorContents{IntContents: fuzzInt32s(16, func(i int) int32 { return int32(i) * 100 })}, 1, 16),
-		"simple_string raw":     stringRaw(tensor.JoinBytes(fuzzStrings(16, "12")), 1, 16),
-		"simple_string typed":   typed("simple_string", "BYTES", &inference.InferTensorContents{BytesContents: [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4"), []byte("5"), []byte("6"), []byte("7"), []byte("8"), []byte("9"), []byte("10"), []byte("11"), []byte("12"), []byte("13"), []byte("14"), []byte("15"), []byte("16")}}, 1, 16),
-		"simple_string not int": stringRaw(tensor.JoinBytes(fuzzStrings(16, "x\x00\xff")), 1, 16),
-		"identity_fp32 raw":     fp32(tensor.Bytes([]float32{1, 2, 3, float32(math.NaN())}), 4),
+		"simple priority, timeout": scheduled,
+		"simple raw":               simpleRaw(1, 16),
+		"simple raw batch 0":       {ModelName: "simple", Inputs: simpleRaw(0, 16).Inputs, RawInputContents: [][]byte{{}, {}}},
+		"simple typed":             typed("simple", "INT32", &inference.InferTensorContents{IntContents: fuzzInt32s(16, func(i int) int32 { return int32(i) })}, 1, 16),
+		"simple_int8 typed":        typed("simple_int8", "INT8", &inference.InferTensorContents{IntContents: fuzzInt32s(16, func(i int) int32 { return int32(i) * 100 })}, 1, 16),
+		"simple_string raw":        stringRaw(tensor.JoinBytes(fuzzStrings(16, "12")), 1, 16),
+		"simple_string typed":      typed("simple_string", "BYTES", &inference.InferTensorContents{BytesContents: [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4"), []byte("5"), []byte("6"), []byte("7"), []byte("8"), []byte("9"), []byte("10"), []byte("11"), []byte("12"), []byte("13"), []byte("14"), []byte("15"), []byte("16")}}, 1, 16),
+		"simple_string not int":    stringRaw(tensor.JoinBytes(fuzzStrings(16, "x\x00\xff")), 1, 16),
+		"identity_fp32 raw":        fp32(tensor.Bytes([]float32{1, 2, 3, float32(math.NaN())}), 4),
 		"identity_fp32 typed": {ModelName: "identity_fp32", Inputs: []*inference.ModelInferRequest_InferInputTensor{{
 			Name: "INPUT0", Datatype: "FP32", Shape: []int64{2}, Contents: &inference.InferTensorContents{Fp32Contents: []float32{1, 2}},
 		}}},
@@ -264,7 +271,7 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 		"simple_string raw": true, "simple_string typed": true, "simple_string not int": true,
 		"identity_fp32 raw": true, "identity_fp32 typed": true, "identity_fp32 empty": true,
 		"simple_identity": true, "simple_sequence start": true, "nil contents message present": true,
-		"unknown model, falls back": true,
+		"unknown model, falls back": true, "simple priority, timeout": true,
 	}
 	for name, req := range fuzzSeeds() {
 		t.Run(name, func(t *testing.T) {
@@ -277,6 +284,10 @@ func TestFuzzSeedsExpectations(t *testing.T) {
 			if accepted[name] {
 				require.NoError(t, err)
 				checkPrepared(t, e, r, opts)
+				if name == "simple priority, timeout" {
+					assert.Equal(t, uint64(2), r.Priority)
+					assert.Equal(t, time.Millisecond, r.Timeout)
+				}
 				return
 			}
 			require.Error(t, err)

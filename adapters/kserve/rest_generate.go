@@ -231,7 +231,8 @@ func runResponses(ctx context.Context, e *engines.Entry, r *engines.Request, opt
 		defer mu.Unlock()
 		return send(out)
 	})
-	timing.Infer = time.Since(inferStart)
+	timing.Infer = time.Since(inferStart) - r.Queued
+	timing.Queued, timing.Batched = r.Queued, r.Batched
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
 		return err

@@ -833,8 +833,13 @@ func TestRESTRepository(t *testing.T) {
 	assert.Equal(t, http.StatusOK, p.get(t, "/v2/models/simple/ready").status)
 	requireRESTError(t, p.post(t, "/v2/repository/models/nope/load", ""), 400, "failed to load 'nope', failed to poll from model repository")
 	requireRESTError(t, p.post(t, "/v2/repository/models/nope/unload", ""), 400, "failed to unload 'nope', no version is available")
-	requireRESTError(t, p.post(t, "/v2/repository/models/simple/load", `{"parameters":{"config":"{}"}}`), 501,
-		"failed to load 'simple': load parameters (config overrides, files) are not supported by infergate's registry")
+	requireRESTError(t, p.post(t, "/v2/repository/models/simple/load", `{"parameters":{"config":"{}","file:1/model.onnx":"AAAA"}}`), 501,
+		"failed to load 'simple': model file overrides ('file:1/model.onnx') are not supported: infergate's models have no model files to replace")
+	require.Equal(t, http.StatusOK, p.post(t, "/v2/repository/models/simple/load", `{"parameters":{"config":"{\"max_batch_size\":4}"}}`).status)
+	five := jsonArray(seqInts(80, func(i int) int { return i }))
+	simpleJSON5 := `{"inputs":[{"name":"INPUT0","shape":[5,16],"datatype":"INT32","data":` + five + `},` +
+		`{"name":"INPUT1","shape":[5,16],"datatype":"INT32","data":` + five + `}]}`
+	requireRESTError(t, p.post(t, "/v2/models/simple/infer", simpleJSON5), 400, "inference request batch-size must be <= 4 for 'simple'")
 	require.Equal(t, http.StatusOK, p.post(t, "/v2/repository/models/simple/unload", `{"parameters":{"unload_dependents":true}}`).status)
 	require.Equal(t, http.StatusOK, p.post(t, "/v2/repository/models/simple/load", "").status)
 }

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +19,10 @@ import (
 	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // DefaultMaxMessageBytes is the default limit on one request or response message: 2 GiB, as in
@@ -189,14 +193,72 @@ func (s *Service) RepositoryModelLoad(ctx context.Context, req *inference.Reposi
 	if !s.reg.Visible(ctx, req.GetModelName()) {
 		return nil, engines.UnknownLoad(req.GetModelName())
 	}
-	if len(req.GetParameters()) > 0 {
-		return nil, connect.NewError(connect.CodeUnimplemented,
-			fmt.Errorf("failed to load '%s': load parameters (config overrides, files) are not supported by infergate's registry", req.GetModelName()))
+	if len(req.GetParameters()) == 0 {
+		if err := s.reg.Load(req.GetModelName()); err != nil {
+			return nil, err
+		}
+		return &inference.RepositoryModelLoadResponse{}, nil
 	}
-	if err := s.reg.Load(req.GetModelName()); err != nil {
+	if err := s.loadOverride(req.GetModelName(), req.GetParameters()); err != nil {
 		return nil, err
 	}
 	return &inference.RepositoryModelLoadResponse{}, nil
+}
+
+// loadOverride loads a model with load parameters: a "config" override (a JSON ModelConfig, as
+// Triton's clients send it) for a built-in model, within what engines.Entry.OverrideConfig can
+// honour. Model files ("file:" parameters) have nowhere to go in infergate, and registered and
+// remote models keep the config their backend gave; each refusal says so with Triton's codes.
+func (s *Service) loadOverride(name string, params map[string]*inference.ModelRepositoryParameter) error {
+	var config string
+	hasConfig := false
+	var file string
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		p := params[k]
+		switch {
+		case k == "config":
+			v, ok := p.GetParameterChoice().(*inference.ModelRepositoryParameter_StringParam)
+			if !ok {
+				return invalid("invalid value type for load parameter 'config', expected string_param.")
+			}
+			config, hasConfig = v.StringParam, true
+		case strings.HasPrefix(k, "file:"):
+			switch p.GetParameterChoice().(type) {
+			case *inference.ModelRepositoryParameter_BytesParam, *inference.ModelRepositoryParameter_StringParam: // REST sends base64 text
+			default:
+				return invalid("invalid value type for load parameter '%s', expected bytes_param.", k)
+			}
+			if file == "" {
+				file = k
+			}
+		default:
+			return invalid("unrecognized load parameter '%s'.", k)
+		}
+	}
+	e := s.reg.Lookup(name)
+	if e == nil {
+		return engines.UnknownLoad(name)
+	}
+	if file != "" {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+			"failed to load '%s': model file overrides ('%s') are not supported: infergate's models have no model files to replace", name, file))
+	}
+	if !hasConfig {
+		return s.reg.Load(name)
+	}
+	if e.Remote() || e.Config().GetPlatform() != cpu.Platform {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+			"failed to load '%s': config overrides apply to infergate's built-in models only; this model's config comes from its backend, which must change it", name))
+	}
+	var override inference.ModelConfig
+	if err := protojson.Unmarshal([]byte(config), &override); err != nil {
+		return invalid("Invalid config override: %v", err)
+	}
+	cfg, err := e.OverrideConfig(&override)
+	if err != nil {
+		return err
+	}
+	return s.reg.Reconfigure(name, cfg)
 }
 
 func (s *Service) RepositoryModelUnload(ctx context.Context, req *inference.RepositoryModelUnloadRequest) (*inference.RepositoryModelUnloadResponse, error) {
@@ -274,7 +336,10 @@ func inferOnce(ctx context.Context, e *engines.Entry, r *engines.Request, opts c
 	var out *inference.ModelInferResponse
 	if err == nil {
 		outStart := time.Now()
-		timing.Infer = outStart.Sub(inferStart)
+		// A batched request's wait in the scheduler's queue is queue time, not compute, as Triton
+		// reports it.
+		timing.Queued, timing.Batched = r.Queued, r.Batched
+		timing.Infer = outStart.Sub(inferStart) - r.Queued
 		out, err = encode(e, r, res, opts)
 		timing.Output = time.Since(outStart)
 	}
