@@ -103,7 +103,7 @@ func (s *slab[T]) take(n int) []T {
 	}
 	l := len(s.buf)
 	s.buf = s.buf[:l+n]
-	return s.buf[l:l:l+n]
+	return s.buf[l : l : l+n]
 }
 
 func (s *slab[T]) new() *T { return &s.take(1)[:1][0] }
