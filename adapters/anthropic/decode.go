@@ -73,9 +73,9 @@ func newDecoder() *decoder {
 	return d
 }
 
-// maxPooled bounds what a pooled decoder keeps (items of each slab, messages, tools): one huge
-// request does not leave its storage behind for good.
-const maxPooled = 1024
+// maxPooled bounds what a pooled decoder keeps (the values of each slab, messages, tools): one
+// huge request does not leave its storage behind for good (256 blocks are 60 KB).
+const maxPooled = 256
 
 // release clears d (nothing of a request stays reachable from the pool) and pools it.
 func (d *decoder) release() {

@@ -190,9 +190,12 @@ type chatReq struct {
 	vals [3]string // the values of the headers set
 }
 
-type bodyReader struct{ bytes.Reader }
+// bodyReader is io.NopCloser(bytes.NewReader(body)) in one piece: Read, WriteTo and Close.
+type bodyReader struct{ r bytes.Reader }
 
-func (*bodyReader) Close() error { return nil }
+func (b *bodyReader) Read(p []byte) (int, error)         { return b.r.Read(p) }
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (*bodyReader) Close() error                         { return nil }
 
 // chatRequest is the chat completions request for a translated body: the client's context
 // (its principal, its cancellation), its headers less dropHeader's, its request id.
@@ -218,7 +221,7 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 	c.vals[1], c.vals[2] = "application/json", reqID
 	out.Header["Content-Type"] = c.vals[1:2:2]
 	out.Header["X-Request-Id"] = c.vals[2:3:3]
-	c.body.Reset(body)
+	c.body.r.Reset(body)
 	out.Body = &c.body
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil

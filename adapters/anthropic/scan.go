@@ -100,6 +100,8 @@ func (s *scanner) str() []byte {
 				s.fail()
 				return nil
 			}
+		default: // skipPlain stops at nothing else; a byte passed is never looked at twice
+			s.i++
 		}
 	}
 	s.fail()
