@@ -61,6 +61,9 @@ func benchRequest(path string, body []byte) *http.Request {
 // BenchmarkRequest: a whole request through the Handler (translate, the chat handler, translate
 // back) against the same request sent to the chat handler as OpenAI JSON (the gateway's plain
 // forwarding, less the upstream). overhead-us is the translation's cost per request; goal < 30.
+// Most of it was allocation and the collector (97 allocs/op, 13.3 KB/op before the pooled
+// decoder and buffers; 49 and 7.6 KB after, of which about 24 are this loop's own requests):
+// watch allocs/op and B/op, which a loaded machine does not blur.
 func BenchmarkRequest(b *testing.B) {
 	h := New(Options{Chat: benchChat})
 	w := &discard{h: http.Header{}}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -12,13 +13,20 @@ import (
 // unknown field, a value of the wrong type or malformed JSON is refused with the field's path),
 // with raw JSON values (schemas, tool inputs) kept as slices of the body. encoding/json did the
 // same in four times the time: it scans every nested value once per level of nesting.
+//
+// A request of a few kilobytes decodes into a hundred small values (a struct per message and
+// content block, a string per text); allocated one by one, they and the garbage collector cost
+// more than the decoding. So the strings are substrings of one copy of the body (those without
+// escapes, nearly all), and the structs come from slabs of a pooled decoder.
 
-// decodeRequest decodes body into req; the error is Anthropic's 400.
-func decodeRequest(body []byte, req *msgRequest) *apiError {
+// decodeRequest decodes body into req with d (newDecoder); the error is Anthropic's 400. req's
+// strings outlive d; its structs and slices belong to d until d.release.
+func decodeRequest(d *decoder, body []byte, req *msgRequest) *apiError {
 	if !utf8.Valid(body) {
 		return invalid("The request body is not valid UTF-8.")
 	}
-	d := &decoder{s: scanner{b: body}}
+	d.s = scanner{b: body}
+	d.body = string(body)
 	d.request(req)
 	if d.err == nil && d.s.peek() != 0 {
 		if d.s.bad {
@@ -27,13 +35,89 @@ func decodeRequest(body []byte, req *msgRequest) *apiError {
 			d.err = invalid("The request body must hold one JSON object.")
 		}
 	}
+	// The slices grown while decoding are kept for the next request.
+	if cap(req.Messages) > cap(d.msgs) {
+		d.msgs = req.Messages[:0]
+	}
+	if cap(req.Tools) > cap(d.tools) {
+		d.tools = req.Tools[:0]
+	}
 	return d.err
 }
 
 type decoder struct {
 	s    scanner
+	body string // s.b as a string: the strings decoded are its substrings
 	err  *apiError
 	path []pathElem // where the decoder is, for error messages
+
+	// Storage reused from request to request (decoders are pooled).
+	pathBuf  [16]pathElem
+	contents slab[content]
+	blocks   slab[block]
+	strs     slab[string]
+	ints     slab[int64]
+	floats   slab[float64]
+	bools    [2]bool // false, true: what the *bool fields point to
+	msgs     []inMessage
+	tools    []toolParam
+	used     int // the most messages or tools decoded into msgs and tools
+}
+
+// decoders holds decoders between requests: a decoder's slabs are reused once they are cleared.
+var decoders = sync.Pool{New: func() any { return &decoder{bools: [2]bool{false, true}} }}
+
+func newDecoder() *decoder {
+	d := decoders.Get().(*decoder)
+	d.path = d.pathBuf[:0]
+	return d
+}
+
+// maxPooled bounds what a pooled decoder keeps (the values of each slab, messages, tools): one
+// huge request does not leave its storage behind for good (256 blocks are 60 KB).
+const maxPooled = 256
+
+// release clears d (nothing of a request stays reachable from the pool) and pools it.
+func (d *decoder) release() {
+	d.s, d.body, d.err, d.path = scanner{}, "", nil, nil
+	clear(d.pathBuf[:])
+	ok := d.contents.reset(maxPooled) && d.blocks.reset(maxPooled) && d.strs.reset(maxPooled) &&
+		d.ints.reset(maxPooled) && d.floats.reset(maxPooled) && d.used <= maxPooled
+	if !ok {
+		return
+	}
+	clear(d.msgs[:min(d.used, cap(d.msgs))])
+	clear(d.tools[:min(d.used, cap(d.tools))])
+	d.used = 0
+	decoders.Put(d)
+}
+
+// slab hands out values that stay where they are: when its chunk is full a new one is started,
+// and the values in the old one stay with whatever points at them.
+type slab[T any] struct{ buf []T }
+
+// take returns an empty slice with room for n values.
+func (s *slab[T]) take(n int) []T {
+	if cap(s.buf)-len(s.buf) < n {
+		s.buf = make([]T, 0, max(16, n, 2*cap(s.buf)))
+	}
+	l := len(s.buf)
+	s.buf = s.buf[:l+n]
+	return s.buf[l : l : l+n]
+}
+
+func (s *slab[T]) new() *T { return &s.take(1)[:1][0] }
+
+// reset zeroes the values handed out, for the chunk to be used again; false when the chunk is
+// over limit (and then dropped).
+func (s *slab[T]) reset(limit int) bool {
+	if cap(s.buf) > limit {
+		s.buf = nil
+		return false
+	}
+	clear(s.buf)
+	s.buf = s.buf[:0]
+	return true
 }
 
 type pathElem struct {
@@ -85,7 +169,7 @@ func (d *decoder) object(field func(key string) bool) bool {
 		return d.typeErr("object")
 	}
 	ok := s.object(func(s *scanner, raw []byte) bool {
-		key := unquote(raw)
+		key := d.text(raw)
 		d.push(key)
 		ok := field(key)
 		d.pop()
@@ -138,8 +222,19 @@ func (d *decoder) str(dst *string) bool {
 		d.syntax()
 		return false
 	}
-	*dst = unquote(raw)
+	*dst = d.text(raw)
 	return true
+}
+
+// text is the string a literal the scanner returned holds: a substring of d.body unless it has
+// escapes. raw is a slice of d.s.b, so its offset there is told by its capacity.
+func (d *decoder) text(raw []byte) string {
+	start := cap(d.s.b) - cap(raw)
+	in := d.body[start+1 : start+len(raw)-1]
+	if strings.IndexByte(in, '\\') < 0 {
+		return in
+	}
+	return unquote(raw)
 }
 
 func (d *decoder) strPtr(dst **string) bool {
@@ -150,7 +245,9 @@ func (d *decoder) strPtr(dst **string) bool {
 	if !d.str(&v) {
 		return false
 	}
-	*dst = &v
+	p := d.strs.new()
+	*p = v
+	*dst = p
 	return true
 }
 
@@ -175,7 +272,11 @@ func (d *decoder) boolPtr(dst **bool) bool {
 	if !d.boolean(&v) {
 		return false
 	}
-	*dst = &v
+	if v {
+		*dst = &d.bools[1]
+	} else {
+		*dst = &d.bools[0]
+	}
 	return true
 }
 
@@ -202,11 +303,13 @@ func (d *decoder) intPtr(dst **int64) bool {
 	if tok == nil {
 		return false
 	}
-	v, err := strconv.ParseInt(string(tok), 10, 64)
+	v, err := strconv.ParseInt(d.token(tok), 10, 64)
 	if err != nil {
 		return d.typeErr("integer")
 	}
-	*dst = &v
+	p := d.ints.new()
+	*p = v
+	*dst = p
 	return true
 }
 
@@ -218,12 +321,20 @@ func (d *decoder) floatPtr(dst **float64) bool {
 	if tok == nil {
 		return false
 	}
-	v, err := strconv.ParseFloat(string(tok), 64)
+	v, err := strconv.ParseFloat(d.token(tok), 64)
 	if err != nil {
 		return d.typeErr("number")
 	}
-	*dst = &v
+	p := d.floats.new()
+	*p = v
+	*dst = p
 	return true
+}
+
+// token is a slice of d.s.b as a substring of d.body.
+func (d *decoder) token(b []byte) string {
+	start := cap(d.s.b) - cap(b)
+	return d.body[start : start+len(b)]
 }
 
 // raw keeps a value as its JSON text (null as nothing).
@@ -266,13 +377,17 @@ func (d *decoder) request(r *msgRequest) {
 			if d.null() {
 				return true
 			}
-			r.Messages = make([]inMessage, 0, 8)
+			r.Messages = d.msgs[:0]
+			if r.Messages == nil {
+				r.Messages = make([]inMessage, 0, 8)
+			}
 			return d.array(func(int) bool {
 				if len(r.Messages) == maxMessages {
 					d.err = invalid("messages: at most " + strconv.Itoa(maxMessages) + " messages are allowed")
 					return false
 				}
 				r.Messages = append(r.Messages, inMessage{})
+				d.used = max(d.used, len(r.Messages))
 				return d.message(&r.Messages[len(r.Messages)-1])
 			})
 		case "system":
@@ -330,7 +445,11 @@ func (d *decoder) request(r *msgRequest) {
 					d.err = invalid("tools: at most " + strconv.Itoa(maxTools) + " tools are allowed")
 					return false
 				}
+				if r.Tools == nil {
+					r.Tools = d.tools[:0]
+				}
 				r.Tools = append(r.Tools, toolParam{})
+				d.used = max(d.used, len(r.Tools))
 				return d.tool(&r.Tools[len(r.Tools)-1])
 			})
 		case "tool_choice":
@@ -423,7 +542,7 @@ func (d *decoder) contentPtr(dst **content, depth int) bool {
 		d.err = invalid(d.where() + ": content is nested too deep")
 		return false
 	}
-	c := &content{}
+	c := d.contents.new()
 	switch d.s.peek() {
 	case '"':
 		c.isText = true
@@ -431,9 +550,14 @@ func (d *decoder) contentPtr(dst **content, depth int) bool {
 			return false
 		}
 	case '[':
-		c.blocks = make([]block, 0, 2)
+		c.blocks = d.blocks.take(2)
 		if !d.array(func(int) bool {
-			c.blocks = append(c.blocks, block{})
+			if len(c.blocks) == cap(c.blocks) {
+				// Grown in the slab: nothing points into c.blocks while it grows (a block's
+				// own content is another slice of the slab).
+				c.blocks = append(d.blocks.take(2*cap(c.blocks)), c.blocks...)
+			}
+			c.blocks = c.blocks[:len(c.blocks)+1]
 			return d.block(&c.blocks[len(c.blocks)-1], depth)
 		}) {
 			return false

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzTranslate: any body is translated to valid JSON or refused with a 400; nothing panics, and
@@ -149,4 +150,31 @@ func FuzzCompletion(f *testing.F) {
 		}
 		checkSequence(t, string(appendMessageEvents(nil, "msg_1", "m", m, 1)))
 	})
+}
+
+// TestWordAtATime: the 8-bytes-at-a-time paths of the scanner and the string writer stop where
+// the byte-at-a-time ones would, for every byte at every offset of a word.
+func TestWordAtATime(t *testing.T) {
+	for c := range 256 {
+		for at := range 20 {
+			b := []byte(strings.Repeat("a", 20))
+			b[at] = byte(c)
+			want := len(b)
+			if c < utf8.RuneSelf && !plain[c] {
+				want = at
+			}
+			if got := skipPlain(b, 0); got != want {
+				t.Fatalf("skipPlain: byte %#x at %d: %d, want %d", c, at, got, want)
+			}
+			var slow []byte // what appendStringInner writes, rune by rune (too short for words)
+			for i := 0; i < len(b); {
+				_, n := utf8.DecodeRune(b[i:])
+				slow = appendStringInner(slow, string(b[i:i+n]))
+				i += n
+			}
+			if got := appendStringInner(nil, string(b)); string(got) != string(slow) {
+				t.Fatalf("appendStringInner: byte %#x at %d: %q, want %q", c, at, got, slow)
+			}
+		}
+	}
 }

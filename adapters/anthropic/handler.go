@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/infergate/infergate/adapters/pipeline"
 )
@@ -100,8 +102,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if count {
 		mode = modeCount
 	}
-	body, err := pipeline.ReadBody(r, h.opts.MaxBodyBytes)
+	// The body is read into a pooled buffer, released once translated (the translation keeps
+	// none of it); a body passed on as it is (native) is not released.
+	in := getBuffer()
+	body, err := readBody(r, h.opts.MaxBodyBytes, in)
 	if err != nil {
+		in.release()
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			h.refuse(w, mode, reqID, &apiError{status: http.StatusRequestEntityTooLarge, typ: "request_too_large",
@@ -112,7 +118,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if count {
-		h.countTokens(w, r, body, reqID)
+		h.countTokens(w, r, body, in, reqID)
 		return
 	}
 	if h.opts.Native != nil {
@@ -122,14 +128,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	t, aerr := translate(body, false)
+	in.release()
 	if aerr != nil {
 		h.m.translationErrors.WithLabelValues("request").Inc()
 		h.refuse(w, mode, reqID, aerr)
 		return
 	}
-	cw := &chatWriter{w: w, h: make(http.Header, 16), stream: t.stream, id: "msg_" + reqID, model: t.model, estimate: t.estimate, reqID: reqID}
+	out := getBuffer() // for the answer held
+	defer out.release()
+	// A map for 8 headers is one group of slots; 16 would take a table and a directory.
+	cw := &chatWriter{w: w, h: make(http.Header, 8), stream: t.stream, id: "msg_" + reqID, model: t.model, estimate: t.estimate, reqID: reqID, pool: out}
 	aborted := h.serveChat(cw, chatRequest(r, t.body, reqID))
 	cw.finish(aborted)
+	if cw.buf != nil {
+		out.b = cw.buf // grown past the pooled buffer's size: pool the larger one
+	}
 	if cw.out == outcomeTranslateError {
 		h.m.translationErrors.WithLabelValues("response").Inc()
 	} else if cw.out == outcomeStreamError && cw.st != nil && !aborted {
@@ -169,14 +182,30 @@ func dropHeader(k string) bool {
 	return strings.HasPrefix(k, "Anthropic-")
 }
 
+// chatReq is a chat completions request with what it points to, allocated at once.
+type chatReq struct {
+	r    http.Request
+	u    url.URL
+	body bodyReader
+	vals [3]string // the values of the headers set
+}
+
+// bodyReader is io.NopCloser(bytes.NewReader(body)) in one piece: Read, WriteTo and Close.
+type bodyReader struct{ r bytes.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error)         { return b.r.Read(p) }
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (*bodyReader) Close() error                         { return nil }
+
 // chatRequest is the chat completions request for a translated body: the client's context
 // (its principal, its cancellation), its headers less dropHeader's, its request id.
 func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
-	out := r.WithContext(r.Context()) // a shallow copy
-	u := *r.URL
-	u.Path, u.RawPath, u.RawQuery = "/v1/chat/completions", "", ""
-	out.URL = &u
-	out.RequestURI = u.Path
+	c := &chatReq{r: *r} // a shallow copy, as r.WithContext(r.Context()) makes
+	out := &c.r
+	c.u = *r.URL
+	c.u.Path, c.u.RawPath, c.u.RawQuery = "/v1/chat/completions", "", ""
+	out.URL = &c.u
+	out.RequestURI = c.u.Path
 	out.Method = http.MethodPost
 	out.Header = make(http.Header, len(r.Header)+2)
 	for k, vv := range r.Header {
@@ -184,12 +213,16 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 			out.Header[k] = vv
 		}
 	}
+	// The keys are canonical: set as Header.Set would, with the values' slices in c.
 	if key := r.Header.Get("X-Api-Key"); key != "" && out.Header.Get("Authorization") == "" {
-		out.Header.Set("Authorization", "Bearer "+key)
+		c.vals[0] = "Bearer " + key
+		out.Header["Authorization"] = c.vals[0:1:1]
 	}
-	out.Header.Set("Content-Type", "application/json")
-	out.Header.Set("X-Request-Id", reqID)
-	out.Body = io.NopCloser(bytes.NewReader(body))
+	c.vals[1], c.vals[2] = "application/json", reqID
+	out.Header["Content-Type"] = c.vals[1:2:2]
+	out.Header["X-Request-Id"] = c.vals[2:3:3]
+	c.body.r.Reset(body)
+	out.Body = &c.body
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 	out.GetBody = nil
@@ -224,8 +257,9 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 
 // countTokens answers count_tokens: the tokenizer's count when CountTokens has one for the
 // model, else the estimate (estimateTokens) over the translated request.
-func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request, body []byte, reqID string) {
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request, body []byte, in *buffer, reqID string) {
 	t, aerr := translate(body, true)
+	in.release()
 	if aerr != nil {
 		h.m.translationErrors.WithLabelValues("request").Inc()
 		h.refuse(w, modeCount, reqID, aerr)
@@ -268,4 +302,45 @@ func (h *Handler) refuse(w http.ResponseWriter, mode, reqID string, e *apiError)
 	w.Header().Set("X-Request-Id", reqID)
 	e.write(w, reqID)
 	h.m.requests.WithLabelValues(mode, string(outcomeOf(e.status))).Inc()
+}
+
+// buffer is a byte buffer used only while a request is served (its body read, the answer held,
+// the answer's translation), pooled: these are most of a request's garbage.
+type buffer struct{ b []byte }
+
+var buffers = sync.Pool{New: func() any { return new(buffer) }}
+
+// maxPooledBuffer bounds the buffers kept: a large body's is left to the collector.
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *buffer { return buffers.Get().(*buffer) }
+
+// grow returns b's buffer, empty, with room for n bytes.
+func (b *buffer) grow(n int) []byte {
+	if cap(b.b) < n {
+		b.b = make([]byte, 0, max(n, 4<<10))
+	}
+	return b.b[:0]
+}
+
+// release pools b; nothing of its bytes may be used after.
+func (b *buffer) release() {
+	if cap(b.b) > maxPooledBuffer {
+		b.b = nil
+	}
+	b.b = b.b[:0]
+	buffers.Put(b)
+}
+
+// readBody is pipeline.ReadBody reading into b when the body's length is known.
+func readBody(r *http.Request, limit int64, b *buffer) ([]byte, error) {
+	if r.ContentLength <= 0 || r.ContentLength > limit {
+		return pipeline.ReadBody(r, limit)
+	}
+	body := b.grow(int(r.ContentLength))[:r.ContentLength]
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	b.b = body
+	return body, nil
 }

@@ -30,6 +30,18 @@ var plain = func() (t [256]bool) {
 func appendStringInner(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
+		// 8 bytes of printable ASCII at a time: most text is nothing else.
+		for i+8 <= len(s) {
+			x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+				uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+			if (special(x)|x)&msb != 0 {
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if plain[c] {
 			i++

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -157,15 +156,19 @@ const billingHeader = "x-anthropic-billing-header"
 // body. count is true for count_tokens, whose requests carry neither max_tokens nor stream. The
 // error is Anthropic's 400 naming the field at fault.
 func translate(body []byte, count bool) (*translated, *apiError) {
+	d := newDecoder()
+	defer d.release()
 	var req msgRequest
-	if err := decodeRequest(body, &req); err != nil {
+	if err := decodeRequest(d, body, &req); err != nil {
 		return nil, err
 	}
 	t := &tr{b: make([]byte, 0, len(body)+256)}
 	if err := t.request(&req, count); err != nil {
 		return nil, err
 	}
-	return &translated{body: t.b, model: *req.Model, stream: req.Stream != nil && *req.Stream, estimate: estimateTokens(t.chars, t.images)}, nil
+	// The model's name is a substring of the decoder's copy of the body: cloned, so that copy
+	// is not kept for as long as the request lasts.
+	return &translated{body: t.b, model: strings.Clone(*req.Model), stream: req.Stream != nil && *req.Stream, estimate: estimateTokens(t.chars, t.images)}, nil
 }
 
 // estimateTokens guesses a prompt's tokens: a quarter of its text's bytes (about right for
@@ -227,7 +230,7 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 	b = append(b, `,"messages":[`...)
 	t.b = b
 	if req.System != nil {
-		if err := t.system(req.System, "system"); err != nil {
+		if err := t.system(req.System, rootPath("system")); err != nil {
 			return err
 		}
 	}
@@ -285,6 +288,52 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 	return nil
 }
 
+// path names a place in the request for an error message: a value the translator extends as it
+// descends, written out only when there is an error to report. (Not a chain of pointers: the
+// translator's recursion would move every link to the heap.)
+type path struct {
+	n    int
+	segs [10]pathSeg // messages.1.content.2.content.3.source.content.4 is the deepest
+}
+
+type pathSeg struct {
+	key string // "" for an index
+	idx int
+}
+
+func rootPath(key string) path { return path{n: 1, segs: [10]pathSeg{{key: key}}} }
+
+func (p path) key(k string) path {
+	if p.n < len(p.segs) {
+		p.segs[p.n] = pathSeg{key: k}
+		p.n++
+	}
+	return p
+}
+
+func (p path) at(i int) path {
+	if p.n < len(p.segs) {
+		p.segs[p.n] = pathSeg{idx: i}
+		p.n++
+	}
+	return p
+}
+
+func (p *path) String() string {
+	b := make([]byte, 0, 32)
+	for i, s := range p.segs[:p.n] {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		if s.key != "" {
+			b = append(b, s.key...)
+		} else {
+			b = strconv.AppendInt(b, int64(s.idx), 10)
+		}
+	}
+	return string(b)
+}
+
 func unsupported(field, why string) *apiError {
 	return invalid(fmt.Sprintf("%s: not supported for a model served through an OpenAI chat upstream (%s)", field, why))
 }
@@ -298,7 +347,7 @@ func (t *tr) prefill(msgs []inMessage) bool {
 
 // system writes a system prompt (or a system message of the conversation) as a system message:
 // text only, its blocks joined by newlines.
-func (t *tr) system(c *content, field string) *apiError {
+func (t *tr) system(c *content, field path) *apiError {
 	if c.isText {
 		if c.text == "" {
 			return nil
@@ -313,10 +362,10 @@ func (t *tr) system(c *content, field string) *apiError {
 	for i := range c.blocks {
 		bl := &c.blocks[i]
 		if bl.Type != "text" {
-			return invalid(fmt.Sprintf("%s.%d.type: a system prompt holds text blocks only, not %q", field, i, bl.Type))
+			return invalid(fmt.Sprintf("%s.%d.type: a system prompt holds text blocks only, not %q", field.String(), i, bl.Type))
 		}
 		if bl.Text == nil || *bl.Text == "" {
-			return invalid(fmt.Sprintf("%s.%d: text content blocks must be non-empty", field, i))
+			return invalid(fmt.Sprintf("%s.%d: text content blocks must be non-empty", field.String(), i))
 		}
 		if strings.HasPrefix(*bl.Text, billingHeader) {
 			continue
@@ -345,18 +394,18 @@ func (t *tr) messages(msgs []inMessage) *apiError {
 	seenUser := false
 	for i := range msgs {
 		m := &msgs[i]
-		field := "messages." + strconv.Itoa(i)
+		field := rootPath("messages").at(i)
 		if m.Content == nil {
-			return invalid(field + ".content: Field required")
+			return invalid(field.String() + ".content: Field required")
 		}
 		last := i == len(msgs)-1
 		switch m.Role {
 		case "system":
 			if len(pending) > 0 {
-				return unanswered(field, pending)
+				return unanswered(field.String(), pending)
 			}
 			t.sep()
-			if err := t.system(m.Content, field+".content"); err != nil {
+			if err := t.system(m.Content, field.key("content")); err != nil {
 				return err
 			}
 			t.trimSep()
@@ -371,25 +420,25 @@ func (t *tr) messages(msgs []inMessage) *apiError {
 				return invalid(`messages: the first message must use the "user" role`)
 			}
 			if len(pending) > 0 {
-				return unanswered(field, pending)
+				return unanswered(field.String(), pending)
 			}
 			if m.Content.empty() {
 				if last {
 					continue // an empty prefill is no prefill
 				}
-				return invalid(field + ": all messages must have non-empty content except for the optional final assistant message")
+				return invalid(field.String() + ": all messages must have non-empty content except for the optional final assistant message")
 			}
 			var err *apiError
 			if pending, err = t.assistant(m.Content, field); err != nil {
 				return err
 			}
 			if last && len(pending) > 0 {
-				return unanswered(field, pending)
+				return unanswered(field.String(), pending)
 			}
 		case "":
-			return invalid(field + ".role: Field required")
+			return invalid(field.String() + ".role: Field required")
 		default:
-			return invalid(fmt.Sprintf(`%s.role: Input should be "user" or "assistant", not %q`, field, m.Role))
+			return invalid(fmt.Sprintf(`%s.role: Input should be "user" or "assistant", not %q`, field.String(), m.Role))
 		}
 	}
 	if !seenUser {
@@ -418,13 +467,13 @@ func (t *tr) trimSep() {
 
 // user writes a user turn: its tool results first, as OpenAI tool messages (which must follow the
 // assistant's tool calls directly), then the rest of its content as one user message.
-func (t *tr) user(c *content, field string, pending []string) ([]string, *apiError) {
+func (t *tr) user(c *content, field path, pending []string) ([]string, *apiError) {
 	if c.empty() {
-		return nil, invalid(field + ": all messages must have non-empty content except for the optional final assistant message")
+		return nil, invalid(field.String() + ": all messages must have non-empty content except for the optional final assistant message")
 	}
 	if c.isText {
 		if len(pending) > 0 {
-			return nil, unanswered(field, pending)
+			return nil, unanswered(field.String(), pending)
 		}
 		t.sep()
 		t.b = append(t.b, `{"role":"user","content":`...)
@@ -440,14 +489,14 @@ func (t *tr) user(c *content, field string, pending []string) ([]string, *apiErr
 			others++
 			continue
 		}
-		bf := field + ".content." + strconv.Itoa(i)
+		bf := field.key("content").at(i)
 		j := indexOf(pending, bl.ToolUseID)
 		if j < 0 {
 			if bl.ToolUseID == "" {
-				return nil, invalid(bf + ".tool_use_id: Field required")
+				return nil, invalid(bf.String() + ".tool_use_id: Field required")
 			}
 			return nil, invalid(fmt.Sprintf("%s: unexpected tool_use_id found in tool_result blocks: %s. Each tool_result block must have a "+
-				"corresponding tool_use block in the previous message.", bf, bl.ToolUseID))
+				"corresponding tool_use block in the previous message.", bf.String(), bl.ToolUseID))
 		}
 		pending = append(pending[:j], pending[j+1:]...)
 		if err := t.toolResult(bl, bf); err != nil {
@@ -455,14 +504,14 @@ func (t *tr) user(c *content, field string, pending []string) ([]string, *apiErr
 		}
 	}
 	if len(pending) > 0 {
-		return nil, unanswered(field, pending)
+		return nil, unanswered(field.String(), pending)
 	}
 	if others == 0 {
 		return nil, nil
 	}
 	t.sep()
 	t.b = append(t.b, `{"role":"user","content":`...)
-	if err := t.parts(c.blocks, field+".content", true); err != nil {
+	if err := t.parts(c.blocks, field.key("content"), true); err != nil {
 		return nil, err
 	}
 	t.b = append(t.b, '}')
@@ -480,7 +529,7 @@ func indexOf(ids []string, id string) int {
 
 // toolResult writes a tool_result block as an OpenAI tool message. OpenAI has no error flag: an
 // error's content is marked with a leading "Error: ", as the model would read it in a transcript.
-func (t *tr) toolResult(bl *block, field string) *apiError {
+func (t *tr) toolResult(bl *block, field path) *apiError {
 	t.sep()
 	t.b = append(t.b, `{"role":"tool","tool_call_id":`...)
 	t.b = appendString(t.b, bl.ToolUseID)
@@ -504,12 +553,12 @@ func (t *tr) toolResult(bl *block, field string) *apiError {
 			t.b = append(t.b, `[{"type":"text","text":"Error: "}`...)
 			if len(bl.Content.blocks) > 0 {
 				t.b = append(t.b, ',')
-				if err := t.partList(bl.Content.blocks, field+".content"); err != nil {
+				if err := t.partList(bl.Content.blocks, field.key("content")); err != nil {
 					return err
 				}
 			}
 			t.b = append(t.b, ']')
-		} else if err := t.parts(bl.Content.blocks, field+".content", false); err != nil {
+		} else if err := t.parts(bl.Content.blocks, field.key("content"), false); err != nil {
 			return err
 		}
 	}
@@ -519,7 +568,7 @@ func (t *tr) toolResult(bl *block, field string) *apiError {
 
 // parts writes content blocks as an OpenAI message's content: a string when they are one text
 // block, else a list of parts. skipResults leaves out tool_result blocks (written apart).
-func (t *tr) parts(blocks []block, field string, skipResults bool) *apiError {
+func (t *tr) parts(blocks []block, field path, skipResults bool) *apiError {
 	if !skipResults && len(blocks) == 0 {
 		t.b = append(t.b, `""`...)
 		return nil
@@ -547,16 +596,16 @@ func (t *tr) parts(blocks []block, field string, skipResults bool) *apiError {
 }
 
 // partList writes blocks as OpenAI content parts, comma separated, tool results skipped.
-func (t *tr) partList(blocks []block, field string) *apiError {
+func (t *tr) partList(blocks []block, field path) *apiError {
 	for i := range blocks {
 		bl := &blocks[i]
-		bf := field + "." + strconv.Itoa(i)
+		bf := field.at(i)
 		switch bl.Type {
 		case "tool_result":
 			continue
 		case "text":
 			if bl.Text == nil || *bl.Text == "" {
-				return invalid(bf + ": text content blocks must be non-empty")
+				return invalid(bf.String() + ": text content blocks must be non-empty")
 			}
 			t.b = appendComma(t.b)
 			t.textPart(*bl.Text)
@@ -569,13 +618,13 @@ func (t *tr) partList(blocks []block, field string) *apiError {
 				return err
 			}
 		case "tool_use":
-			return invalid(bf + ": tool_use blocks belong in assistant messages")
+			return invalid(bf.String() + ": tool_use blocks belong in assistant messages")
 		case "thinking", "redacted_thinking":
-			return invalid(bf + ": " + bl.Type + " blocks belong in assistant messages")
+			return invalid(bf.String() + ": " + bl.Type + " blocks belong in assistant messages")
 		case "":
-			return invalid(bf + ".type: Field required")
+			return invalid(bf.String() + ".type: Field required")
 		default:
-			return untranslatable(bf, bl.Type)
+			return untranslatable(bf.String(), bl.Type)
 		}
 	}
 	return nil
@@ -595,19 +644,19 @@ func (t *tr) textPart(s string) {
 var imageTypes = map[string]bool{"image/jpeg": true, "image/png": true, "image/gif": true, "image/webp": true}
 
 // image writes an image block as an image_url part: base64 data as a data: URL, a URL as is.
-func (t *tr) image(bl *block, field string) *apiError {
+func (t *tr) image(bl *block, field path) *apiError {
 	s := bl.Source
 	if s == nil {
-		return invalid(field + ".source: Field required")
+		return invalid(field.String() + ".source: Field required")
 	}
 	t.b = appendComma(t.b)
 	switch s.Type {
 	case "base64":
 		if !imageTypes[s.MediaType] {
-			return invalid(fmt.Sprintf("%s.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'", field))
+			return invalid(fmt.Sprintf("%s.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'", field.String()))
 		}
 		if s.Data == "" {
-			return invalid(field + ".source.data: Field required")
+			return invalid(field.String() + ".source.data: Field required")
 		}
 		t.b = append(t.b, `{"type":"image_url","image_url":{"url":"data:`...)
 		t.b = append(t.b, s.MediaType...) // one of imageTypes: nothing to escape
@@ -616,15 +665,15 @@ func (t *tr) image(bl *block, field string) *apiError {
 		t.b = append(t.b, `"}}`...)
 	case "url":
 		if s.URL == "" {
-			return invalid(field + ".source.url: Field required")
+			return invalid(field.String() + ".source.url: Field required")
 		}
 		t.b = append(t.b, `{"type":"image_url","image_url":{"url":`...)
 		t.b = appendString(t.b, s.URL)
 		t.b = append(t.b, `}}`...)
 	case "file":
-		return unsupported(field+".source", "files uploaded to Anthropic's Files API are not here")
+		return unsupported(field.String()+".source", "files uploaded to Anthropic's Files API are not here")
 	default:
-		return invalid(fmt.Sprintf("%s.source.type: Input should be 'base64', 'url' or 'file', not %q", field, s.Type))
+		return invalid(fmt.Sprintf("%s.source.type: Input should be 'base64', 'url' or 'file', not %q", field.String(), s.Type))
 	}
 	t.images++
 	return nil
@@ -633,15 +682,15 @@ func (t *tr) image(bl *block, field string) *apiError {
 // document writes a document block: plain text (and a content list's text and images) as text
 // parts, a base64 PDF as OpenAI's file part. The title and context are written as text before
 // it, so the model reads them as Anthropic's would. Citations cannot be produced.
-func (t *tr) document(bl *block, field string) *apiError {
+func (t *tr) document(bl *block, field path) *apiError {
 	s := bl.Source
 	if s == nil {
-		return invalid(field + ".source: Field required")
+		return invalid(field.String() + ".source: Field required")
 	}
 	if present(bl.Citations) {
 		var c struct{ Enabled bool }
 		if json.Unmarshal(bl.Citations, &c) == nil && c.Enabled {
-			return unsupported(field+".citations", "an OpenAI chat upstream cannot cite documents")
+			return unsupported(field.String()+".citations", "an OpenAI chat upstream cannot cite documents")
 		}
 	}
 	if bl.Title != nil && *bl.Title != "" {
@@ -655,13 +704,13 @@ func (t *tr) document(bl *block, field string) *apiError {
 	switch s.Type {
 	case "text":
 		if s.Data == "" {
-			return invalid(field + ".source.data: Field required")
+			return invalid(field.String() + ".source.data: Field required")
 		}
 		t.b = appendComma(t.b)
 		t.textPart(s.Data)
 	case "content":
 		if s.Content == nil || s.Content.empty() {
-			return invalid(field + ".source.content: Field required")
+			return invalid(field.String() + ".source.content: Field required")
 		}
 		if s.Content.isText {
 			t.b = appendComma(t.b)
@@ -670,18 +719,18 @@ func (t *tr) document(bl *block, field string) *apiError {
 		}
 		for i := range s.Content.blocks {
 			if typ := s.Content.blocks[i].Type; typ != "text" && typ != "image" {
-				return invalid(fmt.Sprintf("%s.source.content.%d.type: a document's content holds text and image blocks only, not %q", field, i, typ))
+				return invalid(fmt.Sprintf("%s.source.content.%d.type: a document's content holds text and image blocks only, not %q", field.String(), i, typ))
 			}
 		}
-		if err := t.partList(s.Content.blocks, field+".source.content"); err != nil {
+		if err := t.partList(s.Content.blocks, field.key("source.content")); err != nil {
 			return err
 		}
 	case "base64":
 		if s.MediaType != "application/pdf" {
-			return invalid(field + ".source.media_type: Input should be 'application/pdf'")
+			return invalid(field.String() + ".source.media_type: Input should be 'application/pdf'")
 		}
 		if s.Data == "" {
-			return invalid(field + ".source.data: Field required")
+			return invalid(field.String() + ".source.data: Field required")
 		}
 		name := "document.pdf"
 		if bl.Title != nil && *bl.Title != "" {
@@ -695,11 +744,11 @@ func (t *tr) document(bl *block, field string) *apiError {
 		t.b = append(t.b, `"}}`...)
 		t.chars += len(s.Data) / 2 // a PDF's text is a fraction of its bytes: a rough guess
 	case "url":
-		return unsupported(field+".source", "OpenAI's file parts take the document's bytes, not a URL")
+		return unsupported(field.String()+".source", "OpenAI's file parts take the document's bytes, not a URL")
 	case "file":
-		return unsupported(field+".source", "files uploaded to Anthropic's Files API are not here")
+		return unsupported(field.String()+".source", "files uploaded to Anthropic's Files API are not here")
 	default:
-		return invalid(fmt.Sprintf("%s.source.type: Input should be 'base64', 'text', 'content', 'url' or 'file', not %q", field, s.Type))
+		return invalid(fmt.Sprintf("%s.source.type: Input should be 'base64', 'text', 'content', 'url' or 'file', not %q", field.String(), s.Type))
 	}
 	return nil
 }
@@ -708,7 +757,7 @@ func (t *tr) document(bl *block, field string) *apiError {
 // (input re-encoded as the arguments string). Thinking blocks are not sent: OpenAI's chat API
 // has no place for earlier turns' reasoning, and Anthropic's API itself does not show the model
 // the thinking of turns before the last. It returns the tool_use ids to be answered.
-func (t *tr) assistant(c *content, field string) ([]string, *apiError) {
+func (t *tr) assistant(c *content, field path) ([]string, *apiError) {
 	t.sep()
 	t.b = append(t.b, `{"role":"assistant","content":`...)
 	if c.isText {
@@ -720,29 +769,29 @@ func (t *tr) assistant(c *content, field string) ([]string, *apiError) {
 	texts := 0
 	for i := range c.blocks {
 		bl := &c.blocks[i]
-		bf := field + ".content." + strconv.Itoa(i)
+		bf := field.key("content").at(i)
 		switch bl.Type {
 		case "text":
 			if bl.Text == nil || *bl.Text == "" {
-				return nil, invalid(bf + ": text content blocks must be non-empty")
+				return nil, invalid(bf.String() + ": text content blocks must be non-empty")
 			}
 			texts++
 		case "tool_use":
 			switch {
 			case bl.ID == "":
-				return nil, invalid(bf + ".id: Field required")
+				return nil, invalid(bf.String() + ".id: Field required")
 			case bl.Name == "":
-				return nil, invalid(bf + ".name: Field required")
+				return nil, invalid(bf.String() + ".name: Field required")
 			case !isObject(bl.Input):
-				return nil, invalid(bf + ".input: Input should be an object")
+				return nil, invalid(bf.String() + ".input: Input should be an object")
 			}
 		case "thinking", "redacted_thinking":
 		case "":
-			return nil, invalid(bf + ".type: Field required")
+			return nil, invalid(bf.String() + ".type: Field required")
 		case "image", "document", "tool_result":
-			return nil, invalid(fmt.Sprintf("%s.type: %s blocks belong in user messages", bf, bl.Type))
+			return nil, invalid(fmt.Sprintf("%s.type: %s blocks belong in user messages", bf.String(), bl.Type))
 		default:
-			return nil, untranslatable(bf, bl.Type)
+			return nil, untranslatable(bf.String(), bl.Type)
 		}
 	}
 	switch texts {
@@ -780,7 +829,7 @@ func (t *tr) assistant(c *content, field string) ([]string, *apiError) {
 		t.b = append(t.b, `,"type":"function","function":{"name":`...)
 		t.b = appendString(t.b, bl.Name)
 		t.b = append(t.b, `,"arguments":`...)
-		t.b = appendString(t.b, compact(bl.Input))
+		t.b = appendCompactString(t.b, bl.Input)
 		t.b = append(t.b, `}}`...)
 		t.chars += len(bl.Name) + len(bl.Input)
 		ids = append(ids, bl.ID)
@@ -794,35 +843,64 @@ func (t *tr) assistant(c *content, field string) ([]string, *apiError) {
 
 func isObject(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
 
-// compact is raw JSON without insignificant spaces, as a string (OpenAI's arguments are one).
-func compact(raw json.RawMessage) string {
-	var buf bytes.Buffer
-	if json.Compact(&buf, raw) != nil {
-		return string(raw)
+// appendCompactString appends raw JSON without insignificant spaces, as a JSON string (OpenAI's
+// arguments are one): what json.Compact then appendString write, in one pass. raw is valid JSON
+// (the decoder checked it) in a valid UTF-8 body: outside strings there is nothing to escape
+// but the spaces dropped, and inside them only quotes and backslashes.
+func appendCompactString(b []byte, raw json.RawMessage) []byte {
+	b = append(b, '"')
+	in := false // in a string literal
+	start := 0
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case '"':
+			in = !in
+			b = append(b, raw[start:i]...)
+			b = append(b, '\\', '"')
+			start = i + 1
+		case '\\':
+			// An escape: its backslash and the next byte (an escaped quote does not end the
+			// literal).
+			b = append(b, raw[start:i]...)
+			b = append(b, '\\', '\\')
+			i++
+			if raw[i] == '"' || raw[i] == '\\' {
+				b = append(b, '\\', raw[i])
+				start = i + 1
+			} else {
+				start = i
+			}
+		case ' ', '\t', '\n', '\r':
+			if !in {
+				b = append(b, raw[start:i]...)
+				start = i + 1
+			}
+		}
 	}
-	return buf.String()
+	b = append(b, raw[start:]...)
+	return append(b, '"')
 }
 
 // tools writes the tool definitions (custom tools as functions) and the tool choice.
 func (t *tr) tools(tools []toolParam, choice *toolChoice) *apiError {
 	for i := range tools {
 		tl := &tools[i]
-		field := "tools." + strconv.Itoa(i)
+		field := rootPath("tools").at(i)
 		switch {
 		case tl.Type != "" && tl.Type != "custom":
-			return unsupported(field+".type", fmt.Sprintf("%q is a server tool that runs on Anthropic's platform", tl.Type))
+			return unsupported(field.String()+".type", fmt.Sprintf("%q is a server tool that runs on Anthropic's platform", tl.Type))
 		case tl.Name == "":
-			return invalid(field + ".name: Field required")
+			return invalid(field.String() + ".name: Field required")
 		case !present(tl.InputSchema):
-			return invalid(field + ".input_schema: Field required")
+			return invalid(field.String() + ".input_schema: Field required")
 		case !isObject(tl.InputSchema):
-			return invalid(field + ".input_schema: Input should be an object")
+			return invalid(field.String() + ".input_schema: Input should be an object")
 		case tl.DeferLoading != nil && *tl.DeferLoading:
-			return unsupported(field+".defer_loading", "tool search runs on Anthropic's platform")
+			return unsupported(field.String()+".defer_loading", "tool search runs on Anthropic's platform")
 		case present(tl.AllowedCallers):
-			return unsupported(field+".allowed_callers", "programmatic tool calling runs on Anthropic's platform")
+			return unsupported(field.String()+".allowed_callers", "programmatic tool calling runs on Anthropic's platform")
 		case present(tl.InputExamples) && string(tl.InputExamples) != "[]":
-			return unsupported(field+".input_examples", "an OpenAI function has no examples")
+			return unsupported(field.String()+".input_examples", "an OpenAI function has no examples")
 		}
 		if i == 0 {
 			t.b = append(t.b, `,"tools":[`...)

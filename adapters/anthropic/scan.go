@@ -1,5 +1,10 @@
 package anthropic
 
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
+
 // scanner walks one streamed chunk's JSON without decoding what it does not need: a chunk's text
 // is copied into the Anthropic event as the JSON string literal it already is, so a chunk costs
 // one pass over its bytes and no allocation. It validates what it walks (string literals
@@ -64,12 +69,12 @@ func (s *scanner) str() []byte {
 	}
 	start := s.i
 	s.i++
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c >= 0x80 || plain[c] {
-			s.i++
-			continue
+	for {
+		s.i = skipPlain(s.b, s.i)
+		if s.i >= len(s.b) {
+			break
 		}
+		c := s.b[s.i]
 		switch {
 		case c == '"':
 			s.i++
@@ -95,12 +100,45 @@ func (s *scanner) str() []byte {
 				s.fail()
 				return nil
 			}
-		default:
+		default: // skipPlain stops at nothing else; a byte passed is never looked at twice
 			s.i++
 		}
 	}
 	s.fail()
 	return nil
+}
+
+// Word-at-a-time tests of 8 bytes: has reports, in the top bit of each byte, whether some byte of
+// x is 0 (x = w^(c*lsb): some byte of w is c), less reports whether some byte is below n
+// (n <= 0x80). Either may mark more bytes than those that match, never fewer: good enough to
+// tell that none does.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+func has0(x uint64) uint64           { return (x - lsb) &^ x }
+func less(x uint64, n uint64) uint64 { return (x - n*lsb) &^ x }
+
+// special reports (in msb) whether one of 8 bytes is a quote, a backslash or a control character.
+func special(x uint64) uint64 {
+	return (less(x, 0x20) | has0(x^('"'*lsb)) | has0(x^('\\'*lsb))) & msb
+}
+
+// skipPlain is the position of the first quote, backslash or control character in b from i, or
+// len(b): a string literal's bytes that need nothing done, passed over 8 at a time.
+func skipPlain(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if special(binary.LittleEndian.Uint64(b[i:])) != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < utf8.RuneSelf && !plain[c] {
+			break
+		}
+	}
+	return i
 }
 
 func isHex4(b []byte) bool {

@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -282,4 +283,50 @@ func TestTranslateStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecoderReuse: a pooled decoder keeps nothing of one request in the next, whatever the
+// sizes (a request past maxPooled drops its storage; smaller ones reuse it).
+func TestDecoderReuse(t *testing.T) {
+	var big strings.Builder
+	big.WriteString(`{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"},"strict":true}],"messages":[`)
+	for i := range maxPooled + 10 {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		if i%2 == 0 {
+			big.WriteString(`{"role":"user","content":[{"type":"text","text":"u` + strings.Repeat("x", i%7) + `"},{"type":"image","source":{"type":"url","url":"i"}}]}`)
+		} else {
+			big.WriteString(`{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"a"}]}`)
+		}
+	}
+	big.WriteString(`]}`)
+	inputs := []string{big.String()}
+	for _, tc := range requestPairs {
+		inputs = append(inputs, tc.in)
+	}
+	for _, tc := range refusals {
+		inputs = append(inputs, tc.in)
+	}
+	want := map[string]string{}
+	for round := range 3 {
+		for i, in := range inputs {
+			if round == 1 {
+				in = inputs[len(inputs)-1-i] // another order: other leftovers
+			}
+			tr, err := translate([]byte(in), false)
+			got := ""
+			if err != nil {
+				got = "error " + err.msg
+			} else {
+				got = fmt.Sprintf("%s %s %v %d", tr.body, tr.model, tr.stream, tr.estimate)
+			}
+			if w, ok := want[in]; ok {
+				require.Equal(t, w, got, "round %d", round)
+			}
+			want[in] = got
+		}
+	}
+	_, err := translate([]byte(inputs[0]), false)
+	require.Nil(t, err)
 }

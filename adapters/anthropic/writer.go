@@ -25,6 +25,7 @@ type chatWriter struct {
 
 	st   *streamer // set once the answer is a 200 stream
 	buf  []byte    // a whole answer, or an error's body
+	pool *buffer   // when set, where buf comes from (its owner releases it)
 	over bool      // buf passed maxAnswer
 	sent bool      // headers went to the client
 	out  outcome
@@ -93,6 +94,10 @@ func (c *chatWriter) Write(p []byte) (int, error) {
 	if len(c.buf)+len(p) > limit {
 		c.over = true
 		p = p[:max(0, limit-len(c.buf))]
+	}
+	if c.buf == nil && c.pool != nil {
+		c.pool.b = c.pool.grow(len(p))
+		c.buf = c.pool.b
 	}
 	c.buf = append(c.buf, p...)
 	return len(p), nil
@@ -183,6 +188,10 @@ func (c *chatWriter) upstreamError() {
 // client asked for one and the answer came whole anyway (a cached answer).
 func (c *chatWriter) answer() {
 	m, err := decodeCompletion(c.buf)
+	// The translation is written out and forgotten (a Writer keeps nothing of what it is
+	// given): its buffer is pooled.
+	out := getBuffer()
+	defer out.release()
 	if err != nil {
 		c.fail(err)
 		c.out = outcomeTranslateError
@@ -192,16 +201,17 @@ func (c *chatWriter) answer() {
 	h := c.w.Header()
 	var body []byte
 	if c.stream {
-		body = appendMessageEvents(make([]byte, 0, len(c.buf)+512), c.id, c.model, m, c.estimate)
+		body = appendMessageEvents(out.grow(len(c.buf)+512), c.id, c.model, m, c.estimate)
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
 	} else {
-		body = appendMessage(make([]byte, 0, len(c.buf)+256), c.id, c.model, m)
+		body = appendMessage(out.grow(len(c.buf)+256), c.id, c.model, m)
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	c.sent = true
 	c.w.WriteHeader(http.StatusOK)
 	_, _ = c.w.Write(body)
+	out.b = body
 	c.out = outcomeOK
 }
