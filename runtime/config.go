@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/infergate/infergate/adapters/guard/breaker"
 	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/llm/granite"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -54,6 +56,51 @@ type fileConfig struct {
 	Server serverConfig `yaml:"server"`
 	// Compat holds what makes infergate a drop-in for other gateways' clients.
 	Compat compatConfig `yaml:"compat"`
+	// Tracing exports spans of inference requests over OTLP, as Triton's trace settings decide.
+	Tracing tracingConfig `yaml:"tracing"`
+}
+
+// tracingConfig: OpenTelemetry export and Triton's trace settings at start (changed at run time
+// with TraceSetting and /v2/trace/setting).
+type tracingConfig struct {
+	// OTLPEndpoint is the OTLP/HTTP collector's URL (http://collector:4318); empty: nothing is
+	// exported and no request is traced, whatever the settings say.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// Headers go with every export (a collector's API key).
+	Headers map[string]string `yaml:"headers"`
+	// ServiceName is the spans' service.name; default infergate.
+	ServiceName string `yaml:"service_name"`
+	// Level is Triton's trace_level: OFF (the default), TIMESTAMPS or TENSORS.
+	Level []string `yaml:"level"`
+	// Rate traces one request in Rate; default 1000, as Triton.
+	Rate *int `yaml:"rate"`
+	// Count is how many requests may be traced; default -1, no limit.
+	Count *int `yaml:"count"`
+}
+
+// settings are the trace settings at start.
+func (c tracingConfig) settings() (tracing.Settings, error) {
+	s := tracing.DefaultSettings
+	if len(c.Level) > 0 {
+		l, err := tracing.ParseLevel(c.Level)
+		if err != nil {
+			return s, fmt.Errorf("tracing.level: %w", err)
+		}
+		s.Level = l
+	}
+	if c.Rate != nil {
+		if *c.Rate < 0 || *c.Rate > math.MaxUint32 {
+			return s, fmt.Errorf("tracing.rate: %d is not a count of requests", *c.Rate)
+		}
+		s.Rate = uint32(*c.Rate)
+	}
+	if c.Count != nil {
+		if *c.Count < -1 || *c.Count > math.MaxInt32 {
+			return s, fmt.Errorf("tracing.count: %d is neither -1 (no limit) nor a count", *c.Count)
+		}
+		s.Count = int32(*c.Count)
+	}
+	return s, nil
 }
 
 // compatConfig: other gateways' routes and headers.
@@ -322,6 +369,13 @@ type serverConfig struct {
 	SystemSharedMemory *bool `yaml:"system_shared_memory"`
 	// SharedMemoryMaxRegions caps the regions registered at once; default 4096.
 	SharedMemoryMaxRegions int `yaml:"shared_memory_max_regions"`
+	// DynamicBatching batches concurrent requests of models whose config has dynamic_batching,
+	// as Triton's dynamic batcher does (built-in models, or any switched on at load time with a
+	// config override); default true.
+	DynamicBatching *bool `yaml:"dynamic_batching"`
+	// DynamicBatchingRemote batches registered backends' and KServe upstreams' models too, when
+	// their config has dynamic_batching; default false (their servers may batch themselves).
+	DynamicBatchingRemote bool `yaml:"dynamic_batching_remote"`
 }
 
 func (c serverConfig) decompression() inflate.Config {
@@ -446,6 +500,9 @@ func parseConfig(name string, data []byte) (*fileConfig, error) {
 		}
 	default:
 		lines = append(lines, fmt.Sprintf("%s: registry.store: %q is not one of memory, redis", name, s))
+	}
+	if _, err := c.Tracing.settings(); err != nil {
+		lines = append(lines, fmt.Sprintf("%s: %v", name, err))
 	}
 	if _, err := guard.NewStaticKeys(c.Auth.Keys); err != nil {
 		for _, e := range unjoin(err) {

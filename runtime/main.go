@@ -57,7 +57,10 @@ func run(args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("bad -log-level: %w", err)
 	}
-	hopts := &slog.HandlerOptions{Level: level}
+	// A LevelVar, so that Triton's logging extension (LogSettings, /v2/logging) can change it.
+	lv := new(slog.LevelVar)
+	lv.Set(level)
+	hopts := &slog.HandlerOptions{Level: lv}
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
 	if *logJSON {
 		handler = slog.NewJSONHandler(os.Stderr, hopts)
@@ -103,6 +106,7 @@ func run(args []string) error {
 		MaxMessageBytes: *maxMsg,
 		DrainTimeout:    *drain,
 		Logger:          logger,
+		LogLevel:        lv,
 	})
 	if err != nil {
 		if *configPath != "" {

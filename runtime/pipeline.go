@@ -4,19 +4,20 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/infergate/infergate/adapters/llm/granite"
-	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
 	"log/slog"
 	"maps"
 	"slices"
 
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/llm/disagg"
+	"github.com/infergate/infergate/adapters/llm/granite"
+	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
 	"github.com/infergate/infergate/adapters/llm/kvroute"
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/llm/tokeninput"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/sessions"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -26,7 +27,9 @@ import (
 // requests, from every surface (OpenAI HTTP, OpenAIService over gRPC and Connect, the KServe
 // bridge, batch workers), pass through them, outermost first, before the upstream exchange:
 //
-//	guard (API key limits, rate limits, load shedding)
+//	tracing: a span for the request, as Triton's trace settings sample (an upstream call is
+//	  its child, and the upstream gets its traceparent)
+//	  -> guard (API key limits, rate limits, load shedding)
 //	  -> chat sessions: a turn of a stored conversation gets its history, trimmed to the
 //	     context window, and its answer is stored (models.<name>.session)
 //	  -> response cache: an exact or semantic repeat is answered from a stored answer, a miss's
@@ -47,10 +50,11 @@ import (
 //
 // With sessions on for some model (sm not nil), every model has the sessions stage: a turn
 // naming a session on a model without sessions is refused with a clear error, not passed on.
-func llmStages(g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager) func(model string) []pipeline.Interceptor {
+func llmStages(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager) func(model string) []pipeline.Interceptor {
 	admit := pipeline.Admit(g.OpenAI())
+	span := tr.Interceptor()
 	return func(model string) []pipeline.Interceptor {
-		stages := []pipeline.Interceptor{admit, disagg.DropClientParams}
+		stages := []pipeline.Interceptor{span, admit, disagg.DropClientParams}
 		if sm != nil {
 			stages = append(stages, sm.Interceptor(model))
 		}

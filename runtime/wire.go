@@ -20,8 +20,10 @@ import (
 	"github.com/infergate/infergate/adapters/llm/prompt"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/engines/batcher"
 	"github.com/infergate/infergate/engines/cpu"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -64,6 +66,31 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	var collectors []prometheus.Collector
 
 	reg := engines.NewRegistry()
+	// Triton's dynamic batcher, for the models whose config asks for it.
+	if cfg.Server.DynamicBatching == nil || *cfg.Server.DynamicBatching {
+		bm := batcher.NewMetrics()
+		collectors = append(collectors, bm.Collectors()...)
+		reg.SetScheduler(batcher.Factory(batcher.Options{Remote: cfg.Server.DynamicBatchingRemote, Metrics: bm}))
+	}
+	// Triton's trace extension: always served (as Triton's); spans go to the collector, when one
+	// is configured, for the requests the trace settings sample.
+	settings, err := cfg.Tracing.settings()
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := tracing.New(ctx, tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Headers: cfg.Tracing.Headers,
+		ServiceName: cfg.Tracing.ServiceName, Settings: &settings})
+	if err != nil {
+		return nil, nil, fmt.Errorf("tracing: %w", err)
+	}
+	closers = append(closers, func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			log.Warn("tracing: flushing spans at shutdown", "err", err)
+		}
+	})
+	gwCfg.Tracer = tr
 	if cfg.builtins() && role != roleBatchWorker {
 		if err := cpu.Register(reg); err != nil {
 			return nil, nil, fmt.Errorf("registering built-in models: %w", err)
@@ -129,7 +156,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		Ready:          func() bool { return gw.Ready() },
 		UpstreamClient: cfg.UpstreamClient,
 		OllaHeaders:    cfg.Compat.OllaHeaders,
-		Stages:         llmStages(g, models, sm),
+		Stages:         llmStages(tr, g, models, sm),
 		Tokens:         tokenize.Serve})
 	if err != nil {
 		return nil, nil, err

@@ -21,6 +21,7 @@ import (
 	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/kserve/shm"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +79,12 @@ type Config struct {
 	// SharedMemoryOwner names the caller a request's shared memory regions belong to (the
 	// runtime passes its API key's name); nil: one namespace for every caller, as in Triton.
 	SharedMemoryOwner func(context.Context) string
+	// Tracer serves Triton's trace extension and spans inference requests (nil: the extension
+	// is not served and nothing is traced).
+	Tracer *tracing.Tracer
+	// LogLevel, when set, is the level Triton's logging extension reads and changes at run time
+	// (the slog handler's LevelVar).
+	LogLevel *slog.LevelVar
 	// SharedMemoryMaxRegions caps the shared memory regions registered at once; default 4096.
 	SharedMemoryMaxRegions int
 
@@ -134,7 +141,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		kserve.WithInflater(inflater),
 		kserve.WithSystemSharedMemory(!cfg.DisableSystemSharedMemory),
 		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions),
-		kserve.WithSharedMemoryOwner(cfg.SharedMemoryOwner))
+		kserve.WithSharedMemoryOwner(cfg.SharedMemoryOwner),
+		kserve.WithTracing(cfg.Tracer),
+		kserve.WithLogLevel(cfg.LogLevel))
 	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
 
 	g.metrics = prometheus.NewRegistry()
