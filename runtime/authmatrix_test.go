@@ -452,6 +452,11 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/v2/systemsharedmemory/region/nope/register", `{"key":"../not/a/key","offset":0,"byte_size":16}`, anyKey, nil},
 		{"POST", "/v2/systemsharedmemory/region/nope/unregister", "", anyKey, nil},
 		{"GET", "/v2/cudasharedmemory/status", "", anyKey, nil},
+		{"GET", "/v2/trace/setting", "", control, nil},
+		{"POST", "/v2/trace/setting", `{"trace_rate":"1000"}`, control, nil},
+		{"GET", "/v2/models/$M/trace/setting", "", control, &kserve},
+		{"GET", "/v2/logging", "", control, nil},
+		{"POST", "/v2/logging", `{"log_info":true}`, control, nil},
 	}
 	call := func(method, path, body, key, model string) httpOutcome {
 		fill := func(s string) string { return strings.ReplaceAll(s, "$M", model) }

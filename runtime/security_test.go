@@ -80,8 +80,9 @@ func serveYAML(t *testing.T, yaml string, logs io.Writer) string {
 	t.Helper()
 	cfg, err := parseConfig("test", []byte(yaml))
 	require.NoError(t, err)
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: log, DrainTimeout: time.Second})
+	lv := new(slog.LevelVar) // as main's: Triton's logging extension changes it
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: lv}))
+	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: log, DrainTimeout: time.Second, LogLevel: lv})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 
@@ -74,7 +75,14 @@ func New(ctx context.Context, cfg Config) (*Tracer, error) {
 	exp := cfg.Exporter
 	if exp == nil && cfg.Endpoint != "" {
 		var err error
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.Endpoint), otlptracehttp.WithHeaders(cfg.Headers))
+		// A collector's address without a path means its traces path, as OTEL_EXPORTER_OTLP_ENDPOINT
+		// does; WithEndpointURL alone would post to "/".
+		endpoint := cfg.Endpoint
+		if u, perr := url.Parse(endpoint); perr == nil && (u.Path == "" || u.Path == "/") {
+			u.Path = "/v1/traces"
+			endpoint = u.String()
+		}
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint), otlptracehttp.WithHeaders(cfg.Headers))
 		if err != nil {
 			return nil, fmt.Errorf("tracing: OTLP exporter for %s: %w", cfg.Endpoint, err)
 		}
