@@ -46,7 +46,7 @@ func (e *Entry) OverrideConfig(override *inference.ModelConfig) (*inference.Mode
 		return nil, bad
 	}
 	if len(override.ProtoReflect().GetUnknown()) > 0 {
-		return nil, invalid("Invalid config override: unknown fields")
+		return nil, invalid("failed to load '%s', failed to poll from model repository: Invalid config override: unknown fields", name)
 	}
 	cfg := proto.Clone(base).(*inference.ModelConfig)
 	// proto3 cannot tell an absent max_batch_size from 0: 0 keeps the model's own.

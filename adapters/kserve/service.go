@@ -252,7 +252,9 @@ func (s *Service) loadOverride(name string, params map[string]*inference.ModelRe
 	}
 	var override inference.ModelConfig
 	if err := protojson.Unmarshal([]byte(config), &override); err != nil {
-		return invalid("Invalid config override: %v", err)
+		// Triton's client sees "failed to load 'm', failed to poll from model repository" (its
+		// example model-control clients check for "failed to load") and its log the reason.
+		return invalid("failed to load '%s', failed to poll from model repository: Invalid config override: %v", name, err)
 	}
 	cfg, err := e.OverrideConfig(&override)
 	if err != nil {

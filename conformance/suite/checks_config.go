@@ -77,6 +77,17 @@ func configChecks() []Check {
 			_, err := t.client().ModelStatistics(t.ctx, &inference.ModelStatisticsRequest{Name: unknownModel})
 			t.expectRefusal(err, "ModelStatistics(unknown)", codes.NotFound, "")
 		}},
+		{ID: "config.load-bad-override", Title: "RepositoryModelLoad with a config override that is not a ModelConfig's JSON is refused (\"failed to load\"), and the model stays ready", Class: TritonExtension, Cite: triton("protocol/extension_model_repository.md", "\"config\" : string parameter that contains a JSON representation of the model configuration"), Run: func(t *T) {
+			t.requireExtension("model_repository")
+			m := t.generic()
+			_, err := t.client().RepositoryModelLoad(t.ctx, &inference.RepositoryModelLoadRequest{ModelName: m.name,
+				Parameters: map[string]*inference.ModelRepositoryParameter{"config": {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `"parameters": {"config": {{"max_batch_size": "16"}}}`}}}})
+			t.expectRefusal(err, fmt.Sprintf("RepositoryModelLoad of '%s' with a config override that is not JSON", m.name), codes.InvalidArgument, "failed to load")
+			r, err := t.client().ModelReady(t.ctx, &inference.ModelReadyRequest{Name: m.name})
+			t.expectOK(err, fmt.Sprintf("ModelReady('%s') after the refused load", m.name))
+			equal(t, fmt.Sprintf("ModelReady('%s').ready after the refused load", m.name), true, r.GetReady())
+			t.Note("model '%s'", m.name)
+		}},
 		{ID: "config.repository-index", Title: "RepositoryIndex(ready=false) lists every model as READY, with states from Triton's set", Class: TritonExtension, Cite: triton("protocol/extension_model_repository.md", "The index API returns information about every model available in a model repository, even if it is not currently loaded into Triton."), Item: 48, Run: func(t *T) {
 			t.requireExtension("model_repository")
 			r, err := t.client().RepositoryIndex(t.ctx, &inference.RepositoryIndexRequest{Ready: false})
