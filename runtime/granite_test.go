@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
@@ -106,4 +107,43 @@ func TestSystemSharedMemorySwitch(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.GreaterOrEqual(t, res.StatusCode, 400, "turned off")
+}
+
+// With API keys on, only an admin key gets a Granite request's rendered prompt back
+// (X-Infergate-Debug: prompt): it holds the system prompt and documents.
+func TestGraniteDebugPromptNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	up := openaitest.Start(t, "up", "granite")
+	const user, admin = "sk-granite-user-31c4", "sk-granite-admin-77d0"
+	addr := serveYAML(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: up, url: %s, type: vllm, check_interval: 1h}
+auth:
+  keys:
+    - {name: user, sha256: %s}
+    - {name: admin, sha256: %s, admin: true}
+models:
+  granite: {processor: granite3.3}
+`, up.URL, guard.HashKey(user), guard.HashKey(admin)), io.Discard)
+	prompt := func(key string) string {
+		t.Helper()
+		var res *http.Response
+		require.Eventually(t, func() bool {
+			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",
+				strings.NewReader(`{"model":"granite","messages":[{"role":"user","content":"Hello"}]}`))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("X-Infergate-Debug", "prompt")
+			var err error
+			if res, err = http.DefaultClient.Do(req); err != nil {
+				return false
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			return res.StatusCode == http.StatusOK
+		}, 10*time.Second, 10*time.Millisecond)
+		return res.Header.Get("X-Infergate-Granite-Prompt")
+	}
+	assert.Empty(t, prompt(user), "a user key does not see the prompt")
+	assert.NotEmpty(t, prompt(admin), "an admin key does")
 }

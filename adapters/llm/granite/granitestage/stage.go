@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"io"
 	"net/http"
 	"strconv"
@@ -70,6 +71,12 @@ type Options struct {
 	NewID func() string
 	// Now is the chat completion's created time (default time.Now).
 	Now func() time.Time
+	// MayDebug says whether a request's caller may have its rendered prompt back
+	// (DebugHeader); nil lets every caller. The runtime lets admin keys only, when keys are on:
+	// the prompt holds the system prompt and documents an operator may not want shown.
+	MayDebug func(ctx context.Context) bool
+	// Logger, when set, gets each rendered prompt and each raw model output at debug level.
+	Logger *slog.Logger
 }
 
 // Stage is the interceptor for a model whose prompts are rendered by e (a granite.Registry
@@ -112,7 +119,8 @@ func chat(ctx context.Context, e granite.Entry, o *Options, req *pipeline.Reques
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{next: next, req: req, model: f["model"], max: o.MaxAnswerBytes}
+	b := &backend{next: next, req: req, model: f["model"], max: o.MaxAnswerBytes, log: o.Logger,
+		mayDebug: o.MayDebug == nil || o.MayDebug(ctx)}
 	if sp, ok := e.Output.(granite.StreamOutputProcessor); ok && req.Stream() && e.NewIO == nil {
 		return b.stream(ctx, granite.NewSimple(e.Input, e.Output, nil), sp, in, f, o)
 	}
@@ -165,6 +173,9 @@ type backend struct {
 	usage  pipeline.Usage
 	total  *usage
 	prompt string
+
+	log      *slog.Logger // nil: no debug lines
+	mayDebug bool         // the caller may have the prompt back
 }
 
 type completionAnswer struct {
@@ -200,7 +211,14 @@ func (b *backend) Generate(ctx context.Context, g granite.GenerateRequest) ([]gr
 	if res.StatusCode != http.StatusOK || res.Stream {
 		return nil, &upstreamAnswer{res: res}
 	}
-	return b.take(res)
+	gens, err := b.take(res)
+	if err == nil && b.log != nil && b.log.Enabled(ctx, slog.LevelDebug) {
+		for i, g := range gens {
+			b.log.DebugContext(ctx, "granite: raw output", "model", string(b.model), "request_id", b.req.ID, "choice", i,
+				"output", pipeline.Truncate(g.Text, MaxDebugPrompt))
+		}
+	}
+	return gens, err
 }
 
 // request is the /v1/completions request for g: whole, or streamed with the client's
@@ -225,6 +243,9 @@ func (b *backend) request(g granite.GenerateRequest, streamOptions json.RawMessa
 		return nil, err
 	}
 	b.prompt = g.Prompt
+	if b.log != nil && b.log.Enabled(context.Background(), slog.LevelDebug) {
+		b.log.Debug("granite: prompt", "model", string(b.model), "request_id", b.req.ID, "prompt", pipeline.Truncate(g.Prompt, MaxDebugPrompt))
+	}
 	return &out, nil
 }
 
@@ -370,7 +391,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 
 // debug sets PromptHeader when the request asked for it.
 func (b *backend) debug(header http.Header) {
-	if b.req.Header != nil && b.req.Header.Get(DebugHeader) == "prompt" {
+	if b.mayDebug && b.req.Header != nil && b.req.Header.Get(DebugHeader) == "prompt" {
 		p := b.prompt
 		if len(p) > MaxDebugPrompt {
 			p = p[:MaxDebugPrompt]
