@@ -158,6 +158,28 @@ type modelConfig struct {
 	// the gateway renders the prompt (thinking, documents, controls, tools) and parses the
 	// model's text back into reasoning, citations, hallucinations and tool calls.
 	Processor string `yaml:"processor"`
+	// Voting answers each chat completion by majority vote over samples completions of the
+	// processor (granite-io's voting IO processor): the most common answer, normalized, with
+	// its vote count. Needs processor.
+	Voting *votingConfig `yaml:"voting"`
+}
+
+// votingConfig is models.<name>.voting.
+type votingConfig struct {
+	// Samples is how many completions each answer is voted over (2 to granite.MaxSamples).
+	Samples int `yaml:"samples"`
+	// Normalizer makes answers comparable: exact (the default: the parsed content as it is) or
+	// integer (each answer read as an integer, as granite-io's integer_normalizer; anything
+	// else counts as "nan").
+	Normalizer string `yaml:"normalizer"`
+}
+
+// normalizer is the voting's answer normalizer (nil: exact).
+func (v votingConfig) normalizer() granite.Normalizer {
+	if v.Normalizer == "integer" {
+		return granite.IntegerNormalizer
+	}
+	return nil
 }
 
 // cacheConfig is models.<name>.cache.
@@ -333,9 +355,20 @@ func (m modelConfig) validate(name string) []string {
 			out = append(out, fmt.Sprintf("models.%s.processor: unknown processor %q (known: %s)", name, m.Processor,
 				strings.Join(reg.Names(), ", ")))
 		}
+		if v := m.Voting; v != nil {
+			if v.Samples < 2 || v.Samples > granite.MaxSamples {
+				out = append(out, fmt.Sprintf("models.%s.voting.samples: %d is not between 2 and %d", name, v.Samples, granite.MaxSamples))
+			}
+			if v.Normalizer != "" && v.Normalizer != "exact" && v.Normalizer != "integer" {
+				out = append(out, fmt.Sprintf("models.%s.voting.normalizer: %q is neither exact nor integer", name, v.Normalizer))
+			}
+		}
 		if m.Input == "tokens" {
 			out = append(out, fmt.Sprintf("models.%s: processor and input: tokens cannot go together (both turn chat into completions; a processor sends its own prompt text)", name))
 		}
+	}
+	if m.Processor == "" && m.Voting != nil {
+		out = append(out, fmt.Sprintf("models.%s.voting needs processor (it votes over the processor's parsed answers)", name))
 	}
 	switch m.Messages {
 	case "", "translate", "native":

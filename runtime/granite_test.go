@@ -147,3 +147,39 @@ models:
 	assert.Empty(t, prompt(user), "a user key does not see the prompt")
 	assert.NotEmpty(t, prompt(admin), "an admin key does")
 }
+
+// models.<name>.voting: each chat answer is the majority of samples completions of the
+// processor; bad voting settings fail start-up naming the key.
+func TestGraniteVoting(t *testing.T) {
+	t.Parallel()
+	up := openaitest.Start(t, "up", "granite")
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: up, url: %s, type: vllm, check_interval: 1h}
+models:
+  granite: {processor: granite3.3, voting: {samples: 3}}
+`, up.URL), "granite")
+	c := oai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	calls := up.Requests()
+	out, err := c.Chat.Completions.New(context.Background(), oai.ChatCompletionNewParams{Model: "granite",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("What is 6 times 7?")}})
+	require.NoError(t, err)
+	assert.Equal(t, "Hello from up", out.Choices[0].Message.Content, "the answer every sample gave")
+	// The fake answers one choice whatever n asks for: the vote asks again for the samples missing.
+	assert.EqualValues(t, 3, up.Requests()-calls, "three samples, one completion each")
+
+	for cfg, want := range map[string]string{
+		"{processor: granite3.3, voting: {samples: 1}}":                      "models.g.voting.samples: 1 is not between 2 and 1024",
+		"{processor: granite3.3, voting: {samples: 3, normalizer: fuzzy}}":   `models.g.voting.normalizer: "fuzzy" is neither exact nor integer`,
+		"{voting: {samples: 3}}":                                             "models.g.voting needs processor",
+		"{processor: granite3.3, voting: {samples: 3, normalizer: integer}}": "",
+	} {
+		_, err := parseConfig("test", []byte("models:\n  g: "+cfg+"\n"))
+		if want == "" {
+			assert.NoError(t, err, cfg)
+		} else if assert.Error(t, err, cfg) {
+			assert.Contains(t, err.Error(), want)
+		}
+	}
+}

@@ -133,6 +133,9 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 		}
 		if c.Processor != "" {
 			e, _ := granites.Lookup(c.Processor) // validated with the config
+			if v := c.Voting; v != nil {
+				e = granite.Voting(e, v.normalizer(), v.Samples)
+			}
 			lm.granite = granitestage.Stage(e, granitestage.Options{Logger: log, MayDebug: adminOrOpen})
 		}
 		if d := c.Disaggregation; d != nil {
