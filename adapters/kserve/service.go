@@ -246,15 +246,15 @@ func (s *Service) loadOverride(name string, params map[string]*inference.ModelRe
 	if !hasConfig {
 		return s.reg.Load(name)
 	}
-	if e.Remote() || e.Config().GetPlatform() != cpu.Platform {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
-			"failed to load '%s': config overrides apply to infergate's built-in models only; this model's config comes from its backend, which must change it", name))
-	}
 	var override inference.ModelConfig
 	if err := protojson.Unmarshal([]byte(config), &override); err != nil {
 		// Triton's client sees "failed to load 'm', failed to poll from model repository" (its
 		// example model-control clients check for "failed to load") and its log the reason.
 		return invalid("failed to load '%s', failed to poll from model repository: Invalid config override: %v", name, err)
+	}
+	if e.Remote() || e.Config().GetPlatform() != cpu.Platform {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+			"failed to load '%s': config overrides apply to infergate's built-in models only; this model's config comes from its backend, which must change it", name))
 	}
 	cfg, err := e.OverrideConfig(&override)
 	if err != nil {
