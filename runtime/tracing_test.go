@@ -17,6 +17,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/internal/logtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,7 +46,7 @@ upstreams:
 tracing: {otlp_endpoint: %s, level: [TIMESTAMPS], rate: 1}
 `, up.URL, collector.URL)))
 	require.NoError(t, err)
-	var logs syncBuffer
+	var logs logtest.Sink
 	lv := new(slog.LevelVar)
 	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: lv})),
 		DrainTimeout: time.Second, LogLevel: lv})
@@ -160,16 +161,4 @@ func TestDynamicBatching(t *testing.T) {
 // ints is n copies of v, comma-separated.
 func ints(n, v int) string {
 	return strings.TrimSuffix(strings.Repeat(fmt.Sprint(v)+",", n), ",")
-}
-
-// syncBuffer is a bytes.Buffer safe for the gateway's concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
 }
