@@ -322,10 +322,16 @@ func retryAfter(t *testing.T, h *Harness, s breaker.Settings) {
 	require.LessOrEqual(t, refused(t, h, "up").RetryAfter, wait+time.Millisecond, "what a refusal says, a moment later")
 
 	h.Advance(s.OpenTimeout)
+	halfOpen := time.Now()
 	require.Zero(t, h.Breaker.RetryAfter("up"), "half-open with probes to give: admits now")
 	p1, p2 := allow(t, h, "up"), allow(t, h, "up")
 	refused(t, h, "up") // every probe of the round is out
 	wait = h.Breaker.RetryAfter("up")
+	if wait == 0 && time.Since(halfOpen) >= s.OpenTimeout-50*time.Millisecond {
+		// A harness on real time (Redis) on a loaded machine can take the round's whole time to
+		// get here: the round has timed out, and admitting again is then right.
+		t.Skipf("the half-open round (%v) timed out before RetryAfter was asked, %v after it began", s.OpenTimeout, time.Since(halfOpen))
+	}
 	require.Greater(t, wait, time.Duration(0), "half-open, probes all out: until the round times out")
 	require.LessOrEqual(t, wait, s.OpenTimeout)
 	p1.Done(success)
