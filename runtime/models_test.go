@@ -37,7 +37,7 @@ func qwenTokenizer(t *testing.T) string {
 }
 
 // startModels serves a config in process (no API keys) and waits until model is routed.
-func startModels(t *testing.T, yaml, model string) string {
+func startModels(t testing.TB, yaml, model string) string {
 	t.Helper()
 	addr := serveYAML(t, yaml, io.Discard)
 	require.Eventually(t, func() bool {

@@ -76,7 +76,7 @@ func startLogged(t *testing.T, yaml string, logs io.Writer) string {
 
 // serveYAML builds the gateway from a YAML document as the binary does and serves it on a free
 // port until the test ends.
-func serveYAML(t *testing.T, yaml string, logs io.Writer) string {
+func serveYAML(t testing.TB, yaml string, logs io.Writer) string {
 	t.Helper()
 	cfg, err := parseConfig("test", []byte(yaml))
 	require.NoError(t, err)
