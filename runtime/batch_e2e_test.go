@@ -64,6 +64,28 @@ func getBatch(t *testing.T, addr, id string) e2eBatch {
 	return b
 }
 
+// createBatch starts a /v1/chat/completions batch of an uploaded file and returns its id.
+func createBatch(t *testing.T, addr, fileID string) string {
+	t.Helper()
+	res, err := http.Post("http://"+addr+"/v1/batches", "application/json",
+		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var created struct{ ID string }
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
+	return created.ID
+}
+
+// completedBatch runs one JSONL line as a batch and returns the batch once completed, with an
+// output file.
+func completedBatch(t *testing.T, addr, line string) e2eBatch {
+	t.Helper()
+	id := createBatch(t, addr, uploadBatchFile(t, "http://"+addr, "k", line+"\n"))
+	done := waitBatch(t, addr, id, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+	require.NotNil(t, done.OutputFileID)
+	return done
+}
+
 // waitBatch polls until cond holds, failing with the batch's state after timeout.
 func waitBatch(t *testing.T, addr, id string, timeout time.Duration, cond func(e2eBatch) bool) e2eBatch {
 	t.Helper()
@@ -142,14 +164,7 @@ batch:
 		}
 		fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[{"role":"user","content":%q}]}}`+"\n", i, content)
 	}
-	file := batchtest.Upload(t, "http://"+gw, "", in.String())
-	res, err := http.Post("http://"+gw+"/v1/batches", "application/json",
-		strings.NewReader(`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
-	require.NoError(t, err)
-	var created struct{ ID string }
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
-	res.Body.Close()
-	id := created.ID
+	id := createBatch(t, gw, batchtest.Upload(t, "http://"+gw, "", in.String()))
 
 	done := func(b e2eBatch) int64 { return b.RequestCounts.Completed + b.RequestCounts.Failed }
 	// The second worker gets partitions once the group has rebalanced (seconds): then both
@@ -193,18 +208,12 @@ batch:
   redis_timeout: 500ms
 `, llm.URL, rdb.Addr, t.TempDir()))
 	gw := startBinary(t, nil, "-config", cfg)
-	file := batchtest.Upload(t, "http://"+gw, "", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[]}}`+"\n")
-	res, err := http.Post("http://"+gw+"/v1/batches", "application/json",
-		strings.NewReader(`{"input_file_id":"`+file+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
-	require.NoError(t, err)
-	var created struct{ ID string }
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
-	res.Body.Close()
-	waitBatch(t, gw, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
+	id := createBatch(t, gw, batchtest.Upload(t, "http://"+gw, "", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m1","messages":[]}}`+"\n"))
+	waitBatch(t, gw, id, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
 
 	rdb.Kill()
 	client := &http.Client{Timeout: 15 * time.Second}
-	for _, path := range []string{"/v1/batches", "/v1/batches/" + created.ID} {
+	for _, path := range []string{"/v1/batches", "/v1/batches/" + id} {
 		start := time.Now()
 		res, err := client.Get("http://" + gw + path)
 		require.NoError(t, err, path)
@@ -222,7 +231,7 @@ batch:
 	}
 
 	rdb.Restart()
-	res, err = client.Get("http://" + gw + "/v1/batches")
+	res, err := client.Get("http://" + gw + "/v1/batches")
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)

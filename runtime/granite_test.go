@@ -69,15 +69,7 @@ models:
 	assert.Contains(t, string(b), `"text_output":"Hello from up"`)
 	prompted("bridge", "Through the bridge")
 
-	fileID := uploadBatchFile(t, "http://"+addr, "k", `{"custom_id":"g","method":"POST","url":"/v1/chat/completions","body":{"model":"granite","messages":[{"role":"user","content":"In a batch"}]}}`+"\n")
-	res, err = http.Post("http://"+addr+"/v1/batches", "application/json",
-		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
-	require.NoError(t, err)
-	var created struct{ ID string }
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
-	res.Body.Close()
-	done := waitBatch(t, addr, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
-	require.NotNil(t, done.OutputFileID)
+	done := completedBatch(t, addr, `{"custom_id":"g","method":"POST","url":"/v1/chat/completions","body":{"model":"granite","messages":[{"role":"user","content":"In a batch"}]}}`)
 	assert.Equal(t, 1, fileLines(t, addr, done.OutputFileID, map[string]int{}), "the line succeeded")
 	prompted("batch line", "In a batch")
 

@@ -196,15 +196,7 @@ batch: {dir: %s}
 	prompts = engine.Prompts()
 	assert.Equal(t, []int{12522, 5193, 264, 882}, prompts[len(prompts)-1], "the bridge's text prompt reached the engine as ids")
 
-	fileID := uploadBatchFile(t, "http://"+addr, "k", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"qwen","messages":[{"role":"user","content":"Say hello."}]}}`+"\n")
-	res, err = http.Post("http://"+addr+"/v1/batches", "application/json",
-		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
-	require.NoError(t, err)
-	var created struct{ ID string }
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
-	res.Body.Close()
-	done := waitBatch(t, addr, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
-	require.NotNil(t, done.OutputFileID)
+	done := completedBatch(t, addr, `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"qwen","messages":[{"role":"user","content":"Say hello."}]}}`)
 	res, err = http.Get("http://" + addr + "/v1/files/" + *done.OutputFileID + "/content")
 	require.NoError(t, err)
 	b, _ = io.ReadAll(res.Body)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -235,15 +234,7 @@ models:
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
 	// A Batch API line takes the same two legs.
-	fileID := uploadBatchFile(t, "http://"+addr, "k", `{"custom_id":"pd","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"`+long+`Batch."}]}}`+"\n")
-	res, err = http.Post("http://"+addr+"/v1/batches", "application/json",
-		strings.NewReader(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`))
-	require.NoError(t, err)
-	var created struct{ ID string }
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&created))
-	res.Body.Close()
-	done := waitBatch(t, addr, created.ID, 20*time.Second, func(b e2eBatch) bool { return b.Status == "completed" })
-	require.NotNil(t, done.OutputFileID)
+	done := completedBatch(t, addr, `{"custom_id":"pd","method":"POST","url":"/v1/chat/completions","body":{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"`+long+`Batch."}]}}`)
 	assert.Equal(t, 1, fileLines(t, addr, done.OutputFileID, map[string]int{}), "the line succeeded")
 
 	prefills := p1.Stats().Requests + p2.Stats().Requests
