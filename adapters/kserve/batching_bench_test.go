@@ -2,9 +2,7 @@ package kserve_test
 
 import (
 	"context"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/batcher"
+	"github.com/infergate/infergate/engines/batcher/batchertest"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -46,39 +45,15 @@ func BenchmarkDynamicBatchingGRPC(b *testing.B) {
 		if _, err := client.ModelInfer(context.Background(), req); err != nil { // connect before timing
 			b.Fatal(err)
 		}
-		lat := make([]time.Duration, b.N)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range c {
-			wg.Go(func() {
-				for {
-					k := next.Add(1) - 1
-					if k >= int64(b.N) {
-						return
-					}
-					t0 := time.Now()
-					if _, err := client.ModelInfer(context.Background(), req); err != nil {
-						b.Error(err)
-						return
-					}
-					lat[k] = time.Since(t0)
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		slices.Sort(lat)
-		return float64(b.N) / elapsed.Seconds(), lat[min(len(lat)-1, len(lat)*99/100)]
+		return batchertest.Closed(b, c, b.N, func(int) error {
+			_, err := client.ModelInfer(context.Background(), req)
+			return err
+		})
 	}
 	unbatched, p99u := measure(false)
 	b.ResetTimer()
 	batched, p99b := measure(true)
-	b.ReportMetric(batched/unbatched, "x_throughput")
-	b.ReportMetric(batched, "batched_req/s")
-	b.ReportMetric(unbatched, "unbatched_req/s")
-	b.ReportMetric(float64(p99b.Microseconds())/1000, "batched_p99_ms")
-	b.ReportMetric(float64(p99u.Microseconds())/1000, "unbatched_p99_ms")
+	batchertest.Report(b, batched, unbatched, p99b, p99u)
 }
 
 var _ engines.Model = (*doubler)(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/batcher"
+	"github.com/infergate/infergate/engines/batcher/batchertest"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,43 +152,15 @@ func BenchmarkDynamicBatching(b *testing.B) {
 		g := newGPU(&inference.ModelDynamicBatching{}, 64)
 		g.perCall, g.perItem = 2*time.Millisecond, 20*time.Microsecond
 		e := register(b, g, batching)
-		lat := make([]time.Duration, b.N)
-		var next sync.Mutex
-		i := 0
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range c {
-			wg.Go(func() {
-				for {
-					next.Lock()
-					k := i
-					i++
-					next.Unlock()
-					if k >= b.N {
-						return
-					}
-					t0 := time.Now()
-					if _, err := run(e, request(1, int32(k))); err != nil {
-						b.Error(err)
-						return
-					}
-					lat[k] = time.Since(t0)
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		slices.Sort(lat)
-		return float64(b.N) / elapsed.Seconds(), lat[min(len(lat)-1, len(lat)*99/100)]
+		return batchertest.Closed(b, c, b.N, func(k int) error {
+			_, err := run(e, request(1, int32(k)))
+			return err
+		})
 	}
 	unbatched, p99u := measure(false)
 	b.ResetTimer()
 	batched, p99b := measure(true)
-	b.ReportMetric(batched/unbatched, "x_throughput")
-	b.ReportMetric(batched, "batched_req/s")
-	b.ReportMetric(unbatched, "unbatched_req/s")
-	b.ReportMetric(float64(p99b.Microseconds())/1000, "batched_p99_ms")
-	b.ReportMetric(float64(p99u.Microseconds())/1000, "unbatched_p99_ms")
+	batchertest.Report(b, batched, unbatched, p99b, p99u)
 	if testing.Verbose() {
 		fmt.Printf("N=%d batched %.0f/s p99 %v; unbatched %.0f/s p99 %v\n", b.N, batched, p99b, unbatched, p99u)
 	}
