@@ -3,6 +3,7 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -120,10 +121,5 @@ func traceKeys(s map[string]*inference.TraceSettingResponse_SettingValue) string
 }
 
 func jsonKeys(m map[string]json.RawMessage) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }
