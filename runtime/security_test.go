@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"runtime/metrics"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,9 +79,18 @@ func startLogged(t *testing.T, yaml string, logs io.Writer) string {
 // port until the test ends.
 func serveYAML(t testing.TB, yaml string, logs io.Writer) string {
 	t.Helper()
+	addr, _, _ := startYAML(t, yaml, logs)
+	return addr
+}
+
+// startYAML is serveYAML that also returns the level the gateway logs at (a LevelVar, as main's:
+// Triton's logging extension changes it) and stop, which drains the gateway and closes what it
+// built (flushing spans, say) before the test ends; it runs at the end if not called before.
+func startYAML(t testing.TB, yaml string, logs io.Writer) (addr string, lv *slog.LevelVar, stop func()) {
+	t.Helper()
 	cfg, err := parseConfig("test", []byte(yaml))
 	require.NoError(t, err)
-	lv := new(slog.LevelVar) // as main's: Triton's logging extension changes it
+	lv = new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: lv}))
 	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: log, DrainTimeout: time.Second, LogLevel: lv})
 	require.NoError(t, err)
@@ -88,12 +98,13 @@ func serveYAML(t testing.TB, yaml string, logs io.Writer) string {
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gw.Serve(ln) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		_ = gw.Shutdown(context.Background())
 		<-done
 		closeAll()
 	})
-	return ln.Addr().String()
+	t.Cleanup(stop)
+	return ln.Addr().String(), lv, stop
 }
 
 // h2c is an HTTP/2 cleartext client: how gRPC clients reach the gateway.

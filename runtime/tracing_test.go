@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/openai/openaitest"
-	"github.com/infergate/infergate/internal/logtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,32 +36,12 @@ func TestTracingAndLogSettings(t *testing.T) {
 	}))
 	t.Cleanup(collector.Close)
 	up := openaitest.Start(t, "up", "m")
-	cfg, err := parseConfig("test", []byte(fmt.Sprintf(`
+	addr, lv, stop := startYAML(t, fmt.Sprintf(`
 upstreams:
   - {name: up, url: %s, type: vllm, check_interval: 1h}
 tracing: {otlp_endpoint: %s, level: [TIMESTAMPS], rate: 1}
-`, up.URL, collector.URL)))
-	require.NoError(t, err)
-	var logs logtest.Sink
-	lv := new(slog.LevelVar)
-	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: lv})),
-		DrainTimeout: time.Second, LogLevel: lv})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = gw.Serve(ln) }()
-	addr := "http://" + ln.Addr().String()
-	closed := false
-	stop := func() {
-		if !closed {
-			closed = true
-			_ = gw.Shutdown(context.Background())
-			<-served
-			closeAll() // flushes the spans to the collector
-		}
-	}
-	t.Cleanup(stop)
+`, up.URL, collector.URL), io.Discard)
+	addr = "http://" + addr
 
 	post := func(path, body, traceparent string) string {
 		t.Helper()
@@ -108,7 +84,7 @@ tracing: {otlp_endpoint: %s, level: [TIMESTAMPS], rate: 1}
 	assert.Contains(t, post("/v2/logging", `{"log_verbose_level":1}`, ""), `"log_verbose_level":1`)
 	assert.Equal(t, slog.LevelDebug, lv.Level())
 
-	stop()
+	stop() // flushes the spans to the collector
 	mu.Lock()
 	defer mu.Unlock()
 	for name, trace := range map[string]string{"chat": chatTrace, "infer": inferTrace} {
