@@ -441,11 +441,19 @@ class LifecycleTest(unittest.TestCase):
 
     def test_sigterm_stops_serve_forever(self):
         script = textwrap.dedent("""
+            import signal, threading, time
             import infergate
             gw = infergate.Gateway(listen="127.0.0.1:0")
             gw.register_llm("echo", lambda p: p)
             gw.start()
-            print(gw.url, flush=True)
+
+            def announce():
+                # The URL goes out only once serve_forever has its SIGTERM handler: a signal
+                # sent before that takes Python's default action, as it would without infergate.
+                while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                    time.sleep(0.01)
+                print(gw.url, flush=True)
+            threading.Thread(target=announce, daemon=True).start()
             gw.serve_forever()
             print("stopped", flush=True)
         """)
