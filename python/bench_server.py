@@ -1,6 +1,7 @@
-"""Serves a Python identity model next to the built-in Go one, for the Go benchmark in
-bindings/cshared (BenchmarkPythonIdentity). Prints one JSON line (address, the direct call's
-cost) and serves until stdin closes."""
+"""Serves Python models next to the built-in Go ones, for the Go benchmark and test in
+bindings/cshared (BenchmarkPythonIdentity, TestPythonModelsOverGRPC): an identity model, one that
+raises, and a streaming LLM. Prints one JSON line (address, the direct call's cost) and serves
+until stdin closes."""
 import json
 import sys
 import time
@@ -15,6 +16,15 @@ def identity(inputs):
     return {"OUTPUT0": inputs["INPUT0"]}
 
 
+def raises(inputs):
+    raise infergate.InferError("bad request for this model")
+
+
+def words(prompt):
+    for w in prompt.split():
+        yield w.upper() + " "
+
+
 def direct_us(n=200000):
     arg = {"INPUT0": memoryview(bytearray(64)).cast("f")}
     start = time.perf_counter()
@@ -26,6 +36,8 @@ def direct_us(n=200000):
 def main():
     gw = infergate.Gateway(config={"builtin_models": True}, listen="127.0.0.1:0")
     gw.register_tensor_model("py_identity", fn=identity, **SPEC)
+    gw.register_tensor_model("py_raises", fn=raises, **SPEC)
+    gw.register_llm("py_words", words)
     gw.start()
     print(json.dumps({"addr": gw.address, "direct_us": direct_us()}), flush=True)
     sys.stdin.read()

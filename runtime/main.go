@@ -22,6 +22,7 @@ import (
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/ollaconfig"
+	"github.com/infergate/infergate/runtime/app"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -48,7 +49,7 @@ func run(args []string) error {
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
 	ollaPath := fs.String("olla-config", "", "an Olla config file to run with, converted as `infergate import-olla` prints it (its notes are logged); without -listen, Olla's address")
-	role := fs.String("role", roleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
+	role := fs.String("role", app.RoleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func run(args []string) error {
 	}
 	logger := slog.New(handler)
 
-	var cfg *fileConfig
+	var cfg *app.Config
 	var err error
 	switch {
 	case *configPath != "" && *ollaPath != "":
@@ -84,23 +85,19 @@ func run(args []string) error {
 			*listen = conv.Listen
 		}
 		*configPath = *ollaPath
-		cfg, err = parseConfig(*ollaPath+" (converted)", conv.YAML)
+		cfg, err = app.ParseConfig(*ollaPath+" (converted)", conv.YAML)
 	case *configPath != "":
-		cfg, err = loadConfig(*configPath)
+		cfg, err = app.LoadConfig(*configPath)
 	default:
-		cfg, err = parseConfig("environment", nil) // zero config, INFERGATE_* variables applied
+		cfg, err = app.ParseConfig("environment", nil) // zero config, INFERGATE_* variables applied
 	}
 	if err != nil {
 		return err
 	}
-	if *role != roleGateway && *role != roleBatchWorker {
+	if *role != app.RoleGateway && *role != app.RoleBatchWorker {
 		return fmt.Errorf("bad -role %q: gateway or batch-worker", *role)
 	}
-	if lines := cfg.Batch.validate(*role, cfg.Redis.Addr); len(lines) > 0 {
-		return errors.New(strings.Join(lines, "\n"))
-	}
-
-	gw, closeAll, err := build(cfg, *role, gateway.Config{
+	a, err := app.Build(cfg, *role, gateway.Config{
 		ServerName:      *serverName,
 		Version:         version,
 		MaxMessageBytes: *maxMsg,
@@ -114,7 +111,8 @@ func run(args []string) error {
 		}
 		return err
 	}
-	defer closeAll() // after the drain: in-flight proxied requests finish first
+	gw := a.Gateway
+	defer a.Close() // after the drain: in-flight proxied requests finish first
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -124,7 +122,7 @@ func run(args []string) error {
 	defer stop()
 
 	served := make(chan error, 1)
-	if *role == roleBatchWorker {
+	if *role == app.RoleBatchWorker {
 		srv := workerServer(gw)
 		go func() { served <- srv.Serve(ln) }()
 		defer srv.Close()
@@ -140,8 +138,8 @@ func run(args []string) error {
 	}
 	stop() // a second signal kills the process the default way
 	logger.Info("shutdown requested")
-	if *role == roleBatchWorker {
-		return nil // closeAll hands the lines in flight back to the bus
+	if *role == app.RoleBatchWorker {
+		return nil // Close hands the lines in flight back to the bus
 	}
 	if err := gw.Shutdown(context.Background()); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,24 +9,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/runtime/app"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestBinaryServesAndDrainsOnSIGTERM runs the real binary: it serves `simple`, and on SIGTERM lets
 // an in-flight decoupled stream finish before exiting 0.
@@ -89,4 +86,55 @@ func TestBinaryServesAndDrainsOnSIGTERM(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("process did not exit after draining")
 	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestBadConfigFailsStartup(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: x\n    url: http://h\n    type: triton\n"), 0o600))
+	err := run([]string{"-listen", "127.0.0.1:0", "-config", cfg})
+	require.Error(t, err)
+	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, sglang, llamacpp, lm-studio, openai, ollama, kserve`, err.Error())
+
+	err = run([]string{"-listen", "127.0.0.1:0", "-role", "batch-worker"})
+	require.EqualError(t, err, "-role batch-worker needs batch.kafka.brokers and redis.addr, shared with the gateways")
+	err = run([]string{"-listen", "127.0.0.1:0", "-role", "janitor"})
+	require.EqualError(t, err, `bad -role "janitor": gateway or batch-worker`)
+}
+
+// TestImportOlla: `infergate import-olla` turns each of Olla's own config files (the converter's
+// test data) into a config the gateway loads, once the variables it names are set.
+func TestImportOlla(t *testing.T) {
+	files, err := filepath.Glob("../adapters/ollaconfig/testdata/*.yaml")
+	require.NoError(t, err)
+	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, ".infergate.yaml") {
+			continue
+		}
+		n++
+		var out, msgs bytes.Buffer
+		require.NoError(t, importOlla([]string{f}, &out, &msgs), f)
+		assert.Contains(t, msgs.String(), "run it with: infergate -config", f)
+		for _, m := range vars.FindAllStringSubmatch(out.String(), -1) {
+			t.Setenv(m[1], "x")
+		}
+		_, err := app.ParseConfig(f, out.Bytes())
+		assert.NoError(t, err, "%s converted:\n%s", f, out.String())
+	}
+	assert.GreaterOrEqual(t, n, 5)
+
+	var out bytes.Buffer
+	assert.ErrorContains(t, importOlla(nil, &out, io.Discard), "usage: infergate import-olla")
+	bad := filepath.Join(t.TempDir(), "olla.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("discovery:\n  statik: {}\n"), 0o600))
+	assert.ErrorContains(t, importOlla([]string{bad}, &out, io.Discard), "statik")
+	assert.ErrorContains(t, run([]string{"-olla-config", bad}), "statik", "-olla-config converts too")
 }

@@ -70,11 +70,11 @@ func TestConvertFiles(t *testing.T) {
 	}
 }
 
-// loadLikeInfergate decodes a converted config the way runtime's parseConfig does (unknown keys
+// loadLikeInfergate decodes a converted config the way runtime/app's ParseConfig does (unknown keys
 // are errors) and validates its upstreams with the same function, the ${VAR}s it references set.
 func loadLikeInfergate(t *testing.T, data []byte) {
 	t.Helper()
-	// The subset of runtime's fileConfig the conversion writes: a key outside it fails here as
+	// The subset of runtime/app's Config the conversion writes: a key outside it fails here as
 	// it would fail there.
 	var c struct {
 		Upstreams []upstream.Endpoint `yaml:"upstreams"`

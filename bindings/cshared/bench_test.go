@@ -21,30 +21,7 @@ import (
 // over requests, so at c=16 the inverse of throughput), their ratio, and the cost of calling the
 // Python function directly, as the Python process measured it.
 func BenchmarkPythonIdentity(b *testing.B) {
-	python, lib, root := buildLibrary(b)
-	cmd := exec.Command(python, filepath.Join(root, "python", "bench_server.py"))
-	cmd.Env = append(os.Environ(), "INFERGATE_LIB="+lib, "PYTHONPATH="+filepath.Join(root, "python"))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	var hello struct {
-		Addr     string  `json:"addr"`
-		DirectUS float64 `json:"direct_us"`
-	}
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	if err != nil || json.Unmarshal(line, &hello) != nil {
-		b.Fatalf("bench server: %v %q", err, line)
-	}
+	hello := startPythonHost(b)
 	body := `{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}`
 	for _, c := range []int{1, 16} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
@@ -86,4 +63,38 @@ func BenchmarkPythonIdentity(b *testing.B) {
 			b.ReportMetric(hello.DirectUS, "direct_µs/call")
 		})
 	}
+}
+
+// pythonHost is what python/bench_server.py prints once it serves.
+type pythonHost struct {
+	Addr     string  `json:"addr"`
+	DirectUS float64 `json:"direct_us"`
+}
+
+// startPythonHost runs python/bench_server.py (Python models in a python3 process hosting the
+// library) until tb ends.
+func startPythonHost(tb testing.TB) pythonHost {
+	tb.Helper()
+	python, lib, root := buildLibrary(tb)
+	cmd := exec.Command(python, filepath.Join(root, "python", "bench_server.py"))
+	cmd.Env = append(os.Environ(), "INFERGATE_LIB="+lib, "PYTHONPATH="+filepath.Join(root, "python"))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	var hello pythonHost
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &hello) != nil {
+		tb.Fatalf("python host: %v %q", err, line)
+	}
+	return hello
 }

@@ -4,9 +4,9 @@
 // the C shared library under bindings/cshared exposes to Python, kept free of cgo so that it is
 // tested with plain `go test`.
 //
-// It assembles a subset of what the runtime's config wires (upstreams, the backend registry, the
-// built-in models); features that need the runtime's whole config (API keys, rate limits, Redis,
-// batches) are not available embedded, and a config naming them is refused, never ignored.
+// The gateway is the one runtime/app assembles from the runtime's own config file, so every key
+// of that file works embedded (upstreams, models.<name> stages, API keys, limits, Redis, batches,
+// tracing); the embedding program's models join its registry and its OpenAI proxy.
 package embed
 
 import (
@@ -23,52 +23,40 @@ import (
 	"sync"
 	"time"
 
-	"github.com/infergate/infergate/adapters/bridge"
 	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/kserveproxy"
+	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/openai"
 	"github.com/infergate/infergate/adapters/registry"
-	"github.com/infergate/infergate/adapters/upstream"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	"github.com/infergate/infergate/runtime/app"
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is what an embedded gateway reads from its YAML or JSON config. Unknown keys are errors.
+// Config is an embedded gateway's config: the runtime's config file (runtime/app.Config) plus
+// four keys that the runtime takes as flags. One difference in defaults: builtin_models is false
+// unless set (an embedding program serves its own models).
 type Config struct {
-	// ServerName is what ServerMetadata reports; default "triton".
+	// App is the runtime's config, parsed and validated as the binary's -config is (INFERGATE_*
+	// variables apply too).
+	App *app.Config
+	// ServerName is what ServerMetadata reports (server_name); default "triton".
 	ServerName string `yaml:"server_name"`
-	// BuiltinModels serves the CPU engine's built-in models too; default false (an embedding
-	// program serves its own models).
-	BuiltinModels bool `yaml:"builtin_models"`
-	// DrainTimeout bounds Stop's wait for in-flight requests; default 30 s.
+	// DrainTimeout bounds Stop's wait for in-flight requests (drain_timeout); default 30 s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
-	// MaxMessageBytes limits one gRPC message; default the gateway's.
+	// MaxMessageBytes limits one gRPC message (max_message_bytes); default the gateway's.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// Upstreams are OpenAI-compatible and KServe servers, as in the runtime's config.
-	Upstreams []upstream.Endpoint `yaml:"upstreams"`
-	// Registry turns the RegistryService (backends that register themselves) off.
-	Registry struct {
-		Disabled bool `yaml:"disabled"`
-	} `yaml:"registry"`
-	// LogLevel is debug, info, warn or error; default warn (an embedding program's output is
-	// its own).
+	// LogLevel is debug, info, warn or error (log_level); default warn (an embedding program's
+	// output is its own).
 	LogLevel string `yaml:"log_level"`
 }
 
+// flagKeys are the keys Config reads itself; the rest of the document is the runtime's config.
+var flagKeys = map[string]bool{"server_name": true, "drain_timeout": true, "max_message_bytes": true, "log_level": true}
+
 // ParseConfig reads a YAML (or JSON, which is YAML) config; empty data is the zero config.
 func ParseConfig(data []byte) (Config, error) {
-	var c Config
-	if len(bytes.TrimSpace(data)) == 0 {
-		return c, nil
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("embedded gateway config: %w", err)
-	}
-	return c, nil
+	return parseConfig("embedded gateway config", data)
 }
 
 // LoadConfig reads the config file at path.
@@ -77,27 +65,71 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("embedded gateway config: %w", err)
 	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", path, err)
+	return parseConfig(path, data)
+}
+
+func parseConfig(name string, data []byte) (Config, error) {
+	var c Config
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("%s: %w", name, err)
 	}
+	rest := data
+	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
+		// Split the flags' keys off: decode them here, and hand the rest on unchanged.
+		m := doc.Content[0]
+		flags := &yaml.Node{Kind: yaml.MappingNode}
+		var kept []*yaml.Node
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if flagKeys[m.Content[i].Value] {
+				flags.Content = append(flags.Content, m.Content[i], m.Content[i+1])
+			} else {
+				kept = append(kept, m.Content[i], m.Content[i+1])
+			}
+		}
+		if len(flags.Content) > 0 {
+			if err := flags.Decode(&c); err != nil {
+				return c, fmt.Errorf("%s: %w", name, err)
+			}
+			m.Content = kept
+			var err error
+			if rest, err = yaml.Marshal(&doc); err != nil {
+				return c, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	if c.LogLevel != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+			return c, fmt.Errorf("%s: log_level: %w", name, err)
+		}
+	}
+	if c.DrainTimeout < 0 || c.MaxMessageBytes < 0 {
+		return c, fmt.Errorf("%s: drain_timeout and max_message_bytes must not be negative", name)
+	}
+	a, err := app.ParseConfig(name, rest)
+	if err != nil {
+		return c, err
+	}
+	if a.BuiltinModels == nil {
+		off := false
+		a.BuiltinModels = &off
+	}
+	c.App = a
 	return c, nil
 }
 
 // Gateway is an embedded gateway: create it with New, add models, Start it, Stop it.
 type Gateway struct {
-	cfg    Config
 	log    *slog.Logger
+	app    *app.App
 	reg    *engines.Registry
 	gw     *gateway.Gateway
 	proxy  *openai.Proxy
-	bridge *bridge.Bridge
-	kp     *kserveproxy.Proxy
 	svc    *registry.Service // nil when the registry is disabled
 	llms   *llmServer
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the registry applier stopped
 
 	mu      sync.Mutex
 	served  chan error // nil until Start
@@ -108,62 +140,38 @@ type Gateway struct {
 
 // New builds a gateway from cfg; nothing listens until Start.
 func New(cfg Config) (*Gateway, error) {
-	var level slog.Level = slog.LevelWarn
+	level := slog.LevelWarn
 	if cfg.LogLevel != "" {
 		if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 			return nil, fmt.Errorf("embedded gateway config: log_level: %w", err)
 		}
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	g := &Gateway{cfg: cfg, log: log, reg: engines.NewRegistry(), leases: map[string]context.CancelFunc{}}
-	if cfg.BuiltinModels {
-		if err := cpu.Register(g.reg); err != nil {
-			return nil, fmt.Errorf("registering built-in models: %w", err)
+	if cfg.App == nil {
+		c, err := ParseConfig(nil)
+		if err != nil {
+			return nil, err
 		}
+		cfg.App = c.App
 	}
-	var err error
-	g.proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log,
-		Ready: func() bool { return g.gw.Ready() }})
+	lv := new(slog.LevelVar) // Triton's logging extension may change it
+	lv.Set(level)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	maxMsg := cfg.MaxMessageBytes
+	if maxMsg == 0 {
+		maxMsg = kserve.DefaultMaxMessageBytes
+	}
+	drain := cfg.DrainTimeout
+	if drain == 0 {
+		drain = 30 * time.Second
+	}
+	a, err := app.Build(cfg.App, app.RoleGateway, gateway.Config{ServerName: cfg.ServerName,
+		MaxMessageBytes: maxMsg, DrainTimeout: drain, Logger: log, LogLevel: lv})
 	if err != nil {
 		return nil, err
 	}
-	g.bridge = bridge.New(g.reg, g.proxy, bridge.WithLogger(log))
-	g.kp, err = kserveproxy.New(kserveproxy.Options{Endpoints: cfg.Upstreams, Registry: g.reg, Logger: log,
-		MaxMessageBytes: cfg.MaxMessageBytes})
-	if err != nil {
-		g.proxy.Close()
-		return nil, err
-	}
-	gwCfg := gateway.Config{ServerName: cfg.ServerName, MaxMessageBytes: cfg.MaxMessageBytes,
-		DrainTimeout: cfg.DrainTimeout, Logger: log}
-	gwCfg.Services = append(gwCfg.Services, g.proxy.Mount)
-	var store registry.Store
-	if !cfg.Registry.Disabled {
-		ms := registry.NewMemoryStore()
-		store = ms
-		g.svc = registry.NewService(store, registry.ServiceOptions{Logger: log})
-		gwCfg.Services = append(gwCfg.Services, g.svc.Mount)
-	}
-	g.gw = gateway.New(g.reg, gwCfg)
-	g.gw.Metrics().MustRegister(g.proxy.Collectors()...)
-	g.gw.Metrics().MustRegister(g.kp.Collectors()...)
-
+	g := &Gateway{log: log, app: a, reg: a.Models, gw: a.Gateway, proxy: a.OpenAI, svc: a.Backends,
+		leases: map[string]context.CancelFunc{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.proxy.Start(g.ctx)
-	g.kp.Start(g.ctx)
-	g.bridge.Sync()
-	g.done = make(chan struct{})
-	if store != nil {
-		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: g.proxy, Tensors: registry.KServeTensors{Pool: g.kp}, Logger: log})
-		go func() {
-			defer close(g.done)
-			if err := ap.Run(g.ctx, store); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("backend registry stopped", "err", err)
-			}
-		}()
-	} else {
-		close(g.done)
-	}
 	return g, nil
 }
 
@@ -220,9 +228,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		}
 	}
 	g.cancel()
-	<-g.done
-	g.proxy.Close()
-	g.kp.Close()
+	g.app.Close()
 	if g.llms != nil {
 		g.llms.close()
 	}

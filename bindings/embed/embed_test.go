@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/bindings/embed"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
@@ -157,6 +159,64 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "x", c.ServerName)
 	require.Equal(t, 2*time.Second, c.DrainTimeout)
-	_, err = embed.ParseConfig([]byte("auth:\n  keys: [a]\n"))
-	require.ErrorContains(t, err, "auth")
+	require.True(t, *c.App.BuiltinModels)
+	c, err = embed.ParseConfig(nil)
+	require.NoError(t, err)
+	require.False(t, *c.App.BuiltinModels, "an embedding program serves its own models unless it asks")
+	_, err = embed.ParseConfig([]byte("auth:\n  keys: [{name: a}]\n"))
+	require.ErrorContains(t, err, "auth.", "the runtime's validation applies")
+	_, err = embed.ParseConfig([]byte("log_level: loud\n"))
+	require.ErrorContains(t, err, "log_level")
+	_, err = embed.ParseConfig([]byte("nope: 1\n"))
+	require.ErrorContains(t, err, "field nope not found", "unknown keys stay errors")
+}
+
+// TestWholeConfig: the runtime's whole config applies embedded: API keys guard the embedding
+// program's models, and their models.<name> stages (here the response cache) run in front of them.
+func TestWholeConfig(t *testing.T) {
+	t.Parallel()
+	const key = "sk-embedded-test-key"
+	c, err := embed.ParseConfig([]byte(`
+log_level: error
+auth:
+  keys: [{name: app, sha256: ` + guard.HashKey(key) + `, models: [echo]}]
+models:
+  echo: {cache: {mode: exact}}
+`))
+	require.NoError(t, err)
+	g, err := embed.New(c)
+	require.NoError(t, err)
+	addr, err := g.Start("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	var calls atomic.Int32
+	require.NoError(t, g.RegisterLLM("echo", func(_ context.Context, req embed.LLMRequest, emit func(string) error) error {
+		calls.Add(1)
+		return emit("echo: " + req.Model)
+	}))
+
+	call := func(key string) (int, http.Header, string) {
+		req, err := http.NewRequest("POST", "http://"+addr+"/v1/completions",
+			strings.NewReader(`{"model":"echo","prompt":"hi","temperature":0}`))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(b)
+	}
+	status, _, body := call("")
+	require.Equal(t, http.StatusUnauthorized, status, body)
+	status, h, body := call(key)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "echo: echo")
+	require.Equal(t, "miss", h.Get("X-Infergate-Cache"))
+	status, h, body = call(key)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "echo: echo")
+	require.Equal(t, "hit", h.Get("X-Infergate-Cache"))
+	require.EqualValues(t, 1, calls.Load(), "the second answer came from the cache")
 }

@@ -262,8 +262,9 @@ def _message(e):
 class Gateway:
     """An infergate gateway in this process.
 
-    config: None, a dict (the embedded config: server_name, builtin_models, drain_timeout,
-    upstreams, registry, log_level), a path to a YAML/JSON file, or YAML/JSON bytes.
+    config: None, a dict (the runtime's config file, every key of it, plus server_name,
+    drain_timeout, max_message_bytes and log_level; builtin_models defaults to false), a path to a
+    YAML/JSON file, or YAML/JSON bytes.
     listen: host:port to serve every protocol on ("127.0.0.1:0" picks a free port).
     """
 

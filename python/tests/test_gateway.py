@@ -32,13 +32,14 @@ FP32_IN = [{"name": "INPUT0", "datatype": "FP32", "shape": [-1]}]
 FP32_OUT = [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1]}]
 
 
-def post(url, body, timeout=30):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+def post(url, body, timeout=30, headers=None, with_headers=False):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
+            out = r.status, r.read(), r.headers
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        out = e.code, e.read(), e.headers
+    return out if with_headers else out[:2]
 
 
 def get(url, timeout=10):
@@ -397,6 +398,32 @@ class LifecycleTest(unittest.TestCase):
     def test_bad_config_raises(self):
         with self.assertRaisesRegex(ValueError, "no_such_key"):
             infergate.Gateway(config={"no_such_key": 1})
+
+    def test_whole_runtime_config(self):
+        # Every key of the runtime's config works embedded: API keys guard a Python LLM, and its
+        # models.<name> stages (the response cache here) run in front of it.
+        import hashlib
+        key = "sk-python-test"
+        calls = []
+        config = {"log_level": "error",
+                  "auth": {"keys": [{"name": "app", "sha256": hashlib.sha256(key.encode()).hexdigest(), "models": ["echo"]}]},
+                  "models": {"echo": {"cache": {"mode": "exact"}}}}
+        with infergate.Gateway(config=config, listen="127.0.0.1:0") as gw:
+            gw.register_llm("echo", lambda p: calls.append(p) or "echo: " + p)
+            body = {"model": "echo", "prompt": "hi", "temperature": 0}
+            status, _ = post(f"{gw.url}/v1/completions", body)
+            self.assertEqual(status, 401)
+            auth = {"Authorization": "Bearer " + key}
+            status, out, h = post(f"{gw.url}/v1/completions", body, headers=auth, with_headers=True)
+            self.assertEqual(status, 200, out)
+            self.assertEqual(h["X-Infergate-Cache"], "miss")
+            status, out, h = post(f"{gw.url}/v1/completions", body, headers=auth, with_headers=True)
+            self.assertEqual(status, 200, out)
+            self.assertEqual(json.loads(out)["choices"][0]["text"], "echo: hi")
+            self.assertEqual(h["X-Infergate-Cache"], "hit")
+            self.assertEqual(calls, ["hi"])
+        with self.assertRaisesRegex(ValueError, "limits"):
+            infergate.Gateway(config={"limits": {"nope": 1}})
 
     def test_register_backend(self):
         with infergate.Gateway(listen="127.0.0.1:0") as gw, infergate.Gateway(listen="127.0.0.1:0") as upstream:

@@ -1,4 +1,4 @@
-package main
+package app
 
 // The security regression suite (issue 17): what an attacker can make the gateway spend or reveal,
 // tried against the gateway as the binary builds it (build, in process, so the heap can be
@@ -88,12 +88,13 @@ func serveYAML(t testing.TB, yaml string, logs io.Writer) string {
 // built (flushing spans, say) before the test ends; it runs at the end if not called before.
 func startYAML(t testing.TB, yaml string, logs io.Writer) (addr string, lv *slog.LevelVar, stop func()) {
 	t.Helper()
-	cfg, err := parseConfig("test", []byte(yaml))
+	cfg, err := ParseConfig("test", []byte(yaml))
 	require.NoError(t, err)
 	lv = new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: lv}))
-	gw, closeAll, err := build(cfg, roleGateway, gateway.Config{Logger: log, DrainTimeout: time.Second, LogLevel: lv})
+	a, err := Build(cfg, RoleGateway, gateway.Config{Logger: log, DrainTimeout: time.Second, LogLevel: lv})
 	require.NoError(t, err)
+	gw := a.Gateway
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan struct{})
@@ -101,7 +102,7 @@ func startYAML(t testing.TB, yaml string, logs io.Writer) (addr string, lv *slog
 	stop = sync.OnceFunc(func() {
 		_ = gw.Shutdown(context.Background())
 		<-done
-		closeAll()
+		a.Close()
 	})
 	t.Cleanup(stop)
 	return ln.Addr().String(), lv, stop

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -23,10 +23,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// fileConfig is the YAML file -config names. Unknown keys are errors, so a typo does not silently
+// Config is the YAML file -config names. Unknown keys are errors, so a typo does not silently
 // turn a feature off. Every scalar setting outside the upstreams list can also be set from the
 // environment (see applyEnv), which wins over the file.
-type fileConfig struct {
+type Config struct {
 	// BuiltinModels serves Triton's example models (simple, repeat_int32, ...); default true.
 	BuiltinModels *bool `yaml:"builtin_models"`
 	// Upstreams are the servers behind the gateway: vLLM, OpenAI and Ollama behind the OpenAI API
@@ -481,10 +481,10 @@ type registryConfig struct {
 }
 
 // builtins reports whether the built-in models are served.
-func (c *fileConfig) builtins() bool { return c.BuiltinModels == nil || *c.BuiltinModels }
+func (c *Config) builtins() bool { return c.BuiltinModels == nil || *c.BuiltinModels }
 
 // registryStore is the store the registry uses, defaults applied.
-func (c *fileConfig) registryStore() string {
+func (c *Config) registryStore() string {
 	if c.Registry.Store != "" {
 		return c.Registry.Store
 	}
@@ -494,18 +494,18 @@ func (c *fileConfig) registryStore() string {
 	return "memory"
 }
 
-func loadConfig(path string) (*fileConfig, error) {
+func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig(path, data)
+	return ParseConfig(path, data)
 }
 
-// parseConfig decodes, overrides from the environment and validates one config document; every
+// ParseConfig decodes, overrides from the environment and validates one config document; every
 // error names the file, and validation errors the endpoint and field too, one per line.
-func parseConfig(name string, data []byte) (*fileConfig, error) {
-	var c fileConfig
+func ParseConfig(name string, data []byte) (*Config, error) {
+	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
@@ -589,7 +589,7 @@ const envPrefix = "INFERGATE_"
 // environment variable named by its YAML path: INFERGATE_ + the keys joined by "_", upper-cased,
 // e.g. redis.addr is INFERGATE_REDIS_ADDR and builtin_models INFERGATE_BUILTIN_MODELS. Lists (the
 // upstreams) are left to the file, whose header values expand ${ENV} themselves.
-func applyEnv(c *fileConfig, lookup func(string) (string, bool)) error {
+func applyEnv(c *Config, lookup func(string) (string, bool)) error {
 	var errs []error
 	var walk func(v reflect.Value, path string)
 	walk = func(v reflect.Value, path string) {

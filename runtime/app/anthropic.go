@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // service to mount and the middleware that answers Anthropic's clients in their shapes: their
 // x-api-key as the key (outermost, before the key check) and /v1/models in Anthropic's shape
 // (inside it).
-func messagesAPI(cfg *fileConfig, models map[string]*llmModel, proxy func() *openai.Proxy, visible func(context.Context, string) bool,
+func messagesAPI(cfg *Config, models map[string]*llmModel, proxy func() *openai.Proxy, visible func(context.Context, string) bool,
 	collectors *[]prometheus.Collector, log *slog.Logger) (mount func(*http.ServeMux, grpc.ServiceRegistrar), outer, inner func(http.Handler) http.Handler) {
 	m := anthropic.NewMetrics()
 	*collectors = append(*collectors, m.Collectors()...)

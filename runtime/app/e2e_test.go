@@ -1,9 +1,10 @@
-package main
+package app
 
 import (
 	"context"
 	"encoding/binary"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,7 +50,7 @@ func gatewayBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "infergate")
-		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, "..").CombinedOutput()
 	})
 	require.NoError(t, buildErr, "%s", buildOut)
 	return binPath
@@ -219,4 +220,11 @@ func TestBinaryReplicasShareRegistry(t *testing.T) {
 		return !strings.Contains(modelsOf(t, a), `"id":"qwen"`) && !strings.Contains(modelsOf(t, b), `"id":"qwen"`)
 	}, 15*time.Second, 20*time.Millisecond, "the unrenewed lease %s expires on both", reg.GetLeaseId())
 	t.Logf("gone from both after %v (ttl 2s)", time.Since(registered))
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ import (
 // INFERGATE_RSS_DURATION (default 60s), then leaves it idle for 10 s. The gateway is its own
 // process, so its resident set is measured alone (from /proc). Run it on its own:
 //
-//	go test ./runtime -run '^$' -bench GatewayRSS -benchtime 1x
+//	go test ./runtime/app -run '^$' -bench GatewayRSS -benchtime 1x
 //
 // Issue 5's targets: peak RSS <= 60 MB under the load, and no growth once it stops.
 func BenchmarkGatewayRSS(b *testing.B) {
@@ -43,7 +43,7 @@ func BenchmarkGatewayRSS(b *testing.B) {
 
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "infergate")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
 	cfg := filepath.Join(dir, "infergate.yaml")

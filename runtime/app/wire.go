@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/adapters/bridge"
@@ -30,11 +31,33 @@ import (
 	"google.golang.org/grpc"
 )
 
-// build assembles the gateway from the config: one model registry behind every surface, the
+// App is a gateway assembled from a config, with the parts an embedding program adds its own
+// models to.
+type App struct {
+	// Gateway serves every surface; Serve it on a listener, Shutdown it to drain.
+	Gateway *gateway.Gateway
+	// Models is the registry behind the KServe surface (built-in, bridged, registered models).
+	Models *engines.Registry
+	// OpenAI is the OpenAI proxy: its endpoints are the LLMs every OpenAI route and the bridge reach.
+	OpenAI *openai.Proxy
+	// Backends is the RegistryService where backends register themselves; nil when disabled.
+	Backends *registry.Service
+	close    func()
+}
+
+// Close stops what Build started, in reverse order; call it after the gateway drained.
+func (a *App) Close() { a.close() }
+
+// Build assembles the gateway from the config: one model registry behind every surface, the
 // OpenAI proxy and its KServe bridge, the KServe upstream pool, the backend registry with its
 // store, and the guard (API keys, rate limits, load shedding, circuit breakers) in front of all of
-// it. closeAll stops what build started, in reverse order; call it after the gateway drained.
-func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gateway, closeAll func(), err error) {
+// it. role is RoleGateway or RoleBatchWorker; gwCfg carries what the command line sets.
+func Build(cfg *Config, role string, gwCfg gateway.Config) (app *App, err error) {
+	if lines := cfg.Batch.validate(role, cfg.Redis.Addr); len(lines) > 0 {
+		return nil, errors.New(strings.Join(lines, "\n"))
+	}
+	app = &App{}
+	var gw *gateway.Gateway
 	log := gwCfg.Logger
 	gwCfg.Decompression = cfg.Server.decompression()
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
@@ -49,7 +72,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	}
 	defer func() {
 		if err != nil {
-			stop() // not closeAll: a failing return has set it to nil
+			stop()
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,7 +82,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	var rdb rueidis.Client
 	if cfg.Redis.Addr != "" {
 		if rdb, err = newRedis(ctx, cfg.Redis); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		closers = append(closers, rdb.Close)
 	}
@@ -76,12 +99,12 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	// is configured, for the requests the trace settings sample.
 	settings, err := cfg.Tracing.settings()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tr, err := tracing.New(ctx, tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, Headers: cfg.Tracing.Headers,
 		ServiceName: cfg.Tracing.ServiceName, Settings: &settings})
 	if err != nil {
-		return nil, nil, fmt.Errorf("tracing: %w", err)
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	closers = append(closers, func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -91,9 +114,9 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		}
 	})
 	gwCfg.Tracer = tr
-	if cfg.builtins() && role != roleBatchWorker {
+	if cfg.builtins() && role != RoleBatchWorker {
 		if err := cpu.Register(reg); err != nil {
-			return nil, nil, fmt.Errorf("registering built-in models: %w", err)
+			return nil, fmt.Errorf("registering built-in models: %w", err)
 		}
 	}
 
@@ -104,19 +127,19 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	collectors = append(collectors, dm.Collectors()...)
 	models, err := loadModels(cfg.Models, dm, rdb, redisPrefix(cfg), &closers, &collectors, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var proxy *openai.Proxy // the semantic caches' embeddings go through it, once built
 	cs, err := caches(cfg.Models, rdb, redisPrefix(cfg), proxyEmbeddings(func() *openai.Proxy { return proxy }), &closers, &collectors, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for name, c := range cs {
 		models[name].cache = c.Interceptor()
 	}
 	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	collectors = append(collectors, limCollectors...)
 	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
@@ -159,7 +182,7 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		Stages:         llmStages(tr, g, models, sm),
 		Tokens:         tokenize.Serve})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tokenize.Forward = func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
 		status, answer, err := proxy.Post(ctx, upstream.TypeVLLM, model, path, body)
@@ -173,12 +196,12 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	kp, err := kserveproxy.New(kserveproxy.Options{Endpoints: cfg.Upstreams, Registry: reg, Logger: log,
 		MaxMessageBytes: gwCfg.MaxMessageBytes, Breaker: br})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
 	auth, err := newAuth(cfg, rdb, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	messagesMount, messagesOuter, messagesInner := messagesAPI(cfg, models, func() *openai.Proxy { return proxy }, visible, &collectors, log)
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesOuter)
@@ -212,18 +235,18 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 	var store registry.Store
 	if !cfg.Registry.Disabled {
 		if store, err = newStore(cfg, rdb, log, &closers); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		svc := registry.NewService(store, registry.ServiceOptions{Logger: log,
+		app.Backends = registry.NewService(store, registry.ServiceOptions{Logger: log,
 			DefaultTTL: cfg.Registry.DefaultTTL, MinTTL: cfg.Registry.MinTTL, MaxTTL: cfg.Registry.MaxTTL})
-		gwCfg.Services = append(gwCfg.Services, svc.Mount)
+		gwCfg.Services = append(gwCfg.Services, app.Backends.Mount)
 	} else {
 		log.Info("backend registry disabled")
 	}
 
 	bp, err := newBatch(cfg, role, rdb, proxy, log, &closers)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if bp != nil {
 		if bp.service != nil {
@@ -260,11 +283,12 @@ func build(cfg *fileConfig, role string, gwCfg gateway.Config) (gw *gateway.Gate
 		// they run through still works.
 		bp.start(ctx, log, &closers)
 	}
-	return gw, stop, nil
+	app.Gateway, app.Models, app.OpenAI, app.close = gw, reg, proxy, stop
+	return app, nil
 }
 
 // newAuth returns the API key check, or nil (with a warning) when no keys are configured.
-func newAuth(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (*guard.Auth, error) {
+func newAuth(cfg *Config, rdb rueidis.Client, log *slog.Logger) (*guard.Auth, error) {
 	static, err := guard.NewStaticKeys(cfg.Auth.Keys)
 	if err != nil {
 		return nil, err
@@ -286,7 +310,7 @@ func newAuth(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (*guard.Auth
 
 // newLimiter returns the rate limiter the configured limits need: shared through Redis when
 // there is one, else in-process; nil without limits.
-func newLimiter(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (ratelimit.Limiter, []prometheus.Collector, error) {
+func newLimiter(cfg *Config, rdb rueidis.Client, log *slog.Logger) (ratelimit.Limiter, []prometheus.Collector, error) {
 	if !cfg.Limits.limited() {
 		return nil, nil, nil
 	}
@@ -309,7 +333,7 @@ func newLimiter(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger) (ratelimi
 
 // newBreaker returns the circuit breaker: shared through Redis when there is one, else
 // in-process; nil when disabled.
-func newBreaker(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (breaker.Breaker, []prometheus.Collector) {
+func newBreaker(cfg *Config, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (breaker.Breaker, []prometheus.Collector) {
 	if cfg.Breaker.Disabled {
 		return nil, nil
 	}
@@ -326,7 +350,7 @@ func newBreaker(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger, closers *
 	return b, b.Collectors()
 }
 
-func redisPrefix(cfg *fileConfig) string {
+func redisPrefix(cfg *Config) string {
 	if cfg.Redis.Prefix != "" {
 		return cfg.Redis.Prefix
 	}
@@ -334,7 +358,7 @@ func redisPrefix(cfg *fileConfig) string {
 }
 
 // newStore opens the registry's store: in-process, or shared through Redis.
-func newStore(cfg *fileConfig, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (registry.Store, error) {
+func newStore(cfg *Config, rdb rueidis.Client, log *slog.Logger, closers *[]func()) (registry.Store, error) {
 	if cfg.registryStore() == "memory" {
 		s := registry.NewMemoryStore()
 		*closers = append(*closers, s.Close)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 
 // Roles a process plays.
 const (
-	roleGateway     = "gateway"      // serves every surface; runs batch lines too unless batch.worker is false
-	roleBatchWorker = "batch-worker" // runs batch lines only: needs batch.kafka and redis to share the work
+	RoleGateway     = "gateway"      // serves every surface; runs batch lines too unless batch.worker is false
+	RoleBatchWorker = "batch-worker" // runs batch lines only: needs batch.kafka and redis to share the work
 )
 
 type batchConfig struct {
@@ -87,7 +87,7 @@ func (c *batchConfig) limits() slots.Limits {
 // validate checks the batch section for the role.
 func (c *batchConfig) validate(role string, redisAddr string) []string {
 	var lines []string
-	if role == roleBatchWorker {
+	if role == RoleBatchWorker {
 		if c.Disabled {
 			lines = append(lines, "-role batch-worker: batch.disabled is set")
 		}
@@ -118,7 +118,7 @@ type batchParts struct {
 // newBatch builds the Files and Batches API and the batch worker: files in a directory, state in
 // Redis when there is one (else in-process), work over Kafka when brokers are configured (else a
 // GoChannel in this process).
-func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Caller, log *slog.Logger, closers *[]func()) (*batchParts, error) {
+func newBatch(cfg *Config, role string, rdb rueidis.Client, caller batch.Caller, log *slog.Logger, closers *[]func()) (*batchParts, error) {
 	c := cfg.Batch
 	if c.Disabled {
 		log.Info("batch API disabled")
@@ -161,7 +161,7 @@ func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Cal
 		redispatch = 2 * time.Minute
 	}
 	p := &batchParts{metrics: batch.NewMetrics()}
-	if role != roleBatchWorker {
+	if role != RoleBatchWorker {
 		p.service, err = batch.New(batch.Options{Files: fs, State: state, Bus: b, Topics: topics, Logger: log,
 			Metrics: p.metrics, MaxFileBytes: int64(c.MaxFileBytes), MaxLines: c.MaxLines, MaxLineBytes: maxLine, ChunkLines: c.ChunkLines,
 			RedispatchAfter: redispatch, StoreTimeout: c.RedisTimeout})
@@ -169,7 +169,7 @@ func newBatch(cfg *fileConfig, role string, rdb rueidis.Client, caller batch.Cal
 			return nil, err
 		}
 	}
-	if role == roleBatchWorker || c.worker() {
+	if role == RoleBatchWorker || c.worker() {
 		var sem slots.Semaphore = slots.NewLocal(c.limits())
 		if rdb != nil {
 			// Every worker on this Redis shares the bound; closed after the worker stopped

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 func TestParseConfig(t *testing.T) {
 	t.Setenv("VLLM_API_KEY", "k1")
 	t.Setenv("OPENAI_API_KEY", "k2")
-	c, err := loadConfig("infergate.example.yaml")
+	c, err := LoadConfig("../infergate.example.yaml")
 	require.NoError(t, err)
 	require.Len(t, c.Upstreams, 4)
 	assert.Equal(t, "vllm-a", c.Upstreams[0].Name)
@@ -34,7 +34,7 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, inflate.Config{MaxBytes: 64 << 20, MaxRatio: 200, MaxInFlightBytes: 1 << 30}, c.Server.decompression())
 	assert.Equal(t, 10*time.Second, c.Server.FirstByteTimeout)
 
-	c, err = parseConfig("empty.yaml", nil)
+	c, err = ParseConfig("empty.yaml", nil)
 	require.NoError(t, err, "an empty file is the zero config")
 	assert.Empty(t, c.Upstreams)
 
@@ -57,11 +57,11 @@ func TestParseConfig(t *testing.T) {
 		{"server: {max_decompressed_bytes: 1048576, max_decompression_in_flight_bytes: 1024}", "bad.yaml: server.max_decompression_in_flight_bytes (1024) must hold at least one body"},
 		{"server: {first_byte_timeout: -1s}", "bad.yaml: server: timeouts must be positive"},
 	} {
-		_, err := parseConfig("bad.yaml", []byte(tc.yaml))
+		_, err := ParseConfig("bad.yaml", []byte(tc.yaml))
 		require.Error(t, err, tc.yaml)
 		assert.Contains(t, err.Error(), tc.want)
 	}
-	_, err = loadConfig("does-not-exist.yaml")
+	_, err = LoadConfig("does-not-exist.yaml")
 	require.ErrorContains(t, err, "does-not-exist.yaml")
 }
 
@@ -72,7 +72,7 @@ func TestEnvOverrides(t *testing.T) {
 	t.Setenv("INFERGATE_REDIS_DB", "3")
 	t.Setenv("INFERGATE_BUILTIN_MODELS", "false")
 	t.Setenv("INFERGATE_REGISTRY_DEFAULT_TTL", "3s")
-	c, err := parseConfig("f.yaml", []byte("redis: {addr: file:1, prefix: p}\nregistry: {default_ttl: 9s}\n"))
+	c, err := ParseConfig("f.yaml", []byte("redis: {addr: file:1, prefix: p}\nregistry: {default_ttl: 9s}\n"))
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:6390", c.Redis.Addr, "the environment wins")
 	assert.Equal(t, "p", c.Redis.Prefix, "the file's value stays where no variable is set")
@@ -82,29 +82,29 @@ func TestEnvOverrides(t *testing.T) {
 	assert.Equal(t, "redis", c.registryStore(), "redis.addr makes Redis the registry's default store")
 
 	t.Setenv("INFERGATE_UPSTREAM_CLIENT", "std")
-	c, err = parseConfig("f.yaml", []byte("upstream_client: fast\n"))
+	c, err = ParseConfig("f.yaml", []byte("upstream_client: fast\n"))
 	require.NoError(t, err)
 	assert.Equal(t, "std", c.UpstreamClient)
 
 	t.Setenv("INFERGATE_BATCH_KAFKA_BROKERS", "k1:9092, k2:9092,")
-	c, err = parseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\nredis: {addr: r:1}\n"))
+	c, err = ParseConfig("f.yaml", []byte("batch: {kafka: {brokers: [file:9092]}}\nredis: {addr: r:1}\n"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"k1:9092", "k2:9092"}, c.Batch.Kafka.Brokers, "a list from the environment is comma-separated")
 
 	t.Setenv("INFERGATE_REDIS_DB", "three")
-	_, err = parseConfig("f.yaml", nil)
+	_, err = ParseConfig("f.yaml", nil)
 	require.ErrorContains(t, err, `f.yaml: INFERGATE_REDIS_DB="three": strconv.Atoi`)
 }
 
 // FuzzParseConfig: any bytes give a config or an error, never a panic.
 func FuzzParseConfig(f *testing.F) {
-	if b, err := os.ReadFile("infergate.example.yaml"); err == nil {
+	if b, err := os.ReadFile("../infergate.example.yaml"); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte("upstreams:\n  - {name: a, url: 'http://h:1', type: ollama, priority: 3, aliases: {x: y}}\n"))
 	f.Add([]byte("upstreams: [{headers: {A: '${B}'}}]"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := parseConfig("fuzz.yaml", b)
+		c, err := ParseConfig("fuzz.yaml", b)
 		if err == nil && c == nil {
 			t.Fatal("nil config without an error")
 		}
@@ -124,7 +124,7 @@ func TestBinaryServesOpenAIFromConfig(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: local\n    url: "+up.URL+
 		"\n    type: vllm\n    check_interval: 100ms\n    headers: {X-Key: \"${INFERGATE_E2E_KEY}\"}\n"), 0o600))
 	bin := filepath.Join(dir, "infergate")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
 	addr := freeAddr(t)
@@ -170,17 +170,4 @@ func TestBinaryServesOpenAIFromConfig(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("process did not exit after draining")
 	}
-}
-
-func TestBadConfigFailsStartup(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "bad.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("upstreams:\n  - name: x\n    url: http://h\n    type: triton\n"), 0o600))
-	err := run([]string{"-listen", "127.0.0.1:0", "-config", cfg})
-	require.Error(t, err)
-	assert.Equal(t, cfg+`: upstreams: endpoint "x": type: "triton" is not one of vllm, sglang, llamacpp, lm-studio, openai, ollama, kserve`, err.Error())
-
-	err = run([]string{"-listen", "127.0.0.1:0", "-role", "batch-worker"})
-	require.EqualError(t, err, "-role batch-worker needs batch.kafka.brokers and redis.addr, shared with the gateways")
-	err = run([]string{"-listen", "127.0.0.1:0", "-role", "janitor"})
-	require.EqualError(t, err, `bad -role "janitor": gateway or batch-worker`)
 }

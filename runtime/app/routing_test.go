@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -146,11 +146,11 @@ func TestDisaggregationConfigErrors(t *testing.T) {
 		"{disaggregation: {prefill: [p1], decode: [d1], min_prompt_tokens: -1}}":     "min_prompt_tokens and max_prefill_queue cannot be negative",
 		"{disaggregation: {prefill: [p1], decode: [d1], max_prefil_queue: 3}}":       "max_prefil_queue",
 	} {
-		_, err := parseConfig("test", []byte(ups+"models:\n  m: "+model+"\n"))
+		_, err := ParseConfig("test", []byte(ups+"models:\n  m: "+model+"\n"))
 		require.Error(t, err, model)
 		assert.Contains(t, err.Error(), want, model)
 	}
-	_, err := parseConfig("test", []byte(ups+"models:\n  m: {disaggregation: {prefill: [p1], decode: [d1], min_prompt_tokens: 512}}\n"))
+	_, err := ParseConfig("test", []byte(ups+"models:\n  m: {disaggregation: {prefill: [p1], decode: [d1], min_prompt_tokens: 512}}\n"))
 	require.NoError(t, err)
 }
 

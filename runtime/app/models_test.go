@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 
 // qwenTokenizer is Qwen 3's real tokenizer directory (the tokenizer package's test data).
 func qwenTokenizer(t *testing.T) string {
-	dir, err := filepath.Abs("../adapters/llm/tokenizer/testdata/qwen3")
+	dir, err := filepath.Abs("../../adapters/llm/tokenizer/testdata/qwen3")
 	require.NoError(t, err)
 	return dir
 }
@@ -116,24 +116,24 @@ models:
 // reason; settings that need a tokenizer are refused without one.
 func TestModelsConfigErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope")
-	cfg, err := parseConfig("test", []byte("builtin_models: false\nmodels:\n  qwen: {tokenizer: "+missing+"}\n"))
+	cfg, err := ParseConfig("test", []byte("builtin_models: false\nmodels:\n  qwen: {tokenizer: "+missing+"}\n"))
 	require.NoError(t, err)
-	_, _, err = build(cfg, roleGateway, gateway.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	_, err = Build(cfg, RoleGateway, gateway.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "models.qwen.tokenizer")
 	assert.Contains(t, err.Error(), missing)
 
-	_, err = parseConfig("test", []byte("models:\n  qwen: {max_model_len: 4096}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {max_model_len: 4096}\n"))
 	require.ErrorContains(t, err, "models.qwen: max_model_len, special_tokens_in_content and input: tokens need tokenizer")
-	_, err = parseConfig("test", []byte("models:\n  qwen: {input: tokens}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {input: tokens}\n"))
 	require.ErrorContains(t, err, "need tokenizer")
-	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, input: ids}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {tokenizer: x, input: ids}\n"))
 	require.ErrorContains(t, err, `models.qwen.input: "ids" is neither text nor tokens`)
-	_, err = parseConfig("test", []byte("models:\n  qwen: {routing: sticky}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {routing: sticky}\n"))
 	require.ErrorContains(t, err, `models.qwen.routing: "sticky" is none of least_outstanding, round_robin, cache_aware`)
-	_, err = parseConfig("test", []byte("models:\n  qwen: {tokenizer: x, max_model_len: -1}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {tokenizer: x, max_model_len: -1}\n"))
 	require.ErrorContains(t, err, "models.qwen.max_model_len: -1 is negative")
-	_, err = parseConfig("test", []byte("models:\n  qwen: {tokeniser: x}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  qwen: {tokeniser: x}\n"))
 	require.ErrorContains(t, err, "tokeniser", "unknown keys stay errors")
 }
 

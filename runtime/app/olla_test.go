@@ -1,12 +1,8 @@
-package main
+package app
 
 import (
-	"bytes"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,37 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// TestImportOlla: `infergate import-olla` turns each of Olla's own config files (the converter's
-// test data) into a config the gateway loads, once the variables it names are set.
-func TestImportOlla(t *testing.T) {
-	files, err := filepath.Glob("../adapters/ollaconfig/testdata/*.yaml")
-	require.NoError(t, err)
-	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-	n := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, ".infergate.yaml") {
-			continue
-		}
-		n++
-		var out, msgs bytes.Buffer
-		require.NoError(t, importOlla([]string{f}, &out, &msgs), f)
-		assert.Contains(t, msgs.String(), "run it with: infergate -config", f)
-		for _, m := range vars.FindAllStringSubmatch(out.String(), -1) {
-			t.Setenv(m[1], "x")
-		}
-		_, err := parseConfig(f, out.Bytes())
-		assert.NoError(t, err, "%s converted:\n%s", f, out.String())
-	}
-	assert.GreaterOrEqual(t, n, 5)
-
-	var out bytes.Buffer
-	assert.ErrorContains(t, importOlla(nil, &out, io.Discard), "usage: infergate import-olla")
-	bad := filepath.Join(t.TempDir(), "olla.yaml")
-	require.NoError(t, os.WriteFile(bad, []byte("discovery:\n  statik: {}\n"), 0o600))
-	assert.ErrorContains(t, importOlla([]string{bad}, &out, io.Discard), "statik")
-	assert.ErrorContains(t, run([]string{"-olla-config", bad}), "statik", "-olla-config converts too")
-}
 
 // TestOllaRoutes: with API keys on, an Olla client reaches its provider's endpoints under
 // /olla/{provider}/v1 with its key in x-api-key (never passed upstream) and reads Olla's headers

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -73,7 +73,7 @@ models:
 	assert.Equal(t, 1, fileLines(t, addr, done.OutputFileID, map[string]int{}), "the line succeeded")
 	prompted("batch line", "In a batch")
 
-	_, err = parseConfig("test", []byte("models:\n  g: {processor: granite9}\n"))
+	_, err = ParseConfig("test", []byte("models:\n  g: {processor: granite9}\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `models.g.processor: unknown processor "granite9" (known: `)
 	assert.True(t, strings.Contains(err.Error(), "granite3.3"), err.Error())
@@ -167,7 +167,7 @@ models:
 		"{voting: {samples: 3}}":                                             "models.g.voting needs processor",
 		"{processor: granite3.3, voting: {samples: 3, normalizer: integer}}": "",
 	} {
-		_, err := parseConfig("test", []byte("models:\n  g: "+cfg+"\n"))
+		_, err := ParseConfig("test", []byte("models:\n  g: "+cfg+"\n"))
 		if want == "" {
 			assert.NoError(t, err, cfg)
 		} else if assert.Error(t, err, cfg) {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -281,10 +281,10 @@ func TestCacheSessionConfigErrors(t *testing.T) {
 		"{session: {context_window: -5}}":           "models.m.session: context_window, ttl and max_bytes cannot be negative",
 		"{session: {window: 4096}}":                 "window",
 	} {
-		_, err := parseConfig("test", []byte("models:\n  m: "+model+"\n"))
+		_, err := ParseConfig("test", []byte("models:\n  m: "+model+"\n"))
 		require.Error(t, err, model)
 		assert.Contains(t, err.Error(), want, model)
 	}
-	_, err := parseConfig("test", []byte("models:\n  m: {cache: {mode: semantic, threshold: 0.9, embeddings: bge, scope: shared, sampling: any}, session: {context_window: 4096, ttl: 2h}}\n"))
+	_, err := ParseConfig("test", []byte("models:\n  m: {cache: {mode: semantic, threshold: 0.9, embeddings: bge, scope: shared, sampling: any}, session: {context_window: 4096, ttl: 2h}}\n"))
 	require.NoError(t, err)
 }
