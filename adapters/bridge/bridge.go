@@ -46,9 +46,10 @@ import (
 
 // Bridge keeps one bridge model in a registry for each completions or chat model the proxy routes.
 type Bridge struct {
-	reg   *engines.Registry
-	proxy *openai.Proxy
-	log   *slog.Logger
+	reg        *engines.Registry
+	proxy      *openai.Proxy
+	log        *slog.Logger
+	chatResult func(model string) bool
 
 	mu    sync.Mutex
 	owned map[string]owned // bridge models this Bridge registered, by name
@@ -65,6 +66,13 @@ type Option func(*Bridge)
 
 // WithLogger sets the logger for models added, removed and skipped; default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(b *Bridge) { b.log = l } }
+
+// WithChatResult names the models that have a Granite processor (models.<name>.processor):
+// their bridge models always send chat, take chat_template_kwargs and answer chat_result (see
+// the package doc). It is asked once per model, when its bridge model is added.
+func WithChatResult(has func(model string) bool) Option {
+	return func(b *Bridge) { b.chatResult = has }
+}
 
 // New returns a bridge from proxy's models to reg, kept in step with them from then on (it
 // watches the proxy's model set). It registers nothing until the first change or Sync.
@@ -108,7 +116,7 @@ func (b *Bridge) Sync() {
 		if _, ok := b.owned[name]; ok {
 			continue
 		}
-		m := newModel(name, want[name], b.proxy)
+		m := newModel(name, want[name], b.proxy, b.chatResult != nil && b.chatResult(name))
 		e, err := b.reg.Register(m)
 		if err != nil {
 			if !b.taken[name] {
