@@ -51,7 +51,9 @@
 // hallucinations (granite-io's shapes, offsets in characters), and parse_error when the model's
 // output could not be parsed (content is then its text, unparsed). text_output stays the content.
 // chat_result is in the answer when the request asks for every output or names it. In a stream,
-// as finish_reason, it is "" in each response but the final one, which carries the whole message.
+// as finish_reason, it is "" in each response but the final one, which carries the whole message;
+// text_output streams the content as the stage parses it (a chunk of reasoning is a response with
+// an empty text_output: the reasoning comes whole in chat_result).
 //
 // The tensors are declared here in Go, not with protoc-gen-infergate: generated models carry the
 // fixed name of their annotation (in their config and their error messages) while a bridge model

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
+	"github.com/infergate/infergate/adapters/tensor"
 )
 
 // toolCallDelta is a tool call as a chat message carries it (whole, its place in the list is its
@@ -37,25 +38,8 @@ type chatResult struct {
 }
 
 type toolCallOut struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// chatResultJSON is one chat_result element: the assistant message as the Granite stage answers
-// it on /v1/chat/completions, with parse_error when the model's output could not be parsed.
-type chatResultJSON struct {
-	Role             string          `json:"role"`
-	Content          *string         `json:"content"`
-	ReasoningContent *string         `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCallOut   `json:"tool_calls,omitempty"`
-	Citations        json.RawMessage `json:"citations,omitempty"`
-	Documents        json.RawMessage `json:"documents,omitempty"`
-	Hallucinations   json.RawMessage `json:"hallucinations,omitempty"`
-	ParseError       string          `json:"parse_error,omitempty"`
+	ID, Type string
+	Function struct{ Name, Arguments string }
 }
 
 // add merges a message or a delta into r and returns how many bytes r grew by (what the caller
@@ -127,31 +111,65 @@ func (r *chatResult) add(d *delta) (int, error) {
 	return n, nil
 }
 
-// json encodes r as its chat_result element. The content is null only for an answer that is
-// tool calls and nothing else, as the stage answers it.
-func (r *chatResult) json() ([]byte, error) {
-	out := chatResultJSON{Role: "assistant", ToolCalls: r.tools, Citations: r.citations, Documents: r.documents,
-		Hallucinations: r.hallucinations, ParseError: strings.Join(r.parseErrors, "; ")}
+// json encodes r as its chat_result element: the assistant message as the Granite stage answers
+// it on /v1/chat/completions, with parse_error when the model's output could not be parsed. The
+// content is null only for an answer that is tool calls and nothing else, as the stage answers
+// it. Written by hand: Granite's members pass as the stage wrote them, not decoded and encoded
+// again (BenchmarkChatResult).
+func (r *chatResult) json() []byte {
+	b := make([]byte, 0, 128+len(r.content)+len(r.reasoning)+len(r.citations)+len(r.documents)+len(r.hallucinations))
+	b = append(b, `{"role":"assistant","content":`...)
 	if len(r.content) > 0 || len(r.tools) == 0 {
-		s := string(r.content)
-		out.Content = &s
+		b = tensor.AppendJSONString(b, r.content)
+	} else {
+		b = append(b, "null"...)
 	}
 	if r.hasReasoning {
-		s := string(r.reasoning)
-		out.ReasoningContent = &s
+		b = append(b, `,"reasoning_content":`...)
+		b = tensor.AppendJSONString(b, r.reasoning)
 	}
-	for i := range out.ToolCalls {
-		if out.ToolCalls[i].ID == "" {
-			out.ToolCalls[i].ID = "call_" + strconv.Itoa(i)
+	if len(r.tools) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i, t := range r.tools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			id := t.ID
+			if id == "" {
+				id = "call_" + strconv.Itoa(i)
+			}
+			b = append(b, `{"id":`...)
+			b = tensor.AppendJSONString(b, id)
+			b = append(b, `,"type":`...)
+			b = tensor.AppendJSONString(b, t.Type)
+			b = append(b, `,"function":{"name":`...)
+			b = tensor.AppendJSONString(b, t.Function.Name)
+			b = append(b, `,"arguments":`...)
+			b = tensor.AppendJSONString(b, t.Function.Arguments)
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	for _, m := range []struct {
+		key string
+		raw json.RawMessage
+	}{{`,"citations":`, r.citations}, {`,"documents":`, r.documents}, {`,"hallucinations":`, r.hallucinations}} {
+		if len(m.raw) > 0 {
+			b = append(b, m.key...)
+			// Valid JSON (the decoder took it), but it may hold bytes that are not UTF-8, which
+			// strict parsers refuse: only inside strings, where U+FFFD keeps it valid.
+			if utf8.Valid(m.raw) {
+				b = append(b, m.raw...)
+			} else {
+				b = append(b, bytes.ToValidUTF8(m.raw, []byte("\ufffd"))...)
+			}
 		}
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // Granite's outputs are full of <...>: keep them readable
-	if err := enc.Encode(out); err != nil {
-		return nil, fmt.Errorf("encoding chat_result: %w", err)
+	if len(r.parseErrors) > 0 {
+		b = append(b, `,"parse_error":`...)
+		b = tensor.AppendJSONString(b, strings.Join(r.parseErrors, "; "))
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return append(b, '}')
 }
 
 // headerParseErrors reads the parse problems the Granite stage reports in a header of a whole

@@ -177,10 +177,7 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 			return upstreamInvalid(res, err)
 		}
 		acc.parseErrors(res.Header)
-		out, err := acc.response(true)
-		if err != nil {
-			return err
-		}
+		out := acc.response(true)
 		out.Final = false // one response, not the last of a stream
 		return send(out)
 	}
@@ -214,20 +211,12 @@ func relay(ctx context.Context, res *pipeline.Response, acc *accumulator, send f
 			return upstreamInvalid(res, err)
 		}
 		if ok && !acc.done() {
-			out, err := acc.response(false)
-			if err != nil {
-				return err
-			}
-			if err := send(out); err != nil {
+			if err := send(acc.response(false)); err != nil {
 				return err
 			}
 		}
 	}
-	out, err := acc.response(true)
-	if err != nil {
-		return err
-	}
-	return send(out)
+	return send(acc.response(true))
 }
 
 // response builds one response with one text_output and one finish_reason element per choice.

@@ -185,24 +185,20 @@ func (a *accumulator) take(final bool) (texts [][]byte, reasons []string, _ bool
 // response takes what was gathered as one response: text_output and finish_reason, and
 // chat_result when the accumulator gathers it (each choice's JSON in the final response, ""
 // before it, as finish_reason is).
-func (a *accumulator) response(final bool) (*engines.Response, error) {
+func (a *accumulator) response(final bool) *engines.Response {
 	res := response(a.take(final))
 	if !a.withResults {
-		return res, nil
+		return res
 	}
 	els := make([][]byte, len(a.results))
 	if final {
 		for i, r := range a.results {
-			b, err := r.json()
-			if err != nil {
-				return nil, err
-			}
-			els[i] = b
+			els[i] = r.json()
 		}
 	}
 	res.Outputs = append(res.Outputs, engines.Tensor{Name: OutputChatResult, Datatype: inference.DataType_TYPE_STRING,
 		Shape: []int64{int64(len(els))}, Data: tensor.JoinBytes(els)})
-	return res, nil
+	return res
 }
 
 // callError maps a failed Call: the gateway's own OpenAI errors by their status, a cancelled or
