@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
 	"github.com/infergate/infergate/adapters/tensor"
@@ -80,7 +81,7 @@ func (r *chatResult) add(d *delta) (int, error) {
 		}
 		for len(r.tools) <= x {
 			r.tools = append(r.tools, toolCallOut{Type: "function"})
-			n += 32
+			n += int(unsafe.Sizeof(toolCallOut{})) // what an index alone makes it hold
 		}
 		t := &r.tools[x]
 		if tc.ID != "" {
