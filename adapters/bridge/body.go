@@ -21,11 +21,12 @@ var reservedKeys = map[string]bool{"model": true, "prompt": true, "messages": tr
 const maxChoices = 1024
 
 // requestBody builds the OpenAI request body for model: the prompt (or, for chat, one user
-// message), the stream flag, and then every member of the sampling_parameters JSON object, which
-// must not set what the bridge sets. It also returns the number of choices asked for (n, default
-// 1). Bad sampling parameters are INVALID_ARGUMENT, naming the problem.
-func requestBody(model string, chat bool, text []byte, stream bool, sampling []byte) ([]byte, int, error) {
-	b := make([]byte, 0, 64+len(model)+len(text)+len(sampling))
+// message), the stream flag, chat_template_kwargs when kwargs is not nil, and then every member
+// of the sampling_parameters JSON object, which must not set what the bridge sets. It also
+// returns the number of choices asked for (n, default 1). Bad sampling parameters or kwargs are
+// INVALID_ARGUMENT, naming the problem.
+func requestBody(model string, chat bool, text []byte, stream bool, sampling, kwargs []byte) ([]byte, int, error) {
+	b := make([]byte, 0, 96+len(model)+len(text)+len(sampling)+len(kwargs))
 	b = append(b, `{"model":`...)
 	b = tensor.AppendJSONString(b, model)
 	if chat {
@@ -38,10 +39,18 @@ func requestBody(model string, chat bool, text []byte, stream bool, sampling []b
 	}
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, stream)
+	if kwargs != nil {
+		kw, err := validKwargs(kwargs)
+		if err != nil {
+			return nil, 0, err
+		}
+		b = append(b, `,"`+InputChatTemplateKwargs+`":`...)
+		b = append(b, kw...)
+	}
 	n := 1
 	if sampling != nil {
 		var err error
-		if b, n, err = appendSampling(b, sampling); err != nil {
+		if b, n, err = appendSampling(b, sampling, kwargs != nil); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -50,8 +59,8 @@ func requestBody(model string, chat bool, text []byte, stream bool, sampling []b
 
 // appendSampling appends the members of the JSON object sampling to the body b, each as
 // ",key:value" with the key re-encoded (so an escaped spelling of a reserved key is caught) and the
-// value compacted.
-func appendSampling(b, sampling []byte) ([]byte, int, error) {
+// value compacted. With kwargs (the chat_template_kwargs input is set), it may not set that too.
+func appendSampling(b, sampling []byte, kwargs bool) ([]byte, int, error) {
 	if !utf8.Valid(sampling) {
 		return nil, 0, invalid("%s must be UTF-8 JSON", inSampling)
 	}
@@ -83,6 +92,9 @@ func appendSampling(b, sampling []byte) ([]byte, int, error) {
 		key, _ := tok.(string) // object keys are strings
 		if reservedKeys[key] {
 			return nil, 0, invalid("%s must not set '%s': the bridge sets model, prompt (or messages) and stream from the request", inSampling, key)
+		}
+		if kwargs && key == InputChatTemplateKwargs {
+			return nil, 0, invalid("%s must not set '%s' when the input '%s' does", inSampling, key, InputChatTemplateKwargs)
 		}
 		if seen[key] {
 			return nil, 0, invalid("%s sets '%s' twice", inSampling, key)

@@ -26,6 +26,35 @@
 // message; an upstream that dies mid-stream is UNAVAILABLE. Cancelling the call or the stream
 // cancels the upstream request.
 //
+// A model with a Granite processor (models.<name>.processor; the runtime names them with
+// WithChatResult) is served as chat whatever its endpoints' kind: the processor renders the
+// prompt from the chat request and parses the model's text back into a structured message
+// (adapters/llm/granite/granitestage). Its contract adds
+//
+//	inputs:  optional chat_template_kwargs BYTES [1] (a JSON object)
+//	outputs: chat_result BYTES [-1] (one JSON object per choice)
+//
+// chat_template_kwargs becomes the chat request's chat_template_kwargs, where vLLM's chat API
+// and the Granite stage take Granite's request fields: documents, controls (citations,
+// hallucinations, length, originality), thinking and sanitize, as in
+//
+//	{"documents": [{"doc_id": 1, "text": "..."}], "controls": {"citations": true}, "thinking": true}
+//
+// (sampling_parameters may then not set chat_template_kwargs too). Members of the chat request
+// itself, such as tools, go in sampling_parameters, whose members join the request's top level.
+// With Triton's Python client: an InferInput("chat_template_kwargs", [1], "BYTES") holding
+// json.dumps(kwargs); with REST generate: "chat_template_kwargs": "<the JSON, as a string>".
+//
+// Each chat_result element is the assistant message as /v1/chat/completions answers it for that
+// choice, as JSON: role, content (null for an answer that is only tool calls), reasoning_content,
+// tool_calls (OpenAI's, arguments a JSON string), Granite's citations, documents and
+// hallucinations (granite-io's shapes, offsets in characters), and parse_error when the model's
+// output could not be parsed (content is then its text, unparsed). text_output stays the content.
+// chat_result is in the answer when the request asks for every output or names it. In a stream,
+// as finish_reason, it is "" in each response but the final one, which carries the whole message;
+// text_output streams the content as the stage parses it (a chunk of reasoning is a response with
+// an empty text_output: the reasoning comes whole in chat_result).
+//
 // The tensors are declared here in Go, not with protoc-gen-infergate: generated models carry the
 // fixed name of their annotation (in their config and their error messages) while a bridge model
 // takes the name of whatever the proxy routes; an RPC is either unary (one response) or
@@ -46,9 +75,10 @@ import (
 
 // Bridge keeps one bridge model in a registry for each completions or chat model the proxy routes.
 type Bridge struct {
-	reg   *engines.Registry
-	proxy *openai.Proxy
-	log   *slog.Logger
+	reg        *engines.Registry
+	proxy      *openai.Proxy
+	log        *slog.Logger
+	chatResult func(model string) bool
 
 	mu    sync.Mutex
 	owned map[string]owned // bridge models this Bridge registered, by name
@@ -65,6 +95,13 @@ type Option func(*Bridge)
 
 // WithLogger sets the logger for models added, removed and skipped; default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(b *Bridge) { b.log = l } }
+
+// WithChatResult names the models that have a Granite processor (models.<name>.processor):
+// their bridge models always send chat, take chat_template_kwargs and answer chat_result (see
+// the package doc). It is asked once per model, when its bridge model is added.
+func WithChatResult(has func(model string) bool) Option {
+	return func(b *Bridge) { b.chatResult = has }
+}
 
 // New returns a bridge from proxy's models to reg, kept in step with them from then on (it
 // watches the proxy's model set). It registers nothing until the first change or Sync.
@@ -108,7 +145,7 @@ func (b *Bridge) Sync() {
 		if _, ok := b.owned[name]; ok {
 			continue
 		}
-		m := newModel(name, want[name], b.proxy)
+		m := newModel(name, want[name], b.proxy, b.chatResult != nil && b.chatResult(name))
 		e, err := b.reg.Register(m)
 		if err != nil {
 			if !b.taken[name] {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -34,6 +35,18 @@ const (
 	outReason   = "finish_reason"
 )
 
+// The tensors a model with a Granite processor adds to the contract (WithChatResult).
+const (
+	// InputChatTemplateKwargs is an optional BYTES [1] input holding a JSON object: the chat
+	// request's chat_template_kwargs, where Granite's documents, controls, thinking and
+	// sanitize go, as vLLM's chat API takes them.
+	InputChatTemplateKwargs = "chat_template_kwargs"
+	// OutputChatResult is a BYTES [-1] output, one element per choice: the assistant message as
+	// JSON (role, content, reasoning_content, tool_calls, citations, documents, hallucinations,
+	// and parse_error when the model's output could not be parsed).
+	OutputChatResult = "chat_result"
+)
+
 // contract declares the bridge models' tensors once; config builds each model's ModelConfig from it.
 var contract = struct {
 	inputs  []*inference.ModelInput
@@ -51,13 +64,17 @@ var contract = struct {
 	},
 }
 
-func config(name string) *inference.ModelConfig {
+func config(name string, chatResult bool) *inference.ModelConfig {
 	cfg := &inference.ModelConfig{Name: name, Platform: Platform, Backend: Backend}
 	for _, in := range contract.inputs {
 		cfg.Input = append(cfg.Input, &inference.ModelInput{Name: in.Name, DataType: in.DataType, Dims: append([]int64(nil), in.Dims...), Optional: in.Optional})
 	}
 	for _, out := range contract.outputs {
 		cfg.Output = append(cfg.Output, &inference.ModelOutput{Name: out.Name, DataType: out.DataType, Dims: append([]int64(nil), out.Dims...)})
+	}
+	if chatResult {
+		cfg.Input = append(cfg.Input, &inference.ModelInput{Name: InputChatTemplateKwargs, DataType: inference.DataType_TYPE_STRING, Dims: []int64{1}, Optional: true})
+		cfg.Output = append(cfg.Output, &inference.ModelOutput{Name: OutputChatResult, DataType: inference.DataType_TYPE_STRING, Dims: []int64{-1}})
 	}
 	return cfg
 }
@@ -68,10 +85,13 @@ type model struct {
 	cfg   *inference.ModelConfig
 	proxy *openai.Proxy
 	chat  atomic.Bool // the proxy's endpoints for it are of kind chat; Sync may change it
+	// chatResult: the model has a Granite processor. It always takes chat (the processor
+	// renders the prompt from it), and has chat_template_kwargs and chat_result.
+	chatResult bool
 }
 
-func newModel(name, kind string, proxy *openai.Proxy) *model {
-	m := &model{cfg: config(name), proxy: proxy}
+func newModel(name, kind string, proxy *openai.Proxy, chatResult bool) *model {
+	m := &model{cfg: config(name, chatResult), proxy: proxy, chatResult: chatResult}
 	m.setKind(kind)
 	return m
 }
@@ -117,9 +137,15 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 	if err != nil {
 		return err
 	}
+	var kwargs []byte
+	if m.chatResult {
+		if kwargs, err = firstElement(req, InputChatTemplateKwargs); err != nil {
+			return err
+		}
+	}
 	stream := m.RequestDecoupled(req)
-	chat := m.chat.Load()
-	body, n, err := requestBody(m.cfg.GetName(), chat, text, stream, sampling)
+	chat := m.chat.Load() || m.chatResult
+	body, n, err := requestBody(m.cfg.GetName(), chat, text, stream, sampling, kwargs)
 	if err != nil {
 		return err
 	}
@@ -146,13 +172,22 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 		if len(b) > maxResponseBytes {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("upstream '%s' answered more than %d bytes", res.Endpoint, maxResponseBytes))
 		}
-		texts, reasons, err := fold(b, n)
-		if err != nil {
+		acc := newAccumulator(n, m.wantsResult(req))
+		if _, err := acc.add(b); err != nil {
 			return upstreamInvalid(res, err)
 		}
-		return send(response(texts, reasons, false))
+		acc.parseErrors(res.Header)
+		out := acc.response(true)
+		out.Final = false // one response, not the last of a stream
+		return send(out)
 	}
-	return relay(ctx, res, n, send)
+	return relay(ctx, res, newAccumulator(n, m.wantsResult(req)), send)
+}
+
+// wantsResult reports whether the answer to req carries chat_result: the model has it, and the
+// request asks for every output or names it.
+func (m *model) wantsResult(req *engines.Request) bool {
+	return m.chatResult && (len(req.Outputs) == 0 || slices.Contains(req.Outputs, OutputChatResult))
 }
 
 // relay sends one response per upstream chunk that carries choices. Responses carry each choice's
@@ -160,8 +195,8 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 // that finishes the last choice is held back until the upstream ends, and then sent as the one
 // final response, with every choice's finish_reason. When the upstream ends otherwise (no
 // finish_reason), a final response with empty texts ends the stream.
-func relay(ctx context.Context, res *pipeline.Response, n int, send func(*engines.Response) error) error {
-	acc := newAccumulator(n)
+func relay(ctx context.Context, res *pipeline.Response, acc *accumulator, send func(*engines.Response) error) error {
+	acc.parseErrors(res.Header) // a replayed answer's; a parsed stream's come on its finish chunks
 	events := pipeline.NewEvents(res)
 	for {
 		data, err := events.Next()
@@ -176,12 +211,12 @@ func relay(ctx context.Context, res *pipeline.Response, n int, send func(*engine
 			return upstreamInvalid(res, err)
 		}
 		if ok && !acc.done() {
-			if err := send(response(acc.take(false))); err != nil {
+			if err := send(acc.response(false)); err != nil {
 				return err
 			}
 		}
 	}
-	return send(response(acc.take(true)))
+	return send(acc.response(true))
 }
 
 // response builds one response with one text_output and one finish_reason element per choice.

@@ -13,6 +13,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/apierror"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference"
 )
 
 // answer is what the bridge reads of a completion, a chat completion, or a chunk of either.
@@ -30,6 +33,24 @@ type choice struct {
 
 type delta struct {
 	Content *string `json:"content"`
+	// The rest of an assistant message, which only a model with chat_result reads (chatResult.add):
+	// what the Granite stage answers besides content (in a stream, Granite's members and
+	// parse_error come on a choice's finish chunk). Kept raw, so that other models' answers
+	// read as before whatever an upstream puts there.
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
+	ToolCalls        json.RawMessage `json:"tool_calls"`
+	Citations        json.RawMessage `json:"citations"`
+	Documents        json.RawMessage `json:"documents"`
+	Hallucinations   json.RawMessage `json:"hallucinations"`
+	ParseError       json.RawMessage `json:"parse_error"`
+}
+
+// message is the chat message or delta of the choice (nil for a completion).
+func (c *choice) message() *delta {
+	if c.Message != nil {
+		return c.Message
+	}
+	return c.Delta
 }
 
 func (c *choice) text() string {
@@ -68,28 +89,22 @@ func decodeAnswer(b []byte) (*answer, error) {
 	return &a, nil
 }
 
-// fold reads a whole (non-streaming) answer: one text and one finish_reason per choice, ordered by
-// choice index, at least n of them.
-func fold(b []byte, n int) ([][]byte, []string, error) {
-	a, err := decodeAnswer(b)
-	if err != nil {
-		return nil, nil, err
-	}
-	acc := newAccumulator(n)
-	acc.apply(a.Choices)
-	texts, reasons, _ := acc.take(true)
-	return texts, reasons, nil
-}
-
-// accumulator gathers a stream's choices between the responses sent for it.
+// accumulator gathers a stream's choices between the responses sent for it, or a whole answer's.
 type accumulator struct {
 	texts   [][]byte // per choice: text not yet sent
 	reasons []string // per choice: finish_reason once it came
 	ended   int      // choices with a finish_reason
+
+	// results, when the model has chat_result and the request wants it: per choice, its whole
+	// message so far; kept counts their bytes, bounded by maxResponseBytes.
+	results     []*chatResult
+	withResults bool
+	kept        int
 }
 
-func newAccumulator(n int) *accumulator {
-	a := &accumulator{}
+// newAccumulator gathers at least n choices; results asks for their chat_result.
+func newAccumulator(n int, results bool) *accumulator {
+	a := &accumulator{withResults: results}
 	a.grow(max(n, 1))
 	return a
 }
@@ -98,10 +113,13 @@ func (a *accumulator) grow(width int) {
 	for len(a.texts) < width {
 		a.texts = append(a.texts, nil)
 		a.reasons = append(a.reasons, "")
+		if a.withResults {
+			a.results = append(a.results, &chatResult{})
+		}
 	}
 }
 
-func (a *accumulator) apply(cs []choice) {
+func (a *accumulator) apply(cs []choice) error {
 	for i := range cs {
 		c := &cs[i]
 		a.grow(c.Index + 1)
@@ -110,17 +128,42 @@ func (a *accumulator) apply(cs []choice) {
 			a.reasons[c.Index] = r
 			a.ended++
 		}
+		if m := c.message(); a.withResults && m != nil {
+			n, err := a.results[c.Index].add(m)
+			if err != nil {
+				return err
+			}
+			if a.kept += n; a.kept > maxResponseBytes {
+				return fmt.Errorf("an answer of more than %d bytes", maxResponseBytes)
+			}
+		}
 	}
+	return nil
 }
 
-// add takes one chunk's data and reports whether it carried choices (usage chunks carry none).
+// add takes one chunk's data, or a whole answer, and reports whether it carried choices (usage
+// chunks carry none).
 func (a *accumulator) add(data []byte) (bool, error) {
 	ans, err := decodeAnswer(data)
 	if err != nil {
 		return false, err
 	}
-	a.apply(ans.Choices)
+	if err := a.apply(ans.Choices); err != nil {
+		return false, err
+	}
 	return len(ans.Choices) > 0, nil
+}
+
+// parseErrors adds the parse problems the Granite stage reported in the answer's header.
+func (a *accumulator) parseErrors(h http.Header) {
+	if !a.withResults {
+		return
+	}
+	headerParseErrors(h, func(i int, problem string) {
+		if i < len(a.results) {
+			a.results[i].parseErrors = append(a.results[i].parseErrors, problem)
+		}
+	})
 }
 
 // done reports whether every choice has finished.
@@ -137,6 +180,25 @@ func (a *accumulator) take(final bool) (texts [][]byte, reasons []string, _ bool
 	copy(texts, a.texts)
 	clear(a.texts)
 	return texts, reasons, final
+}
+
+// response takes what was gathered as one response: text_output and finish_reason, and
+// chat_result when the accumulator gathers it (each choice's JSON in the final response, ""
+// before it, as finish_reason is).
+func (a *accumulator) response(final bool) *engines.Response {
+	res := response(a.take(final))
+	if !a.withResults {
+		return res
+	}
+	els := make([][]byte, len(a.results))
+	if final {
+		for i, r := range a.results {
+			els[i] = r.json()
+		}
+	}
+	res.Outputs = append(res.Outputs, engines.Tensor{Name: OutputChatResult, Datatype: inference.DataType_TYPE_STRING,
+		Shape: []int64{int64(len(els))}, Data: tensor.JoinBytes(els)})
+	return res
 }
 
 // callError maps a failed Call: the gateway's own OpenAI errors by their status, a cancelled or

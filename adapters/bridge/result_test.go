@@ -19,6 +19,16 @@ func strings2(b [][]byte) []string {
 	return out
 }
 
+// fold reads a whole answer as Execute does, for a model without chat_result.
+func fold(b []byte, n int) ([][]byte, []string, error) {
+	acc := newAccumulator(n, false)
+	if _, err := acc.add(b); err != nil {
+		return nil, nil, err
+	}
+	texts, reasons, _ := acc.take(true)
+	return texts, reasons, nil
+}
+
 // TestFoldOrdersChoices: one element per choice, by choice index whatever the order in the
 // answer, completions and chat alike; a null finish_reason is "".
 func TestFoldOrdersChoices(t *testing.T) {
@@ -47,7 +57,7 @@ func TestFoldOrdersChoices(t *testing.T) {
 // choices that end early are held for the final response; the chunk that ends the last choice
 // is held back (done).
 func TestAccumulatorStream(t *testing.T) {
-	acc := newAccumulator(2)
+	acc := newAccumulator(2, false)
 	step := func(chunk string) (bool, []string, []string) {
 		ok, err := acc.add([]byte(chunk))
 		require.NoError(t, err)
