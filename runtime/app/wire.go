@@ -192,7 +192,10 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (app *App, err error)
 		return status, answer, err
 	}
 	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
-	bridged := bridge.New(reg, proxy, bridge.WithLogger(log))
+	bridged := bridge.New(reg, proxy, bridge.WithLogger(log), bridge.WithChatResult(func(name string) bool {
+		m := models[name]
+		return m != nil && m.granite != nil
+	}))
 	kp, err := kserveproxy.New(kserveproxy.Options{Endpoints: cfg.Upstreams, Registry: reg, Logger: log,
 		MaxMessageBytes: gwCfg.MaxMessageBytes, Breaker: br})
 	if err != nil {
