@@ -269,9 +269,11 @@ func TestServiceHeartbeatAfterExpiry(t *testing.T) {
 		Backend: &registryv1.Backend{ModelName: "m", ModelType: registryv1.ModelType_MODEL_TYPE_CHAT, Url: "http://h"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		list, err := c.ListBackends(ctx, &registryv1.ListBackendsRequest{})
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		list, err := c.ListBackends(cctx, &registryv1.ListBackendsRequest{}, grpc.WaitForReady(true))
 		return err == nil && len(list.Registrations) == 0
-	}, wait, 10*time.Millisecond)
+	}, 2*wait, 10*time.Millisecond)
 	_, err = c.Heartbeat(ctx, &registryv1.HeartbeatRequest{LeaseId: res.LeaseId})
 	assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "register again")

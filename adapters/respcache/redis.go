@@ -197,7 +197,7 @@ func (r *Redis) Put(ctx context.Context, e Entry) error {
 	if err != nil {
 		return r.failed("put", err)
 	}
-	r.idx.add(e.Key, md)
+	r.idx.add(e.Key, md, true)
 	return nil
 }
 
@@ -294,7 +294,7 @@ func (r *Redis) handle(b []byte) {
 	case msg.flush:
 		r.idx.clear()
 	default:
-		r.idx.add(msg.key, untrusted(msg.meta))
+		r.idx.add(msg.key, untrusted(msg.meta), false)
 	}
 }
 
@@ -344,7 +344,7 @@ func (r *Redis) load(ctx context.Context) error {
 				r.warn.Warn(warnMalformed, warnMalformed, "prefix", r.opts.Prefix, "key", keys[i], "err", err)
 				continue
 			}
-			r.idx.add(strings.TrimPrefix(keys[i], r.keys), untrusted(m))
+			r.idx.add(strings.TrimPrefix(keys[i], r.keys), untrusted(m), false)
 		}
 		return nil
 	})
@@ -390,7 +390,10 @@ func newMirror(max int, now func() time.Time) *mirror {
 }
 
 // add indexes an entry; its vector must be normalised (decoded ones go through untrusted).
-func (x *mirror) add(key string, m meta) {
+// local is this replica's own Put, which always wins. What a message or a load brings replaces
+// an entry only when it expires later, so that is newer: a load scans Redis while this replica
+// keeps putting, and may read a key's meta before a put replaces it, then apply it after.
+func (x *mirror) add(key string, m meta, local bool) {
 	now := x.now().UnixMilli()
 	if m.expires <= now {
 		return
@@ -400,6 +403,9 @@ func (x *mirror) add(key string, m meta) {
 	if old := x.byKey[key]; old != nil {
 		if old.expires == m.expires && old.partition == m.partition && old.size == m.size && slices.Equal(old.vector, m.vector) {
 			return // its own announcement, or a load of what a message brought
+		}
+		if !local && old.expires >= m.expires {
+			return // older than what this replica holds
 		}
 		x.drop(old)
 	}
