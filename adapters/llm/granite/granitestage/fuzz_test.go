@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/llm/granite"
@@ -87,6 +88,93 @@ func FuzzChatStream(f *testing.F) {
 			}
 			if !json.Valid(data) {
 				t.Fatalf("event is not JSON: %q", data)
+			}
+		}
+	})
+}
+
+// FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
+// failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
+// same way. The bytes are also tried as one JSON value (the scanner accepts exactly what
+// json.Valid does, short of its depth bound) and as a string's contents (unquote is
+// encoding/json's).
+func FuzzDecodeCompletion(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":"a \u003cco\u003e1\u003c/co\u003e.\n","logprobs":null,"finish_reason":"stop","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null},"system_fingerprint":"fp","kv_transfer_params":null}`,
+		` {"choices":[{"text":"x","finish_reason":null},null,{"text":null,"finish_reason":"length"}],"usage":null} `,
+		`{"choices":[],"system_fingerprint":{"a":[1,-2.5e+3,true,false,null,"\ud83d\ude00 \ud800 \udc00x \u00e9 é \ufffd"]}}`,
+		`{"choices":[{"text":"\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\u0041"}]}`,
+		`\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\ude00 \ud800 \udc00x \ud83d\u0041 \uD83D\uDE00 é`,
+		`{"choices":[{"text":"a"}],"choices":[{"text":"b","finish_reason":"stop"}]}`,
+		`{"Choices":[{"TEXT":"a"}],"uſage":{"prompt_tokens":1},"ID":"x","mod\u0065l":"m"}`,
+		`{"usage":{"prompt_tokens":7.0,"completion_tokens":1e3,"total_tokens":-0}}`,
+		`{"usage":{"prompt_tokens":99999999999999999999}}`,
+		"{\"choices\":[{\"text\":\"\xff\xc3 \xe2\x80\xa8 \xed\xa0\x80 ok\"}]}",
+		"{\"choices\":[{\"text\":\"a\x1fb\"}]}", "\x1f\t",
+		`{"choices":[{"text":1}]}`, `{"choices":{}}`, `[]`, `null`, `{"a":01}`, `{"a":"\x01"}`, `{"a":1,}`, `{"a" 1}`,
+		`{"choices":[{"text":"a"}]} x`, `{"id":"\u12"}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`, `"\ud800\u"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want completionAnswer
+		werr := json.Unmarshal(data, &want)
+		var fast completionAnswer
+		if scanCompletion(data, &fast) {
+			if werr != nil {
+				t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
+			}
+			if !reflect.DeepEqual(fast, want) {
+				t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
+			}
+		}
+		var got completionAnswer
+		if err := decodeCompletion(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeCompletion: %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
+		}
+
+		if werr == nil { // the answer written back, as the stage writes it
+			a := chatAnswer{ID: got.ID, Object: "chat.completion", Model: got.Model, Usage: got.Usage, SystemFingerprint: got.SystemFingerprint}
+			for i, ch := range got.Choices {
+				cc := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: &got.Choices[i].Text}, Logprobs: json.RawMessage("null")}
+				if ch.FinishReason != nil {
+					cc.FinishReason = *ch.FinishReason
+					cc.Message.Citations = []granite.Citation{{CitationID: ch.Text, ContextText: got.Model}}
+				}
+				a.Choices = append(a.Choices, cc)
+			}
+			want, _ := json.Marshal(a)
+			if out, err := appendAnswer(nil, &a); err != nil || string(out) != string(want) {
+				t.Fatalf("appendAnswer: %s (%v), json.Marshal %s", out, err, want)
+			}
+		}
+
+		s := jscan{b: data}
+		ok := s.skip(0)
+		if ok {
+			s.ws()
+			ok = s.i == len(data)
+		}
+		if ok != json.Valid(data) && (ok || bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) < maxScanDepth) {
+			t.Fatalf("scanner says valid=%v, json.Valid %v: %q", ok, !ok, data)
+		}
+
+		quoted := append(append([]byte{'"'}, data...), '"')
+		var ws string
+		jerr := json.Unmarshal(quoted, &ws)
+		s = jscan{b: quoted}
+		start, end, plain, ok := s.str()
+		ok = ok && s.i == len(quoted)
+		if ok != (jerr == nil) {
+			t.Fatalf("str ok=%v, encoding/json %v: %q", ok, jerr, quoted)
+		}
+		if ok {
+			gs := string(quoted[start:end])
+			if !plain {
+				gs = unquote(quoted[start:end])
+			}
+			if gs != ws {
+				t.Fatalf("unquote %q = %q, encoding/json %q", data, gs, ws)
 			}
 		}
 	})
