@@ -27,6 +27,7 @@ func FuzzParse(f *testing.F) {
 		"<|start_of_cite|>{\"document_id\": \"1\"}<|end_of_cite|> first. a<|start_of_cite|>{\"document_id\": \"2\"}<|end_of_cite|>.<|start_of_plugin|>{\"id\": \"citation\"}\n1: \"q\"<|end_of_plugin|>",
 		"{\"id\": \"citation\"}{\"id\": \"citation\"}", "x {\"document_id\": \"3\"} y",
 		"é<co>1</co>.\n# Citations:\n<co>1</co> Document 0: \"ü\"",
+		"12. \t\fRisk unanswerable: b\n2.\vRisk low: c3. Risk high:d4. Risk low: ",
 	} {
 		f.Add(s, uint8(0))
 		f.Add(s, uint8(255))
@@ -34,6 +35,7 @@ func FuzzParse(f *testing.F) {
 	docs32 := []Document{{Text: "Dog info"}, {Text: "ü and a"}}
 	docs33 := []Document{{Text: "Dog info", DocID: &DocID{S: "1"}}, {Text: "q", DocID: &DocID{S: "2"}}}
 	f.Fuzz(func(t *testing.T, text string, flags uint8) {
+		matchesRegexps(t, text)
 		for _, v := range []Version{V32, V33} {
 			req := &ChatRequest{Thinking: flags&1 != 0}
 			if flags&2 != 0 {
