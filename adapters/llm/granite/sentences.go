@@ -29,6 +29,13 @@ func splitSentences(text string) []string {
 		rs := skipSpace(text, pos)
 		re := rs
 		for re < len(text) {
+			if c := text[re]; c < utf8.RuneSelf {
+				if asciiSpace[c] {
+					break
+				}
+				re++
+				continue
+			}
 			sp, n := spaceAt(text, re)
 			if sp {
 				break
@@ -45,7 +52,7 @@ func splitSentences(text string) []string {
 			if c != '.' && c != '?' && c != '!' {
 				continue
 			}
-			if j+1 < re && strings.IndexByte(punktNonWord, text[j+1]) >= 0 {
+			if j+1 < re && nonWord[text[j+1]] {
 				end = j
 				break
 			}
@@ -76,12 +83,33 @@ func splitSentences(text string) []string {
 
 const punktNonWord = `?!)";}]*:@'({[`
 
+// Byte sets of the splitter's ASCII classes, so its loops test a byte with one load.
+var (
+	asciiSpace = byteSet(" \t\n\v\f\r")
+	nonWord    = byteSet(punktNonWord)
+	wordTrim   = byteSet("(\"`{[:;&#*@)}]-,")
+)
+
+func byteSet(chars string) (t [256]bool) {
+	for i := 0; i < len(chars); i++ {
+		t[chars[i]] = true
+	}
+	return t
+}
+
 func hasTextAfter(text string, i int) bool {
 	return skipSpace(text, i) < len(text)
 }
 
 func skipSpace(text string, i int) int {
 	for i < len(text) {
+		if c := text[i]; c < utf8.RuneSelf {
+			if !asciiSpace[c] {
+				break
+			}
+			i++
+			continue
+		}
 		sp, n := spaceAt(text, i)
 		if !sp {
 			break
@@ -108,10 +136,15 @@ func isSentenceEnd(tok, rest string) bool {
 	}
 	// The word is what follows the last punctuation that splits Punkt's words.
 	word := tok[:len(tok)-1]
-	if i := strings.LastIndexAny(word, punktNonWord); i >= 0 {
-		word = word[i+1:]
+	for i := len(word) - 1; i >= 0; i-- { // strings.LastIndexAny(word, punktNonWord)
+		if nonWord[word[i]] {
+			word = word[i+1:]
+			break
+		}
 	}
-	word = strings.TrimLeft(word, "(\"`{[:;&#*@)}]-,")
+	for len(word) > 0 && wordTrim[word[0]] {
+		word = word[1:]
+	}
 	if strings.HasSuffix(word, ".") || word == "" {
 		return startsUpper(rest) // an ellipsis: only before a capitalised word
 	}
