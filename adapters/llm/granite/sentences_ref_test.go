@@ -193,4 +193,3 @@ func realignRef(sents []string) []string {
 	}
 	return out
 }
-
