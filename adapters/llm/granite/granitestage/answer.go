@@ -330,18 +330,121 @@ func (s *jscan) stringValue(dst *string) bool {
 	case 'n':
 		return s.lit("null")
 	case '"':
-		start, end, plain, ok := s.str()
-		if !ok {
-			return false
+		v, ok := s.strDecode()
+		if ok {
+			*dst = v
 		}
-		if plain {
-			*dst = string(s.b[start:end])
-		} else {
-			*dst = unquote(s.b[start:end])
-		}
-		return true
+		return ok
 	}
 	return false
+}
+
+// strDecode reads a string at s.i (its opening quote) and decodes it as encoding/json does, in
+// the one pass that validates it: escapes resolved, a lone or broken surrogate and each byte of
+// invalid UTF-8 as U+FFFD.
+func (s *jscan) strDecode() (string, bool) {
+	b := s.b
+	i := s.i + 1
+	start := i
+	for i < len(b) && !special[b[i]] {
+		i++
+	}
+	if i < len(b) && b[i] == '"' {
+		s.i = i + 1
+		return string(b[start:i]), true
+	}
+	var out strings.Builder
+	out.Grow(len(b) - start)
+	lit := start // the start of the bytes not yet written
+	for {
+		for i < len(b) && !special[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return "", false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			out.Write(b[lit:i])
+			s.i = i + 1
+			return out.String(), true
+		case c < 0x20:
+			return "", false
+		case c == '\\':
+			out.Write(b[lit:i])
+			if i+1 >= len(b) {
+				return "", false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/':
+				out.WriteByte(b[i+1])
+			case 'b':
+				out.WriteByte('\b')
+			case 'f':
+				out.WriteByte('\f')
+			case 'n':
+				out.WriteByte('\n')
+			case 'r':
+				out.WriteByte('\r')
+			case 't':
+				out.WriteByte('\t')
+			case 'u':
+				r, ok := u4(b[i:])
+				if !ok {
+					return "", false
+				}
+				if utf16.IsSurrogate(r) {
+					if r2, ok := u4(b[i+6:]); ok {
+						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+							out.WriteRune(d)
+							i += 12
+							lit = i
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				out.WriteRune(r)
+				i += 6
+				lit = i
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+			lit = i
+		default: // outside ASCII
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				out.Write(b[lit:i])
+				out.WriteString("\uFFFD")
+				lit = i + 1
+			}
+			i += n
+		}
+	}
+}
+
+// u4 reads a \uXXXX escape at the start of b.
+func u4(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // intValue reads an integer or null into *dst, as encoding/json reads an int64.
@@ -495,82 +598,6 @@ func (s *jscan) usage(c *completionAnswer) bool {
 	}
 	c.Usage = u
 	return true
-}
-
-// unquote is a validated JSON string's contents (no quotes) as encoding/json decodes them:
-// escapes resolved, a lone or broken surrogate and each byte of invalid UTF-8 as U+FFFD.
-func unquote(s []byte) string {
-	var out strings.Builder
-	out.Grow(len(s))
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '\\':
-			switch s[i+1] {
-			case 'b':
-				out.WriteByte('\b')
-			case 'f':
-				out.WriteByte('\f')
-			case 'n':
-				out.WriteByte('\n')
-			case 'r':
-				out.WriteByte('\r')
-			case 't':
-				out.WriteByte('\t')
-			case 'u':
-				r := hex4(s[i+2:])
-				i += 6
-				if utf16.IsSurrogate(r) {
-					if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
-						if d := utf16.DecodeRune(r, hex4(s[i+2:])); d != utf8.RuneError {
-							out.WriteRune(d)
-							i += 6
-							continue
-						}
-					}
-					r = utf8.RuneError
-				}
-				out.WriteRune(r)
-				continue
-			default: // " \ /
-				out.WriteByte(s[i+1])
-			}
-			i += 2
-		case c < utf8.RuneSelf:
-			j := i + 1
-			for j < len(s) && s[j] != '\\' && s[j] < utf8.RuneSelf {
-				j++
-			}
-			out.Write(s[i:j])
-			i = j
-		default:
-			r, n := utf8.DecodeRune(s[i:])
-			if r == utf8.RuneError && n == 1 {
-				out.WriteString("\uFFFD")
-			} else {
-				out.Write(s[i : i+n])
-			}
-			i += n
-		}
-	}
-	return out.String()
-}
-
-// hex4 reads four hex digits (validated by str).
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c <= '9':
-			c -= '0'
-		case c <= 'F':
-			c -= 'A' - 10
-		default:
-			c -= 'a' - 10
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
 }
 
 var errTooLarge = errors.New("granitestage: answer over the bound")

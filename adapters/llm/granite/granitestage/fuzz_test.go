@@ -96,7 +96,7 @@ func FuzzChatStream(f *testing.F) {
 // FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
 // failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
 // same way. The bytes are also tried as one JSON value (the scanner accepts exactly what
-// json.Valid does, short of its depth bound) and as a string's contents (unquote is
+// json.Valid does, short of its depth bound) and as a string's contents (strDecode is
 // encoding/json's).
 func FuzzDecodeCompletion(f *testing.F) {
 	for _, s := range []string{
@@ -163,19 +163,16 @@ func FuzzDecodeCompletion(f *testing.F) {
 		var ws string
 		jerr := json.Unmarshal(quoted, &ws)
 		s = jscan{b: quoted}
-		start, end, plain, ok := s.str()
+		_, _, _, ok = s.str()
 		ok = ok && s.i == len(quoted)
-		if ok != (jerr == nil) {
-			t.Fatalf("str ok=%v, encoding/json %v: %q", ok, jerr, quoted)
+		s = jscan{b: quoted}
+		gs, dok := s.strDecode()
+		dok = dok && s.i == len(quoted)
+		if ok != (jerr == nil) || dok != ok {
+			t.Fatalf("str ok=%v, strDecode ok=%v, encoding/json %v: %q", ok, dok, jerr, quoted)
 		}
-		if ok {
-			gs := string(quoted[start:end])
-			if !plain {
-				gs = unquote(quoted[start:end])
-			}
-			if gs != ws {
-				t.Fatalf("unquote %q = %q, encoding/json %q", data, gs, ws)
-			}
+		if ok && gs != ws {
+			t.Fatalf("strDecode %q = %q, encoding/json %q", data, gs, ws)
 		}
 	})
 }
