@@ -427,7 +427,7 @@ func addResponseSpans32(cites []Citation, withMarks, clean string) error {
 	removeMarks := removeCo
 	byID := map[string]string{}
 	for si, s := range sents {
-		for _, m := range findCo(s) {
+		for m, ok := nextCo(s, 0); ok; m, ok = nextCo(s, m[3]) {
 			id := s[m[1]:m[2]]
 			if _, seen := byID[id]; seen {
 				continue
@@ -635,10 +635,18 @@ func removeCo(s string) string {
 // regexp <co>(\d+)</co> finds; by hand, as this runs once per sentence).
 func findCo(s string) [][4]int {
 	var out [][4]int
-	for pos := 0; ; {
+	for m, ok := nextCo(s, 0); ok; m, ok = nextCo(s, m[3]) {
+		out = append(out, m)
+	}
+	return out
+}
+
+// nextCo is the first marker <co>N</co> at or after pos, as findCo reports it.
+func nextCo(s string, pos int) ([4]int, bool) {
+	for {
 		j := strings.Index(s[pos:], "<co>")
 		if j < 0 {
-			return out
+			return [4]int{}, false
 		}
 		j += pos
 		k := j + 4
@@ -646,9 +654,7 @@ func findCo(s string) [][4]int {
 			k++
 		}
 		if k > j+4 && strings.HasPrefix(s[k:], "</co>") {
-			out = append(out, [4]int{j, j + 4, k, k + 5})
-			pos = k + 5
-			continue
+			return [4]int{j, j + 4, k, k + 5}, true
 		}
 		pos = j + 4
 	}

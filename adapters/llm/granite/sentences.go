@@ -24,10 +24,31 @@ func splitSentences(text string) []string {
 	var out []string
 	start := 0
 	pos := 0
+	ends := [3]int{-2, -2, -2}
 	for pos < len(text) {
-		// Find the next run of non-space characters.
-		rs := skipSpace(text, pos)
-		re := rs
+		// Runs of non-space characters without an end character never end a sentence: go to
+		// the next end character, and take the run around it (from pos at the earliest).
+		p := nextEnd(text, pos, &ends)
+		if p < 0 {
+			break
+		}
+		rs := p
+		for rs > pos {
+			c := text[rs-1]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] {
+					break
+				}
+				rs--
+				continue
+			}
+			r, n := utf8.DecodeLastRuneInString(text[pos:rs])
+			if unicode.IsSpace(r) {
+				break
+			}
+			rs -= n
+		}
+		re := p + 1
 		for re < len(text) {
 			if c := text[re]; c < utf8.RuneSelf {
 				if asciiSpace[c] {
@@ -41,9 +62,6 @@ func splitSentences(text string) []string {
 				break
 			}
 			re += n
-		}
-		if rs >= len(text) {
-			break
 		}
 		// The rightmost end character in the run whose follower qualifies.
 		end := -1
@@ -79,6 +97,27 @@ func splitSentences(text string) []string {
 		out = append(out, text[start:])
 	}
 	return realign(out)
+}
+
+// nextEnd is the index of the first '.', '?' or '!' at or after pos, or -1. ends caches each
+// one's next index (-2: not looked for yet, -1: none left), so the text is searched once per
+// character kind, with IndexByte.
+func nextEnd(text string, pos int, ends *[3]int) int {
+	p := -1
+	for k, c := range [3]byte{'.', '?', '!'} {
+		e := ends[k]
+		if e == -2 || (e >= 0 && e < pos) {
+			e = strings.IndexByte(text[pos:], c)
+			if e >= 0 {
+				e += pos
+			}
+			ends[k] = e
+		}
+		if e >= 0 && (p < 0 || e < p) {
+			p = e
+		}
+	}
+	return p
 }
 
 const punktNonWord = `?!)";}]*:@'({[`
