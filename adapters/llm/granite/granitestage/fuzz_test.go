@@ -23,16 +23,23 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"g","messages":[{"role":"developer","content":"s"}],"tools":[{"name":"flat"}],"sanitize":"aggressive","stop":["x"]}`,
 		`{"model":"g","messages":[{"role":"user","content":"x"}],"logprobs":true}`,
 		`{"model":"g","messages":{}}`,
+		`{"model":"g","messages":[],"model":"h", "x" : [ 1 , {"a":null} ] ,"Model":"i","\u006dodel":"j","\u00e9":1,"é":2}`,
 	} {
 		f.Add([]byte(s))
 	}
 	p := granite.New(granite.V33)
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if got, ok := scanFields(body); ok {
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("scanFields: %q; encoding/json: %q, %v", got, want, err)
+			}
+		}
 		req, err := pipeline.NewRequest(chatPath, body)
 		if err != nil {
 			return
 		}
-		fields, err := req.Fields()
+		fields, err := requestFields(req)
 		if err != nil {
 			return
 		}

@@ -111,7 +111,7 @@ func newID() string {
 }
 
 func chat(ctx context.Context, e granite.Entry, o *Options, bufs *buffers, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
-	f, err := req.Fields()
+	f, err := requestFields(req)
 	if err != nil {
 		return nil, pipeline.InvalidJSON(err)
 	}
