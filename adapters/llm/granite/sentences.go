@@ -21,7 +21,10 @@ import (
 //
 // It differs from NLTK on rare abbreviations the trained model knows and this list does not.
 func splitSentences(text string) []string {
-	var out []string
+	if text == "" {
+		return nil
+	}
+	out := make([]string, 0, 8+len(text)/64)
 	start := 0
 	pos := 0
 	ends := [3]int{-2, -2, -2}
@@ -188,10 +191,10 @@ func isSentenceEnd(tok, rest string) bool {
 		return startsUpper(rest) // an ellipsis: only before a capitalised word
 	}
 	lw := strings.ToLower(word)
-	if punktAbbrevs[lw] {
+	if isAbbrev(lw) {
 		return false
 	}
-	if k := strings.LastIndexByte(lw, '-'); k >= 0 && punktAbbrevs[lw[k+1:]] {
+	if k := strings.LastIndexByte(lw, '-'); k >= 0 && isAbbrev(lw[k+1:]) {
 		return false
 	}
 	if strings.Contains(lw, ".") && isLettersAndDots(lw) {
@@ -276,6 +279,20 @@ func realign(sents []string) []string {
 	}
 	return out
 }
+
+// isAbbrev says whether w is in punktAbbrevs; most words are longer than any abbreviation and
+// skip the map.
+func isAbbrev(w string) bool {
+	return len(w) <= maxAbbrev && punktAbbrevs[w]
+}
+
+// maxAbbrev is the length of punktAbbrevs' longest key.
+var maxAbbrev = func() (n int) {
+	for k := range punktAbbrevs {
+		n = max(n, len(k))
+	}
+	return n
+}()
 
 // Common English abbreviations from Punkt's trained list.
 var punktAbbrevs = map[string]bool{
