@@ -73,9 +73,12 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 			"continue_final_message is not supported for a model served through a Granite processor: its prompt always opens a new assistant turn.")
 	}
 	req := &granite.ChatRequest{}
-	var msgs []wireMessage
-	if err := strictField(f, "messages", &msgs); err != nil {
-		return nil, err
+	msgs, ok := scanMessages(f["messages"])
+	if !ok {
+		msgs = nil
+		if err := strictField(f, "messages", &msgs); err != nil {
+			return nil, err
+		}
 	}
 	if len(msgs) == 0 {
 		return nil, pipeline.InvalidRequest("messages", "invalid_value", "messages must be a non-empty list.")
@@ -119,8 +122,11 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := strictField(controls, "documents", &req.Documents); err != nil {
-		return nil, err
+	if req.Documents, ok = scanDocuments(controls["documents"]); !ok {
+		req.Documents = nil
+		if err := strictField(controls, "documents", &req.Documents); err != nil {
+			return nil, err
+		}
 	}
 	if len(req.Documents) > granite.MaxDocuments {
 		return nil, pipeline.InvalidRequest("documents", "too_many_documents", fmt.Sprintf("documents has more than %d entries.", granite.MaxDocuments))
@@ -211,6 +217,10 @@ func text(raw json.RawMessage) (string, error) {
 		return "", nil
 	}
 	if raw[0] == '"' {
+		sc := jscan{b: raw}
+		if s, ok := sc.strDecode(); ok && sc.i == len(raw) {
+			return s, nil
+		}
 		var s string
 		err := json.Unmarshal(raw, &s)
 		return s, err

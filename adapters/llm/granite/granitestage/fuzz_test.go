@@ -23,6 +23,9 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"g","messages":[{"role":"developer","content":"s"}],"tools":[{"name":"flat"}],"sanitize":"aggressive","stop":["x"]}`,
 		`{"model":"g","messages":[{"role":"user","content":"x"}],"logprobs":true}`,
 		`{"model":"g","messages":{}}`,
+		`{"model":"g","messages":[null,{"role":"user","content":null,"name":"x","tool_calls":null,"tool_call_id":"c"},{"Role":"user"}],"documents":[null,{"text":"t","doc_id":"7","score":-1.5e2,"title":"x"},{"doc_id":7,"score":null,"doc_id":8}]}`,
+		`{"model":"g","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"documents":[{"text":"t\u00e9","doc_id":"7","score":-1.5e2,"title":"x"},null,{"doc_id":7,"score":null}]}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"documents":[{"doc_id":1.5},{"score":1e999},{"score":"1"},{"doc_id":null,"text":null}]}`,
 		`{"model":"g","messages":[],"model":"h", "x" : [ 1 , {"a":null} ] ,"Model":"i","\u006dodel":"j","\u00e9":1,"é":2}`,
 	} {
 		f.Add([]byte(s))
@@ -42,6 +45,20 @@ func FuzzDecode(f *testing.F) {
 		fields, err := requestFields(req)
 		if err != nil {
 			return
+		}
+		for _, raw := range []json.RawMessage{fields["messages"], fields["documents"], body} {
+			if got, ok := scanMessages(raw); ok {
+				var want []wireMessage
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanMessages: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanDocuments(raw); ok {
+				var want []granite.Document
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanDocuments: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
 		}
 		in, err := decode(fields)
 		if err != nil {

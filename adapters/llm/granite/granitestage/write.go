@@ -93,7 +93,7 @@ func appendChoice(dst []byte, c *chatChoice) ([]byte, error) {
 	}
 	dst = appendExtras(dst, m.Citations, m.Documents, m.Hallucinations)
 	dst = append(dst, `},"logprobs":`...)
-	if c.Logprobs == nil {
+	if c.Logprobs == nil || string(c.Logprobs) == "null" {
 		dst = append(dst, "null"...)
 	} else {
 		var err error
