@@ -611,6 +611,13 @@ func removeCo(s string) string {
 		end := k + 5
 		l := j
 		for l > last {
+			if c := s[l-1]; c < utf8.RuneSelf {
+				if !pySpaceASCII[c] {
+					break
+				}
+				l--
+				continue
+			}
 			r, n := utf8.DecodeLastRuneInString(s[last:l])
 			if !isPySpace(r) {
 				break
@@ -618,6 +625,13 @@ func removeCo(s string) string {
 			l -= n
 		}
 		for end < len(s) {
+			if c := s[end]; c < utf8.RuneSelf {
+				if !pySpaceASCII[c] {
+					break
+				}
+				end++
+				continue
+			}
 			r, n := utf8.DecodeRuneInString(s[end:])
 			if !isPySpace(r) {
 				break
@@ -630,6 +644,14 @@ func removeCo(s string) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+// pySpaceASCII is isPySpace for ASCII bytes.
+var pySpaceASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := range utf8.RuneSelf {
+		t[c] = isPySpace(rune(c))
+	}
+	return t
+}()
 
 // findCo returns the 3.2 markers <co>N</co> in s as [start, id start, id end, end] (what the
 // regexp <co>(\d+)</co> finds; by hand, as this runs once per sentence).
