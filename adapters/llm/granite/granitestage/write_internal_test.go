@@ -1,11 +1,16 @@
 package granitestage
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/infergate/infergate/adapters/llm/chatstream"
 	"github.com/infergate/infergate/adapters/llm/granite"
+	"github.com/infergate/infergate/adapters/pipeline"
 )
 
 // The hand-written answer and completion request are json.Marshal's bytes for the same values.
@@ -66,6 +71,54 @@ func TestWriteIsMarshal(t *testing.T) {
 			if err != nil || string(got) != string(want) {
 				t.Errorf("request %d:\n got %s (%v)\nwant %s", i, got, err, want)
 			}
+		}
+	}
+}
+
+// readAll reads to the end within the bound, and fails past it without reading much further.
+func TestReadAll(t *testing.T) {
+	t.Parallel()
+	data := strings.Repeat("0123456789", 300)
+	for _, tc := range []struct {
+		limit int
+		want  error
+	}{{len(data), nil}, {len(data) + 1, nil}, {len(data) - 1, errTooLarge}, {0, errTooLarge}} {
+		got, err := readAll(iotest.OneByteReader(strings.NewReader(data)), make([]byte, 0, 7), tc.limit)
+		if err != tc.want || (err == nil && string(got) != data) || len(got) > tc.limit+1 {
+			t.Errorf("limit %d: %d bytes, %v; want %v", tc.limit, len(got), err, tc.want)
+		}
+	}
+	boom := errors.New("boom")
+	if _, err := readAll(iotest.ErrReader(boom), nil, 10); err != boom {
+		t.Errorf("reader error: %v", err)
+	}
+}
+
+// An upstream answer over MaxAnswerBytes is a 502 naming the bound, not a truncated parse.
+func TestAnswerTooLarge(t *testing.T) {
+	t.Parallel()
+	answer := []byte(`{"choices":[{"text":"` + strings.Repeat("x", 200) + `","finish_reason":"stop"}]}`)
+	up := func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{StatusCode: 200, Body: pipeline.NewBody(answer, pipeline.Usage{})}, nil
+	}
+	e, _ := granite.NewDefaultRegistry().Lookup("granite3.3")
+	req, err := pipeline.NewRequest(chatPath, []byte(`{"model":"granite","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		max  int
+		code string
+	}{{len(answer) - 1, "upstream_response_too_large"}, {len(answer), ""}} {
+		res, err := Stage(e, Options{MaxAnswerBytes: tc.max})(up)(context.Background(), req)
+		var pe *pipeline.Error
+		switch {
+		case tc.code == "" && err != nil:
+			t.Errorf("max %d: %v", tc.max, err)
+		case tc.code == "" && res.StatusCode != 200:
+			t.Errorf("max %d: HTTP %d", tc.max, res.StatusCode)
+		case tc.code != "" && (!errors.As(err, &pe) || pe.Status != 502 || pe.Code != tc.code):
+			t.Errorf("max %d: %v, want a 502 %s", tc.max, err, tc.code)
 		}
 	}
 }
