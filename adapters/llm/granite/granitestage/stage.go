@@ -342,13 +342,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}
 	}
 	b.debug(header)
-	size := 512
-	for _, c := range out.Choices {
-		if c.Message.Content != nil {
-			size += len(*c.Message.Content) + len(*c.Message.Content)/8 + 512*(len(c.Message.Citations)+len(c.Message.Documents)+len(c.Message.Hallucinations))
-		}
-	}
-	full, err := appendAnswer(make([]byte, 0, size), &out)
+	full, err := appendAnswer(make([]byte, 0, answerSize(&out)), &out)
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,32 @@ func appendAnswer(dst []byte, a *chatAnswer) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// answerSize is about the length of a's JSON: its texts, an eighth more for escapes, and each
+// object's member names and numbers.
+func answerSize(a *chatAnswer) int {
+	n := 256
+	for i := range a.Choices {
+		m := &a.Choices[i].Message
+		n += 160
+		if m.Content != nil {
+			n += len(*m.Content)
+		}
+		if m.ReasoningContent != nil {
+			n += len(*m.ReasoningContent)
+		}
+		for j := range m.Citations {
+			n += 160 + len(m.Citations[j].ContextText) + len(m.Citations[j].ResponseText)
+		}
+		for j := range m.Documents {
+			n += 32 + len(m.Documents[j].Text)
+		}
+		for j := range m.Hallucinations {
+			n += 128 + len(m.Hallucinations[j].ResponseText)
+		}
+	}
+	return n + n/8
+}
+
 // appendRaw appends a raw JSON value as encoding/json does (compacted, HTML escaped); rare
 // enough to leave to it.
 func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
