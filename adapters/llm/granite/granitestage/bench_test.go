@@ -39,7 +39,7 @@ func BenchmarkDecode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			f, err := req.Fields()
+			f, err := requestFields(req)
 			if err != nil {
 				b.Fatal(err)
 			}

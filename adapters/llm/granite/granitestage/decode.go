@@ -132,9 +132,11 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 		return nil, pipeline.InvalidRequest("documents", "too_many_documents", fmt.Sprintf("documents has more than %d entries.", granite.MaxDocuments))
 	}
 	if raw, ok := controls["controls"]; ok && !isNull(raw) {
-		req.Controls = &granite.Controls{}
-		if err := strictField(controls, "controls", req.Controls); err != nil {
-			return nil, err
+		if req.Controls, ok = scanControls(raw); !ok {
+			req.Controls = &granite.Controls{}
+			if err := strictField(controls, "controls", req.Controls); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := strictField(controls, "thinking", &req.Thinking); err != nil {
@@ -160,9 +162,12 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 func controlFields(f map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	if raw, ok := f["chat_template_kwargs"]; ok && !isNull(raw) {
-		var kw map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &kw); err != nil {
-			return nil, pipeline.InvalidRequest("chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object.")
+		kw, ok := scanFields(raw)
+		if !ok {
+			kw = nil
+			if err := json.Unmarshal(raw, &kw); err != nil {
+				return nil, pipeline.InvalidRequest("chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object.")
+			}
 		}
 		for _, k := range controlKeys {
 			if v, ok := kw[k]; ok {

@@ -47,7 +47,60 @@ func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 var (
 	messageNames  = []string{"role", "content", "tool_calls", "tool_call_id"}
 	documentNames = []string{"text", "doc_id", "score"}
+	controlNames  = []string{"citations", "hallucinations", "length", "originality"}
 )
+
+// scanControls reads a request's controls object as json.Unmarshal into granite.Controls
+// would; anything unusual is false (left to encoding/json).
+func scanControls(raw []byte) (*granite.Controls, bool) {
+	s := jscan{b: raw}
+	c := &granite.Controls{}
+	var seen uint32
+	ok := s.object(func(name []byte) bool {
+		f := field(name, controlNames...)
+		if f == -1 {
+			return s.skip(1)
+		}
+		if f < 0 || !once(&seen, f) {
+			return false
+		}
+		if f >= 2 {
+			if s.next() == 'n' {
+				return s.lit("null")
+			}
+			var v string
+			if !s.stringValue(&v) {
+				return false
+			}
+			if f == 2 {
+				c.Length = &v
+			} else {
+				c.Originality = &v
+			}
+			return true
+		}
+		b := &c.Citations
+		if f == 1 {
+			b = &c.Hallucinations
+		}
+		switch s.next() {
+		case 't':
+			*b = true
+			return s.lit("true")
+		case 'f':
+			*b = false
+			return s.lit("false")
+		case 'n':
+			return s.lit("null")
+		}
+		return false
+	})
+	if !ok {
+		return nil, false
+	}
+	s.ws()
+	return c, s.i == len(raw)
+}
 
 // array reads a JSON array at s.i, elem reading each element (whitespace skipped).
 func (s *jscan) array(elem func() bool) bool {

@@ -25,6 +25,8 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"g","messages":{}}`,
 		`{"model":"g","messages":[null,{"role":"user","content":null,"name":"x","tool_calls":null,"tool_call_id":"c"},{"Role":"user"}],"documents":[null,{"text":"t","doc_id":"7","score":-1.5e2,"title":"x"},{"doc_id":7,"score":null,"doc_id":8}]}`,
 		`{"model":"g","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"documents":[{"text":"t\u00e9","doc_id":"7","score":-1.5e2,"title":"x"},null,{"doc_id":7,"score":null}]}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":true,"hallucinations":false,"length":"short","originality":null,"x":[1]}}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":null,"Length":"long","length":1}}`,
 		`{"model":"g","messages":[{"role":"user","content":"a"}],"documents":[{"doc_id":1.5},{"score":1e999},{"score":"1"},{"doc_id":null,"text":null}]}`,
 		`{"model":"g","messages":[],"model":"h", "x" : [ 1 , {"a":null} ] ,"Model":"i","\u006dodel":"j","\u00e9":1,"é":2}`,
 	} {
@@ -46,11 +48,17 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, raw := range []json.RawMessage{fields["messages"], fields["documents"], body} {
+		for _, raw := range []json.RawMessage{fields["messages"], fields["documents"], fields["controls"], body} {
 			if got, ok := scanMessages(raw); ok {
 				var want []wireMessage
 				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
 					t.Fatalf("scanMessages: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanControls(raw); ok {
+				var want granite.Controls
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(*got, want) {
+					t.Fatalf("scanControls: %+v; encoding/json: %+v, %v", got, want, err)
 				}
 			}
 			if got, ok := scanDocuments(raw); ok {
