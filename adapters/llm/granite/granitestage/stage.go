@@ -349,7 +349,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 	res := &pipeline.Response{StatusCode: http.StatusOK, GatewayHeader: b.last.GatewayHeader, Endpoint: b.last.Endpoint,
 		Model: b.last.Model, BackendType: b.last.BackendType, Header: header}
 	if !req.Stream() {
-		header.Set("Content-Type", "application/json")
+		header["Content-Type"] = []string{"application/json"} // canonical already
 		res.Body = pipeline.NewBody(full, b.usage)
 		return res, nil
 	}
