@@ -22,7 +22,7 @@ func requestFields(req *pipeline.Request) (map[string]json.RawMessage, error) {
 
 func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 	s := jscan{b: body}
-	f := make(map[string]json.RawMessage, 16)
+	f := make(map[string]json.RawMessage, 8)
 	ok := s.object(func(name []byte) bool {
 		for _, c := range name {
 			if c >= utf8.RuneSelf {
