@@ -29,12 +29,16 @@ const (
 )
 
 var (
-	reCo32         = regexp.MustCompile(`<co>(\d+)</co>`)
-	reCiteLine32   = regexp.MustCompile(`(?s)<co>(\d+)</co>\s*Document (\d+): "(.+)$`)
+	// The 3.2 markers, citation lines and hallucination items are read by hand (findCo,
+	// citeLine32, hallucHeads, hallucItem: what these regular expressions would match, which
+	// the tests check), as they run over every answer:
+	//
+	//	<co>(\d+)</co>
+	//	(?s)<co>(\d+)</co>\s*Document (\d+): "(.+)$
+	//	(\d+)\.\s*Risk (low|high|unanswerable):
+	//	(?s)(\d+)\.\s*Risk (low|high|unanswerable): (.+)$
 	reCite33       = regexp.MustCompile(`<\|start_of_cite\|>\{"document_id": "(\d+)"\}<\|end_of_cite\|>`)
 	reCiteLine33   = regexp.MustCompile(`(\d+):(.+)`)
-	reHallucHead   = regexp.MustCompile(`(\d+)\.\s*Risk (low|high|unanswerable):`)
-	reHallucItem   = regexp.MustCompile(`(?s)(\d+)\.\s*Risk (low|high|unanswerable): (.+)$`)
 	reLeakedDocID  = regexp.MustCompile(` \{"document_id": "\d+"\}`)
 	reLeakedHeader = regexp.MustCompile(`\{"id": "(citation|hallucination)"\}`)
 	reTrailPunct   = regexp.MustCompile(`[.?:;]+$`)
@@ -167,46 +171,163 @@ func nonEmpty[T any](s []T) []T {
 // match (granite-io drops the separator that way).
 func chunks(text string, re *regexp.Regexp) []string {
 	locs := re.FindAllStringIndex(text, -1)
-	out := make([]string, 0, len(locs))
+	starts := make([]int, len(locs))
 	for i, l := range locs {
+		starts[i] = l[0]
+	}
+	return chunksAt(text, starts)
+}
+
+// chunksAt is chunks for the match starts given.
+func chunksAt(text string, starts []int) []string {
+	out := make([]string, 0, len(starts))
+	for i, start := range starts {
 		end := len(text)
-		if i+1 < len(locs) {
-			end = locs[i+1][0] - 1
-			if end < l[0] {
-				end = l[0]
-			}
+		if i+1 < len(starts) {
+			end = max(starts[i+1]-1, start)
 		}
-		out = append(out, text[l[0]:end])
+		out = append(out, text[start:end])
 	}
 	return out
 }
 
 func parseHallucinations(text, response string, clean func(string) string) []Hallucination {
 	var out []Hallucination
-	for _, c := range chunks(text, reHallucHead) {
-		for _, m := range reHallucItem.FindAllStringSubmatch(c, -1) {
-			h := Hallucination{HallucinationID: m[1], Risk: m[2], ResponseText: m[3]}
-			t := clean(m[3])
-			if i := strings.Index(response, t); i >= 0 {
-				h.ResponseText = t
-				h.ResponseBegin = runeIndex(response, i)
-				h.ResponseEnd = h.ResponseBegin + runeIndex(t, len(t))
+	for _, c := range chunksAt(text, hallucHeads(text)) {
+		id, risk, rest, ok := hallucItem(c)
+		if !ok {
+			continue
+		}
+		h := Hallucination{HallucinationID: id, Risk: risk, ResponseText: rest}
+		t := clean(rest)
+		if i := strings.Index(response, t); i >= 0 {
+			h.ResponseText = t
+			h.ResponseBegin = runeIndex(response, i)
+			h.ResponseEnd = h.ResponseBegin + runeIndex(t, len(t))
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// isReSpace is RE2's \s: ASCII whitespace without \v.
+func isReSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'
+}
+
+func digitsAt(s string, i int) int {
+	j := i
+	for j < len(s) && '0' <= s[j] && s[j] <= '9' {
+		j++
+	}
+	return j
+}
+
+// hallucHead matches (\d+)\.\s*Risk (low|high|unanswerable): at s[i:] (i the start of
+// the digits): the risk and the match's end, or end -1.
+func hallucHead(s string, i int) (risk string, end int) {
+	j := digitsAt(s, i)
+	if j == i || j >= len(s) || s[j] != '.' {
+		return "", -1
+	}
+	j++
+	for j < len(s) && isReSpace(s[j]) {
+		j++
+	}
+	if !strings.HasPrefix(s[j:], "Risk ") {
+		return "", -1
+	}
+	j += len("Risk ")
+	for _, r := range [...]string{"low", "high", "unanswerable"} {
+		if strings.HasPrefix(s[j:], r) && strings.HasPrefix(s[j+len(r):], ":") {
+			return r, j + len(r) + 1
+		}
+	}
+	return "", -1
+}
+
+// hallucHeads are the starts of the non-overlapping matches of
+// (\d+)\.\s*Risk (low|high|unanswerable): in s, leftmost first. A match starts where a run of
+// digits does (a later start in the run would reach the same end, so the run's first wins).
+func hallucHeads(s string) []int {
+	var out []int
+	for i := 0; i < len(s); {
+		j := strings.Index(s[i:], "Risk ")
+		if j < 0 {
+			break
+		}
+		// The digits of a match end at a '.' before the spaces before "Risk ".
+		k := i + j
+		for k > i && isReSpace(s[k-1]) {
+			k--
+		}
+		if k > i && s[k-1] == '.' {
+			d := k - 1
+			for d > i && '0' <= s[d-1] && s[d-1] <= '9' {
+				d--
 			}
-			out = append(out, h)
+			if d < k-1 {
+				if _, end := hallucHead(s, d); end >= 0 {
+					out = append(out, d)
+					i = end
+					continue
+				}
+			}
+		}
+		i += j + 1
+	}
+	return out
+}
+
+// hallucItem matches (?s)(\d+)\.\s*Risk (low|high|unanswerable): (.+)$ in a chunk that starts
+// with a head match (no other head starts inside one, so only the head's match can match).
+func hallucItem(c string) (id, risk, rest string, ok bool) {
+	risk, end := hallucHead(c, 0)
+	if end < 0 || end+1 >= len(c) || c[end] != ' ' {
+		return "", "", "", false
+	}
+	return c[:digitsAt(c, 0)], risk, c[end+1:], true
+}
+
+func parseCitations32(text string) []Citation {
+	var out []Citation
+	cos := findCo(text)
+	starts := make([]int, len(cos))
+	for i, m := range cos {
+		starts[i] = m[0]
+	}
+	for _, c := range chunksAt(text, starts) {
+		if cid, did, rest, ok := citeLine32(c); ok {
+			out = append(out, Citation{CitationID: cid, DocID: did, ContextText: strings.TrimSuffix(rest, `"`)})
 		}
 	}
 	return out
 }
 
-func parseCitations32(text string) []Citation {
-	var out []Citation
-	for _, c := range chunks(text, reCo32) {
-		for _, m := range reCiteLine32.FindAllStringSubmatch(c, -1) {
-			ctx := strings.TrimSuffix(m[3], `"`)
-			out = append(out, Citation{CitationID: m[1], DocID: m[2], ContextText: ctx})
-		}
+// citeLine32 matches (?s)<co>(\d+)</co>\s*Document (\d+): "(.+)$ in a chunk that starts with a
+// <co>N</co> marker (no other marker starts inside it, so only that one can match).
+func citeLine32(c string) (cid, did, rest string, ok bool) {
+	if !strings.HasPrefix(c, "<co>") {
+		return "", "", "", false
 	}
-	return out
+	j := digitsAt(c, 4)
+	if j == 4 || !strings.HasPrefix(c[j:], "</co>") {
+		return "", "", "", false
+	}
+	cid = c[4:j]
+	j += 5
+	for j < len(c) && isReSpace(c[j]) {
+		j++
+	}
+	if !strings.HasPrefix(c[j:], "Document ") {
+		return "", "", "", false
+	}
+	j += len("Document ")
+	k := digitsAt(c, j)
+	if k == j || !strings.HasPrefix(c[k:], `: "`) || k+3 >= len(c) {
+		return "", "", "", false
+	}
+	return cid, c[j:k], c[k+3:], true
 }
 
 func parseCitations33(text string) []Citation {
@@ -306,7 +427,7 @@ func addResponseSpans32(cites []Citation, withMarks, clean string) error {
 	removeMarks := removeCo
 	byID := map[string]string{}
 	for si, s := range sents {
-		for _, m := range findCo(s) {
+		for m, ok := nextCo(s, 0); ok; m, ok = nextCo(s, m[3]) {
 			id := s[m[1]:m[2]]
 			if _, seen := byID[id]; seen {
 				continue
@@ -490,6 +611,13 @@ func removeCo(s string) string {
 		end := k + 5
 		l := j
 		for l > last {
+			if c := s[l-1]; c < utf8.RuneSelf {
+				if !pySpaceASCII[c] {
+					break
+				}
+				l--
+				continue
+			}
 			r, n := utf8.DecodeLastRuneInString(s[last:l])
 			if !isPySpace(r) {
 				break
@@ -497,6 +625,13 @@ func removeCo(s string) string {
 			l -= n
 		}
 		for end < len(s) {
+			if c := s[end]; c < utf8.RuneSelf {
+				if !pySpaceASCII[c] {
+					break
+				}
+				end++
+				continue
+			}
 			r, n := utf8.DecodeRuneInString(s[end:])
 			if !isPySpace(r) {
 				break
@@ -510,14 +645,30 @@ func removeCo(s string) string {
 	return b.String()
 }
 
+// pySpaceASCII is isPySpace for ASCII bytes.
+var pySpaceASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := range utf8.RuneSelf {
+		t[c] = isPySpace(rune(c))
+	}
+	return t
+}()
+
 // findCo returns the 3.2 markers <co>N</co> in s as [start, id start, id end, end] (what the
 // regexp <co>(\d+)</co> finds; by hand, as this runs once per sentence).
 func findCo(s string) [][4]int {
 	var out [][4]int
-	for pos := 0; ; {
+	for m, ok := nextCo(s, 0); ok; m, ok = nextCo(s, m[3]) {
+		out = append(out, m)
+	}
+	return out
+}
+
+// nextCo is the first marker <co>N</co> at or after pos, as findCo reports it.
+func nextCo(s string, pos int) ([4]int, bool) {
+	for {
 		j := strings.Index(s[pos:], "<co>")
 		if j < 0 {
-			return out
+			return [4]int{}, false
 		}
 		j += pos
 		k := j + 4
@@ -525,9 +676,7 @@ func findCo(s string) [][4]int {
 			k++
 		}
 		if k > j+4 && strings.HasPrefix(s[k:], "</co>") {
-			out = append(out, [4]int{j, j + 4, k, k + 5})
-			pos = k + 5
-			continue
+			return [4]int{j, j + 4, k, k + 5}, true
 		}
 		pos = j + 4
 	}

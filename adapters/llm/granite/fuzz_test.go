@@ -27,6 +27,8 @@ func FuzzParse(f *testing.F) {
 		"<|start_of_cite|>{\"document_id\": \"1\"}<|end_of_cite|> first. a<|start_of_cite|>{\"document_id\": \"2\"}<|end_of_cite|>.<|start_of_plugin|>{\"id\": \"citation\"}\n1: \"q\"<|end_of_plugin|>",
 		"{\"id\": \"citation\"}{\"id\": \"citation\"}", "x {\"document_id\": \"3\"} y",
 		"é<co>1</co>.\n# Citations:\n<co>1</co> Document 0: \"ü\"",
+		"Dr. Who met Mr.Smith (e.g. here). It was 3.5 p.m. in the U.S. \u00a0Then?! \"Yes.\" [a] x.\u2003Y... z. 1. a. B",
+		"12. \t\fRisk unanswerable: b\n2.\vRisk low: c3. Risk high:d4. Risk low: ",
 	} {
 		f.Add(s, uint8(0))
 		f.Add(s, uint8(255))
@@ -34,6 +36,10 @@ func FuzzParse(f *testing.F) {
 	docs32 := []Document{{Text: "Dog info"}, {Text: "ü and a"}}
 	docs33 := []Document{{Text: "Dog info", DocID: &DocID{S: "1"}}, {Text: "q", DocID: &DocID{S: "2"}}}
 	f.Fuzz(func(t *testing.T, text string, flags uint8) {
+		matchesRegexps(t, text)
+		if got, want := splitSentences(text), splitSentencesRef(text); !reflect.DeepEqual(got, want) {
+			t.Fatalf("splitSentences(%q) = %q, reference %q", text, got, want)
+		}
 		for _, v := range []Version{V32, V33} {
 			req := &ChatRequest{Thinking: flags&1 != 0}
 			if flags&2 != 0 {

@@ -21,22 +21,50 @@ import (
 //
 // It differs from NLTK on rare abbreviations the trained model knows and this list does not.
 func splitSentences(text string) []string {
-	var out []string
+	if text == "" {
+		return nil
+	}
+	out := make([]string, 0, 8+len(text)/64)
 	start := 0
 	pos := 0
+	ends := [3]int{-2, -2, -2}
 	for pos < len(text) {
-		// Find the next run of non-space characters.
-		rs := skipSpace(text, pos)
-		re := rs
+		// Runs of non-space characters without an end character never end a sentence: go to
+		// the next end character, and take the run around it (from pos at the earliest).
+		p := nextEnd(text, pos, &ends)
+		if p < 0 {
+			break
+		}
+		rs := p
+		for rs > pos {
+			c := text[rs-1]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] {
+					break
+				}
+				rs--
+				continue
+			}
+			r, n := utf8.DecodeLastRuneInString(text[pos:rs])
+			if unicode.IsSpace(r) {
+				break
+			}
+			rs -= n
+		}
+		re := p + 1
 		for re < len(text) {
+			if c := text[re]; c < utf8.RuneSelf {
+				if asciiSpace[c] {
+					break
+				}
+				re++
+				continue
+			}
 			sp, n := spaceAt(text, re)
 			if sp {
 				break
 			}
 			re += n
-		}
-		if rs >= len(text) {
-			break
 		}
 		// The rightmost end character in the run whose follower qualifies.
 		end := -1
@@ -45,7 +73,7 @@ func splitSentences(text string) []string {
 			if c != '.' && c != '?' && c != '!' {
 				continue
 			}
-			if j+1 < re && strings.IndexByte(punktNonWord, text[j+1]) >= 0 {
+			if j+1 < re && nonWord[text[j+1]] {
 				end = j
 				break
 			}
@@ -74,7 +102,42 @@ func splitSentences(text string) []string {
 	return realign(out)
 }
 
+// nextEnd is the index of the first '.', '?' or '!' at or after pos, or -1. ends caches each
+// one's next index (-2: not looked for yet, -1: none left), so the text is searched once per
+// character kind, with IndexByte.
+func nextEnd(text string, pos int, ends *[3]int) int {
+	p := -1
+	for k, c := range [3]byte{'.', '?', '!'} {
+		e := ends[k]
+		if e == -2 || (e >= 0 && e < pos) {
+			e = strings.IndexByte(text[pos:], c)
+			if e >= 0 {
+				e += pos
+			}
+			ends[k] = e
+		}
+		if e >= 0 && (p < 0 || e < p) {
+			p = e
+		}
+	}
+	return p
+}
+
 const punktNonWord = `?!)";}]*:@'({[`
+
+// Byte sets of the splitter's ASCII classes, so its loops test a byte with one load.
+var (
+	asciiSpace = byteSet(" \t\n\v\f\r")
+	nonWord    = byteSet(punktNonWord)
+	wordTrim   = byteSet("(\"`{[:;&#*@)}]-,")
+)
+
+func byteSet(chars string) (t [256]bool) {
+	for i := 0; i < len(chars); i++ {
+		t[chars[i]] = true
+	}
+	return t
+}
 
 func hasTextAfter(text string, i int) bool {
 	return skipSpace(text, i) < len(text)
@@ -82,6 +145,13 @@ func hasTextAfter(text string, i int) bool {
 
 func skipSpace(text string, i int) int {
 	for i < len(text) {
+		if c := text[i]; c < utf8.RuneSelf {
+			if !asciiSpace[c] {
+				break
+			}
+			i++
+			continue
+		}
 		sp, n := spaceAt(text, i)
 		if !sp {
 			break
@@ -108,18 +178,23 @@ func isSentenceEnd(tok, rest string) bool {
 	}
 	// The word is what follows the last punctuation that splits Punkt's words.
 	word := tok[:len(tok)-1]
-	if i := strings.LastIndexAny(word, punktNonWord); i >= 0 {
-		word = word[i+1:]
+	for i := len(word) - 1; i >= 0; i-- { // strings.LastIndexAny(word, punktNonWord)
+		if nonWord[word[i]] {
+			word = word[i+1:]
+			break
+		}
 	}
-	word = strings.TrimLeft(word, "(\"`{[:;&#*@)}]-,")
+	for len(word) > 0 && wordTrim[word[0]] {
+		word = word[1:]
+	}
 	if strings.HasSuffix(word, ".") || word == "" {
 		return startsUpper(rest) // an ellipsis: only before a capitalised word
 	}
 	lw := strings.ToLower(word)
-	if punktAbbrevs[lw] {
+	if isAbbrev(lw) {
 		return false
 	}
-	if k := strings.LastIndexByte(lw, '-'); k >= 0 && punktAbbrevs[lw[k+1:]] {
+	if k := strings.LastIndexByte(lw, '-'); k >= 0 && isAbbrev(lw[k+1:]) {
 		return false
 	}
 	if strings.Contains(lw, ".") && isLettersAndDots(lw) {
@@ -204,6 +279,20 @@ func realign(sents []string) []string {
 	}
 	return out
 }
+
+// isAbbrev says whether w is in punktAbbrevs; most words are longer than any abbreviation and
+// skip the map.
+func isAbbrev(w string) bool {
+	return len(w) <= maxAbbrev && punktAbbrevs[w]
+}
+
+// maxAbbrev is the length of punktAbbrevs' longest key.
+var maxAbbrev = func() (n int) {
+	for k := range punktAbbrevs {
+		n = max(n, len(k))
+	}
+	return n
+}()
 
 // Common English abbreviations from Punkt's trained list.
 var punktAbbrevs = map[string]bool{

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +39,7 @@ func BenchmarkDecode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			f, err := req.Fields()
+			f, err := requestFields(req)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -112,6 +115,78 @@ func BenchmarkStream(b *testing.B) {
 		if baseFirst > 0 {
 			b.ReportMetric(first/baseFirst, "first_x_baseline")
 			b.ReportMetric(all/baseAll, "all_x_baseline")
+		}
+	})
+}
+
+// citedAnswer is the ~4,000-character Granite 3.2 answer with citations and hallucinations of
+// runtime's BenchmarkGraniteRoundTrip, with the request that asks for it.
+func citedAnswer() (answer string, body []byte) {
+	var b strings.Builder
+	for i := 0; b.Len() < 3600; i++ {
+		fmt.Fprintf(&b, "Limerick won the title in season number %d of the decade, as the records show <co>%d</co>. ", i, i%3+1)
+	}
+	b.WriteString("\n\n# Citations:\n")
+	docs := []string{"Limerick won the All-Ireland hurling final in 2018 after a long wait.",
+		"Limerick retained the title in 2020 and 2021 under John Kiely.",
+		"In 2022 Limerick completed three in a row against Kilkenny."}
+	var docJSON []string
+	for i, d := range docs {
+		fmt.Fprintf(&b, "<co>%d</co> Document %d: \"%s\"\n", i+1, i, d[:40])
+		docJSON = append(docJSON, fmt.Sprintf(`{"title":"doc %d","text":%q}`, i, d))
+	}
+	b.WriteString("\n# Hallucinations:\n1. Risk low: Limerick won the title in season number 0 of the decade, as the records show.\n")
+	body = []byte(`{"model":"granite","max_tokens":1024,"messages":[{"role":"user","content":"Who won the hurling?"}],` +
+		`"documents":[` + strings.Join(docJSON, ",") + `],"controls":{"citations":true,"hallucinations":true}}`)
+	return b.String(), body
+}
+
+// BenchmarkChat is the stage's whole cost for one chat completion, in process: decode the chat
+// request, render the Granite 3.2 prompt with documents, build the completion request, read the
+// upstream's 4,000-character answer with citations and hallucinations (JSON as encoding/json
+// writes it, as openaitest's upstream does), parse it and write the chat answer. The baseline
+// forwards the same exchange as plain chat (read the request's routing fields, read the upstream's
+// chat answer through), which is what a model without a processor costs here. added_ns is the
+// stage's cost per request; compare it with runtime's BenchmarkGraniteRoundTrip round trip.
+func BenchmarkChat(b *testing.B) {
+	answer, body := citedAnswer()
+	text, _ := json.Marshal(answer)
+	completion := fmt.Appendf(nil, `{"id":"cmpl-up","object":"text_completion","created":1700000000,"model":"granite","choices":[{"index":0,"text":%s,"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}`, text)
+	chat := fmt.Appendf(nil, `{"id":"chatcmpl-up","object":"chat.completion","created":1700000000,"model":"granite","choices":[{"index":0,"message":{"role":"assistant","content":%s,"tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4},"prompt_logprobs":null}`, text)
+	upstream := func(answer []byte) pipeline.Handler {
+		return func(context.Context, *pipeline.Request) (*pipeline.Response, error) {
+			return &pipeline.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: pipeline.NewBody(answer, pipeline.Usage{PromptTokens: 7, CompletionTokens: 4})}, nil
+		}
+	}
+	e, _ := granite.NewDefaultRegistry().Lookup("granite3.2")
+	stage := Stage(e, Options{NewID: func() string { return "chatcmpl-1" }})(upstream(completion))
+	run := func(b *testing.B, h pipeline.Handler) float64 {
+		b.ReportAllocs()
+		for b.Loop() {
+			req, err := pipeline.NewRequest(chatPath, body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := h(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out, err := io.ReadAll(res.Body)
+			res.Body.Finish(nil)
+			if err != nil || res.StatusCode != 200 || len(out) < len(answer)/2 {
+				b.Fatalf("HTTP %d %v: %.300s", res.StatusCode, err, out)
+			}
+		}
+		return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	}
+	var base float64
+	b.Run("baseline_forward", func(b *testing.B) { base = run(b, upstream(chat)) })
+	b.Run("granite3.2", func(b *testing.B) {
+		ns := run(b, stage)
+		if base > 0 {
+			b.ReportMetric(ns/base, "x_baseline")
+			b.ReportMetric(ns-base, "added_ns")
 		}
 	})
 }

@@ -73,9 +73,12 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 			"continue_final_message is not supported for a model served through a Granite processor: its prompt always opens a new assistant turn.")
 	}
 	req := &granite.ChatRequest{}
-	var msgs []wireMessage
-	if err := strictField(f, "messages", &msgs); err != nil {
-		return nil, err
+	msgs, ok := scanMessages(f["messages"])
+	if !ok {
+		msgs = nil
+		if err := strictField(f, "messages", &msgs); err != nil {
+			return nil, err
+		}
 	}
 	if len(msgs) == 0 {
 		return nil, pipeline.InvalidRequest("messages", "invalid_value", "messages must be a non-empty list.")
@@ -119,16 +122,21 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := strictField(controls, "documents", &req.Documents); err != nil {
-		return nil, err
+	if req.Documents, ok = scanDocuments(controls["documents"]); !ok {
+		req.Documents = nil
+		if err := strictField(controls, "documents", &req.Documents); err != nil {
+			return nil, err
+		}
 	}
 	if len(req.Documents) > granite.MaxDocuments {
 		return nil, pipeline.InvalidRequest("documents", "too_many_documents", fmt.Sprintf("documents has more than %d entries.", granite.MaxDocuments))
 	}
 	if raw, ok := controls["controls"]; ok && !isNull(raw) {
-		req.Controls = &granite.Controls{}
-		if err := strictField(controls, "controls", req.Controls); err != nil {
-			return nil, err
+		if req.Controls, ok = scanControls(raw); !ok {
+			req.Controls = &granite.Controls{}
+			if err := strictField(controls, "controls", req.Controls); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := strictField(controls, "thinking", &req.Thinking); err != nil {
@@ -154,9 +162,12 @@ func decode(f map[string]json.RawMessage) (*granite.ChatRequest, error) {
 func controlFields(f map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	if raw, ok := f["chat_template_kwargs"]; ok && !isNull(raw) {
-		var kw map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &kw); err != nil {
-			return nil, pipeline.InvalidRequest("chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object.")
+		kw, ok := scanFields(raw)
+		if !ok {
+			kw = nil
+			if err := json.Unmarshal(raw, &kw); err != nil {
+				return nil, pipeline.InvalidRequest("chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object.")
+			}
 		}
 		for _, k := range controlKeys {
 			if v, ok := kw[k]; ok {
@@ -211,6 +222,10 @@ func text(raw json.RawMessage) (string, error) {
 		return "", nil
 	}
 	if raw[0] == '"' {
+		sc := jscan{b: raw}
+		if s, ok := sc.strDecode(); ok && sc.i == len(raw) {
+			return s, nil
+		}
 		var s string
 		err := json.Unmarshal(raw, &s)
 		return s, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
 	"github.com/infergate/infergate/adapters/llm/granite"
@@ -22,18 +23,50 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"g","messages":[{"role":"developer","content":"s"}],"tools":[{"name":"flat"}],"sanitize":"aggressive","stop":["x"]}`,
 		`{"model":"g","messages":[{"role":"user","content":"x"}],"logprobs":true}`,
 		`{"model":"g","messages":{}}`,
+		`{"model":"g","messages":[null,{"role":"user","content":null,"name":"x","tool_calls":null,"tool_call_id":"c"},{"Role":"user"}],"documents":[null,{"text":"t","doc_id":"7","score":-1.5e2,"title":"x"},{"doc_id":7,"score":null,"doc_id":8}]}`,
+		`{"model":"g","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"documents":[{"text":"t\u00e9","doc_id":"7","score":-1.5e2,"title":"x"},null,{"doc_id":7,"score":null}]}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":true,"hallucinations":false,"length":"short","originality":null,"x":[1]}}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":null,"Length":"long","length":1}}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"documents":[{"doc_id":1.5},{"score":1e999},{"score":"1"},{"doc_id":null,"text":null}]}`,
+		`{"model":"g","messages":[],"model":"h", "x" : [ 1 , {"a":null} ] ,"Model":"i","\u006dodel":"j","\u00e9":1,"é":2}`,
 	} {
 		f.Add([]byte(s))
 	}
 	p := granite.New(granite.V33)
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if got, ok := scanFields(body); ok {
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("scanFields: %q; encoding/json: %q, %v", got, want, err)
+			}
+		}
 		req, err := pipeline.NewRequest(chatPath, body)
 		if err != nil {
 			return
 		}
-		fields, err := req.Fields()
+		fields, err := requestFields(req)
 		if err != nil {
 			return
+		}
+		for _, raw := range []json.RawMessage{fields["messages"], fields["documents"], fields["controls"], body} {
+			if got, ok := scanMessages(raw); ok {
+				var want []wireMessage
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanMessages: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanControls(raw); ok {
+				var want granite.Controls
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(*got, want) {
+					t.Fatalf("scanControls: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanDocuments(raw); ok {
+				var want []granite.Document
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanDocuments: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
 		}
 		in, err := decode(fields)
 		if err != nil {
@@ -88,6 +121,90 @@ func FuzzChatStream(f *testing.F) {
 			if !json.Valid(data) {
 				t.Fatalf("event is not JSON: %q", data)
 			}
+		}
+	})
+}
+
+// FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
+// failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
+// same way. The bytes are also tried as one JSON value (the scanner accepts exactly what
+// json.Valid does, short of its depth bound) and as a string's contents (strDecode is
+// encoding/json's).
+func FuzzDecodeCompletion(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":"a \u003cco\u003e1\u003c/co\u003e.\n","logprobs":null,"finish_reason":"stop","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null},"system_fingerprint":"fp","kv_transfer_params":null}`,
+		` {"choices":[{"text":"x","finish_reason":null},null,{"text":null,"finish_reason":"length"}],"usage":null} `,
+		`{"choices":[],"system_fingerprint":{"a":[1,-2.5e+3,true,false,null,"\ud83d\ude00 \ud800 \udc00x \u00e9 é \ufffd"]}}`,
+		`{"choices":[{"text":"\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\u0041"}]}`,
+		`\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\ude00 \ud800 \udc00x \ud83d\u0041 \uD83D\uDE00 é`,
+		`{"choices":[{"text":"a"}],"choices":[{"text":"b","finish_reason":"stop"}]}`,
+		`{"Choices":[{"TEXT":"a"}],"uſage":{"prompt_tokens":1},"ID":"x","mod\u0065l":"m"}`,
+		`{"usage":{"prompt_tokens":7.0,"completion_tokens":1e3,"total_tokens":-0}}`,
+		`{"usage":{"prompt_tokens":99999999999999999999}}`,
+		"{\"choices\":[{\"text\":\"\xff\xc3 \xe2\x80\xa8 \xed\xa0\x80 ok\"}]}",
+		"{\"choices\":[{\"text\":\"a\x1fb\"}]}", "\x1f\t",
+		`{"choices":[{"text":1}]}`, `{"choices":{}}`, `[]`, `null`, `{"a":01}`, `{"a":"\x01"}`, `{"a":1,}`, `{"a" 1}`,
+		`{"choices":[{"text":"a"}]} x`, `{"id":"\u12"}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`, `"\ud800\u"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want completionAnswer
+		werr := json.Unmarshal(data, &want)
+		var fast completionAnswer
+		if scanCompletion(data, &fast) {
+			if werr != nil {
+				t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
+			}
+			if !reflect.DeepEqual(fast, want) {
+				t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
+			}
+		}
+		var got completionAnswer
+		if err := decodeCompletion(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeCompletion: %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
+		}
+
+		if werr == nil { // the answer written back, as the stage writes it
+			a := chatAnswer{ID: got.ID, Object: "chat.completion", Model: got.Model, Usage: got.Usage, SystemFingerprint: got.SystemFingerprint}
+			for i, ch := range got.Choices {
+				cc := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: &got.Choices[i].Text}, Logprobs: json.RawMessage("null")}
+				if ch.FinishReason != nil {
+					cc.FinishReason = *ch.FinishReason
+					cc.Message.Citations = []granite.Citation{{CitationID: ch.Text, ContextText: got.Model}}
+				}
+				a.Choices = append(a.Choices, cc)
+			}
+			want, _ := json.Marshal(a)
+			if out, err := appendAnswer(nil, &a); err != nil || string(out) != string(want) {
+				t.Fatalf("appendAnswer: %s (%v), json.Marshal %s", out, err, want)
+			}
+		}
+
+		s := jscan{b: data}
+		ok := s.skip(0)
+		if ok {
+			s.ws()
+			ok = s.i == len(data)
+		}
+		if ok != json.Valid(data) && (ok || bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) < maxScanDepth) {
+			t.Fatalf("scanner says valid=%v, json.Valid %v: %q", ok, !ok, data)
+		}
+
+		quoted := append(append([]byte{'"'}, data...), '"')
+		var ws string
+		jerr := json.Unmarshal(quoted, &ws)
+		s = jscan{b: quoted}
+		_, _, _, ok = s.str()
+		ok = ok && s.i == len(quoted)
+		s = jscan{b: quoted}
+		gs, dok := s.strDecode()
+		dok = dok && s.i == len(quoted)
+		if ok != (jerr == nil) || dok != ok {
+			t.Fatalf("str ok=%v, strDecode ok=%v, encoding/json %v: %q", ok, dok, jerr, quoted)
+		}
+		if ok && gs != ws {
+			t.Fatalf("strDecode %q = %q, encoding/json %q", data, gs, ws)
 		}
 	})
 }

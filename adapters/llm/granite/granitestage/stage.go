@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -94,12 +93,13 @@ func Stage(e granite.Entry, o Options) pipeline.Interceptor {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	bufs := &buffers{}
 	return func(next pipeline.Handler) pipeline.Handler {
 		return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 			if req.Path != chatPath {
 				return next(ctx, req)
 			}
-			return chat(ctx, e, &o, req, next)
+			return chat(ctx, e, &o, bufs, req, next)
 		}
 	}
 }
@@ -110,8 +110,8 @@ func newID() string {
 	return "chatcmpl-" + hex.EncodeToString(b[:])
 }
 
-func chat(ctx context.Context, e granite.Entry, o *Options, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
-	f, err := req.Fields()
+func chat(ctx context.Context, e granite.Entry, o *Options, bufs *buffers, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
+	f, err := requestFields(req)
 	if err != nil {
 		return nil, pipeline.InvalidJSON(err)
 	}
@@ -119,7 +119,7 @@ func chat(ctx context.Context, e granite.Entry, o *Options, req *pipeline.Reques
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{next: next, req: req, model: f["model"], max: o.MaxAnswerBytes, log: o.Logger,
+	b := &backend{next: next, req: req, model: f["model"], max: o.MaxAnswerBytes, bufs: bufs, log: o.Logger,
 		mayDebug: o.MayDebug == nil || o.MayDebug(ctx)}
 	if sp, ok := e.Output.(granite.StreamOutputProcessor); ok && req.Stream() && e.NewIO == nil {
 		return b.stream(ctx, granite.NewSimple(e.Input, e.Output, nil), sp, in, f, o)
@@ -166,6 +166,7 @@ type backend struct {
 	req   *pipeline.Request
 	model json.RawMessage
 	max   int
+	bufs  *buffers
 
 	// What the calls so far got: the last completion's metadata and answer, usage summed.
 	last   *pipeline.Response
@@ -176,24 +177,6 @@ type backend struct {
 
 	log      *slog.Logger // nil: no debug lines
 	mayDebug bool         // the caller may have the prompt back
-}
-
-type completionAnswer struct {
-	ID                string          `json:"id"`
-	Model             string          `json:"model"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-	Choices           []struct {
-		Text         string          `json:"text"`
-		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-	} `json:"choices"`
-	Usage *usage `json:"usage"`
-}
-
-type usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
 }
 
 var errBadAnswer = pipeline.ServerError(http.StatusBadGateway, "bad_upstream_response",
@@ -224,17 +207,13 @@ func (b *backend) Generate(ctx context.Context, g granite.GenerateRequest) ([]gr
 // request is the /v1/completions request for g: whole, or streamed with the client's
 // stream_options when streamOptions is not nil.
 func (b *backend) request(g granite.GenerateRequest, streamOptions json.RawMessage) (*pipeline.Request, error) {
-	body := make(map[string]any, len(g.Params)+4)
-	for k, v := range g.Params {
-		body[k] = v
+	so := streamOptions
+	if len(so) == 0 || string(so) == "null" {
+		so = nil
 	}
-	body["model"], body["prompt"], body["stream"] = b.model, g.Prompt, streamOptions != nil
-	if len(streamOptions) > 0 && string(streamOptions) != "null" {
-		body["stream_options"] = streamOptions
-	}
-	raw, err := json.Marshal(body)
+	raw, err := appendCompletionRequest(make([]byte, 0, len(g.Prompt)+len(g.Prompt)/8+256), b.model, g.Prompt, streamOptions != nil, so, g.Params)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the completion request: %w", err)
+		return nil, err
 	}
 	out := *b.req
 	out.Path = completionPath
@@ -251,10 +230,13 @@ func (b *backend) request(g granite.GenerateRequest, streamOptions json.RawMessa
 
 // take reads a whole completion answer.
 func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
-	data, err := io.ReadAll(io.LimitReader(res.Body, int64(b.max)+1))
-	if err != nil || len(data) > b.max {
+	buf := b.bufs.get()
+	defer b.bufs.put(buf)
+	data, err := readAll(res.Body, (*buf)[:0], b.max)
+	*buf = data
+	if err != nil {
 		res.Body.Finish(nil)
-		if err == nil {
+		if err == errTooLarge {
 			return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_response_too_large",
 				fmt.Sprintf("The upstream's answer is over %d bytes.", b.max))
 		}
@@ -262,7 +244,7 @@ func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
 	}
 	u := res.Body.Finish(nil)
 	var c completionAnswer
-	if json.Unmarshal(data, &c) != nil {
+	if decodeCompletion(data, &c) != nil {
 		return nil, errBadAnswer
 	}
 	b.last, b.got = res, c
@@ -360,14 +342,14 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}
 	}
 	b.debug(header)
-	full, err := json.Marshal(out)
+	full, err := appendAnswer(make([]byte, 0, answerSize(&out)), &out)
 	if err != nil {
-		return nil, fmt.Errorf("granitestage: encoding the chat completion: %w", err)
+		return nil, err
 	}
 	res := &pipeline.Response{StatusCode: http.StatusOK, GatewayHeader: b.last.GatewayHeader, Endpoint: b.last.Endpoint,
 		Model: b.last.Model, BackendType: b.last.BackendType, Header: header}
 	if !req.Stream() {
-		header.Set("Content-Type", "application/json")
+		header["Content-Type"] = []string{"application/json"} // canonical already
 		res.Body = pipeline.NewBody(full, b.usage)
 		return res, nil
 	}

@@ -324,6 +324,9 @@ func TestInvalid(t *testing.T) {
 		{`{"model":"granite","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, "messages[0].content"},
 		{`{"model":"granite","messages":[{"role":"user","content":"x"}],"documents":{"text":"x"}}`, "documents"},
 		{`{"model":"granite","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"thinking":"yes"}}`, "thinking"},
+		{`{"model":"granite","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]}`, "chat_template_kwargs"},
+		{`{"model":"granite","messages":[{"role":"user","content":"x"}],"controls":{"citations":"yes"}}`, "controls"},
+		{`{"model":"granite","messages":[{"role":"user","content":"x"},{"role":"user","content":7}]}`, "messages[1].content"},
 		{`{"model":"granite","messages":[{"role":"user","content":"x"}],"logprobs":true}`, "logprobs"},
 	} {
 		res, body := e.post(t, c.body)

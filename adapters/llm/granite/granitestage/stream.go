@@ -272,6 +272,15 @@ func (c *chatStream) emitText(i int, member, text string) {
 	c.out = append(c.out, "\n\n"...)
 }
 
+// plainByte marks the bytes encoding/json writes as they are in a string: ASCII but control
+// characters, the quote, the backslash and HTML's < > &.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string as encoding/json writes it (HTML characters and
 // U+2028/U+2029 escaped, invalid UTF-8 as U+FFFD).
 func appendJSONString(dst []byte, s string) []byte {
@@ -280,11 +289,11 @@ func appendJSONString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		b := s[i]
+		if plainByte[b] {
+			i++
+			continue
+		}
 		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch b {
 			case '"', '\\':

@@ -1,0 +1,642 @@
+package granitestage
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// completionAnswer is what the stage reads of an upstream's whole /v1/completions answer.
+type completionAnswer struct {
+	ID                string             `json:"id"`
+	Model             string             `json:"model"`
+	SystemFingerprint json.RawMessage    `json:"system_fingerprint,omitempty"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             *usage             `json:"usage"`
+}
+
+type completionChoice struct {
+	Text         string  `json:"text"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// decodeCompletion reads an upstream's completion answer as json.Unmarshal into
+// completionAnswer would, and fails where it would.
+//
+// encoding/json spent most of a Granite request's stage time here (validating the whole answer,
+// then decoding it through reflection, the 4,000-character text twice over): scanCompletion
+// reads the members the stage uses in one validating pass. It handles the answers upstreams
+// send; anything unusual that encoding/json treats in its own way (a member named twice or in
+// another case, an escaped member name, a value of another type, an error) goes to
+// json.Unmarshal, so the result is encoding/json's by construction. FuzzDecodeCompletion checks
+// the two against each other.
+func decodeCompletion(data []byte, c *completionAnswer) error {
+	if scanCompletion(data, c) {
+		return nil
+	}
+	*c = completionAnswer{}
+	return json.Unmarshal(data, c)
+}
+
+// maxScanDepth is the nesting the fast path follows; deeper answers go to encoding/json.
+const maxScanDepth = 256
+
+// jscan is a validating JSON reader over one document. Its methods return false at anything
+// that is not JSON, and at what the fast path leaves to encoding/json.
+type jscan struct {
+	b []byte
+	i int
+}
+
+func (s *jscan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// next skips whitespace and returns the next byte (0 at the end).
+func (s *jscan) next() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// str reads a string at s.i (its opening quote), returning its contents' bounds and whether
+// they hold an escape or a byte outside ASCII (then it needs unquoting).
+func (s *jscan) str() (start, end int, plain, ok bool) {
+	b := s.b
+	i := s.i + 1
+	start = i
+	plain = true
+	for i < len(b) {
+		if !special[b[i]] {
+			i++
+			continue
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return start, i, plain, true
+		case c < 0x20:
+			return 0, 0, false, false
+		case c == '\\':
+			plain = false
+			if i+1 >= len(b) {
+				return 0, 0, false, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return 0, 0, false, false
+				}
+				i += 6
+			default:
+				return 0, 0, false, false
+			}
+		case c >= utf8.RuneSelf:
+			plain = false
+			i++
+		default:
+			i++
+		}
+	}
+	return 0, 0, false, false
+}
+
+// special marks the bytes a string's scan stops at: the quote, the backslash, control
+// characters, and bytes outside ASCII.
+var special = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// number reads a number at s.i, as JSON's grammar has it.
+func (s *jscan) number() bool {
+	b, i := s.b, s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	s.i = i
+	return true
+}
+
+func (s *jscan) lit(l string) bool {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(l)) {
+		return false
+	}
+	s.i += len(l)
+	return true
+}
+
+// skip reads one value of any kind at s.i (whitespace skipped first).
+func (s *jscan) skip(depth int) bool {
+	switch s.next() {
+	case '"':
+		_, _, _, ok := s.str()
+		return ok
+	case '{':
+		if depth >= maxScanDepth {
+			return false
+		}
+		s.i++
+		if s.next() == '}' {
+			s.i++
+			return true
+		}
+		for {
+			if s.next() != '"' {
+				return false
+			}
+			if _, _, _, ok := s.str(); !ok || s.next() != ':' {
+				return false
+			}
+			s.i++
+			if !s.skip(depth + 1) {
+				return false
+			}
+			switch s.next() {
+			case ',':
+				s.i++
+			case '}':
+				s.i++
+				return true
+			default:
+				return false
+			}
+		}
+	case '[':
+		if depth >= maxScanDepth {
+			return false
+		}
+		s.i++
+		if s.next() == ']' {
+			s.i++
+			return true
+		}
+		for {
+			if !s.skip(depth + 1) {
+				return false
+			}
+			switch s.next() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return true
+			default:
+				return false
+			}
+		}
+	case 't':
+		return s.lit("true")
+	case 'f':
+		return s.lit("false")
+	case 'n':
+		return s.lit("null")
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return s.number()
+	}
+	return false
+}
+
+// object reads an object at s.i member by member: member gets each name (unescaped names go to
+// encoding/json) with s.i at its value, and reads the value.
+func (s *jscan) object(member func(name []byte) bool) bool {
+	if s.next() != '{' {
+		return false
+	}
+	s.i++
+	if s.next() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		if s.next() != '"' {
+			return false
+		}
+		start, end, plain, ok := s.str()
+		if !ok || s.next() != ':' {
+			return false
+		}
+		if !plain && bytes.IndexByte(s.b[start:end], '\\') >= 0 {
+			return false // an escaped name: encoding/json matches its unescaped form
+		}
+		s.i++
+		if !member(s.b[start:end]) {
+			return false
+		}
+		switch s.next() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// field says which of names (exact) a member name is: its index, -1 for none, or -2 for a
+// name that encoding/json would match case-insensitively (left to it).
+func field(name []byte, names ...string) int {
+	for i, n := range names {
+		if string(name) == n {
+			return i
+		}
+	}
+	for _, n := range names {
+		if bytes.EqualFold(name, []byte(n)) {
+			return -2
+		}
+	}
+	return -1
+}
+
+// once records that member i was read; a second time is left to encoding/json (it merges).
+func once(seen *uint32, i int) bool {
+	if *seen&(1<<i) != 0 {
+		return false
+	}
+	*seen |= 1 << i
+	return true
+}
+
+// stringValue reads a string or null into *dst (null leaves it, as encoding/json does).
+func (s *jscan) stringValue(dst *string) bool {
+	switch s.next() {
+	case 'n':
+		return s.lit("null")
+	case '"':
+		v, ok := s.strDecode()
+		if ok {
+			*dst = v
+		}
+		return ok
+	}
+	return false
+}
+
+// strDecode reads a string at s.i (its opening quote) and decodes it as encoding/json does, in
+// the one pass that validates it: escapes resolved, a lone or broken surrogate and each byte of
+// invalid UTF-8 as U+FFFD.
+func (s *jscan) strDecode() (string, bool) {
+	b := s.b
+	i := s.i + 1
+	start := i
+	for i < len(b) && !special[b[i]] {
+		i++
+	}
+	if i < len(b) && b[i] == '"' {
+		s.i = i + 1
+		return string(b[start:i]), true
+	}
+	var out strings.Builder
+	out.Grow(len(b) - start)
+	lit := start // the start of the bytes not yet written
+	for {
+		for i < len(b) && !special[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return "", false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			out.Write(b[lit:i])
+			s.i = i + 1
+			return out.String(), true
+		case c < 0x20:
+			return "", false
+		case c == '\\':
+			out.Write(b[lit:i])
+			if i+1 >= len(b) {
+				return "", false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/':
+				out.WriteByte(b[i+1])
+			case 'b':
+				out.WriteByte('\b')
+			case 'f':
+				out.WriteByte('\f')
+			case 'n':
+				out.WriteByte('\n')
+			case 'r':
+				out.WriteByte('\r')
+			case 't':
+				out.WriteByte('\t')
+			case 'u':
+				r, ok := u4(b[i:])
+				if !ok {
+					return "", false
+				}
+				if utf16.IsSurrogate(r) {
+					if r2, ok := u4(b[i+6:]); ok {
+						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+							out.WriteRune(d)
+							i += 12
+							lit = i
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				out.WriteRune(r)
+				i += 6
+				lit = i
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+			lit = i
+		default: // outside ASCII
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				out.Write(b[lit:i])
+				out.WriteString("\uFFFD")
+				lit = i + 1
+			}
+			i += n
+		}
+	}
+}
+
+// u4 reads a \uXXXX escape at the start of b.
+func u4(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// intValue reads an integer or null into *dst, as encoding/json reads an int64.
+func (s *jscan) intValue(dst *int64) bool {
+	switch c := s.next(); {
+	case c == 'n':
+		return s.lit("null")
+	case c == '-' || '0' <= c && c <= '9':
+		start := s.i
+		if !s.number() {
+			return false
+		}
+		n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
+		if err != nil {
+			return false
+		}
+		*dst = n
+		return true
+	}
+	return false
+}
+
+var (
+	answerNames = []string{"id", "model", "system_fingerprint", "choices", "usage"}
+	choiceNames = []string{"text", "finish_reason"}
+	usageNames  = []string{"prompt_tokens", "completion_tokens", "total_tokens"}
+)
+
+// scanCompletion is decodeCompletion's fast path: true when it read data whole, as
+// encoding/json would have.
+func scanCompletion(data []byte, c *completionAnswer) bool {
+	s := jscan{b: data}
+	var seen uint32
+	ok := s.object(func(name []byte) bool {
+		f := field(name, answerNames...)
+		if f == -1 {
+			return s.skip(1)
+		}
+		if f < 0 || !once(&seen, f) {
+			return false
+		}
+		switch f {
+		case 0:
+			return s.stringValue(&c.ID)
+		case 1:
+			return s.stringValue(&c.Model)
+		case 2:
+			s.ws()
+			from := s.i
+			if !s.skip(1) {
+				return false
+			}
+			c.SystemFingerprint = append(json.RawMessage(nil), s.b[from:s.i]...)
+			return true
+		case 3:
+			return s.choices(c)
+		default:
+			return s.usage(c)
+		}
+	})
+	if !ok {
+		return false
+	}
+	s.ws()
+	return s.i == len(s.b)
+}
+
+func (s *jscan) choices(c *completionAnswer) bool {
+	switch s.next() {
+	case 'n':
+		return s.lit("null")
+	case '[':
+	default:
+		return false
+	}
+	s.i++
+	c.Choices = make([]completionChoice, 0, 1)
+	if s.next() == ']' {
+		s.i++
+		return true
+	}
+	for {
+		var ch completionChoice
+		switch s.next() {
+		case 'n':
+			if !s.lit("null") {
+				return false
+			}
+		case '{':
+			var seen uint32
+			if !s.object(func(name []byte) bool {
+				f := field(name, choiceNames...)
+				if f == -1 {
+					return s.skip(2)
+				}
+				if f < 0 || !once(&seen, f) {
+					return false
+				}
+				if f == 0 {
+					return s.stringValue(&ch.Text)
+				}
+				if s.next() == 'n' {
+					return s.lit("null")
+				}
+				var r string
+				if !s.stringValue(&r) {
+					return false
+				}
+				ch.FinishReason = &r
+				return true
+			}) {
+				return false
+			}
+		default:
+			return false
+		}
+		c.Choices = append(c.Choices, ch)
+		switch s.next() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (s *jscan) usage(c *completionAnswer) bool {
+	if s.next() == 'n' {
+		return s.lit("null")
+	}
+	u := &usage{}
+	var seen uint32
+	if !s.object(func(name []byte) bool {
+		f := field(name, usageNames...)
+		switch {
+		case f == -1:
+			return s.skip(2)
+		case f < 0 || !once(&seen, f):
+			return false
+		case f == 0:
+			return s.intValue(&u.PromptTokens)
+		case f == 1:
+			return s.intValue(&u.CompletionTokens)
+		}
+		return s.intValue(&u.TotalTokens)
+	}) {
+		return false
+	}
+	c.Usage = u
+	return true
+}
+
+var errTooLarge = errors.New("granitestage: answer over the bound")
+
+// readAll reads r to its end into buf, and fails with errTooLarge past max bytes.
+func readAll(r io.Reader, buf []byte, limit int) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(512, len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit+1)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case len(buf) > limit:
+			return buf, errTooLarge
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		}
+	}
+}
+
+// maxPooledBuffer bounds the read buffers a stage keeps for its next answers.
+const maxPooledBuffer = 1 << 20
+
+// buffers are a stage's reusable byte buffers: the reads of upstream answers.
+type buffers struct{ p sync.Pool }
+
+func (b *buffers) get() *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return v
+	}
+	return new([]byte)
+}
+
+func (b *buffers) put(v *[]byte) {
+	if cap(*v) <= maxPooledBuffer {
+		*v = (*v)[:0]
+		b.p.Put(v)
+	}
+}

@@ -1,0 +1,244 @@
+package granitestage
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/infergate/infergate/adapters/llm/granite"
+	"github.com/infergate/infergate/adapters/pipeline"
+)
+
+// requestFields is req.Fields() read with the stage's scanner: the body's top-level members,
+// each value the body's own bytes (the body does not change; the stage only reads them), where
+// Fields decodes the body through reflection and copies every value. A body the scanner does
+// not take whole (an escaped or non-ASCII member name, deep nesting, an error) goes to Fields.
+func requestFields(req *pipeline.Request) (map[string]json.RawMessage, error) {
+	if f, ok := scanFields(req.Body()); ok {
+		return f, nil
+	}
+	return req.Fields()
+}
+
+func scanFields(body []byte) (map[string]json.RawMessage, bool) {
+	s := jscan{b: body}
+	f := make(map[string]json.RawMessage, 8)
+	ok := s.object(func(name []byte) bool {
+		for _, c := range name {
+			if c >= utf8.RuneSelf {
+				return false // encoding/json's keys replace invalid UTF-8
+			}
+		}
+		s.ws()
+		from := s.i
+		if !s.skip(1) {
+			return false
+		}
+		f[string(name)] = body[from:s.i:s.i]
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	s.ws()
+	return f, s.i == len(body)
+}
+
+var (
+	messageNames  = []string{"role", "content", "tool_calls", "tool_call_id"}
+	documentNames = []string{"text", "doc_id", "score"}
+	controlNames  = []string{"citations", "hallucinations", "length", "originality"}
+)
+
+// scanControls reads a request's controls object as json.Unmarshal into granite.Controls
+// would; anything unusual is false (left to encoding/json).
+func scanControls(raw []byte) (*granite.Controls, bool) {
+	s := jscan{b: raw}
+	c := &granite.Controls{}
+	var seen uint32
+	ok := s.object(func(name []byte) bool {
+		f := field(name, controlNames...)
+		if f == -1 {
+			return s.skip(1)
+		}
+		if f < 0 || !once(&seen, f) {
+			return false
+		}
+		if f >= 2 {
+			if s.next() == 'n' {
+				return s.lit("null")
+			}
+			var v string
+			if !s.stringValue(&v) {
+				return false
+			}
+			if f == 2 {
+				c.Length = &v
+			} else {
+				c.Originality = &v
+			}
+			return true
+		}
+		b := &c.Citations
+		if f == 1 {
+			b = &c.Hallucinations
+		}
+		switch s.next() {
+		case 't':
+			*b = true
+			return s.lit("true")
+		case 'f':
+			*b = false
+			return s.lit("false")
+		case 'n':
+			return s.lit("null")
+		}
+		return false
+	})
+	if !ok {
+		return nil, false
+	}
+	s.ws()
+	return c, s.i == len(raw)
+}
+
+// array reads a JSON array at s.i, elem reading each element (whitespace skipped).
+func (s *jscan) array(elem func() bool) bool {
+	if s.next() != '[' {
+		return false
+	}
+	s.i++
+	if s.next() == ']' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		if !elem() {
+			return false
+		}
+		switch s.next() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// scanMessages reads a request's messages as json.Unmarshal into []wireMessage would, for the
+// common shapes: a message with tool calls, or anything unusual, is false (left to
+// encoding/json).
+func scanMessages(raw []byte) ([]wireMessage, bool) {
+	s := jscan{b: raw}
+	out := make([]wireMessage, 0, 4)
+	ok := s.array(func() bool {
+		var m wireMessage
+		if s.next() == 'n' {
+			if !s.lit("null") {
+				return false
+			}
+		} else {
+			var seen uint32
+			if !s.object(func(name []byte) bool {
+				f := field(name, messageNames...)
+				if f == -1 {
+					return s.skip(2)
+				}
+				if f < 0 || !once(&seen, f) {
+					return false
+				}
+				switch f {
+				case 0:
+					return s.stringValue(&m.Role)
+				case 1:
+					s.ws()
+					from := s.i
+					if !s.skip(2) {
+						return false
+					}
+					m.Content = raw[from:s.i:s.i]
+					return true
+				case 2:
+					return s.next() == 'n' && s.lit("null")
+				}
+				return s.stringValue(&m.ToolCallID)
+			}) {
+				return false
+			}
+		}
+		out = append(out, m)
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	s.ws()
+	return out, s.i == len(raw)
+}
+
+// scanDocuments reads a request's documents as json.Unmarshal into []granite.Document would,
+// for the common shapes; anything unusual is false (left to encoding/json).
+func scanDocuments(raw []byte) ([]granite.Document, bool) {
+	s := jscan{b: raw}
+	out := make([]granite.Document, 0, 4)
+	ok := s.array(func() bool {
+		var d granite.Document
+		if s.next() == 'n' {
+			if !s.lit("null") {
+				return false
+			}
+		} else {
+			var seen uint32
+			if !s.object(func(name []byte) bool {
+				f := field(name, documentNames...)
+				if f == -1 {
+					return s.skip(2)
+				}
+				if f < 0 || !once(&seen, f) {
+					return false
+				}
+				if f == 0 {
+					return s.stringValue(&d.Text)
+				}
+				if s.next() == 'n' {
+					return s.lit("null")
+				}
+				from := s.i
+				if !s.skip(2) {
+					return false
+				}
+				v := raw[from:s.i]
+				if f == 1 {
+					id := &granite.DocID{}
+					if id.UnmarshalJSON(v) != nil {
+						return false
+					}
+					d.DocID = id
+					return true
+				}
+				if c := v[0]; c != '-' && (c < '0' || c > '9') {
+					return false
+				}
+				x, err := strconv.ParseFloat(string(v), 64)
+				if err != nil {
+					return false
+				}
+				d.Score = &x
+				return true
+			}) {
+				return false
+			}
+		}
+		out = append(out, d)
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	s.ws()
+	return out, s.i == len(raw)
+}
