@@ -154,13 +154,14 @@ func (a *accumulator) add(data []byte) (bool, error) {
 	return len(ans.Choices) > 0, nil
 }
 
-// parseErrors adds the parse problems the Granite stage reported in the answer's header.
+// parseErrors adds the parse problems the Granite stage reported in the answer's header, for
+// the choices whose message did not carry its parse_error whole.
 func (a *accumulator) parseErrors(h http.Header) {
 	if !a.withResults {
 		return
 	}
 	headerParseErrors(h, func(i int, problem string) {
-		if i < len(a.results) {
+		if i < len(a.results) && len(a.results[i].parseErrors) == 0 {
 			a.results[i].parseErrors = append(a.results[i].parseErrors, problem)
 		}
 	})

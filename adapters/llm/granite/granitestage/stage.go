@@ -279,6 +279,9 @@ type chatMessage struct {
 	Citations        []granite.Citation      `json:"citations,omitempty"`
 	Documents        []granite.CitedDocument `json:"documents,omitempty"`
 	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
+	// ParseError says why the model's output could not be parsed (its text is then the
+	// content), whole; ParseErrorHeader has it shortened.
+	ParseError string `json:"parse_error,omitempty"`
 }
 
 type chatChoice struct {
@@ -337,6 +340,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 			cm.Content = &content
 		}
 		if m.ParseError != "" {
+			cm.ParseError = m.ParseError
 			header.Add(ParseErrorHeader, fmt.Sprintf("choice %d: %s", i, pipeline.Truncate(sanitizeHeader(m.ParseError), 512)))
 		}
 		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}

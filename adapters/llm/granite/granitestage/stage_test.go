@@ -416,6 +416,17 @@ func TestParseErrorAndDebugPrompt(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &got))
 	assert.Equal(t, text, got.Choices[0].Message.Content)
 	assert.Contains(t, res.Header.Get(granitestage.ParseErrorHeader), "choice 0: ")
+	var pe struct {
+		Choices []struct {
+			Message struct {
+				ParseError string `json:"parse_error"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &pe))
+	assert.Equal(t, strings.TrimPrefix(res.Header.Get(granitestage.ParseErrorHeader), "choice 0: "), pe.Choices[0].Message.ParseError,
+		"the message carries the problem whole too")
+	assert.NotEmpty(t, pe.Choices[0].Message.ParseError)
 	p, err := base64.StdEncoding.DecodeString(res.Header.Get(granitestage.PromptHeader))
 	require.NoError(t, err)
 	assert.Equal(t, e.up.requests()[0]["prompt"], string(p))

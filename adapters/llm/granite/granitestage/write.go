@@ -77,6 +77,7 @@ func answerSize(a *chatAnswer) int {
 		for j := range m.Documents {
 			n += 32 + len(m.Documents[j].Text)
 		}
+		n += len(m.ParseError)
 		for j := range m.Hallucinations {
 			n += 128 + len(m.Hallucinations[j].ResponseText)
 		}
@@ -118,6 +119,10 @@ func appendChoice(dst []byte, c *chatChoice) ([]byte, error) {
 		dst = append(append(dst, `,"tool_calls":`...), b...)
 	}
 	dst = appendExtras(dst, m.Citations, m.Documents, m.Hallucinations)
+	if m.ParseError != "" {
+		dst = append(dst, `,"parse_error":`...)
+		dst = appendJSONString(dst, m.ParseError)
+	}
 	dst = append(dst, `},"logprobs":`...)
 	if c.Logprobs == nil || string(c.Logprobs) == "null" {
 		dst = append(dst, "null"...)
