@@ -24,9 +24,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/kserve"
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/adapters/registry"
 	"github.com/infergate/infergate/engines"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	"github.com/infergate/infergate/runtime/app"
@@ -122,11 +119,7 @@ func parseConfig(name string, data []byte) (Config, error) {
 // Gateway is an embedded gateway: create it with New, add models, Start it, Stop it.
 type Gateway struct {
 	log    *slog.Logger
-	app    *app.App
-	reg    *engines.Registry
-	gw     *gateway.Gateway
-	proxy  *openai.Proxy
-	svc    *registry.Service // nil when the registry is disabled
+	app    *app.App // its Backends is nil when the registry is disabled
 	llms   *llmServer
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -156,27 +149,19 @@ func New(cfg Config) (*Gateway, error) {
 	lv := new(slog.LevelVar) // Triton's logging extension may change it
 	lv.Set(level)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
-	maxMsg := cfg.MaxMessageBytes
-	if maxMsg == 0 {
-		maxMsg = kserve.DefaultMaxMessageBytes
-	}
-	drain := cfg.DrainTimeout
-	if drain == 0 {
-		drain = 30 * time.Second
-	}
+	// Zero sizes and timeouts take the gateway's defaults, as the runtime's flags' do.
 	a, err := app.Build(cfg.App, app.RoleGateway, gateway.Config{ServerName: cfg.ServerName,
-		MaxMessageBytes: maxMsg, DrainTimeout: drain, Logger: log, LogLevel: lv})
+		MaxMessageBytes: cfg.MaxMessageBytes, DrainTimeout: cfg.DrainTimeout, Logger: log, LogLevel: lv})
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{log: log, app: a, reg: a.Models, gw: a.Gateway, proxy: a.OpenAI, svc: a.Backends,
-		leases: map[string]context.CancelFunc{}}
+	g := &Gateway{log: log, app: a, leases: map[string]context.CancelFunc{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
 }
 
 // Registry is the gateway's model registry, for Go callers that register engines.Model values.
-func (g *Gateway) Registry() *engines.Registry { return g.reg }
+func (g *Gateway) Registry() *engines.Registry { return g.app.Models }
 
 // Start listens on addr ("127.0.0.1:0" picks a free port) and serves in the background. It
 // returns the address it listens on.
@@ -195,7 +180,7 @@ func (g *Gateway) Start(addr string) (string, error) {
 	}
 	g.served = make(chan error, 1)
 	g.addr = ln.Addr().String()
-	go func() { g.served <- g.gw.Serve(ln) }()
+	go func() { g.served <- g.app.Gateway.Serve(ln) }()
 	return g.addr, nil
 }
 
@@ -221,7 +206,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		delete(g.leases, id)
 	}
 	g.mu.Unlock()
-	err := g.gw.Shutdown(ctx)
+	err := g.app.Gateway.Shutdown(ctx)
 	if served != nil {
 		if serveErr := <-served; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 			err = errors.Join(err, serveErr)
@@ -238,10 +223,10 @@ func (g *Gateway) Stop(ctx context.Context) error {
 // RegisterBackend registers a remote backend as a RegistryService call would, and keeps its lease
 // alive with heartbeats until DeregisterBackend or Stop.
 func (g *Gateway) RegisterBackend(ctx context.Context, req *registryv1.RegisterRequest) (*registryv1.RegisterResponse, error) {
-	if g.svc == nil {
+	if g.app.Backends == nil {
 		return nil, errors.New("the backend registry is disabled in the config")
 	}
-	res, err := g.svc.Register(ctx, req)
+	res, err := g.app.Backends.Register(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +255,7 @@ func (g *Gateway) heartbeat(ctx context.Context, lease string, every time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := g.svc.Heartbeat(ctx, &registryv1.HeartbeatRequest{LeaseId: lease}); err != nil && ctx.Err() == nil {
+			if _, err := g.app.Backends.Heartbeat(ctx, &registryv1.HeartbeatRequest{LeaseId: lease}); err != nil && ctx.Err() == nil {
 				g.log.Warn("embedded backend heartbeat failed", "lease", lease, "err", err)
 			}
 		}
@@ -279,7 +264,7 @@ func (g *Gateway) heartbeat(ctx context.Context, lease string, every time.Durati
 
 // DeregisterBackend ends a lease RegisterBackend took.
 func (g *Gateway) DeregisterBackend(ctx context.Context, lease string) error {
-	if g.svc == nil {
+	if g.app.Backends == nil {
 		return errors.New("the backend registry is disabled in the config")
 	}
 	g.mu.Lock()
@@ -288,7 +273,7 @@ func (g *Gateway) DeregisterBackend(ctx context.Context, lease string) error {
 		delete(g.leases, lease)
 	}
 	g.mu.Unlock()
-	_, err := g.svc.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: lease})
+	_, err := g.app.Backends.Deregister(ctx, &registryv1.DeregisterRequest{LeaseId: lease})
 	return err
 }
 

@@ -106,7 +106,7 @@ func (g *Gateway) RegisterLLM(name string, fn LLMFunc) error {
 	}
 	s := g.llms
 	g.mu.Unlock()
-	if g.reg.Lookup(name) != nil || slices.ContainsFunc(g.proxy.Models(), func(m openai.ModelInfo) bool { return m.Name == name }) {
+	if g.app.Models.Lookup(name) != nil || slices.ContainsFunc(g.app.OpenAI.Models(), func(m openai.ModelInfo) bool { return m.Name == name }) {
 		return fmt.Errorf("model '%s' is already registered", name)
 	}
 	s.mu.Lock()
@@ -116,7 +116,7 @@ func (g *Gateway) RegisterLLM(name string, fn LLMFunc) error {
 	}
 	s.fns[name] = fn
 	s.mu.Unlock()
-	err := g.proxy.AddEndpoint(upstream.Endpoint{Name: "python:" + name, URL: s.url, Type: upstream.TypeVLLM,
+	err := g.app.OpenAI.AddEndpoint(upstream.Endpoint{Name: "python:" + name, URL: s.url, Type: upstream.TypeVLLM,
 		Models: []string{name}, SkipDiscovery: true, CheckInterval: 5 * time.Second,
 		Headers: map[string]string{"Authorization": "Bearer " + s.token}})
 	if err != nil {
@@ -129,7 +129,7 @@ func (g *Gateway) RegisterLLM(name string, fn LLMFunc) error {
 	// model answers as soon as registration returns.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if g.reg.Lookup(name) != nil {
+		if g.app.Models.Lookup(name) != nil {
 			return nil
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -92,7 +92,7 @@ func (g *Gateway) RegisterTensorModel(spec TensorSpec, fn TensorFunc) error {
 	if err != nil {
 		return err
 	}
-	if _, err := g.reg.Register(&funcModel{cfg: cfg, fn: fn}); err != nil {
+	if _, err := g.app.Models.Register(&funcModel{cfg: cfg, fn: fn}); err != nil {
 		return fmt.Errorf("model '%s': %w", spec.Name, err)
 	}
 	return nil
