@@ -52,11 +52,10 @@ func (a *App) Close() { a.close() }
 // OpenAI proxy and its KServe bridge, the KServe upstream pool, the backend registry with its
 // store, and the guard (API keys, rate limits, load shedding, circuit breakers) in front of all of
 // it. role is RoleGateway or RoleBatchWorker; gwCfg carries what the command line sets.
-func Build(cfg *Config, role string, gwCfg gateway.Config) (app *App, err error) {
+func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if lines := cfg.Batch.validate(role, cfg.Redis.Addr); len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
-	app = &App{}
 	var gw *gateway.Gateway
 	log := gwCfg.Logger
 	gwCfg.Decompression = cfg.Server.decompression()
@@ -236,13 +235,14 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (app *App, err error)
 	})
 
 	var store registry.Store
+	var backends *registry.Service
 	if !cfg.Registry.Disabled {
 		if store, err = newStore(cfg, rdb, log, &closers); err != nil {
 			return nil, err
 		}
-		app.Backends = registry.NewService(store, registry.ServiceOptions{Logger: log,
+		backends = registry.NewService(store, registry.ServiceOptions{Logger: log,
 			DefaultTTL: cfg.Registry.DefaultTTL, MinTTL: cfg.Registry.MinTTL, MaxTTL: cfg.Registry.MaxTTL})
-		gwCfg.Services = append(gwCfg.Services, app.Backends.Mount)
+		gwCfg.Services = append(gwCfg.Services, backends.Mount)
 	} else {
 		log.Info("backend registry disabled")
 	}
@@ -286,8 +286,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (app *App, err error)
 		// they run through still works.
 		bp.start(ctx, log, &closers)
 	}
-	app.Gateway, app.Models, app.OpenAI, app.close = gw, reg, proxy, stop
-	return app, nil
+	return &App{Gateway: gw, Models: reg, OpenAI: proxy, Backends: backends, close: stop}, nil
 }
 
 // newAuth returns the API key check, or nil (with a warning) when no keys are configured.
