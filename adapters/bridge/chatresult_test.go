@@ -247,7 +247,8 @@ func TestChatResultToolsAndErrors(t *testing.T) {
 	require.NoError(t, err)
 	r, _ = chatResult(t, resp)
 	assert.Equal(t, bad, *r.Content)
-	assert.NotEmpty(t, r.ParseError)
+	assert.Equal(t, "failed to parse citations, documents and hallucinations from model output", r.ParseError,
+		"once: from the message, not again from the stage's header")
 
 	before := up.Requests()
 	_, err = e.client.ModelInfer(ctx, withKwargs(llm{model: "granite", prompt: "q", sampling: tools}.request(), `{"thinking":true}`))
