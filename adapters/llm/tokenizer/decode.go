@@ -12,13 +12,13 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 	n := 0
 	for _, id := range ids {
 		if t.keep(id, skipSpecial) {
-			n += len(t.tokBytes[id])
+			n += len(t.texts.get(id))
 		}
 	}
 	buf := make([]byte, 0, n)
 	for _, id := range ids {
 		if t.keep(id, skipSpecial) {
-			buf = append(buf, t.tokBytes[id]...)
+			buf = append(buf, t.texts.get(id)...)
 		}
 	}
 	buf = t.trimStart(buf)
@@ -69,7 +69,7 @@ func (d *StreamDecoder) Add(id int) string {
 	if !d.t.keep(id, d.skipSpecial) {
 		return ""
 	}
-	b := d.t.tokBytes[id]
+	b := d.t.texts.get(id)
 	if len(d.pending) == 0 && utf8.ValidString(b) {
 		if d.strip > 0 {
 			return d.trim(b)

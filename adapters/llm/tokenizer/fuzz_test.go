@@ -134,7 +134,7 @@ func FuzzEncode(f *testing.F) {
 		ids := tok.Encode(s, Options{})
 		var raw []byte
 		for _, id := range ids {
-			raw = append(raw, tok.tokBytes[id]...)
+			raw = append(raw, tok.texts.get(int(id))...)
 		}
 		if want := nfc(s, &tmp); string(raw) != want {
 			t.Fatalf("%q: token bytes %q, want %q", s, raw, want)
@@ -159,7 +159,7 @@ func FuzzEncode(f *testing.F) {
 				return
 			}
 			id, ok := tok.short.get(piece)
-			wid, wok := tok.pieceID[piece]
+			wid, wok := tok.pieces.get(piece)
 			if wok = wok && tok.whole[wid]; ok != wok || ok && id != wid {
 				t.Fatalf("%q: piece %q: short table %d, %v; vocabulary %d, %v", s, piece, id, ok, wid, wok)
 			}

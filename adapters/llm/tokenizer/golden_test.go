@@ -230,5 +230,5 @@ func TestGoldenCatchesBrokenMerges(t *testing.T) {
 	if differ == 0 {
 		t.Fatal("merges out of order went unnoticed")
 	}
-	t.Logf("merges %q+%q and %q+%q swapped: %d of %d cases differ", tok.tokBytes[a1], tok.tokBytes[b1], tok.tokBytes[a2], tok.tokBytes[b2], differ, len(g.Cases))
+	t.Logf("merges %q+%q and %q+%q swapped: %d of %d cases differ", tok.texts.get(int(a1)), tok.texts.get(int(b1)), tok.texts.get(int(a2)), tok.texts.get(int(b2)), differ, len(g.Cases))
 }

@@ -235,6 +235,8 @@ func parse(tj []byte, tjPath string, cj []byte, cjPath string, gj []byte, gjPath
 			return nil, fail("decoder: %v", err)
 		}
 	}
+	t.texts, t.pieces = packTokenTexts(t.tokBytes), newStrTable(t.pieceID)
+	t.tokBytes, t.pieceID = nil, nil
 	for i, p := range t.pre {
 		if p.split != nil || p.prefixSpace {
 			t.preEnd = i + 1

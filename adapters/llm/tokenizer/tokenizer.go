@@ -12,13 +12,17 @@ import (
 // Tokenizer is a BPE tokenizer (byte-level, or SentencePiece-style: metaspace.go) loaded from a
 // tokenizer.json. It is safe for concurrent use.
 type Tokenizer struct {
-	// tokBytes[id] is what the token stands for, as bytes; known[id] whether id is a token.
+	// texts holds what each token stands for, as bytes (tokBytes[id] while loading, packed
+	// when loaded: strtable.go); known[id] whether id is a token.
 	tokBytes []string
+	texts    tokenTexts
 	known    []bool
 	// special[id]: an added token marked special (skipped by Decode when asked).
 	special []bool
-	// pieceID maps the bytes of every byte-level vocabulary token to its id.
+	// pieces maps the bytes of every byte-level vocabulary token to its id (pieceID while
+	// loading, packed when loaded).
 	pieceID map[string]int32
+	pieces  *strTable
 	// short holds the whole tokens of up to shortMax bytes, for a quicker lookup (nil: none).
 	short *shortVocab
 	// whole[id]: the BPE of the token's own bytes is the token itself, so a piece equal to a
@@ -101,11 +105,11 @@ func (t *Tokenizer) TokenID(s string) (int, bool) {
 		return int(id), true
 	}
 	if t.spm != nil {
-		id, ok := t.pieceID[s] // keyed by the vocabulary's spelling
+		id, ok := t.pieces.get(s) // keyed by the vocabulary's spelling
 		return int(id), ok
 	}
 	if b, ok := byteLevelDecode(s); ok {
-		if id, ok := t.pieceID[b]; ok {
+		if id, ok := t.pieces.get(b); ok {
 			return int(id), true
 		}
 	}
@@ -138,8 +142,9 @@ func (t *Tokenizer) TokenString(id int) string {
 		return t.spm.spelling[id]
 	}
 	var b strings.Builder
-	for i := 0; i < len(t.tokBytes[id]); i++ {
-		b.WriteString(byteLevelAlphabet[t.tokBytes[id][i]])
+	tb := t.texts.get(id)
+	for i := 0; i < len(tb); i++ {
+		b.WriteString(byteLevelAlphabet[tb[i]])
 	}
 	return b.String()
 }
@@ -512,7 +517,7 @@ func (t *Tokenizer) bpe(dst []int, piece string, sc *scratch) []int {
 			return append(dst, int(id))
 		}
 		// Not a whole token: short holds them all.
-	} else if id, ok := t.pieceID[piece]; ok && (t.ignoreMerges || t.whole[id]) {
+	} else if id, ok := t.pieces.get(piece); ok && (t.ignoreMerges || t.whole[id]) {
 		return append(dst, int(id))
 	}
 	var h uint64
@@ -729,7 +734,7 @@ func (t *Tokenizer) computeWholeTokens() {
 		return
 	}
 	sc := &scratch{}
-	for b, id := range t.pieceID {
+	for b, id := range t.pieces.all() {
 		if len(b) == 1 {
 			t.whole[id] = true
 			continue
@@ -743,13 +748,13 @@ func (t *Tokenizer) computeWholeTokens() {
 func (t *Tokenizer) buildShortVocab() {
 	short := func(b string, id int32) bool { return len(b) <= shortMax && (t.ignoreMerges || t.whole[id]) }
 	n := 0
-	for b, id := range t.pieceID {
+	for b, id := range t.pieces.all() {
 		if short(b, id) {
 			n++
 		}
 	}
 	t.short = newShortVocab(n, func(add func(string, int32)) {
-		for b, id := range t.pieceID {
+		for b, id := range t.pieces.all() {
 			if short(b, id) {
 				add(b, id)
 			}

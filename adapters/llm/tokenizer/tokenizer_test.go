@@ -218,7 +218,7 @@ func TestBadInput(t *testing.T) {
 		}
 		var raw []byte
 		for _, id := range ids {
-			raw = append(raw, q.tokBytes[id]...)
+			raw = append(raw, q.texts.get(id)...)
 		}
 		if string(raw) != s {
 			t.Errorf("%q: token bytes %q", s, raw)
@@ -490,7 +490,7 @@ func TestShortVocab(t *testing.T) {
 				t.Fatal("no short table")
 			}
 			n := 0
-			for b, id := range tok.pieceID {
+			for b, id := range tok.pieces.all() {
 				if len(b) > shortMax {
 					continue
 				}
@@ -506,7 +506,7 @@ func TestShortVocab(t *testing.T) {
 					if len(other) > shortMax {
 						continue
 					}
-					wid, wok := tok.pieceID[other]
+					wid, wok := tok.pieces.get(other)
 					wok = wok && (tok.ignoreMerges || tok.whole[wid])
 					if got, ok := tok.short.get(other); ok != wok || ok && got != wid {
 						t.Fatalf("%q: short table %d, %v; vocabulary %d, %v", other, got, ok, wid, wok)
