@@ -68,7 +68,7 @@ func llmStages(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, 
 		if m.Model != nil {
 			stages = append(stages, m.Usage())
 			if m.MaxModelLen() > 0 {
-				stages = append(stages, m.Limit())
+				stages = append(stages, m.Limit(m.needsIDs))
 			}
 			if m.tokens {
 				stages = append(stages, tokeninput.Stage(m.Model))
@@ -92,10 +92,13 @@ func llmStages(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, 
 // (nil: the proxy's least-outstanding pick).
 type llmModel struct {
 	*prompt.Model
-	tokens bool                 // input: tokens
-	cache  pipeline.Interceptor // nil: no response cache
-	disagg pipeline.Interceptor // prefill then decode; nil: aggregated
-	route  pipeline.Interceptor
+	tokens bool // input: tokens
+	// needsIDs: a stage after the context-length check reads the prompt's ids (token input,
+	// cache-aware routing, disaggregation's prompt length), so the check counts every prompt.
+	needsIDs bool
+	cache    pipeline.Interceptor // nil: no response cache
+	disagg   pipeline.Interceptor // prefill then decode; nil: aggregated
+	route    pipeline.Interceptor
 	// granite serves chat through a Granite processor (models.<name>.processor); nil: none.
 	granite pipeline.Interceptor
 }
@@ -109,7 +112,8 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 	granites := granite.NewDefaultRegistry()
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
-		lm := &llmModel{tokens: c.Input == "tokens"}
+		lm := &llmModel{tokens: c.Input == "tokens",
+			needsIDs: c.Input == "tokens" || c.Routing == "cache_aware" || c.Disaggregation != nil}
 		if c.Tokenizer != "" {
 			m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent})
 			if err != nil {

@@ -129,16 +129,7 @@ func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok
 	}
 	switch req.Path {
 	case "/v1/chat/completions":
-		in, err := chattemplate.DecodeRequest(req.Body())
-		if err != nil {
-			return 0, false, chattemplate.OpenAIError(err)
-		}
-		ids, err := m.ChatTokens(ctx, in, false)
-		if err != nil {
-			return 0, false, err
-		}
-		req.PromptTokens = ids
-		return len(ids), true, nil
+		return m.chatLenOrFits(ctx, req, -1) // no bound is at most -1: always counted
 	case "/v1/completions":
 		f, err := req.Fields()
 		if err != nil {
@@ -211,25 +202,53 @@ func ContextLengthExceeded(maxLen, prompt, completion int) *pipeline.Error {
 // max_tokens (max_completion_tokens) does not fit MaxModelLen, with ContextLengthExceeded; as in
 // vLLM, a prompt as long as the context fails even when it asks for one token. A model without
 // MaxModelLen passes every request on untouched (its body is not even parsed).
-func (m *Model) Limit() pipeline.Interceptor {
+//
+// keepIDs says that a later stage reads the prompt's ids (req.PromptTokens: token input,
+// cache-aware routing, disaggregation's prompt length), so every prompt is tokenized here and
+// its ids kept. Without it, a chat whose render is shorter in tokens than the room left, by the
+// tokenizer's cheap bound (tokenizer.MaxTokens: a byte-level token is a byte or more), passes
+// without being tokenized: the check needs no exact count for the many requests far from the
+// limit, and the Usage stage counts exactly after the answer if the upstream says nothing.
+func (m *Model) Limit(keepIDs bool) pipeline.Interceptor {
 	return func(next pipeline.Handler) pipeline.Handler {
 		if m.opts.MaxModelLen <= 0 {
 			return next
 		}
 		return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-			n, ok, err := m.PromptLen(ctx, req)
+			want := max(req.Routing().MaxTokens, 1)
+			n, ok, err := 0, false, error(nil)
+			if !keepIDs && req.PromptTokens == nil && req.Path == "/v1/chat/completions" {
+				n, ok, err = m.chatLenOrFits(ctx, req, m.opts.MaxModelLen-want)
+			} else {
+				n, ok, err = m.PromptLen(ctx, req)
+			}
 			if err != nil {
 				return nil, err
 			}
-			if ok {
-				want := max(req.Routing().MaxTokens, 1)
-				if n+want > m.opts.MaxModelLen {
-					return nil, ContextLengthExceeded(m.opts.MaxModelLen, n, max(req.Routing().MaxTokens, 0))
-				}
+			if ok && n+want > m.opts.MaxModelLen {
+				return nil, ContextLengthExceeded(m.opts.MaxModelLen, n, max(req.Routing().MaxTokens, 0))
 			}
 			return next(ctx, req)
 		}
 	}
+}
+
+// chatLenOrFits renders a chat request and returns ok false if its tokens' bound is at most room
+// (it fits; not tokenized), else its exact length (ok true), its ids kept in req.PromptTokens.
+func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room int) (n int, ok bool, err error) {
+	in, err := chattemplate.DecodeRequest(req.Body())
+	if err != nil {
+		return 0, false, chattemplate.OpenAIError(err)
+	}
+	text, opts, err := m.chatText(ctx, in, false)
+	if err != nil {
+		return 0, false, err
+	}
+	if b := m.tok.MaxTokens(text, opts); b >= 0 && b <= room {
+		return 0, false, nil
+	}
+	req.PromptTokens = m.tok.Encode(text, opts)
+	return len(req.PromptTokens), true, nil
 }
 
 // Usage is the stage that fills in what a request used when the upstream's answer says nothing

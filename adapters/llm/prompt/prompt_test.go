@@ -96,7 +96,7 @@ func TestForgedRoleBoundary(t *testing.T) {
 func TestLimit(t *testing.T) {
 	m := load(t, prompt.Options{MaxModelLen: 40})
 	reached := 0
-	h := m.Limit()(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	h := m.Limit(false)(func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 		reached++
 		return &pipeline.Response{StatusCode: 200, Body: pipeline.NewBody(nil, pipeline.Usage{})}, nil
 	})
@@ -135,8 +135,51 @@ func TestLimit(t *testing.T) {
 
 	// A prompt as long as the context fails even when it asks for a single token (vLLM's rule).
 	exact := load(t, prompt.Options{MaxModelLen: n})
-	_, err = exact.Limit()(nil)(context.Background(), mustRequest(t, "/v1/chat/completions", short))
+	_, err = exact.Limit(false)(nil)(context.Background(), mustRequest(t, "/v1/chat/completions", short))
 	require.ErrorAs(t, err, &e)
+}
+
+// The check tokenizes a chat only when the cheap bound (a token is a byte or more) leaves it in
+// doubt, unless a later stage needs the ids; either way the answer is the exact count's.
+func TestLimitCountsOnlyWhenInDoubt(t *testing.T) {
+	short := `{"model":"qwen","messages":[{"role":"user","content":"hi there"}]}`
+	n, _, err := load(t, prompt.Options{}).PromptLen(context.Background(), mustRequest(t, "/v1/chat/completions", short))
+	require.NoError(t, err)
+	var seen []int
+	next := func(_ context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+		seen = req.PromptTokens
+		return nil, nil
+	}
+	for _, c := range []struct {
+		name    string
+		maxLen  int
+		keepIDs bool
+		counted bool
+		refused bool
+	}{
+		{"far from the limit: not tokenized", 4096, false, false, false},
+		{"far, but a later stage needs the ids", 4096, true, true, false},
+		{"in doubt by the bound, fits exactly", n + 1, false, true, false},
+		{"over by one token", n, false, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seen = nil
+			req := mustRequest(t, "/v1/chat/completions", short)
+			_, err := load(t, prompt.Options{MaxModelLen: c.maxLen}).Limit(c.keepIDs)(next)(context.Background(), req)
+			if c.refused {
+				var e *pipeline.Error
+				require.ErrorAs(t, err, &e)
+				assert.Contains(t, e.Message, fmt.Sprintf("contains at least %d input tokens", n))
+				return
+			}
+			require.NoError(t, err)
+			if c.counted {
+				assert.Len(t, seen, n)
+			} else {
+				assert.Nil(t, seen, "tokenized although the bound showed it fits")
+			}
+		})
+	}
 }
 
 func mustRequest(t *testing.T, path, body string) *pipeline.Request {

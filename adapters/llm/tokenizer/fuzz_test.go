@@ -123,7 +123,8 @@ func FuzzEncode(f *testing.F) {
 	tok := model(f, "qwen3")
 	spm := optionalModel(f, "mistral7b")
 	for _, s := range []string{"Hello, world!", "  a\n\n b\r\n\t", "I'M 'Ll don't", "e\u0301\u0323", "你好😀👍🏽", "<|im_start|>x", "\xff\x00", "123456789", "\u00a0\u3000 x",
-		"▁hello ▁▁ x▁", "<s>[INST] hi [/INST]</s>", "<0x41> \U0001F9FF\n\t", "   ", "a<|im_end|>\n<think>b</think><<|endoftext|>"} {
+		"▁hello ▁▁ x▁", "<s>[INST] hi [/INST]</s>", "<0x41> \U0001F9FF\n\t", "   ", "a<|im_end|>\n<think>b</think><<|endoftext|>",
+		"\u0958\u0958\U0001D160\uFB2C\u2126"} {
 		f.Add(s)
 	}
 	var tmp []byte
@@ -132,6 +133,9 @@ func FuzzEncode(f *testing.F) {
 			checkSentencePiece(t, spm, s)
 		}
 		ids := tok.Encode(s, Options{})
+		if b := tok.MaxTokens(s, Options{}); len(ids) > b {
+			t.Fatalf("%q: %d tokens, more than MaxTokens' bound %d", s, len(ids), b)
+		}
 		var raw []byte
 		for _, id := range ids {
 			raw = append(raw, tok.texts.get(int(id))...)
@@ -148,6 +152,9 @@ func FuzzEncode(f *testing.F) {
 		checkPieces(t, s)
 		// Encoding with added tokens recognised covers the same text.
 		special := tok.Encode(s, Options{ParseSpecial: true})
+		if b := tok.MaxTokens(s, Options{ParseSpecial: true}); len(special) > b {
+			t.Fatalf("%q: %d tokens with ParseSpecial, more than MaxTokens' bound %d", s, len(special), b)
+		}
 		if got := tok.Decode(special, false); len(got) == 0 && len(s) > 0 {
 			t.Fatalf("%q: nothing back with ParseSpecial", s)
 		}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -187,6 +188,59 @@ func (t *Tokenizer) Encode(text string, opts Options) []int {
 func (t *Tokenizer) AppendEncode(dst []int, text string, opts Options) []int {
 	t.each(text, opts, func(ids []int) { dst = append(dst, ids...) })
 	return dst
+}
+
+// MaxTokens is an upper bound of Count(text, opts) found without encoding (a scan for non-ASCII
+// bytes at most), or -1 where this package knows no cheap bound (SentencePiece-style BPE). In a
+// byte-level BPE every token stands for at least one byte of the normalized text: an added token
+// for its own bytes, a vocabulary token for the bytes it merged. Normalization changes no ASCII
+// text and grows other text by at most a factor (Unicode's bounds for UTF-8, UAX #15: NFC and
+// NFD 3, the compatibility forms 11; 4 and 18 are taken here), and a pre-tokenizer that prefixes
+// a space adds at most one byte per section (a section ends at an added token, itself a byte or
+// more and one token).
+//
+// A check that needs no exact count (does this prompt fit the context?) can skip the encoding
+// when the bound is already small enough.
+func (t *Tokenizer) MaxTokens(text string, opts Options) int {
+	if t.spm != nil {
+		return -1
+	}
+	n := len(text)
+	if t.norm != normNone && !isASCII(text) {
+		switch t.norm {
+		case normNFC:
+			n *= 3
+		case normNFD:
+			n *= 4
+		default:
+			n *= 18
+		}
+	}
+	if slices.ContainsFunc(t.pre, func(p preStep) bool { return p.prefixSpace }) {
+		n = 2*n + 1
+	}
+	if opts.AddSpecialTokens {
+		n += len(t.prefix) + len(t.suffix)
+	}
+	return n
+}
+
+// isASCII reports whether s has no byte above 0x7F, eight bytes at a time.
+func isASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if w&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // Count returns len(Encode(text, opts)) without keeping the ids.

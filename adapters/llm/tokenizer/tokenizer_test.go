@@ -517,3 +517,27 @@ func TestShortVocab(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxTokens: the bound holds on every golden case of every byte-level model, with and
+// without added tokens read, and on text that normalization lengthens; SentencePiece-style
+// models get no bound. The bound is tight on ASCII: no more tokens than bytes.
+func TestMaxTokens(t *testing.T) {
+	for _, name := range []string{"qwen3", "cl100k", "llama3_1"} {
+		tok := optionalModel(t, name)
+		if tok == nil {
+			continue
+		}
+		cases := readGolden(t, name).Cases
+		cases = append(cases, goldenCase{Text: strings.Repeat("\u0958\U0001D160\uFB2C", 50)}, goldenCase{Text: strings.Repeat("<|im_start|>", 20)})
+		for _, c := range cases {
+			for _, o := range []Options{{}, {ParseSpecial: true}, {ParseSpecial: true, AddSpecialTokens: true}} {
+				if n, b := tok.Count(c.Text, o), tok.MaxTokens(c.Text, o); n > b {
+					t.Fatalf("%s %+v: %q has %d tokens, bound %d", name, o, c.Text, n, b)
+				}
+			}
+		}
+	}
+	if tok := optionalModel(t, "mistral7b"); tok != nil && tok.MaxTokens("hello", Options{}) != -1 {
+		t.Fatal("mistral7b: a bound for a SentencePiece-style model")
+	}
+}
