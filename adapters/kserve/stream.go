@@ -1,6 +1,7 @@
 package kserve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -8,8 +9,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/adapters/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // GRPCErrorHeader is the request header (gRPC metadata) with which a client asks ModelStreamInfer
@@ -173,48 +176,63 @@ func (ss *streamSession) report(id string, err error) error {
 	})
 }
 
-// handle processes one request from the stream.
+// handle processes one request from the stream, in a span of its own when it is traced (as
+// Triton traces each request of a stream), which ends with its last response.
 func (ss *streamSession) handle(ctx context.Context, req *inference.ModelInferRequest) error {
 	start := time.Now()
-	if !ss.svc.Ready() {
-		return ss.report(req.GetId(), connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping")))
+	rctx, span := ss.svc.tracer.StreamRequest(ctx, req.GetModelName(), req.GetId())
+	decoupled, failed, err := ss.serve(ctx, rctx, span, req, start)
+	if !decoupled {
+		tracing.End(span, cmp.Or(failed, err))
 	}
-	e, err := ss.svc.reg.ResolveFor(ctx, req.GetModelName(), req.GetModelVersion())
+	return err
+}
+
+// serve is handle under the request's span: rctx carries it to the model (and its upstream
+// calls), ctx is the stream's. It returns what failed the request (reported to the client
+// already) and what must end the stream. A decoupled request runs on, and ends the span itself.
+func (ss *streamSession) serve(ctx, rctx context.Context, span trace.Span, req *inference.ModelInferRequest, start time.Time) (decoupled bool, failed, err error) {
+	fail := func(id string, err error) (bool, error, error) { return false, err, ss.report(id, err) }
+	if !ss.svc.Ready() {
+		return fail(req.GetId(), connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping")))
+	}
+	e, err := ss.svc.reg.ResolveFor(rctx, req.GetModelName(), req.GetModelVersion())
 	if err != nil {
-		return ss.report(req.GetId(), err)
+		return fail(req.GetId(), err)
 	}
 	r, opts, err := prepare(e, req, ss.svc.shmScope(ctx))
 	if err != nil {
 		e.Stats.RecordFailure(start, time.Now())
-		return ss.report(req.GetId(), err)
+		return fail(req.GetId(), err)
 	}
 	if e.RequestDecoupled(r) {
 		select {
 		case ss.slots <- struct{}{}:
 		case <-ctx.Done():
 			opts.releaseShm()
-			return context.Cause(ctx)
+			return false, nil, context.Cause(ctx)
 		}
 		ss.wg.Add(1)
 		go func() {
 			defer func() { <-ss.slots; ss.wg.Done() }()
 			defer opts.releaseShm()
-			ss.runDecoupled(ctx, e, r, opts, start)
+			tracing.End(span, ss.runDecoupled(rctx, e, r, opts, start))
 		}()
-		return nil
+		return true, nil, nil
 	}
-	out, err := inferOnce(ctx, e, r, opts, start)
+	out, err := inferOnce(rctx, e, r, opts, start)
 	opts.releaseShm()
 	if err != nil {
-		return ss.report(r.ID, err)
+		return fail(r.ID, err)
 	}
 	out.Parameters = finalParams(true, out.Parameters)
-	return ss.send(&inference.ModelStreamInferResponse{InferResponse: out})
+	return false, nil, ss.send(&inference.ModelStreamInferResponse{InferResponse: out})
 }
 
 // runDecoupled streams a decoupled model's responses, each marked final or not, and ends with an
-// empty final response when the request asked for one and the model's last response was not final.
-func (ss *streamSession) runDecoupled(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time) {
+// empty final response when the request asked for one and the model's last response was not
+// final. It returns the request's error, reported already.
+func (ss *streamSession) runDecoupled(ctx context.Context, e *engines.Entry, r *engines.Request, opts callOptions, start time.Time) error {
 	timing := engines.Timing{Start: start}
 	inferStart := time.Now()
 	timing.Input = inferStart.Sub(start)
@@ -239,7 +257,8 @@ func (ss *streamSession) runDecoupled(ctx context.Context, e *engines.Entry, r *
 		if ctx.Err() == nil {
 			_ = ss.report(r.ID, err)
 		}
-		return
+		return err
 	}
 	e.Stats.RecordSuccess(1, timing, time.Now())
+	return nil
 }

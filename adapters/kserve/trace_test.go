@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/kserve"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -257,4 +259,52 @@ func TestLogSettingsSetLevel(t *testing.T) {
 		}})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.Equal(t, "expect int32 for 'log_verbose_level'", status.Convert(err).Message())
+}
+
+// Each request of a ModelStreamInfer stream gets its own span, as Triton traces them: named for
+// the method, a child of the client's traceparent, under its model's trace settings, failed
+// requests marked as errors, a decoupled request's ending with its last response; the stream
+// itself gets none.
+func TestStreamRequestsGetSpans(t *testing.T) {
+	t.Parallel()
+	ts := startTraced(t)
+	ts.setTrace(t, "", map[string][]string{"trace_level": {"TIMESTAMPS"}, "trace_rate": {"1"}})
+	stream := func(responses int, reqs ...*inference.ModelInferRequest) {
+		t.Helper()
+		s := openStream(context.Background(), t, ts.grpc, "traceparent", clientTraceparent)
+		for _, r := range reqs {
+			require.NoError(t, s.Send(r))
+		}
+		require.NoError(t, s.CloseSend())
+		res, err := recvAll(t, s)
+		require.NoError(t, err)
+		require.Len(t, res, responses)
+	}
+	unknown := simpleRequest("s3")
+	unknown.ModelName = "nope"
+	stream(2+1+3, simpleRequest("s1"), simpleRequest("s2"), unknown, repeatRequest("r", []int32{1, 2, 3}, 5))
+	spans := map[string]tracetest.SpanStub{}
+	for _, s := range ts.spans.GetSpans() {
+		assert.Equal(t, "inference.GRPCInferenceService/ModelStreamInfer", s.Name)
+		assert.Equal(t, "0af7651916cd43dd8448eb211c80319c", s.SpanContext.TraceID().String())
+		assert.Equal(t, "b7ad6b7169203331", s.Parent.SpanID().String())
+		for _, a := range s.Attributes {
+			if a.Key == "infergate.request_id" {
+				spans[a.Value.AsString()] = s
+			}
+		}
+	}
+	require.Len(t, ts.spans.GetSpans(), 4, "one per request, none for the stream")
+	require.Len(t, spans, 4)
+	assert.Contains(t, spans["s1"].Attributes, attribute.String("infergate.model", "simple"))
+	assert.Contains(t, spans["r"].Attributes, attribute.String("infergate.model", "repeat_int32"))
+	assert.GreaterOrEqual(t, spans["r"].EndTime.Sub(spans["r"].StartTime), 15*time.Millisecond, "three responses 5 ms apart")
+	assert.Equal(t, otelcodes.Unset, spans["s1"].Status.Code)
+	assert.Equal(t, otelcodes.Error, spans["s3"].Status.Code, "the unknown model's request failed")
+
+	// The model's own settings: one request in two.
+	ts.spans.Reset()
+	ts.setTrace(t, "simple", map[string][]string{"trace_rate": {"2"}})
+	stream(4, simpleRequest("a"), simpleRequest("b"), simpleRequest("c"), simpleRequest("d"))
+	assert.Len(t, ts.spans.GetSpans(), 2)
 }

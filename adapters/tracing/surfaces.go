@@ -108,8 +108,10 @@ func modelOf(msg any) string {
 }
 
 // Connect is a connect-go handler interceptor (gRPC, gRPC-Web and Connect on one handler): a
-// span per inference call, named for its procedure. A stream gets one span, under the server's
-// settings.
+// span per inference call, named for its procedure. A stream (ModelStreamInfer) gets none of its
+// own: as Triton traces each request of a stream, the stream's handler starts a span per request
+// (StreamRequest), under that request's model's settings; the interceptor only carries the
+// client's trace context to them.
 func (t *Tracer) Connect() connect.Interceptor { return connectInterceptor{t} }
 
 type connectInterceptor struct{ t *Tracer }
@@ -135,10 +137,7 @@ func (c connectInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 		if !inferenceMethod(conn.Spec().Procedure) {
 			return next(ctx, conn)
 		}
-		ctx, span := c.t.Start(ctx, conn.Spec().Procedure, "", propagation.HeaderCarrier(conn.RequestHeader()))
-		err := next(ctx, conn)
-		End(span, err)
-		return err
+		return next(c.t.extract(ctx, propagation.HeaderCarrier(conn.RequestHeader())), conn)
 	}
 }
 
@@ -177,7 +176,7 @@ func (t *Tracer) incoming(ctx context.Context) propagation.TextMapCarrier {
 }
 
 // GRPCUnary and GRPCStream are grpc-go server interceptors for the native gRPC transport: a span
-// per call, as Connect's.
+// per call, and a stream's trace context for its requests' spans, as Connect's.
 func (t *Tracer) GRPCUnary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if t == nil || !t.snap.Load().on || !inferenceMethod(info.FullMethod) {
@@ -196,14 +195,23 @@ func (t *Tracer) GRPCStream() grpc.StreamServerInterceptor {
 		if t == nil || !t.snap.Load().on || !inferenceMethod(info.FullMethod) {
 			return h(srv, ss)
 		}
-		ctx, span := t.Start(ss.Context(), strings.TrimPrefix(info.FullMethod, "/"), "", t.incoming(ss.Context()))
+		ctx := t.extract(ss.Context(), t.incoming(ss.Context()))
 		if ctx == ss.Context() {
 			return h(srv, ss)
 		}
-		err := h(srv, ctxStream{ss, ctx})
-		End(span, err)
-		return err
+		return h(srv, ctxStream{ss, ctx})
 	}
+}
+
+// StreamRequest begins the span of one request of a ModelStreamInfer stream, for its model, under
+// the client's trace context that the stream's interceptor put in ctx. End it with End when the
+// request's last response is sent.
+func (t *Tracer) StreamRequest(ctx context.Context, model, id string) (context.Context, trace.Span) {
+	ctx, span := t.Start(ctx, "inference.GRPCInferenceService/ModelStreamInfer", model, nil)
+	if span != nil && id != "" {
+		span.SetAttributes(attribute.String("infergate.request_id", id))
+	}
+	return ctx, span
 }
 
 type ctxStream struct {

@@ -146,6 +146,15 @@ func (t *Tracer) Start(ctx context.Context, name, model string, carrier propagat
 	return ctx, span
 }
 
+// extract is ctx with the client's trace context from carrier (nil: none) while tracing is on,
+// for spans started under it later.
+func (t *Tracer) extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	if t == nil || carrier == nil || !t.snap.Load().on || carrier.Get("Traceparent") == "" {
+		return ctx
+	}
+	return t.prop.Extract(ctx, carrier)
+}
+
 // End ends span (nil: nothing), recording err as its error status.
 func End(span trace.Span, err error) {
 	if span == nil {
