@@ -245,6 +245,9 @@ func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room i
 		return 0, false, err
 	}
 	if b := m.tok.MaxTokens(text, opts); b >= 0 && b <= room {
+		if r, _ := ctx.Value(renderedKey{}).(*rendered); r != nil {
+			r.text, r.opts, r.ok = text, opts, true
+		}
 		return 0, false, nil
 	}
 	req.PromptTokens = m.tok.Encode(text, opts)
@@ -259,21 +262,38 @@ func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room i
 func (m *Model) Usage() pipeline.Interceptor {
 	return func(next pipeline.Handler) pipeline.Handler {
 		return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+			var r *rendered
+			if m.opts.MaxModelLen > 0 && req.Path == "/v1/chat/completions" {
+				r = new(rendered)
+				ctx = context.WithValue(ctx, renderedKey{}, r)
+			}
 			res, err := next(ctx, req)
 			if err != nil {
 				return res, err
 			}
-			res.Body = &usageBody{Body: res.Body, m: m, ctx: context.WithoutCancel(ctx), req: req}
+			res.Body = &usageBody{Body: res.Body, m: m, ctx: context.WithoutCancel(ctx), req: req, render: r}
 			return res, nil
 		}
 	}
 }
+
+// rendered is a chat's render that the context-length check (Limit) made and did not tokenize,
+// since it fit by the bound: the Usage stage around it counts its tokens from it, if it must,
+// rather than rendering again.
+type rendered struct {
+	text string
+	opts tokenizer.Options
+	ok   bool
+}
+
+type renderedKey struct{}
 
 type usageBody struct {
 	pipeline.Body
 	m        *Model
 	ctx      context.Context
 	req      *pipeline.Request
+	render   *rendered // nil, or what Limit rendered
 	finished bool
 	usage    pipeline.Usage
 }
@@ -285,7 +305,11 @@ func (b *usageBody) Finish(clientErr error) pipeline.Usage {
 	b.finished = true
 	u := b.Body.Finish(clientErr)
 	if u.Status == 200 && u.PromptTokens == 0 && u.CompletionTokens == 0 {
-		u.PromptTokens = b.m.promptTotal(b.ctx, b.req)
+		if r := b.render; r != nil && r.ok && b.req.PromptTokens == nil {
+			u.PromptTokens = int64(b.m.tok.Count(r.text, r.opts))
+		} else {
+			u.PromptTokens = b.m.promptTotal(b.ctx, b.req)
+		}
 	}
 	b.usage = u
 	return u

@@ -182,6 +182,24 @@ func TestLimitCountsOnlyWhenInDoubt(t *testing.T) {
 	}
 }
 
+// A chat the check passed by the bound is counted after the answer, when the upstream reported no
+// usage, from the render the check made: the prompt as checked, not rendered again (here the
+// body changes after the check, and the count is still the checked prompt's).
+func TestUsageCountsTheCheckedRender(t *testing.T) {
+	short := `{"model":"qwen","messages":[{"role":"user","content":"hi there"}]}`
+	m := load(t, prompt.Options{MaxModelLen: 4096})
+	n, _, err := m.PromptLen(context.Background(), mustRequest(t, "/v1/chat/completions", short))
+	require.NoError(t, err)
+	h := m.Usage()(m.Limit(false)(func(_ context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+		assert.Nil(t, req.PromptTokens, "passed by the bound")
+		require.NoError(t, req.SetBody([]byte(`{"model":"qwen","messages":[{"role":"user","content":"a much longer question than before"}]}`)))
+		return &pipeline.Response{StatusCode: 200, Body: pipeline.NewBody([]byte("{}"), pipeline.Usage{Status: 200})}, nil
+	}))
+	res, err := h(context.Background(), mustRequest(t, "/v1/chat/completions", short))
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), res.Body.Finish(nil).PromptTokens)
+}
+
 func mustRequest(t *testing.T, path, body string) *pipeline.Request {
 	t.Helper()
 	r, err := pipeline.NewRequest(path, []byte(body))
