@@ -23,38 +23,42 @@ type partIndex struct {
 
 func newVectors() *vectors { return &vectors{parts: map[string]*partIndex{}} }
 
-// add indexes v under id in partition and reports whether it did.
+// add indexes v under id in partition and reports whether it did. The map's lock is held only
+// to find the partition and count the vector in: an insert into a large index takes a
+// millisecond or more, which searches in other partitions must not wait for.
 func (s *vectors) add(id uint64, partition string, v []float32) bool {
 	if len(v) == 0 {
 		return false
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.parts[partition]
 	if p == nil {
 		p = &partIndex{idx: newIndex(len(v)), dim: len(v)}
 		s.parts[partition] = p
 	}
 	if len(v) != p.dim {
+		s.mu.Unlock()
 		return false
 	}
+	p.n++ // counted before it is in: a remove meanwhile does not drop the partition under it
+	s.mu.Unlock()
 	p.idx.Add(id, v)
-	p.n++
 	return true
 }
 
 // remove drops id, which add indexed in partition.
 func (s *vectors) remove(id uint64, partition string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.parts[partition]
 	if p == nil {
+		s.mu.Unlock()
 		return
 	}
-	p.idx.Delete(id)
 	if p.n--; p.n <= 0 {
 		delete(s.parts, partition)
 	}
+	s.mu.Unlock()
+	p.idx.Delete(id)
 }
 
 // search returns the id of partition's vector nearest to v.

@@ -71,7 +71,10 @@
 // Graph design notes: tombstoned deletes with slot reuse (no rebuild per
 // delete; neighbours keep their routes), rebuild when tombstones outnumber
 // live entries (amortised: a rebuild of L entries follows at least L
-// deletes, but it holds the write lock, seconds at 100,000), and 4 random
+// deletes; it takes seconds at 100,000, so it builds the new graph in the
+// background while the old one serves, and holds the write lock only to
+// copy the live vectors, replay the adds and deletes made meanwhile and
+// swap: rebuild.go), and 4 random
 // long-range links per node (see hnsw.go: without them 0.6% of a 20,000-
 // prompt index could not find its own vectors and reworded-prompt recall at
 // 100,000 was 0.93 at EfSearch 16).

@@ -63,6 +63,14 @@ type Index struct {
 
 	ins     scratch // used by inserts, under the write lock
 	scratch sync.Pool
+
+	// A compaction builds the new graph in the background (rebuild.go): meanwhile
+	// pending logs each Add and Delete for it to replay (nil: none running).
+	pending    *[]op
+	noRebuild  bool           // a graph being built: never compacts (its replay may delete)
+	bg         sync.WaitGroup // the running rebuild
+	opts       Options        // what New was given, defaults applied: for a rebuild's graph
+	beforeSwap func()         // tests: called by a rebuild before it takes the write lock
 }
 
 // New returns an empty Index.
@@ -94,6 +102,7 @@ func New(o Options) *Index {
 		entry:      -1,
 	}
 	x.scratch.New = func() any { return new(scratch) }
+	x.opts = o
 	return x
 }
 
@@ -138,6 +147,9 @@ func (x *Index) Add(id uint64, v []float32) {
 	x.slot[id] = s
 	x.live++
 	x.insert(s)
+	if x.pending != nil {
+		*x.pending = append(*x.pending, op{id: id, vec: x.vec(s)[:x.dim:x.dim]})
+	}
 }
 
 // newSlot appends storage for one more node with a fresh random level.
@@ -171,15 +183,20 @@ func (x *Index) Delete(id uint64) {
 		return
 	}
 	x.kill(id, s)
+	if x.pending != nil {
+		*x.pending = append(*x.pending, op{id: id, del: true})
+	}
 	if x.live == 0 {
 		x.reset()
 		return
 	}
 	// Tombstones slow searches down and, below ExactBelow, the flat scan
 	// too. Rebuild once they outnumber live entries: the rebuild's cost
-	// (live inserts) is paid for by at least as many deletes.
-	if dead := len(x.ids) - x.live; dead > x.live && dead >= 64 {
-		x.compact()
+	// (live inserts) is paid for by at least as many deletes. It runs in
+	// the background (seconds at 100,000 entries, during which searches
+	// would otherwise wait).
+	if dead := len(x.ids) - x.live; dead > x.live && dead >= 64 && x.pending == nil && !x.noRebuild {
+		x.startRebuild()
 	}
 }
 
@@ -260,28 +277,4 @@ func (x *Index) reset() {
 	x.free = nil
 	x.slot = make(map[uint64]uint32)
 	x.entry, x.top, x.live = -1, 0, 0
-}
-
-// compact rebuilds the graph from the live entries only.
-func (x *Index) compact() {
-	d := x.dim
-	type kv struct {
-		id  uint64
-		vec []float32
-	}
-	keep := make([]kv, 0, x.live)
-	for s := range x.ids {
-		if x.alive[s] {
-			keep = append(keep, kv{x.ids[s], x.vecs[s*d : s*d+d]})
-		}
-	}
-	x.reset() // keep's vectors still point into the old array
-	for _, e := range keep {
-		s := x.newSlot(e.vec)
-		x.ids[s] = e.id
-		x.alive[s] = true
-		x.slot[e.id] = s
-		x.live++
-		x.insert(s)
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestEmpty(t *testing.T) {
@@ -166,6 +167,7 @@ func TestCompact(t *testing.T) {
 	for i := 0; i < 900; i++ {
 		idx.Delete(uint64(i))
 	}
+	idx.bg.Wait()
 	idx.mu.RLock()
 	slots := len(idx.ids)
 	idx.mu.RUnlock()
@@ -260,5 +262,74 @@ func TestRecallLexical(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRebuildInBackground: a compaction builds the new graph while the old
+// one keeps answering; searches, adds and deletes made meanwhile are not
+// held up, and the adds and deletes hold in the graph that takes over.
+func TestRebuildInBackground(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(20, 21))
+	idx := New(Options{Dim: 16, ExactBelow: -1, seed: 3})
+	vs := unitVecs(r, 1300, 16)
+	for i, v := range vs[:1000] {
+		idx.Add(uint64(i), v)
+	}
+	built, release := make(chan struct{}), make(chan struct{})
+	idx.beforeSwap = func() { close(built); <-release }
+	for i := 0; i < 600; i++ {
+		idx.Delete(uint64(i)) // the 501st delete starts the rebuild
+	}
+	select { // the new graph is built and waits to be swapped in
+	case <-built:
+	case <-time.After(time.Minute):
+		t.Fatal("no rebuild in the background")
+	}
+	// Meanwhile, under no lock of the rebuild's: search, add, replace, delete.
+	for i := 600; i < 1000; i++ {
+		if id, _, ok := idx.Search(vs[i]); !ok || id != uint64(i) {
+			t.Fatalf("during the rebuild: query %d found %d, %v", i, id, ok)
+		}
+	}
+	for i := 1000; i < 1300; i++ {
+		idx.Add(uint64(i), vs[i])
+	}
+	idx.Add(700, vs[5]) // replaced
+	for i := 800; i < 900; i++ {
+		idx.Delete(uint64(i))
+	}
+	close(release)
+	idx.bg.Wait()
+
+	idx.mu.RLock()
+	slots, pending := len(idx.ids), idx.pending
+	idx.mu.RUnlock()
+	// The old graph's 1,000 slots become the 499 the rebuild kept and the 300
+	// added meanwhile less the 99 slots deleted meanwhile that they reused
+	// (98 if the graph's entry slot was among them: it is not reused).
+	if pending != nil || slots < 700 || slots > 701 {
+		t.Fatalf("after the rebuild: %d slots for %d live, log %v", slots, idx.Len(), pending)
+	}
+	if got := idx.Len(); got != 1300-600-100 {
+		t.Fatalf("Len = %d, want %d", got, 1300-600-100)
+	}
+	for i := 600; i < 1300; i++ {
+		id, _, ok := idx.Search(vs[i])
+		switch {
+		case i == 700:
+			if ok && id == 700 {
+				t.Fatal("700's old vector still finds it")
+			}
+		case i >= 800 && i < 900:
+			if ok && id == uint64(i) {
+				t.Fatalf("%d, deleted during the rebuild, is back", i)
+			}
+		case !ok || id != uint64(i):
+			t.Fatalf("after the rebuild: query %d found %d, %v", i, id, ok)
+		}
+	}
+	if id, _, _ := idx.Search(vs[5]); id != 700 {
+		t.Fatalf("700's new vector finds %d", id)
 	}
 }
