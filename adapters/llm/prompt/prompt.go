@@ -216,7 +216,11 @@ func (m *Model) Limit(keepIDs bool) pipeline.Interceptor {
 		}
 		return func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 			want := max(req.Routing().MaxTokens, 1)
-			n, ok, err := 0, false, error(nil)
+			var (
+				n   int
+				ok  bool // n counted: false for an uncounted prompt (embeddings) or one the bound passed
+				err error
+			)
 			if !keepIDs && req.PromptTokens == nil && req.Path == "/v1/chat/completions" {
 				n, ok, err = m.chatLenOrFits(ctx, req, m.opts.MaxModelLen-want)
 			} else {
