@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,4 +253,12 @@ limits: {per_model: {tokens_per_minute: 3000}}
 	assert.InDelta(t, 3000-estimate, first, 2)
 	assert.InDelta(t, 3000-(len(ids)+6)-estimate, second, refill)
 	require.Less(t, refill, float64(estimate-len(ids)-6), "the run was quick enough to tell the counts apart")
+
+	// The upstream reported no usage for either stream: /metrics shows the gateway's count.
+	res, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	line := regexp.MustCompile(`(?m)^infergate_llm_counted_prompt_tokens_total\{model="qwen"\} .*$`).Find(metrics)
+	assert.Equal(t, fmt.Sprintf(`infergate_llm_counted_prompt_tokens_total{model="qwen"} %d`, 2*len(ids)), string(line))
 }

@@ -110,12 +110,20 @@ type llmModel struct {
 func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Client, redisPrefix string, closers *[]func(), collectors *[]prometheus.Collector, log *slog.Logger) (map[string]*llmModel, error) {
 	out := make(map[string]*llmModel, len(cfg))
 	granites := granite.NewDefaultRegistry()
+	counted := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "infergate_llm_counted_prompt_tokens_total",
+		Help: "Prompt tokens the gateway counted with the model's tokenizer for answers whose upstream reported no usage " +
+			"(a stream without stream_options.include_usage, a server that sends none); infergate_openai_tokens_total counts those it reported.",
+	}, []string{"model"})
+	*collectors = append(*collectors, counted)
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
 		lm := &llmModel{tokens: c.Input == "tokens",
 			needsIDs: c.Input == "tokens" || c.Routing == "cache_aware" || c.Disaggregation != nil}
 		if c.Tokenizer != "" {
-			m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent})
+			countedHere := counted.WithLabelValues(name)
+			m, err := prompt.Load(name, c.Tokenizer, prompt.Options{MaxModelLen: c.MaxModelLen, SpecialInContent: c.SpecialTokensInContent,
+				Counted: func(n int64) { countedHere.Add(float64(n)) }})
 			if err != nil {
 				return nil, fmt.Errorf("models.%s.tokenizer: %w", name, err)
 			}

@@ -28,6 +28,9 @@ type Options struct {
 	// SpecialInContent reads special-token text in message contents as the special token, as
 	// vLLM does; by default it is plain text, so a user cannot forge a role boundary.
 	SpecialInContent bool
+	// Counted, if set, is told the prompt tokens the Usage stage counted for an answer whose
+	// upstream reported no usage (for a metric: upstream-reported usage is counted elsewhere).
+	Counted func(n int64)
 }
 
 // Model is one model's tokenizer and chat template. It is safe for concurrent use.
@@ -313,6 +316,9 @@ func (b *usageBody) Finish(clientErr error) pipeline.Usage {
 			u.PromptTokens = int64(b.m.tok.Count(r.text, r.opts))
 		} else {
 			u.PromptTokens = b.m.promptTotal(b.ctx, b.req)
+		}
+		if u.PromptTokens > 0 && b.m.opts.Counted != nil {
+			b.m.opts.Counted(u.PromptTokens)
 		}
 	}
 	b.usage = u
