@@ -21,3 +21,22 @@ func (r *Redis) Deliver(self bool, flush bool, key string) {
 	}
 	r.handle(appendAddMessage(nil, origin, key, meta{partition: "p", vector: []float32{0, 1}, size: 1, expires: r.opts.Now().Add(time.Hour).UnixMilli()}))
 }
+
+// IndexCounts says what the semantic index holds, summed over partitions: the vectors in the
+// indexes, the vectors counted in (partIndex.n), and the entries that have one.
+func (m *Memory) IndexCounts() (vectors, counted, entries int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.vec.mu.RLock()
+	defer m.vec.mu.RUnlock()
+	for _, p := range m.vec.parts {
+		vectors += p.idx.Len()
+		counted += p.n
+	}
+	for _, e := range m.byID {
+		if e.vslot != nil {
+			entries++
+		}
+	}
+	return vectors, counted, entries
+}

@@ -46,7 +46,7 @@ type mentry struct {
 	id             uint64
 	key, partition string
 	resp           []byte
-	indexed        bool
+	vslot          *indexSlot // nil: not in the vector index
 	size           int64
 	expires        int64 // UnixNano
 	lru, fifo      mlinks
@@ -179,7 +179,6 @@ func (m *Memory) Put(_ context.Context, e Entry) error {
 	}
 	now := m.opts.Now().UnixNano()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if old := m.byKey[e.Key]; old != nil {
 		m.drop(old)
 	}
@@ -191,7 +190,7 @@ func (m *Memory) Put(_ context.Context, e Entry) error {
 	m.nextID++
 	me := &mentry{id: m.nextID, key: e.Key, partition: e.Partition, resp: e.Response, size: size,
 		expires: now + int64(m.opts.TTL)}
-	me.indexed = m.vec.add(me.id, e.Partition, e.Vector)
+	me.vslot = m.vec.reserve(e.Partition, e.Vector)
 	m.byKey[e.Key] = me
 	m.byID[me.id] = me
 	m.lru.pushFront(me)
@@ -199,6 +198,14 @@ func (m *Memory) Put(_ context.Context, e Entry) error {
 	m.bytes += size
 	m.entries.Store(int64(len(m.byKey)))
 	m.size.Store(m.bytes)
+	m.mu.Unlock()
+	if sl := me.vslot; sl != nil {
+		// Outside the lock: lookups go on meanwhile (and find the entry by its key).
+		sl.insert(me.id, e.Vector)
+		m.mu.Lock()
+		sl.settle(me.id)
+		m.mu.Unlock()
+	}
 	return nil
 }
 
@@ -215,8 +222,8 @@ func (m *Memory) drop(e *mentry) {
 	delete(m.byID, e.id)
 	m.lru.remove(e)
 	m.fifo.remove(e)
-	if e.indexed {
-		m.vec.remove(e.id, e.partition)
+	if e.vslot != nil {
+		m.vec.drop(e.vslot, e.id, e.partition)
 	}
 	m.bytes -= e.size
 	m.entries.Store(int64(len(m.byKey)))

@@ -3,6 +3,8 @@ package respcache_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +110,50 @@ func TestMemorySweep(t *testing.T) {
 	mustPut(t, m, "new", "x")
 	assert.EqualValues(t, 5, m.Stats().Entries, "k6..k9 and new")
 	assert.Zero(t, m.Stats().Evictions, "expiry is no eviction")
+}
+
+// Vectors are inserted outside the store's lock; entries evicted, replaced or expired while
+// theirs is being inserted must not leave it behind in the index (a search would find a vector
+// with no entry, and miss the entry that should match). Puts into a small store from many
+// goroutines, with searches alongside, end with the index holding exactly the entries' vectors.
+func TestMemoryIndexInStepWithEntries(t *testing.T) {
+	t.Parallel()
+	m := respcache.NewMemory(respcache.MemoryOptions{MaxEntries: 40})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range 300 {
+				v := []float32{float32(r.NormFloat64()), float32(r.NormFloat64()), float32(r.NormFloat64()), 1}
+				part := fmt.Sprint("p", i%4)
+				key := fmt.Sprint("k", r.IntN(120)) // some keys are put again: replacements
+				if err := m.Put(ctx, respcache.Entry{Key: key, Partition: part, Vector: normalized(v), Response: []byte("x")}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := m.Nearest(ctx, part, normalized(v), 0.5); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	vectors, counted, entries := m.IndexCounts()
+	assert.Equal(t, entries, vectors, "vectors in the index")
+	assert.Equal(t, entries, counted, "vectors counted in")
+	assert.LessOrEqual(t, entries, 40)
+}
+
+func normalized(v []float32) []float32 {
+	var s float64
+	for _, f := range v {
+		s += float64(f) * float64(f)
+	}
+	n := float32(math.Sqrt(s))
+	for i := range v {
+		v[i] /= n
+	}
+	return v
 }

@@ -380,7 +380,7 @@ type mirrorEntry struct {
 	expires   int64 // Unix ms
 	size      int64
 	vector    []float32
-	indexed   bool
+	vslot     *indexSlot // nil: not in the vector index
 	elem      *list.Element
 }
 
@@ -399,13 +399,26 @@ func (x *mirror) add(key string, m meta, local bool) {
 		return
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	me := x.addLocked(key, m, local, now)
+	x.mu.Unlock()
+	if me != nil && me.vslot != nil {
+		// Outside the lock: lookups go on meanwhile.
+		me.vslot.insert(me.id, me.vector)
+		x.mu.Lock()
+		me.vslot.settle(me.id)
+		x.mu.Unlock()
+	}
+}
+
+// addLocked is add under x.mu: it returns the entry it made, whose vector add then inserts, or
+// nil.
+func (x *mirror) addLocked(key string, m meta, local bool, now int64) *mirrorEntry {
 	if old := x.byKey[key]; old != nil {
 		if old.expires == m.expires && old.partition == m.partition && old.size == m.size && slices.Equal(old.vector, m.vector) {
-			return // its own announcement, or a load of what a message brought
+			return nil // its own announcement, or a load of what a message brought
 		}
 		if !local && old.expires >= m.expires {
-			return // older than what this replica holds
+			return nil // older than what this replica holds
 		}
 		x.drop(old)
 	}
@@ -418,19 +431,20 @@ func (x *mirror) add(key string, m meta, local bool) {
 	x.nextID++
 	me := &mirrorEntry{id: x.nextID, key: key, partition: m.partition, expires: m.expires, vector: m.vector,
 		size: int64(len(key)+len(m.partition)+4*len(m.vector)) + m.size + entryOverhead}
-	me.indexed = x.vec.add(me.id, m.partition, m.vector)
+	me.vslot = x.vec.reserve(m.partition, m.vector)
 	me.elem = x.order.PushBack(me)
 	x.byKey[key] = me
 	x.byID[me.id] = me
 	x.bytes += me.size
+	return me
 }
 
 func (x *mirror) drop(e *mirrorEntry) {
 	x.order.Remove(e.elem)
 	delete(x.byKey, e.key)
 	delete(x.byID, e.id)
-	if e.indexed {
-		x.vec.remove(e.id, e.partition)
+	if e.vslot != nil {
+		x.vec.drop(e.vslot, e.id, e.partition)
 	}
 	x.bytes -= e.size
 }

@@ -23,42 +23,61 @@ type partIndex struct {
 
 func newVectors() *vectors { return &vectors{parts: map[string]*partIndex{}} }
 
-// add indexes v under id in partition and reports whether it did. The map's lock is held only
-// to find the partition and count the vector in: an insert into a large index takes a
-// millisecond or more, which searches in other partitions must not wait for.
-func (s *vectors) add(id uint64, partition string, v []float32) bool {
+// indexSlot is an entry's place in its partition's index. The store takes it under its own
+// lock (reserve), inserts the vector outside that lock (insert: a millisecond or more in a
+// large index, which the store's other lookups must not wait for), and settles it under the
+// lock again; an entry dropped meanwhile has its vector deleted then. adding and dropped are
+// guarded by the store's lock.
+type indexSlot struct {
+	p               *partIndex
+	adding, dropped bool
+}
+
+// reserve counts a vector for partition in (making the partition's index with its first) and
+// returns its slot, or nil when v cannot be indexed there (empty, or another dimension). Under
+// the store's lock.
+func (s *vectors) reserve(partition string, v []float32) *indexSlot {
 	if len(v) == 0 {
-		return false
+		return nil
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	p := s.parts[partition]
 	if p == nil {
 		p = &partIndex{idx: newIndex(len(v)), dim: len(v)}
 		s.parts[partition] = p
 	}
 	if len(v) != p.dim {
-		s.mu.Unlock()
-		return false
+		return nil
 	}
-	p.n++ // counted before it is in: a remove meanwhile does not drop the partition under it
-	s.mu.Unlock()
-	p.idx.Add(id, v)
-	return true
+	p.n++ // counted before it is in: a drop meanwhile does not remove the partition under it
+	return &indexSlot{p: p, adding: true}
 }
 
-// remove drops id, which add indexed in partition.
-func (s *vectors) remove(id uint64, partition string) {
-	s.mu.Lock()
-	p := s.parts[partition]
-	if p == nil {
-		s.mu.Unlock()
-		return
+// insert puts v into the slot's index under id. Outside the store's lock; settle follows.
+func (sl *indexSlot) insert(id uint64, v []float32) { sl.p.idx.Add(id, v) }
+
+// settle ends an insert. Under the store's lock.
+func (sl *indexSlot) settle(id uint64) {
+	sl.adding = false
+	if sl.dropped {
+		sl.p.idx.Delete(id)
 	}
-	if p.n--; p.n <= 0 {
+}
+
+// drop removes id's vector (its slot sl, in partition), or has settle remove it if the insert
+// has not ended. Under the store's lock.
+func (s *vectors) drop(sl *indexSlot, id uint64, partition string) {
+	s.mu.Lock()
+	if sl.p.n--; sl.p.n <= 0 && s.parts[partition] == sl.p {
 		delete(s.parts, partition)
 	}
 	s.mu.Unlock()
-	p.idx.Delete(id)
+	if sl.adding {
+		sl.dropped = true
+		return
+	}
+	sl.p.idx.Delete(id)
 }
 
 // search returns the id of partition's vector nearest to v.
