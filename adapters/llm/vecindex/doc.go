@@ -7,8 +7,10 @@
 // product; above, it walks an HNSW graph (Malkov and Yashunin, written here:
 // see below). Add replaces an id's vector; Delete really removes (a deleted
 // id is never returned); both keep the graph usable without rebuilds, and a
-// shrinking index compacts itself. Safe for concurrent use: searches share a
-// read lock and allocate nothing; Add and Delete take the write lock.
+// shrinking index compacts itself (in the background). Safe for concurrent
+// use: searches share a read lock and allocate nothing; Add finds its
+// neighbours under the read lock too and takes the write lock only to store
+// and link the vector (plan.go); Delete takes the write lock.
 //
 // # Why not github.com/coder/hnsw
 //

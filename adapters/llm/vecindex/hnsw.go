@@ -163,21 +163,7 @@ func (x *Index) insert(s uint32) {
 		x.entry, x.top = int(s), l
 		return
 	}
-	if n := len(x.ids); n > 1 {
-		// Random long-range links, out and in (never to s itself).
-		for i := range nFar {
-			o := uint32(x.rng.IntN(n - 1))
-			if o >= s {
-				o++
-			}
-			x.far[int(s)*nFar+i] = o
-			in := uint32(x.rng.IntN(n - 1))
-			if in >= s {
-				in++
-			}
-			x.far[int(in)*nFar+x.rng.IntN(nFar)] = s
-		}
-	}
+	x.farLinks(s)
 	q := x.vec(s)
 	ep := x.descend(q, x.top, l, int(s))
 	sc := &x.ins
@@ -206,6 +192,27 @@ func (x *Index) insert(s uint32) {
 	}
 	if l > x.top {
 		x.entry, x.top = int(s), l
+	}
+}
+
+// farLinks gives slot s its random long-range links, out and in (never to s
+// itself).
+func (x *Index) farLinks(s uint32) {
+	n := len(x.ids)
+	if n <= 1 {
+		return
+	}
+	for i := range nFar {
+		o := uint32(x.rng.IntN(n - 1))
+		if o >= s {
+			o++
+		}
+		x.far[int(s)*nFar+i] = o
+		in := uint32(x.rng.IntN(n - 1))
+		if in >= s {
+			in++
+		}
+		x.far[int(in)*nFar+x.rng.IntN(nFar)] = s
 	}
 }
 

@@ -39,8 +39,8 @@ const maxLevel = 15
 
 // Index is an approximate nearest-neighbour index of L2-normalised float32
 // vectors keyed by uint64 ids: an HNSW graph over contiguous vector storage.
-// It is safe for concurrent use: searches share a read lock, Add and Delete
-// take the write lock.
+// It is safe for concurrent use: searches share a read lock, Add searches
+// under it too and writes under the write lock, Delete takes the write lock.
 type Index struct {
 	mu sync.RWMutex
 
@@ -48,18 +48,20 @@ type Index struct {
 	ml                               float64
 	rng                              *rand.Rand
 
-	vecs   []float32  // slot i at vecs[i*dim:(i+1)*dim]
-	ids    []uint64   // id of each slot
-	alive  []bool     // false for a deleted slot (a tombstone that still routes)
-	levels []uint8    // top layer of each slot
-	links0 []uint32   // layer 0: slot i at links0[i*(m0+1):], [count, links...]
-	upper  [][]uint32 // layers 1..level of each slot: (level)*(m+1) words, nil for level 0
-	far    []uint32   // layer 0: slot i's random long-range links at far[i*nFar:], noLink if none
-	slot   map[uint64]uint32
-	free   []uint32 // tombstoned slots ready for reuse
-	entry  int      // entry slot, -1 when the graph is empty
-	top    int      // level of the entry slot
-	live   int
+	vecs    []float32  // slot i at vecs[i*dim:(i+1)*dim]
+	ids     []uint64   // id of each slot
+	alive   []bool     // false for a deleted slot (a tombstone that still routes)
+	levels  []uint8    // top layer of each slot
+	links0  []uint32   // layer 0: slot i at links0[i*(m0+1):], [count, links...]
+	upper   [][]uint32 // layers 1..level of each slot: (level)*(m+1) words, nil for level 0
+	far     []uint32   // layer 0: slot i's random long-range links at far[i*nFar:], noLink if none
+	slot    map[uint64]uint32
+	free    []uint32 // tombstoned slots ready for reuse
+	entry   int      // entry slot, -1 when the graph is empty
+	top     int      // level of the entry slot
+	live    int
+	levelMu sync.Mutex // randomLevel under the read lock (concurrent plans)
+	gen     int        // changes when slots are renumbered (reset, a rebuild's swap): plans made before are void
 
 	ins     scratch // used by inserts, under the write lock
 	scratch sync.Pool
@@ -70,7 +72,10 @@ type Index struct {
 	noRebuild  bool           // a graph being built: never compacts (its replay may delete)
 	bg         sync.WaitGroup // the running rebuild
 	opts       Options        // what New was given, defaults applied: for a rebuild's graph
-	beforeSwap func()         // tests: called by a rebuild before it takes the write lock
+	beforeSwap func()
+	// tests: called while an insert plans (under the read lock), and after
+	afterPlan, duringPlan func()
+	replans               int // plans not used // tests: called by a rebuild before it takes the write lock
 }
 
 // New returns an empty Index.
@@ -122,6 +127,16 @@ func (x *Index) Add(id uint64, v []float32) {
 			return
 		}
 	}
+	// The neighbours first, under the read lock (plan.go).
+	x.mu.RLock()
+	var p *plan
+	if x.dim > 0 && len(v) == x.dim {
+		p = x.planInsert(v)
+	}
+	x.mu.RUnlock()
+	if x.afterPlan != nil {
+		x.afterPlan()
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.dim == 0 {
@@ -140,25 +155,37 @@ func (x *Index) Add(id uint64, v []float32) {
 		x.free = x.free[:n-1]
 		copy(x.vec(s), v)
 	} else {
-		s = x.newSlot(v)
+		l := 0
+		if p != nil {
+			l = p.level
+		} else {
+			l = x.randomLevel()
+		}
+		s = x.newSlot(v, l)
 	}
 	x.ids[s] = id
 	x.alive[s] = true
 	x.slot[id] = s
 	x.live++
-	x.insert(s)
+	if p != nil && p.gen == x.gen && int(x.levels[s]) <= p.level {
+		x.apply(s, p)
+	} else {
+		if p != nil {
+			x.replans++
+		}
+		x.insert(s) // the graph was renumbered, or the slot reused has more layers than planned
+	}
 	if x.pending != nil {
 		*x.pending = append(*x.pending, op{id: id, vec: x.vec(s)[:x.dim:x.dim]})
 	}
 }
 
-// newSlot appends storage for one more node with a fresh random level.
-func (x *Index) newSlot(v []float32) uint32 {
+// newSlot appends storage for one more node of level l.
+func (x *Index) newSlot(v []float32, l int) uint32 {
 	s := uint32(len(x.ids))
 	x.vecs = append(x.vecs, v...)
 	x.ids = append(x.ids, 0)
 	x.alive = append(x.alive, false)
-	l := x.randomLevel()
 	x.levels = append(x.levels, uint8(l))
 	x.links0 = append(x.links0, make([]uint32, x.m0+1)...)
 	var up []uint32
@@ -266,6 +293,8 @@ func (x *Index) vec(s uint32) []float32 {
 	return x.vecs[i : i+x.dim : i+x.dim]
 }
 
+// randomLevel draws a new node's level: under the write lock, or levelMu
+// with the read lock (plans).
 func (x *Index) randomLevel() int {
 	// -ln(U)*ml with U in (0,1]: P(level >= l) = M^-l.
 	l := int(-math.Log(1-x.rng.Float64()) * x.ml)
@@ -277,4 +306,5 @@ func (x *Index) reset() {
 	x.free = nil
 	x.slot = make(map[uint64]uint32)
 	x.entry, x.top, x.live = -1, 0, 0
+	x.gen++
 }

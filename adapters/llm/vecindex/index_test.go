@@ -333,3 +333,59 @@ func TestRebuildInBackground(t *testing.T) {
 		t.Fatalf("700's new vector finds %d", id)
 	}
 }
+
+// TestInsertPlansUnderReadLock: while an insert looks for its neighbours,
+// searches go on; a plan the graph outgrew meanwhile (here: emptied and
+// refilled, which renumbers its slots) is dropped for a search under the
+// write lock, and either way the vector is found afterwards.
+func TestInsertPlansUnderReadLock(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(30, 31))
+	idx := New(Options{Dim: 16, ExactBelow: -1, seed: 5})
+	vs := unitVecs(r, 402, 16)
+	for i, v := range vs[:400] {
+		idx.Add(uint64(i), v)
+	}
+	planning, searched := make(chan struct{}), make(chan struct{})
+	idx.duringPlan = func() { close(planning); <-searched }
+	done := make(chan struct{})
+	go func() { defer close(done); idx.Add(400, vs[400]) }()
+	select {
+	case <-planning:
+	case <-time.After(time.Minute):
+		t.Fatal("no plan")
+	}
+	if id, _, ok := idx.Search(vs[7]); !ok || id != 7 {
+		t.Fatalf("search during a plan: %d, %v", id, ok)
+	}
+	close(searched)
+	<-done
+	if id, _, ok := idx.Search(vs[400]); !ok || id != 400 {
+		t.Fatalf("the planned insert: %d, %v", id, ok)
+	}
+
+	// Renumbered between plan and insert: every entry deleted (a reset), one added.
+	idx.duringPlan = nil
+	idx.afterPlan = func() {
+		idx.afterPlan = nil
+		for i := range 401 {
+			idx.Delete(uint64(i))
+		}
+		idx.Add(1000, vs[0])
+	}
+	idx.Add(401, vs[401])
+	if idx.replans != 1 {
+		t.Fatalf("%d plans dropped, want 1: the one made before the renumbering", idx.replans)
+	}
+	if n := idx.Len(); n != 2 {
+		t.Fatalf("Len = %d, want 2", n)
+	}
+	for _, c := range []struct {
+		v  []float32
+		id uint64
+	}{{vs[401], 401}, {vs[0], 1000}} {
+		if id, _, ok := idx.Search(c.v); !ok || id != c.id {
+			t.Fatalf("after a renumbering: found %d, %v, want %d", id, ok, c.id)
+		}
+	}
+}

@@ -60,4 +60,5 @@ func (x *Index) rebuild(ids []uint64, vecs []float32) {
 	x.vecs, x.ids, x.alive, x.levels, x.links0, x.upper, x.far = nx.vecs, nx.ids, nx.alive, nx.levels, nx.links0, nx.upper, nx.far
 	x.slot, x.free, x.entry, x.top, x.live = nx.slot, nx.free, nx.entry, nx.top, nx.live
 	x.pending = nil
+	x.gen++
 }
