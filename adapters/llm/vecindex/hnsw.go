@@ -153,46 +153,19 @@ func (x *Index) searchLayer(q []float32, ep uint32, ef, lc, exclude int, sc *scr
 	return sc.res
 }
 
-// insert links slot s (already holding its vector) into the graph.
+// insert links slot s (already holding its vector) into the graph, looking
+// for its neighbours under the write lock (Add plans them under the read
+// lock when it can: plan.go).
 func (x *Index) insert(s uint32) {
 	l := int(x.levels[s])
-	for lc := 0; lc <= l; lc++ {
-		x.links(s, lc)[0] = 0
-	}
 	if x.entry < 0 {
+		for lc := 0; lc <= l; lc++ {
+			x.links(s, lc)[0] = 0
+		}
 		x.entry, x.top = int(s), l
 		return
 	}
-	x.farLinks(s)
-	q := x.vec(s)
-	ep := x.descend(q, x.top, l, int(s))
-	sc := &x.ins
-	for lc := min(l, x.top); lc >= 0; lc-- {
-		res := x.searchLayer(q, ep, x.efC, lc, int(s), sc)
-		if len(res) == 0 {
-			continue
-		}
-		best := res[0]
-		for _, c := range res[1:] {
-			if c.sim > best.sim {
-				best = c
-			}
-		}
-		sc.sel = append(sc.sel[:0], res...)
-		sc.out = x.selectNeighbors(sc.sel, x.m, sc.out[:0])
-		own := x.links(s, lc)
-		own[0] = uint32(len(sc.out))
-		for i, c := range sc.out {
-			own[1+i] = c.slot
-		}
-		for _, c := range sc.out {
-			x.link(c.slot, s, lc, c.sim, sc)
-		}
-		ep = best.slot
-	}
-	if l > x.top {
-		x.entry, x.top = int(s), l
-	}
+	x.apply(s, x.neighbours(x.vec(s), l, int(s), &x.ins))
 }
 
 // farLinks gives slot s its random long-range links, out and in (never to s

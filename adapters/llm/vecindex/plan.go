@@ -44,10 +44,16 @@ func (x *Index) planInsert(q []float32) *plan {
 	}
 	sc := x.scratch.Get().(*scratch)
 	defer x.scratch.Put(sc)
+	return x.neighbours(q, l, -1, sc)
+}
+
+// neighbours selects q's neighbours for a node of level l on each of its
+// layers, never exclude. The graph must not be empty.
+func (x *Index) neighbours(q []float32, l, exclude int, sc *scratch) *plan {
 	p := &plan{gen: x.gen, top: x.top, level: l, layers: make([][]cand, min(l, x.top)+1)}
-	ep := x.descend(q, x.top, l, -1)
+	ep := x.descend(q, x.top, l, exclude)
 	for lc := min(l, x.top); lc >= 0; lc-- {
-		res := x.searchLayer(q, ep, x.efC, lc, -1, sc)
+		res := x.searchLayer(q, ep, x.efC, lc, exclude, sc)
 		if len(res) == 0 {
 			continue
 		}
