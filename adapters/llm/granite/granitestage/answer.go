@@ -339,6 +339,38 @@ func (s *jscan) stringValue(dst *string) bool {
 	return false
 }
 
+// stringPtr reads a string into a new *dst, or null (which leaves *dst nil, as encoding/json
+// does for a member it meets once).
+func (s *jscan) stringPtr(dst **string) bool {
+	return s.nullOr(func() bool {
+		var v string
+		if !s.stringValue(&v) {
+			return false
+		}
+		*dst = &v
+		return true
+	})
+}
+
+// nullOr reads null, or else the value read reads.
+func (s *jscan) nullOr(read func() bool) bool {
+	if s.next() == 'n' {
+		return s.lit("null")
+	}
+	return read()
+}
+
+// rawValue reads one value of any kind (nested at most depth levels deeper than the bound
+// skip keeps) and returns its bytes, capped: appending to them cannot write past them.
+func (s *jscan) rawValue(depth int) ([]byte, bool) {
+	s.ws()
+	from := s.i
+	if !s.skip(depth) {
+		return nil, false
+	}
+	return s.b[from:s.i:s.i], true
+}
+
 // strDecode reads a string at s.i (its opening quote) and decodes it as encoding/json does, in
 // the one pass that validates it: escapes resolved, a lone or broken surrogate and each byte of
 // invalid UTF-8 as U+FFFD.
@@ -492,13 +524,9 @@ func scanCompletion(data []byte, c *completionAnswer) bool {
 		case 1:
 			return s.stringValue(&c.Model)
 		case 2:
-			s.ws()
-			from := s.i
-			if !s.skip(1) {
-				return false
-			}
-			c.SystemFingerprint = append(json.RawMessage(nil), s.b[from:s.i]...)
-			return true
+			v, ok := s.rawValue(1)
+			c.SystemFingerprint = append(json.RawMessage(nil), v...)
+			return ok
 		case 3:
 			return s.choices(c)
 		default:
@@ -513,29 +541,15 @@ func scanCompletion(data []byte, c *completionAnswer) bool {
 }
 
 func (s *jscan) choices(c *completionAnswer) bool {
-	switch s.next() {
-	case 'n':
+	if s.next() == 'n' {
 		return s.lit("null")
-	case '[':
-	default:
-		return false
 	}
-	s.i++
 	c.Choices = make([]completionChoice, 0, 1)
-	if s.next() == ']' {
-		s.i++
-		return true
-	}
-	for {
+	return s.array(func() bool {
 		var ch completionChoice
-		switch s.next() {
-		case 'n':
-			if !s.lit("null") {
-				return false
-			}
-		case '{':
-			var seen uint32
-			if !s.object(func(name []byte) bool {
+		var seen uint32
+		if !s.nullOr(func() bool {
+			return s.object(func(name []byte) bool {
 				f := field(name, choiceNames...)
 				if f == -1 {
 					return s.skip(2)
@@ -546,37 +560,19 @@ func (s *jscan) choices(c *completionAnswer) bool {
 				if f == 0 {
 					return s.stringValue(&ch.Text)
 				}
-				if s.next() == 'n' {
-					return s.lit("null")
-				}
-				var r string
-				if !s.stringValue(&r) {
-					return false
-				}
-				ch.FinishReason = &r
-				return true
-			}) {
-				return false
-			}
-		default:
+				return s.stringPtr(&ch.FinishReason)
+			})
+		}) {
 			return false
 		}
 		c.Choices = append(c.Choices, ch)
-		switch s.next() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
+		return true
+	})
 }
 
 func (s *jscan) usage(c *completionAnswer) bool {
 	if s.next() == 'n' {
-		return s.lit("null")
+		return s.lit("null") // c.Usage stays nil
 	}
 	u := &usage{}
 	var seen uint32

@@ -29,13 +29,9 @@ func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 				return false // encoding/json's keys replace invalid UTF-8
 			}
 		}
-		s.ws()
-		from := s.i
-		if !s.skip(1) {
-			return false
-		}
-		f[string(name)] = body[from:s.i:s.i]
-		return true
+		v, ok := s.rawValue(1)
+		f[string(name)] = v
+		return ok
 	})
 	if !ok {
 		return nil, false
@@ -64,20 +60,11 @@ func scanControls(raw []byte) (*granite.Controls, bool) {
 		if f < 0 || !once(&seen, f) {
 			return false
 		}
-		if f >= 2 {
-			if s.next() == 'n' {
-				return s.lit("null")
-			}
-			var v string
-			if !s.stringValue(&v) {
-				return false
-			}
-			if f == 2 {
-				c.Length = &v
-			} else {
-				c.Originality = &v
-			}
-			return true
+		if f == 2 {
+			return s.stringPtr(&c.Length)
+		}
+		if f == 3 {
+			return s.stringPtr(&c.Originality)
 		}
 		b := &c.Citations
 		if f == 1 {
@@ -137,13 +124,9 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 	out := make([]wireMessage, 0, 4)
 	ok := s.array(func() bool {
 		var m wireMessage
-		if s.next() == 'n' {
-			if !s.lit("null") {
-				return false
-			}
-		} else {
-			var seen uint32
-			if !s.object(func(name []byte) bool {
+		var seen uint32
+		if !s.nullOr(func() bool {
+			return s.object(func(name []byte) bool {
 				f := field(name, messageNames...)
 				if f == -1 {
 					return s.skip(2)
@@ -155,20 +138,16 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 				case 0:
 					return s.stringValue(&m.Role)
 				case 1:
-					s.ws()
-					from := s.i
-					if !s.skip(2) {
-						return false
-					}
-					m.Content = raw[from:s.i:s.i]
-					return true
+					var ok bool
+					m.Content, ok = s.rawValue(2)
+					return ok
 				case 2:
 					return s.next() == 'n' && s.lit("null")
 				}
 				return s.stringValue(&m.ToolCallID)
-			}) {
-				return false
-			}
+			})
+		}) {
+			return false
 		}
 		out = append(out, m)
 		return true
@@ -187,13 +166,9 @@ func scanDocuments(raw []byte) ([]granite.Document, bool) {
 	out := make([]granite.Document, 0, 4)
 	ok := s.array(func() bool {
 		var d granite.Document
-		if s.next() == 'n' {
-			if !s.lit("null") {
-				return false
-			}
-		} else {
-			var seen uint32
-			if !s.object(func(name []byte) bool {
+		var seen uint32
+		if !s.nullOr(func() bool {
+			return s.object(func(name []byte) bool {
 				f := field(name, documentNames...)
 				if f == -1 {
 					return s.skip(2)
@@ -204,34 +179,32 @@ func scanDocuments(raw []byte) ([]granite.Document, bool) {
 				if f == 0 {
 					return s.stringValue(&d.Text)
 				}
-				if s.next() == 'n' {
-					return s.lit("null")
-				}
-				from := s.i
-				if !s.skip(2) {
-					return false
-				}
-				v := raw[from:s.i]
-				if f == 1 {
-					id := &granite.DocID{}
-					if id.UnmarshalJSON(v) != nil {
+				return s.nullOr(func() bool {
+					v, ok := s.rawValue(2)
+					if !ok {
 						return false
 					}
-					d.DocID = id
+					if f == 1 {
+						id := &granite.DocID{}
+						if id.UnmarshalJSON(v) != nil {
+							return false
+						}
+						d.DocID = id
+						return true
+					}
+					if c := v[0]; c != '-' && (c < '0' || c > '9') {
+						return false
+					}
+					x, err := strconv.ParseFloat(string(v), 64)
+					if err != nil {
+						return false
+					}
+					d.Score = &x
 					return true
-				}
-				if c := v[0]; c != '-' && (c < '0' || c > '9') {
-					return false
-				}
-				x, err := strconv.ParseFloat(string(v), 64)
-				if err != nil {
-					return false
-				}
-				d.Score = &x
-				return true
-			}) {
-				return false
-			}
+				})
+			})
+		}) {
+			return false
 		}
 		out = append(out, d)
 		return true
