@@ -200,55 +200,12 @@ func (s *jscan) skip(depth int) bool {
 		if depth >= maxScanDepth {
 			return false
 		}
-		s.i++
-		if s.next() == '}' {
-			s.i++
-			return true
-		}
-		for {
-			if s.next() != '"' {
-				return false
-			}
-			if _, _, _, ok := s.str(); !ok || s.next() != ':' {
-				return false
-			}
-			s.i++
-			if !s.skip(depth + 1) {
-				return false
-			}
-			switch s.next() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return s.members(func(int, int, bool) bool { return s.skip(depth + 1) })
 	case '[':
 		if depth >= maxScanDepth {
 			return false
 		}
-		s.i++
-		if s.next() == ']' {
-			s.i++
-			return true
-		}
-		for {
-			if !s.skip(depth + 1) {
-				return false
-			}
-			switch s.next() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return s.array(func() bool { return s.skip(depth + 1) })
 	case 't':
 		return s.lit("true")
 	case 'f':
@@ -264,6 +221,17 @@ func (s *jscan) skip(depth int) bool {
 // object reads an object at s.i member by member: member gets each name (unescaped names go to
 // encoding/json) with s.i at its value, and reads the value.
 func (s *jscan) object(member func(name []byte) bool) bool {
+	return s.members(func(start, end int, plain bool) bool {
+		if !plain && bytes.IndexByte(s.b[start:end], '\\') >= 0 {
+			return false // an escaped name: encoding/json matches its unescaped form
+		}
+		return member(s.b[start:end])
+	})
+}
+
+// members reads an object at s.i member by member: member gets the bounds of each name in s.b
+// (plain: it holds no escape) with s.i at its value, and reads the value.
+func (s *jscan) members(member func(start, end int, plain bool) bool) bool {
 	if s.next() != '{' {
 		return false
 	}
@@ -280,11 +248,8 @@ func (s *jscan) object(member func(name []byte) bool) bool {
 		if !ok || s.next() != ':' {
 			return false
 		}
-		if !plain && bytes.IndexByte(s.b[start:end], '\\') >= 0 {
-			return false // an escaped name: encoding/json matches its unescaped form
-		}
 		s.i++
-		if !member(s.b[start:end]) {
+		if !member(start, end, plain) {
 			return false
 		}
 		switch s.next() {
