@@ -132,10 +132,7 @@ func (t *Tracer) Start(ctx context.Context, name, model string, carrier propagat
 	if !sn.on {
 		return ctx, nil
 	}
-	// The canonical spelling: http.Header's Get canonicalises any other with an allocation.
-	if carrier != nil && carrier.Get("Traceparent") != "" {
-		ctx = t.prop.Extract(ctx, carrier)
-	}
+	ctx = t.clientContext(ctx, carrier)
 	if !sn.scopeFor(model).sample() {
 		return ctx, nil
 	}
@@ -149,7 +146,16 @@ func (t *Tracer) Start(ctx context.Context, name, model string, carrier propagat
 // extract is ctx with the client's trace context from carrier (nil: none) while tracing is on,
 // for spans started under it later.
 func (t *Tracer) extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
-	if t == nil || carrier == nil || !t.snap.Load().on || carrier.Get("Traceparent") == "" {
+	if t == nil || !t.snap.Load().on {
+		return ctx
+	}
+	return t.clientContext(ctx, carrier)
+}
+
+// clientContext is ctx with the trace context the client sent in carrier (nil: none), if any.
+func (t *Tracer) clientContext(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	// The canonical spelling: http.Header's Get canonicalises any other with an allocation.
+	if carrier == nil || carrier.Get("Traceparent") == "" {
 		return ctx
 	}
 	return t.prop.Extract(ctx, carrier)
