@@ -199,12 +199,8 @@ func (m *Memory) Put(_ context.Context, e Entry) error {
 	m.entries.Store(int64(len(m.byKey)))
 	m.size.Store(m.bytes)
 	m.mu.Unlock()
-	if sl := me.vslot; sl != nil {
-		// Outside the lock: lookups go on meanwhile (and find the entry by its key).
-		sl.insert(me.id, e.Vector)
-		m.mu.Lock()
-		sl.settle(me.id)
-		m.mu.Unlock()
+	if me.vslot != nil {
+		me.vslot.fill(&m.mu, me.id, e.Vector) // lookups go on meanwhile (and find the entry by its key)
 	}
 	return nil
 }

@@ -402,11 +402,7 @@ func (x *mirror) add(key string, m meta, local bool) {
 	me := x.addLocked(key, m, local, now)
 	x.mu.Unlock()
 	if me != nil && me.vslot != nil {
-		// Outside the lock: lookups go on meanwhile.
-		me.vslot.insert(me.id, me.vector)
-		x.mu.Lock()
-		me.vslot.settle(me.id)
-		x.mu.Unlock()
+		me.vslot.fill(&x.mu, me.id, me.vector) // lookups go on meanwhile
 	}
 }
 

@@ -24,10 +24,10 @@ type partIndex struct {
 func newVectors() *vectors { return &vectors{parts: map[string]*partIndex{}} }
 
 // indexSlot is an entry's place in its partition's index. The store takes it under its own
-// lock (reserve), inserts the vector outside that lock (insert: a millisecond or more in a
-// large index, which the store's other lookups must not wait for), and settles it under the
-// lock again; an entry dropped meanwhile has its vector deleted then. adding and dropped are
-// guarded by the store's lock.
+// lock (reserve) and fills it after releasing that lock (fill: an insert takes a millisecond
+// or more in a large index, which the store's other lookups must not wait for); an entry
+// dropped meanwhile has its vector deleted then. adding and dropped are guarded by the store's
+// lock.
 type indexSlot struct {
 	p               *partIndex
 	adding, dropped bool
@@ -54,18 +54,19 @@ func (s *vectors) reserve(partition string, v []float32) *indexSlot {
 	return &indexSlot{p: p, adding: true}
 }
 
-// insert puts v into the slot's index under id. Outside the store's lock; settle follows.
-func (sl *indexSlot) insert(id uint64, v []float32) { sl.p.idx.Add(id, v) }
-
-// settle ends an insert. Under the store's lock.
-func (sl *indexSlot) settle(id uint64) {
+// fill puts v into the slot's index under id, outside the store's lock mu, then ends the
+// insert under mu: the vector of an entry dropped meanwhile is deleted.
+func (sl *indexSlot) fill(mu sync.Locker, id uint64, v []float32) {
+	sl.p.idx.Add(id, v)
+	mu.Lock()
+	defer mu.Unlock()
 	sl.adding = false
 	if sl.dropped {
 		sl.p.idx.Delete(id)
 	}
 }
 
-// drop removes id's vector (its slot sl, in partition), or has settle remove it if the insert
+// drop removes id's vector (its slot sl, in partition), or has fill remove it if the insert
 // has not ended. Under the store's lock.
 func (s *vectors) drop(sl *indexSlot, id uint64, partition string) {
 	s.mu.Lock()

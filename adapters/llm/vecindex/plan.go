@@ -14,6 +14,7 @@ package vecindex
 //     vectors, never trust links);
 //   - a reset or a rebuild's swap renumbers every slot: gen changes, and the
 //     plan is not used (the insert searches again under the write lock).
+//     Nothing else removes slots, so every slot of a plan still in use exists.
 
 // plan is the neighbours chosen for a vector of the given level on each of
 // its layers, 0..min(level, top).
@@ -84,7 +85,7 @@ func (x *Index) apply(s uint32, p *plan) {
 		own := x.links(s, lc)
 		n := 0
 		for _, c := range p.layers[lc] {
-			if c.slot == s || int(c.slot) >= len(x.ids) {
+			if c.slot == s {
 				continue // s's own slot, reused: it was a tombstone when planned
 			}
 			own[1+n] = c.slot

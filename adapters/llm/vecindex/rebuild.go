@@ -50,11 +50,11 @@ func (x *Index) rebuild(ids []uint64, vecs []float32) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, o := range *x.pending {
-		if o.del {
-			nx.Delete(o.id)
+	for _, logged := range *x.pending {
+		if logged.del {
+			nx.Delete(logged.id)
 		} else {
-			nx.Add(o.id, o.vec)
+			nx.Add(logged.id, logged.vec)
 		}
 	}
 	x.vecs, x.ids, x.alive, x.levels, x.links0, x.upper, x.far = nx.vecs, nx.ids, nx.alive, nx.levels, nx.links0, nx.upper, nx.far
