@@ -132,7 +132,7 @@ func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok
 	}
 	switch req.Path {
 	case "/v1/chat/completions":
-		return m.chatLenOrFits(ctx, req, -1) // no bound is at most -1: always counted
+		return m.chatLenOrFits(ctx, req, -1) // no room: always counted
 	case "/v1/completions":
 		f, err := req.Fields()
 		if err != nil {
@@ -251,11 +251,14 @@ func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room i
 	if err != nil {
 		return 0, false, err
 	}
-	if b := m.tok.MaxTokens(text, opts); b >= 0 && b <= room {
-		if r, _ := ctx.Value(renderedKey{}).(*rendered); r != nil {
-			r.text, r.opts, r.ok = text, opts, true
+	// No room (PromptLen's count, or max_tokens alone over the context): no bound to look for.
+	if room >= 0 {
+		if b := m.tok.MaxTokens(text, opts); b >= 0 && b <= room {
+			if r, _ := ctx.Value(renderedKey{}).(*rendered); r != nil {
+				r.text, r.opts, r.ok = text, opts, true
+			}
+			return 0, false, nil
 		}
-		return 0, false, nil
 	}
 	req.PromptTokens = m.tok.Encode(text, opts)
 	return len(req.PromptTokens), true, nil
