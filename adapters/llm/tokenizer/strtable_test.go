@@ -47,3 +47,20 @@ func TestLoadedTablesHoldNoPointers(t *testing.T) {
 		}
 	}
 }
+
+// TestPieceKey: the short vocabulary's key of a piece is its bytes, little-endian and
+// zero-padded, for every length (partialWord's overlapping loads put each byte in its place),
+// so no two pieces share a key and length.
+func TestPieceKey(t *testing.T) {
+	src := "\x01\x82\x03\xf4\x05\x06\xa7\x08\x09\x8a\x0b\xcc\x0d\x0e\xff\x10"
+	for n := 1; n <= shortMax; n++ {
+		p := src[:n]
+		var want [2]uint64
+		for i := range n {
+			want[i/8] |= uint64(p[i]) << (8 * (i % 8))
+		}
+		if k0, k1 := pieceKey(p); k0 != want[0] || k1 != want[1] {
+			t.Errorf("%d bytes: key %#x %#x, want %#x %#x", n, k0, k1, want[0], want[1])
+		}
+	}
+}

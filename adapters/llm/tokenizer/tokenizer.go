@@ -229,9 +229,7 @@ func (t *Tokenizer) MaxTokens(text string, opts Options) int {
 func isASCII(s string) bool {
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if w&0x8080808080808080 != 0 {
+		if !ascii8(s[i:]) {
 			return false
 		}
 	}
@@ -241,6 +239,14 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// ascii8 reports whether the first eight bytes of s (it has eight) are ASCII.
+func ascii8(s string) bool {
+	// The compiler makes one load of these eight.
+	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	return w&0x8080808080808080 == 0
 }
 
 // Count returns len(Encode(text, opts)) without keeping the ids.

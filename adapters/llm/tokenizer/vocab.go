@@ -55,13 +55,19 @@ func pieceKey(p string) (uint64, uint64) {
 	return k0, partialWord(p[8:])
 }
 
-// partialWord packs up to eight bytes into a word.
+// partialWord packs up to eight bytes into a word. Four to eight bytes are two four-byte loads
+// that overlap (the bytes they share land in the same place in both); fewer, up to three loads
+// of one byte. No loop: a word's length is what the branch predictor cannot guess.
 func partialWord(p string) uint64 {
-	var k uint64
-	for i := len(p) - 1; i >= 0; i-- {
-		k = k<<8 | uint64(p[i])
+	switch n := len(p); {
+	case n >= 4:
+		lo := uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24
+		hi := uint64(p[n-4]) | uint64(p[n-3])<<8 | uint64(p[n-2])<<16 | uint64(p[n-1])<<24
+		return lo | hi<<(8*(n-4))
+	case n > 0:
+		return uint64(p[0]) | uint64(p[n/2])<<(8*(n/2)) | uint64(p[n-1])<<(8*(n-1))
 	}
-	return k
+	return 0
 }
 
 func (v *shortVocab) home(k0, k1 uint64, n int) uint64 {
