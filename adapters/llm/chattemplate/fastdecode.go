@@ -179,6 +179,9 @@ type fastReader struct {
 	// of contents) rather than one each. Only for bodies up to maxShared bytes, so that a big
 	// body with a few short strings is not copied whole.
 	s string
+	// simple: the string scanString last passed has no escape and no byte above 0x7F (it is
+	// its own value, and valid UTF-8).
+	simple bool
 }
 
 // maxShared bounds the bodies whose strings share one copy of the body.
@@ -316,8 +319,9 @@ func (r *fastReader) null() bool {
 func (r *fastReader) scanString() bool {
 	b := r.b
 	i := r.i + 1
+	r.simple = true
 	for {
-		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
+		for i+8 <= len(b) && plainASCII8(binary.LittleEndian.Uint64(b[i:])) {
 			i += 8
 		}
 		if i >= len(b) {
@@ -332,6 +336,7 @@ func (r *fastReader) scanString() bool {
 			r.ok = false
 			return false
 		case c == '\\':
+			r.simple = false
 			if i+1 >= len(b) {
 				r.ok = false
 				return false
@@ -350,9 +355,20 @@ func (r *fastReader) scanString() bool {
 				return false
 			}
 		default:
+			if c >= utf8.RuneSelf {
+				r.simple = false
+			}
 			i++
 		}
 	}
+}
+
+// plainASCII8 is plain8 with no byte above 0x7F either.
+func plainASCII8(x uint64) bool {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (ones * '"')
+	e := x ^ (ones * '\\')
+	return ((x-ones*0x20)|(q-ones)|(e-ones)|x)&tops == 0
 }
 
 // plain8 reports whether none of the eight bytes of x is '"', '\\' or below 0x20 (the classic
@@ -375,7 +391,7 @@ func (r *fastReader) str() (string, bool) {
 		return "", false
 	}
 	lit := r.b[start:r.i]
-	if body := lit[1 : len(lit)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+	if body := lit[1 : len(lit)-1]; r.simple || bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
 		switch string(body) { // the strings of every request, without an allocation
 		case "system":
 			return "system", true
@@ -595,9 +611,10 @@ func (r *fastReader) messages() []fastMessage {
 		r.ok = false
 		return nil
 	}
-	// Room for as many messages as the body has "role" keys (inside a string its quotes would
-	// be escaped), up to a bound: a hint, which a body of "role"s must not turn into memory.
-	msgs := make([]fastMessage, 0, min(256, max(1, bytes.Count(r.b[r.i:], []byte(`"role"`)))))
+	// Room for as many messages as the rest of the body has objects, up to a bound: a hint
+	// (a '{' in a string counts too), which a body of braces must not turn into memory. A
+	// one-byte count is a vector loop; counting "role" keys was a sixth of the decoding.
+	msgs := make([]fastMessage, 0, min(256, max(1, bytes.Count(r.b[r.i:], []byte{'{'}))))
 	r.array(func() bool {
 		if r.peek() != '{' {
 			return false
