@@ -124,7 +124,7 @@ func (m *strMap) str(s string) string {
 // values need and no more: parameter names for errors are formatted only on an error, dicts get
 // their key lists at the right size, and strings that are always the same (roles, "text") are
 // boxed once by the compiler rather than on every request.
-func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, error) {
+func (t *Template) variables(in *Input, sm *strMap, ds *dictSet) (map[string]jinja.Value, error) {
 	if in == nil || len(in.Messages) == 0 {
 		return nil, &InputError{Param: "messages", Msg: "at least one message is required"}
 	}
@@ -142,7 +142,7 @@ func (t *Template) variables(in *Input, sm *strMap) (map[string]jinja.Value, err
 	msgs := make([]jinja.Value, len(in.Messages))
 	keys := make(keySlab, 3*len(in.Messages)) // role, content and often one more
 	for i := range in.Messages {
-		m, err := t.message(&in.Messages[i], i, sm, &keys)
+		m, err := t.message(&in.Messages[i], i, sm, &keys, ds)
 		if err != nil {
 			return nil, err
 		}
@@ -192,6 +192,56 @@ func newDict(n int) (jinja.Value, *jinja.Dict) {
 	return v, d
 }
 
+// dictSet lends the messages' dicts of one render and takes them back after it: a chat's dozens
+// of messages would otherwise cost a dict and its map each, every render. Nothing holds a
+// variable after the engine returns (its output is a new string), so a dict can serve the next
+// render once cleared. A nil *dictSet makes new dicts.
+type dictSet struct {
+	all  []jinja.Value
+	used int
+}
+
+// maxPooledDicts bounds the dicts a pooled set keeps, so that one request of thousands of
+// messages does not pin their maps.
+const maxPooledDicts = 512
+
+func (s *dictSet) take() (jinja.Value, *jinja.Dict) {
+	if s == nil {
+		v := jinja.NewDict()
+		return v, v.AsDict()
+	}
+	if s.used == len(s.all) {
+		s.all = append(s.all, jinja.NewDict())
+	}
+	v := s.all[s.used]
+	s.used++
+	return v, v.AsDict()
+}
+
+// reset takes back the dicts lent so far, emptied (so that they keep no request's strings).
+func (s *dictSet) reset() {
+	for _, v := range s.all[:s.used] {
+		d := v.AsDict()
+		clear(d.Data)
+		d.Keys = nil
+	}
+	s.used = 0
+}
+
+func (t *Template) getDicts() *dictSet {
+	if s, ok := t.dicts.Get().(*dictSet); ok {
+		return s
+	}
+	return new(dictSet)
+}
+
+func (t *Template) putDicts(s *dictSet) {
+	s.reset()
+	if len(s.all) <= maxPooledDicts {
+		t.dicts.Put(s)
+	}
+}
+
 // keySlab hands out the key lists of the messages' dicts from shared arrays: one allocation
 // for a conversation's messages rather than one each.
 type keySlab []string
@@ -237,7 +287,7 @@ func str(s string) jinja.Value {
 	return jinja.NewString(s)
 }
 
-func (t *Template) message(m *Message, i int, sm *strMap, keys *keySlab) (jinja.Value, error) {
+func (t *Template) message(m *Message, i int, sm *strMap, keys *keySlab, ds *dictSet) (jinja.Value, error) {
 	if !roles[m.Role] {
 		return jinja.Undefined(), inputErrorf(fmt.Sprintf("messages[%d].role", i), "unknown role %q: a message's role is system, developer, user, assistant or tool", m.Role)
 	}
@@ -262,8 +312,7 @@ func (t *Template) message(m *Message, i int, sm *strMap, keys *keySlab) (jinja.
 	if m.Name != "" {
 		n++
 	}
-	d := jinja.NewDict()
-	msg := d.AsDict()
+	d, msg := ds.take()
 	msg.Keys = keys.take(n)
 	add(msg, "role", str(m.Role))
 	if t.format == FormatOpenAI && m.Role != "tool" {

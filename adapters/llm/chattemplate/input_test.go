@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -230,12 +231,62 @@ func TestPlain8(t *testing.T) {
 			if got := plain8(binary.LittleEndian.Uint64(b)); got != want {
 				t.Errorf("byte %#x at %d: plain %v, want %v", c, pos, got, want)
 			}
+			if got := plainASCII8(binary.LittleEndian.Uint64(b)); got != (want && c < 0x80) {
+				t.Errorf("byte %#x at %d: plainASCII %v, want %v", c, pos, got, want && c < 0x80)
+			}
 		}
 	}
 	for _, s := range []string{"\xff\xff\xff\xff\xff\xff\xff\xff", "\x80\x80\x80\x80\x80\x80\x80\x80", "        ", "!!!!!!!!", "\x1f\x20\x20\x20\x20\x20\x20\x20", "]]]]]]]]", "\"\"\"\"\"\"\"\""} {
 		want := !strings.ContainsAny(s, "\"\\") && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 })
 		if got := plain8(binary.LittleEndian.Uint64([]byte(s))); got != want {
 			t.Errorf("%q: plain %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestDictsLentPerRender: the messages' dicts a render borrows come back empty, so a later
+// render of other messages sees none of an earlier one's keys, also when renders run at once
+// (-race) and when RenderSpans renders more than once.
+func TestDictsLentPerRender(t *testing.T) {
+	tmpl := mustCompile(t, `{% for m in messages %}[{{ m.role }}:{{ m.content }}`+
+		`{% if m.reasoning_content is defined %} thought {{ m.reasoning_content }}{% endif %}`+
+		`{% if m.name is defined %} by {{ m.name }}{% endif %}]{% endfor %}`, Options{})
+	special := NewSpecialTokens([]string{"<|x|>"})
+	thought, plain := "hm", "hi"
+	busy := &Input{Messages: []Message{{Role: "assistant", Content: &plain, Reasoning: &thought}, {Role: "user", Content: &plain, Name: "ann"}}}
+	bare := &Input{Messages: []Message{{Role: "assistant", Content: &plain}, {Role: "user", Content: &plain}}}
+	marked := "a <|x|> b"
+	spans := &Input{Messages: []Message{{Role: "user", Content: &marked, Name: "bob"}, {Role: "assistant", Content: &plain}}}
+	want := map[*Input]string{
+		busy:  "[assistant:hi thought hm][user:hi by ann]",
+		bare:  "[assistant:hi][user:hi]",
+		spans: "[user:a <|x|> b by bob][assistant:hi]",
+	}
+	done := make(chan error)
+	for range 4 {
+		go func() {
+			var err error
+			for i := range 200 {
+				in := []*Input{busy, bare, spans}[i%3]
+				var out string
+				if i%2 == 0 {
+					out, _, err = tmpl.RenderSpans(context.Background(), in, special)
+				} else {
+					out, err = tmpl.Render(context.Background(), in)
+				}
+				if err == nil && out != want[in] {
+					err = fmt.Errorf("render %d: %q, want %q", i, out, want[in])
+				}
+				if err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -246,7 +246,9 @@ func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialT
 			},
 		}
 	}
-	vars, err := t.variables(in, look)
+	ds := t.getDicts()
+	defer t.putDicts(ds)
+	vars, err := t.variables(in, look, ds)
 	if err != nil {
 		return "", nil, err
 	}
@@ -287,7 +289,8 @@ func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialT
 		},
 		other: func(s string) string { scan(s); return s },
 	}
-	if mvars, err := t.variables(in, sm); err == nil && !collision && cores > 0 {
+	ds.reset() // the render before is done with them
+	if mvars, err := t.variables(in, sm, ds); err == nil && !collision && cores > 0 {
 		if mout, err := t.render(ctx, mvars); err == nil {
 			content = markContents(out, mout)
 		} else if ctx.Err() != nil {
@@ -317,7 +320,8 @@ func (t *Template) renderSpans(ctx context.Context, in *Input, special *SpecialT
 			}
 			return b.String()
 		}
-		kvars, err := t.variables(in, &strMap{content: mask, other: mask})
+		ds.reset()
+		kvars, err := t.variables(in, &strMap{content: mask, other: mask}, ds)
 		if err != nil {
 			return "", nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -88,6 +89,7 @@ type Template struct {
 	globals map[string]jinja.Value // bos_token, eos_token: the same for every render
 	// raise_exception and strftime_now: callables without per-render state, made once.
 	raise, strftimeNow jinja.Value
+	dicts              sync.Pool // of *dictSet
 }
 
 // Compile parses a chat template (tokenizer_config.json's chat_template) once, at start-up. A
@@ -137,7 +139,9 @@ func (t *Template) ContentFormat() ContentFormat { return t.format }
 // failure of the engine, a recovered panic included; the context's end is one wrapping
 // ctx.Err()). OpenAIError maps each to the gateway's answer.
 func (t *Template) Render(ctx context.Context, in *Input) (string, error) {
-	vars, err := t.variables(in, nil)
+	ds := t.getDicts()
+	defer t.putDicts(ds)
+	vars, err := t.variables(in, nil, ds)
 	if err != nil {
 		return "", err
 	}
