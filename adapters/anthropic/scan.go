@@ -1,9 +1,6 @@
 package anthropic
 
-import (
-	"encoding/binary"
-	"unicode/utf8"
-)
+import "github.com/infergate/infergate/internal/jsonscan"
 
 // scanner walks one streamed chunk's JSON without decoding what it does not need: a chunk's text
 // is copied into the Anthropic event as the JSON string literal it already is, so a chunk costs
@@ -70,7 +67,7 @@ func (s *scanner) str() []byte {
 	start := s.i
 	s.i++
 	for {
-		s.i = skipPlain(s.b, s.i)
+		s.i = jsonscan.SkipPlain(s.b, s.i)
 		if s.i >= len(s.b) {
 			break
 		}
@@ -100,7 +97,7 @@ func (s *scanner) str() []byte {
 				s.fail()
 				return nil
 			}
-		default: // skipPlain stops at nothing else; a byte passed is never looked at twice
+		default: // SkipPlain stops at nothing else; a byte passed is never looked at twice
 			s.i++
 		}
 	}
@@ -123,22 +120,6 @@ func less(x uint64, n uint64) uint64 { return (x - n*lsb) &^ x }
 // special reports (in msb) whether one of 8 bytes is a quote, a backslash or a control character.
 func special(x uint64) uint64 {
 	return (less(x, 0x20) | has0(x^('"'*lsb)) | has0(x^('\\'*lsb))) & msb
-}
-
-// skipPlain is the position of the first quote, backslash or control character in b from i, or
-// len(b): a string literal's bytes that need nothing done, passed over 8 at a time.
-func skipPlain(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		if special(binary.LittleEndian.Uint64(b[i:])) != 0 {
-			break
-		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < utf8.RuneSelf && !plain[c] {
-			break
-		}
-	}
-	return i
 }
 
 func isHex4(b []byte) bool {

@@ -2,10 +2,11 @@ package chattemplate
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonscan"
 )
 
 // decodeFast reads a valid request in one pass over its bytes, without reflection (encoding/json
@@ -321,10 +322,7 @@ func (r *fastReader) scanString() bool {
 	i := r.i + 1
 	r.simple = true
 	for {
-		for i+8 <= len(b) && plainASCII8(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		if i >= len(b) {
+		if i = jsonscan.SkipPlainASCII(b, i); i >= len(b) {
 			r.ok = false
 			return false
 		}
@@ -361,23 +359,6 @@ func (r *fastReader) scanString() bool {
 			i++
 		}
 	}
-}
-
-// plainASCII8 is plain8 with no byte above 0x7F either.
-func plainASCII8(x uint64) bool {
-	const ones, tops = 0x0101010101010101, 0x8080808080808080
-	q := x ^ (ones * '"')
-	e := x ^ (ones * '\\')
-	return ((x-ones*0x20)|(q-ones)|(e-ones)|x)&tops == 0
-}
-
-// plain8 reports whether none of the eight bytes of x is '"', '\\' or below 0x20 (the classic
-// zero-byte test: a byte below n makes x - n*0x01.. borrow into its top bit).
-func plain8(x uint64) bool {
-	const ones, tops = 0x0101010101010101, 0x8080808080808080
-	q := x ^ (ones * '"')
-	e := x ^ (ones * '\\')
-	return ((x-ones*0x20)&^x|(q-ones)&^q|(e-ones)&^e)&tops == 0
 }
 
 // str reads a string as encoding/json reads it into a Go string.

@@ -2,7 +2,6 @@ package chattemplate
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,28 +221,6 @@ func TestUnquote(t *testing.T) {
 
 // TestPlain8: the eight-bytes-at-a-time test of the fast reader's strings says "plain" exactly
 // when no byte is '"', '\\' or a control character, whatever the byte and its place.
-func TestPlain8(t *testing.T) {
-	for pos := range 8 {
-		for c := range 256 {
-			b := []byte("abcdefgh")
-			b[pos] = byte(c)
-			want := c >= 0x20 && c != '"' && c != '\\'
-			if got := plain8(binary.LittleEndian.Uint64(b)); got != want {
-				t.Errorf("byte %#x at %d: plain %v, want %v", c, pos, got, want)
-			}
-			if got := plainASCII8(binary.LittleEndian.Uint64(b)); got != (want && c < 0x80) {
-				t.Errorf("byte %#x at %d: plainASCII %v, want %v", c, pos, got, want && c < 0x80)
-			}
-		}
-	}
-	for _, s := range []string{"\xff\xff\xff\xff\xff\xff\xff\xff", "\x80\x80\x80\x80\x80\x80\x80\x80", "        ", "!!!!!!!!", "\x1f\x20\x20\x20\x20\x20\x20\x20", "]]]]]]]]", "\"\"\"\"\"\"\"\""} {
-		want := !strings.ContainsAny(s, "\"\\") && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 })
-		if got := plain8(binary.LittleEndian.Uint64([]byte(s))); got != want {
-			t.Errorf("%q: plain %v, want %v", s, got, want)
-		}
-	}
-}
-
 // TestDictsLentPerRender: the messages' dicts a render borrows come back empty, so a later
 // render of other messages sees none of an earlier one's keys, also when renders run at once
 // (-race) and when RenderSpans renders more than once.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonscan"
 )
 
 // completionAnswer is what the stage reads of an upstream's whole /v1/completions answer.
@@ -88,10 +90,9 @@ func (s *jscan) str() (start, end int, plain, ok bool) {
 	i := s.i + 1
 	start = i
 	plain = true
-	for i < len(b) {
-		if !special[b[i]] {
-			i++
-			continue
+	for {
+		if i = jsonscan.SkipPlainASCII(b, i); i >= len(b) {
+			break
 		}
 		c := b[i]
 		switch {
@@ -125,15 +126,6 @@ func (s *jscan) str() (start, end int, plain, ok bool) {
 	}
 	return 0, 0, false, false
 }
-
-// special marks the bytes a string's scan stops at: the quote, the backslash, control
-// characters, and bytes outside ASCII.
-var special = func() (t [256]bool) {
-	for c := range 256 {
-		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
-	}
-	return t
-}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
@@ -343,9 +335,7 @@ func (s *jscan) strDecode() (string, bool) {
 	b := s.b
 	i := s.i + 1
 	start := i
-	for i < len(b) && !special[b[i]] {
-		i++
-	}
+	i = jsonscan.SkipPlainASCII(b, i)
 	if i < len(b) && b[i] == '"' {
 		s.i = i + 1
 		return string(b[start:i]), true
@@ -354,10 +344,7 @@ func (s *jscan) strDecode() (string, bool) {
 	out.Grow(len(b) - start)
 	lit := start // the start of the bytes not yet written
 	for {
-		for i < len(b) && !special[b[i]] {
-			i++
-		}
-		if i >= len(b) {
+		if i = jsonscan.SkipPlainASCII(b, i); i >= len(b) {
 			return "", false
 		}
 		switch c := b[i]; {
@@ -389,6 +376,12 @@ func (s *jscan) strDecode() (string, bool) {
 				r, ok := u4(b[i:])
 				if !ok {
 					return "", false
+				}
+				if r < utf8.RuneSelf { // encoding/json's \u003c for '<', and the like
+					out.WriteByte(byte(r))
+					i += 6
+					lit = i
+					continue
 				}
 				if utf16.IsSurrogate(r) {
 					if r2, ok := u4(b[i+6:]); ok {
