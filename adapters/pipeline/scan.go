@@ -12,9 +12,10 @@ import (
 var errNotObject = errors.New("request body must be a JSON object")
 
 // scanRouting reads the top-level "model" and "stream" members of a JSON object without decoding
-// anything else: every other value is skipped, string contents eight bytes at a time. Like encoding/json, a duplicate key's
-// last value wins, escaped keys match, and null leaves a field unset. It rejects malformed JSON it
-// walks over, so a bad body is a 400 from the gateway, not a round trip to the upstream.
+// anything else: every other value is skipped, string contents eight bytes at a time. Like
+// encoding/json, a duplicate key's last value wins, escaped keys match, and null leaves a field
+// unset. It rejects malformed JSON it walks over, so a bad body is a 400 from the gateway, not a
+// round trip to the upstream.
 func scanRouting(b []byte) (Routing, error) {
 	r, err := scanTop(b)
 	r.MaxTokens = r.maxCompl

@@ -219,8 +219,6 @@ func TestUnquote(t *testing.T) {
 	}
 }
 
-// TestPlain8: the eight-bytes-at-a-time test of the fast reader's strings says "plain" exactly
-// when no byte is '"', '\\' or a control character, whatever the byte and its place.
 // TestDictsLentPerRender: the messages' dicts a render borrows come back empty, so a later
 // render of other messages sees none of an earlier one's keys, also when renders run at once
 // (-race) and when RenderSpans renders more than once.

@@ -91,7 +91,12 @@ func (s *jscan) str() (start, end int, plain, ok bool) {
 	start = i
 	plain = true
 	for {
-		if i = jsonscan.SkipPlainASCII(b, i); i >= len(b) {
+		if plain {
+			i = jsonscan.SkipPlainASCII(b, i)
+		} else {
+			i = jsonscan.SkipPlain(b, i) // plain or not is known: no stop at each byte above 0x7F
+		}
+		if i >= len(b) {
 			break
 		}
 		c := b[i]
