@@ -30,12 +30,13 @@ import (
 // three rounds each): with the double render 353-498 cpu-us/op, 808 allocs/op, 120 KB/op; with
 // one render and the allocations cut, 239-281 cpu-us/op (185-215 in a quieter moment), 349
 // allocs/op, 71 KB/op. Then with the messages' template dicts lent from a pool, the decoder's
-// ASCII strings taken without a second look and the tokenizer's ASCII and key fast paths: count
-// 164-189 added-p50-us against 187-191 for the build before, in the same minutes (it had measured
-// 213-216 earlier that day: the machine's speed drifts more than these changes), limit 106-118
-// against 123-135; 262 allocs/op, 59 KB/op. Measured alone, each part's p50: the template
-// engine's render 85-95 us (its loops: a map of ten loop variables per iteration; its output
-// grown by doubling), the tokenizer 59 us, the request's decoding 15 us.
+// ASCII strings taken without a second look and the tokenizer's ASCII and key fast paths, eight
+// runs of each build in turn (-benchtime 1s): count added-p50-us median 134 (103-184) against
+// 207 (124-230) for the build before, added-cpu-us median 154 against 224; limit 106-124
+// against 119-135; 262 allocs/op, 59 KB/op. The machine's speed drifts from minute to minute by
+// more than these changes: only runs taken in turn compare. Measured alone, each part's p50: the
+// template engine's render 85-95 us (its loops: a map of ten loop variables per iteration; its
+// output grown by doubling), the tokenizer 59 us, the request's decoding 15 us.
 func BenchmarkLimit(b *testing.B) {
 	tok, err := qwenTok()
 	if err != nil {
