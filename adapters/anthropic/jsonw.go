@@ -3,6 +3,8 @@ package anthropic
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonscan"
 )
 
 // The translators write JSON by appending to a byte slice: a request or a streamed chunk is
@@ -18,35 +20,16 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// plain marks the ASCII bytes a JSON string holds as they are.
-var plain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 // appendStringInner appends s escaped as appendString does, without the quotes.
 func appendStringInner(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
-		// 8 bytes of printable ASCII at a time: most text is nothing else.
-		for i+8 <= len(s) {
-			x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-				uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-			if (special(x)|x)&msb != 0 {
-				break
-			}
-			i += 8
-		}
-		if i >= len(s) {
+		// Printable ASCII other than the quote and backslash goes as it is, 8 bytes at a time:
+		// most text is nothing else.
+		if i = jsonscan.SkipPlainASCII(s, i); i >= len(s) {
 			break
 		}
 		c := s[i]
-		if plain[c] {
-			i++
-			continue
-		}
 		if c < utf8.RuneSelf {
 			b = append(b, s[start:i]...)
 			switch c {

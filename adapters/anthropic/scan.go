@@ -105,23 +105,6 @@ func (s *scanner) str() []byte {
 	return nil
 }
 
-// Word-at-a-time tests of 8 bytes: has reports, in the top bit of each byte, whether some byte of
-// x is 0 (x = w^(c*lsb): some byte of w is c), less reports whether some byte is below n
-// (n <= 0x80). Either may mark more bytes than those that match, never fewer: good enough to
-// tell that none does.
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-func has0(x uint64) uint64           { return (x - lsb) &^ x }
-func less(x uint64, n uint64) uint64 { return (x - n*lsb) &^ x }
-
-// special reports (in msb) whether one of 8 bytes is a quote, a backslash or a control character.
-func special(x uint64) uint64 {
-	return (less(x, 0x20) | has0(x^('"'*lsb)) | has0(x^('\\'*lsb))) & msb
-}
-
 func isHex4(b []byte) bool {
 	for _, c := range b {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {

@@ -1,12 +1,14 @@
 // Package jsonscan holds what the gateway's hand-written JSON readers share (the request
 // router's, the chat template's, the Granite stage's and the Anthropic translation's): finding
-// where a string literal's plain bytes end. Most of a request or an answer is string contents,
-// and a reader that looks at them a byte at a time runs at a few hundred MB/s; these look at
-// eight at a time. encoding/json has no such entry point, and a general JSON library would
-// replace the readers rather than serve them, so this is written here.
+// where a string literal's plain bytes end; and, for a writer (the Anthropic one), where a
+// string's bytes stop being ones JSON takes as they are. Most of a request or an answer is
+// string contents, and a reader that looks at them a byte at a time runs at a few hundred MB/s;
+// these look at eight at a time. encoding/json has no such entry point, and a general JSON
+// library would replace the readers rather than serve them, so this is written here.
 package jsonscan
 
-import "encoding/binary"
+// Text is what the skips read: a document's bytes, or a string being written into one.
+type Text interface{ ~string | ~[]byte }
 
 const (
 	ones = 0x0101010101010101
@@ -15,9 +17,9 @@ const (
 
 // SkipPlain returns the index of the first byte of b at or after i that is a quote, a backslash
 // or a control character (below 0x20), or len(b). Bytes above 0x7F are passed over.
-func SkipPlain(b []byte, i int) int {
+func SkipPlain[T Text](b T, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
+		x := word(b, i)
 		q, e := x^(ones*'"'), x^(ones*'\\')
 		// A byte below n turns x - n*ones's top bit on (the borrow), unless its own top bit is
 		// on; a zero byte of q or e is a quote or a backslash. The borrow can mark bytes after
@@ -36,9 +38,9 @@ func SkipPlain(b []byte, i int) int {
 
 // SkipPlainASCII is SkipPlain that also stops at a byte above 0x7F, for a reader that checks or
 // decodes UTF-8 there.
-func SkipPlainASCII(b []byte, i int) int {
+func SkipPlainASCII[T Text](b T, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
+		x := word(b, i)
 		q, e := x^(ones*'"'), x^(ones*'\\')
 		// With no top bit on in x (all ASCII), the borrows alone tell.
 		if ((x-ones*0x20)|(q-ones)|(e-ones)|x)&tops != 0 {
@@ -51,4 +53,11 @@ func SkipPlainASCII(b []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// word is b[i:i+8] as a little-endian word (the compiler makes one load of the eight).
+func word[T Text](b T, i int) uint64 {
+	b = b[i : i+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }

@@ -13,7 +13,7 @@ func slow(b []byte, i int, ascii bool) int {
 }
 
 // TestEveryByteEverywhere: each skip stops where the byte-at-a-time scan does, for every byte
-// value at every offset of two words and a tail, from every start.
+// value at every offset of two words and a tail, from every start, in bytes and in a string.
 func TestEveryByteEverywhere(t *testing.T) {
 	for c := range 256 {
 		for at := range 19 {
@@ -25,6 +25,9 @@ func TestEveryByteEverywhere(t *testing.T) {
 				}
 				if got, want := SkipPlainASCII(b, from), slow(b, from, true); got != want {
 					t.Fatalf("SkipPlainASCII: byte %#x at %d from %d: %d, want %d", c, at, from, got, want)
+				}
+				if SkipPlain(string(b), from) != SkipPlain(b, from) || SkipPlainASCII(string(b), from) != SkipPlainASCII(b, from) {
+					t.Fatalf("byte %#x at %d from %d: a string and its bytes stop apart", c, at, from)
 				}
 			}
 		}

@@ -242,11 +242,13 @@ func isASCII(s string) bool {
 }
 
 // ascii8 reports whether the first eight bytes of s (it has eight) are ASCII.
-func ascii8(s string) bool {
-	// The compiler makes one load of these eight.
-	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+func ascii8(s string) bool { return load8(s)&0x8080808080808080 == 0 }
+
+// load8 is the first eight bytes of s (it has eight) as a little-endian word: the compiler
+// makes one load of them.
+func load8(s string) uint64 {
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-	return w&0x8080808080808080 == 0
 }
 
 // Count returns len(Encode(text, opts)) without keeping the ids.

@@ -49,10 +49,7 @@ func pieceKey(p string) (uint64, uint64) {
 	if len(p) < 8 {
 		return partialWord(p), 0
 	}
-	// The compiler makes one load of these eight.
-	k0 := uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
-		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
-	return k0, partialWord(p[8:])
+	return load8(p), partialWord(p[8:])
 }
 
 // partialWord packs up to eight bytes into a word. Four to eight bytes are two four-byte loads
