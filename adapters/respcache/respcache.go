@@ -354,7 +354,8 @@ func (c *Cache) hit(req *pipeline.Request, fields map[string]json.RawMessage, te
 	}
 	res := &pipeline.Response{StatusCode: http.StatusOK, GatewayHeader: http.Header{Header: {value}}}
 	if !req.Stream() {
-		res.Header = http.Header{"Content-Type": {"application/json"}}
+		// With its length the client is sent one body, not chunks.
+		res.Header = http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(full))}}
 		res.Body = pipeline.NewBody(full, hitUsage)
 		return res, nil
 	}

@@ -44,6 +44,39 @@ func cachePost(t *testing.T, addr, key, body string, header ...string) (int, str
 	return res.StatusCode, res.Header.Get("X-Infergate-Cache"), string(b)
 }
 
+// TestOwnAnswersCarryLength: an answer the gateway makes itself (a stored one, a processor's)
+// is sent with its Content-Length, as an upstream's is passed on, not in chunks, even when it is
+// too long for net/http to measure by itself (over 2 KB).
+func TestOwnAnswersCarryLength(t *testing.T) {
+	t.Parallel()
+	up := openaitest.Start(t, "up", "m", "granite")
+	up.SetReply(strings.Repeat("A long answer, said once and then again. ", 150))
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: up, url: %s, type: vllm, check_interval: 1h}
+models:
+  m: {cache: {mode: exact}}
+  granite: {processor: granite3.3}
+`, up.URL), "granite")
+	post := func(model, what string) {
+		t.Helper()
+		res, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","temperature":0,"messages":[{"role":"user","content":"Say it"}]}`))
+		require.NoError(t, err)
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+		require.Greater(t, len(b), 4096)
+		assert.Equal(t, int64(len(b)), res.ContentLength, "%s is sent with its length", what)
+		assert.Empty(t, res.TransferEncoding, "%s is not chunked", what)
+	}
+	post("m", "the upstream's answer")
+	post("m", "a stored answer")
+	post("granite", "a processed answer")
+}
+
 // TestCacheExact: models.<name>.cache in exact mode, through every client a user has. A
 // temperature-0 request is answered by the upstream once, then from the cache: over HTTP, the
 // OpenAI SDK (whole and streamed: the answer replayed as chunks), OpenAIService over Connect;

@@ -354,6 +354,9 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		Model: b.last.Model, BackendType: b.last.BackendType, Header: header}
 	if !req.Stream() {
 		header["Content-Type"] = []string{"application/json"} // canonical already
+		// With its length the client is sent one body, not chunks (net/http measures only
+		// bodies under 2 KB itself).
+		header["Content-Length"] = []string{strconv.Itoa(len(full))}
 		res.Body = pipeline.NewBody(full, b.usage)
 		return res, nil
 	}
