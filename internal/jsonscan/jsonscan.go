@@ -1,9 +1,9 @@
 // Package jsonscan holds what the gateway's hand-written JSON readers share (the request
 // router's, the chat template's, the Granite stage's and the Anthropic translation's): finding
-// where a string literal's plain bytes end; and, for a writer (the Anthropic one), where a
-// string's bytes stop being ones JSON takes as they are. Most of a request or an answer is
-// string contents, and a reader that looks at them a byte at a time runs at a few hundred MB/s;
-// these look at eight at a time. encoding/json has no such entry point, and a general JSON
+// where a string literal's plain bytes end; and, for a writer (the Anthropic one, the Granite
+// stage's), where a string's bytes stop being ones JSON takes as they are. Most of a request or
+// an answer is string contents, and a reader that looks at them a byte at a time runs at a few
+// hundred MB/s; these look at eight at a time. encoding/json has no such entry point, and a general JSON
 // library would replace the readers rather than serve them, so this is written here.
 package jsonscan
 
@@ -49,6 +49,26 @@ func SkipPlainASCII[T Text](b T, i int) int {
 	}
 	for ; i < len(b); i++ {
 		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+			break
+		}
+	}
+	return i
+}
+
+// SkipPlainHTML is SkipPlainASCII that also stops at <, > and &, for a writer that escapes them
+// as encoding/json does (the Granite stage's answers).
+func SkipPlainHTML[T Text](b T, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := word(b, i)
+		q, e := x^(ones*'"'), x^(ones*'\\')
+		l, g, a := x^(ones*'<'), x^(ones*'>'), x^(ones*'&')
+		// As in SkipPlainASCII: with every byte ASCII, a borrow marks exactly a match.
+		if ((x-ones*0x20)|(q-ones)|(e-ones)|(l-ones)|(g-ones)|(a-ones)|x)&tops != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 || c == '<' || c == '>' || c == '&' {
 			break
 		}
 	}

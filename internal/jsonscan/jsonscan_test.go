@@ -12,6 +12,16 @@ func slow(b []byte, i int, ascii bool) int {
 	return i
 }
 
+// slowHTML is SkipPlainHTML's byte-at-a-time scan.
+func slowHTML(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			break
+		}
+	}
+	return i
+}
+
 // TestEveryByteEverywhere: each skip stops where the byte-at-a-time scan does, for every byte
 // value at every offset of two words and a tail, from every start, in bytes and in a string.
 func TestEveryByteEverywhere(t *testing.T) {
@@ -26,7 +36,11 @@ func TestEveryByteEverywhere(t *testing.T) {
 				if got, want := SkipPlainASCII(b, from), slow(b, from, true); got != want {
 					t.Fatalf("SkipPlainASCII: byte %#x at %d from %d: %d, want %d", c, at, from, got, want)
 				}
-				if SkipPlain(string(b), from) != SkipPlain(b, from) || SkipPlainASCII(string(b), from) != SkipPlainASCII(b, from) {
+				if got, want := SkipPlainHTML(b, from), slowHTML(b, from); got != want {
+					t.Fatalf("SkipPlainHTML: byte %#x at %d from %d: %d, want %d", c, at, from, got, want)
+				}
+				if SkipPlain(string(b), from) != SkipPlain(b, from) || SkipPlainASCII(string(b), from) != SkipPlainASCII(b, from) ||
+					SkipPlainHTML(string(b), from) != SkipPlainHTML(b, from) {
 					t.Fatalf("byte %#x at %d from %d: a string and its bytes stop apart", c, at, from)
 				}
 			}
@@ -47,6 +61,9 @@ func FuzzSkip(f *testing.F) {
 		}
 		if got, want := SkipPlainASCII(b, from), slow(b, from, true); got != want {
 			t.Fatalf("SkipPlainASCII(%q, %d) = %d, want %d", b, from, got, want)
+		}
+		if got, want := SkipPlainHTML(b, from), slowHTML(b, from); got != want {
+			t.Fatalf("SkipPlainHTML(%q, %d) = %d, want %d", b, from, got, want)
 		}
 	})
 }

@@ -269,8 +269,17 @@ func field(name []byte, names ...string) int {
 			return i
 		}
 	}
+	// The names are ASCII: an ASCII name of another length is none of them in any case (only
+	// a name with other letters, like ſ for s, can fold to one of another length).
+	ascii := true
+	for _, c := range name {
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
 	for _, n := range names {
-		if bytes.EqualFold(name, []byte(n)) {
+		if (!ascii || len(name) == len(n)) && bytes.EqualFold(name, []byte(n)) {
 			return -2
 		}
 	}
@@ -557,6 +566,107 @@ func (s *jscan) usage(c *completionAnswer) bool {
 	}
 	c.Usage = u
 	return true
+}
+
+// decodeChunk reads an upstream's stream chunk as json.Unmarshal into completionChunk would,
+// and fails where it would: scanChunk in one validating pass where it can (a stream is read a
+// chunk per token, and encoding/json cost about half of each chunk's time), encoding/json for
+// anything unusual, as decodeCompletion does. FuzzDecodeChunk checks the two against each other.
+//
+// c's choices keep their array for the next chunk's: a chunk's values do not outlive it.
+func decodeChunk(data []byte, c *completionChunk) error {
+	*c = completionChunk{Choices: c.Choices[:0]}
+	if scanChunk(data, c) {
+		return nil
+	}
+	// Not the kept array: encoding/json decodes into a slice's old elements without zeroing them.
+	*c = completionChunk{}
+	return json.Unmarshal(data, c)
+}
+
+var (
+	chunkNames       = []string{"model", "system_fingerprint", "choices", "usage", "error"}
+	chunkChoiceNames = []string{"index", "text", "finish_reason", "stop_reason"}
+)
+
+// scanChunk is decodeChunk's fast path: true when it read data whole, as encoding/json would
+// have. Raw values are copies: data is the event reader's buffer, reused for the next event.
+func scanChunk(data []byte, c *completionChunk) bool {
+	s := jscan{b: data}
+	var seen uint32
+	raw := func(dst *json.RawMessage) bool {
+		v, ok := s.rawValue(1)
+		*dst = append(json.RawMessage(nil), v...)
+		return ok
+	}
+	ok := s.object(func(name []byte) bool {
+		f := field(name, chunkNames...)
+		if f == -1 {
+			return s.skip(1)
+		}
+		if f < 0 || !once(&seen, f) {
+			return false
+		}
+		switch f {
+		case 0:
+			return s.stringValue(&c.Model)
+		case 1:
+			return raw(&c.SystemFingerprint)
+		case 2:
+			return s.chunkChoices(c)
+		case 3:
+			return raw(&c.Usage)
+		default:
+			return raw(&c.Error)
+		}
+	})
+	if !ok {
+		return false
+	}
+	s.ws()
+	return s.i == len(s.b)
+}
+
+func (s *jscan) chunkChoices(c *completionChunk) bool {
+	if s.next() == 'n' {
+		return s.lit("null")
+	}
+	if c.Choices == nil {
+		c.Choices = make([]chunkChoiceIn, 0, 1)
+	}
+	return s.array(func() bool {
+		var ch chunkChoiceIn
+		var seen uint32
+		if !s.nullOr(func() bool {
+			return s.object(func(name []byte) bool {
+				f := field(name, chunkChoiceNames...)
+				if f == -1 {
+					return s.skip(2)
+				}
+				if f < 0 || !once(&seen, f) {
+					return false
+				}
+				switch f {
+				case 0:
+					var n int64
+					ok := s.intValue(&n) // null leaves 0
+					ch.Index = int(n)
+					return ok && int64(ch.Index) == n
+				case 1:
+					return s.stringValue(&ch.Text)
+				case 2:
+					return s.stringPtr(&ch.FinishReason)
+				}
+				v, ok := s.rawValue(2)
+				ch.StopReason = append(json.RawMessage(nil), v...)
+				return ok
+			})
+		}) {
+			return false
+		}
+		c.Choices = append(c.Choices, ch)
+		return true
+	})
 }
 
 var errTooLarge = errors.New("granitestage: answer over the bound")

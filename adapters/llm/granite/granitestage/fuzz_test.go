@@ -208,3 +208,47 @@ func FuzzDecodeCompletion(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeChunk: decodeChunk reads every stream chunk as encoding/json does (what the fast
+// path reads, it reads the same; what it leaves, encoding/json reads), and fails where it fails.
+func FuzzDecodeChunk(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":" \u003cco\u003e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
+		`{"id":"c","model":"m","system_fingerprint":"fp","choices":[{"index":1,"text":"é\n","finish_reason":"stop","stop_reason":"</response>"},null],"usage":{"prompt_tokens":7}}`,
+		`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}`,
+		`{"error":{"message":"boom","code":500}}`, `{"error":null,"choices":[{"index":null,"text":null}]}`,
+		`{"choices":[{"index":1.0}]}`, `{"choices":[{"index":1e2}]}`, `{"choices":[{"index":99999999999999999999}]}`,
+		`{"choices":[{"index":-1,"text":"a"}],"choices":null}`, `{"Model":"x","ERROR":1}`, `{"mod\u0065l":"m"}`,
+		`{"choices":[{"stop_reason":[1,{"a":true}]}]} `, `{"choices":{}}`, `null`, `[]`, `{"usage":nul}`, `{"a":1,}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want completionChunk
+		werr := json.Unmarshal(data, &want)
+		var fast completionChunk
+		if scanChunk(data, &fast) {
+			if werr != nil {
+				t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
+			}
+			if !reflect.DeepEqual(fast, want) {
+				t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
+			}
+		}
+		var got completionChunk
+		if err := decodeChunk(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeChunk: %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
+		}
+		// A stream reuses its chunk: nothing of the one before may show through (but an empty
+		// choices array for none).
+		used := completionChunk{}
+		_ = decodeChunk([]byte(`{"model":"m","choices":[{"index":1,"text":"t","finish_reason":"stop","stop_reason":"s"},{"index":2}],"usage":{},"error":1}`), &used)
+		err := decodeChunk(data, &used)
+		if len(used.Choices) == 0 && len(want.Choices) == 0 {
+			used.Choices = want.Choices
+		}
+		if (err == nil) != (werr == nil) || werr == nil && !reflect.DeepEqual(used, want) {
+			t.Fatalf("decodeChunk after another chunk: %+v, %v; encoding/json: %+v, %v: %q", used, err, want, werr, data)
+		}
+	})
+}

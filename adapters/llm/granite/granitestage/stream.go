@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/infergate/infergate/internal/jsonscan"
 	"io"
 	"maps"
 	"net/http"
@@ -72,14 +73,16 @@ func (b *backend) stream(ctx context.Context, s *granite.Simple, sp granite.Stre
 type completionChunk struct {
 	Model             string          `json:"model"`
 	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
-	Choices           []struct {
-		Index        int             `json:"index"`
-		Text         string          `json:"text"`
-		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`
-	} `json:"choices"`
-	Usage json.RawMessage `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Choices           []chunkChoiceIn `json:"choices"`
+	Usage             json.RawMessage `json:"usage"`
+	Error             json.RawMessage `json:"error"`
+}
+
+type chunkChoiceIn struct {
+	Index        int             `json:"index"`
+	Text         string          `json:"text"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`
 }
 
 type chunk struct {
@@ -143,8 +146,13 @@ type chatStream struct {
 	prefix, suffix []byte
 	prefixModel    string
 	choices        map[int]*choiceState
-	out            []byte
-	err            error
+	// out holds the chunks written and not yet read, from off; once read it is emptied and
+	// written again from its start, so a stream reuses one buffer for its chunks.
+	out []byte
+	off int
+	// up is the upstream chunk being read, reused from chunk to chunk.
+	up  completionChunk
+	err error
 }
 
 var errStreamTooLarge = errors.New("granitestage: the upstream's streamed answer is over the bound")
@@ -171,18 +179,20 @@ func (c *chatStream) Read(p []byte) (int, error) {
 			c.err = err
 		}
 	}
-	n := copy(p, c.out)
-	c.out = c.out[n:]
+	n := copy(p, c.out[c.off:])
+	if c.off += n; c.off == len(c.out) {
+		c.out, c.off = c.out[:0], 0
+	}
 	return n, nil
 }
 
 // take turns one upstream chunk into chat chunks.
 func (c *chatStream) take(data []byte) error {
-	var up completionChunk
-	if err := json.Unmarshal(data, &up); err != nil {
+	up := &c.up
+	if err := decodeChunk(data, up); err != nil {
 		return fmt.Errorf("granitestage: an upstream chunk is not a completion chunk: %w", err)
 	}
-	if up.Error != nil {
+	if len(up.Error) > 0 && string(up.Error) != "null" {
 		c.emitRaw(data) // an upstream failing mid-stream: its error event passes on as it came
 		return nil
 	}
@@ -252,7 +262,8 @@ func (c *chatStream) emitText(i int, member, text string) {
 		h.Choices = []chunkChoice{}
 		b, err := json.Marshal(h)
 		if err != nil {
-			_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &text}})
+			content := text // a copy: taking text's address would move it to the heap on every call
+			_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &content}})
 			return
 		}
 		// {...,"choices":[]...} -> up to and including "choices":[
@@ -272,27 +283,19 @@ func (c *chatStream) emitText(i int, member, text string) {
 	c.out = append(c.out, "\n\n"...)
 }
 
-// plainByte marks the bytes encoding/json writes as they are in a string: ASCII but control
-// characters, the quote, the backslash and HTML's < > &.
-var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
 // appendJSONString appends s as a JSON string as encoding/json writes it (HTML characters and
 // U+2028/U+2029 escaped, invalid UTF-8 as U+FFFD).
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if plainByte[b] {
-			i++
-			continue
+	for i := 0; ; {
+		// The bytes encoding/json writes as they are (ASCII but control characters, the quote,
+		// the backslash and HTML's < > &), eight at a time.
+		if i = jsonscan.SkipPlainHTML(s, i); i >= len(s) {
+			break
 		}
+		b := s[i]
 		if b < utf8.RuneSelf {
 			dst = append(dst, s[start:i]...)
 			switch b {

@@ -3,9 +3,11 @@ package granitestage
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/infergate/infergate/adapters/llm/granite"
 	"github.com/infergate/infergate/adapters/pipeline"
@@ -121,5 +123,71 @@ func TestChatStreamChoices(t *testing.T) {
 	got = streamOf(t, &granite.ChatRequest{Thinking: true}, `{"choices":[{"index":0,"text":"<think>never closed","finish_reason":"length"}]}`)
 	if c := got[0]; c == nil || c.reasoning != "never closed" || c.content != "<think>never closed" || !strings.Contains(c.parseError, "not the whole answer's") {
 		t.Errorf("unclosed thought: %+v", c)
+	}
+}
+
+// TestScanChunkReadsUpstreamChunks: the chunks upstreams send (vLLM's, with its nulls, and an
+// error event) are read by the fast path, not left to encoding/json.
+func TestScanChunkReadsUpstreamChunks(t *testing.T) {
+	for _, data := range []string{
+		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"ibm-granite/granite-3.3-8b-instruct","choices":[{"index":0,"text":"<think>Fir","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
+		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"granite","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":null}`,
+		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"granite","choices":[],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null}}`,
+		`{"error":{"object":"error","message":"boom","type":"InternalServerError","param":null,"code":500}}`,
+	} {
+		var c completionChunk
+		if !scanChunk([]byte(data), &c) {
+			t.Errorf("left to encoding/json: %s", data)
+		}
+	}
+}
+
+// A chunk with "error": null is an ordinary chunk (encoding/json reads null into a RawMessage as
+// the bytes null, which once passed every such chunk on untouched as an error event).
+func TestNullErrorIsNoError(t *testing.T) {
+	t.Parallel()
+	body := []byte("data: {\"error\":null,\"choices\":[{\"index\":0,\"text\":\"<think>a</think><response>b\",\"finish_reason\":null}]}\n\n" +
+		"data: {\"error\":null,\"choices\":[{\"index\":0,\"text\":\"</response>\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	up := pipeline.NewBody(body, pipeline.Usage{})
+	c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: &granite.ChatRequest{Thinking: true},
+		max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte(`"error"`)) || !bytes.Contains(out, []byte(`"reasoning_content":"a"`)) || !bytes.Contains(out, []byte(`"content":"b"`)) {
+		t.Fatalf("the chunks were not parsed as Granite's answer: %s", out)
+	}
+}
+
+// Reads of any size get the same stream: the chunk buffer is reused only once it has been read.
+func TestChatStreamReadSizes(t *testing.T) {
+	t.Parallel()
+	var body strings.Builder
+	text := "<think>" + strings.Repeat("Thinking it over. ", 20) + "</think><response>" + strings.Repeat("An answer, said <b>boldly</b> & well. ", 20) + "</response>"
+	for i := 0; i < len(text); i += 7 {
+		piece, _ := json.Marshal(text[i:min(i+7, len(text))])
+		fmt.Fprintf(&body, "data: {\"model\":\"g\",\"choices\":[{\"index\":0,\"text\":%s,\"finish_reason\":null}]}\n\n", piece)
+	}
+	body.WriteString("data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	read := func(wrap func(io.Reader) io.Reader) string {
+		up := pipeline.NewBody([]byte(body.String()), pipeline.Usage{})
+		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: &granite.ChatRequest{Thinking: true},
+			max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+		out, err := io.ReadAll(wrap(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	whole := read(func(r io.Reader) io.Reader { return r })
+	if !strings.Contains(whole, `"reasoning_content":"Thin`) || !strings.Contains(whole, `"content":"An`) || !strings.HasSuffix(whole, "data: [DONE]\n\n") {
+		t.Fatalf("not Granite's answer: %.300s", whole)
+	}
+	if got := read(iotest.OneByteReader); got != whole {
+		t.Fatalf("read a byte at a time:\n%s\nwhole:\n%s", got, whole)
+	}
+	if got := read(iotest.HalfReader); got != whole {
+		t.Fatalf("read by halves:\n%s\nwhole:\n%s", got, whole)
 	}
 }
