@@ -59,7 +59,7 @@ models:
   m: {cache: {mode: exact}}
   granite: {processor: granite3.3}
 `, up.URL), "granite")
-	post := func(model, what string) {
+	post := func(model, cache, what string) {
 		t.Helper()
 		res, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"`+model+`","temperature":0,"messages":[{"role":"user","content":"Say it"}]}`))
@@ -69,12 +69,13 @@ models:
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, res.StatusCode, string(b))
 		require.Greater(t, len(b), 4096)
+		assert.Equal(t, cache, res.Header.Get("X-Infergate-Cache"), what)
 		assert.Equal(t, int64(len(b)), res.ContentLength, "%s is sent with its length", what)
 		assert.Empty(t, res.TransferEncoding, "%s is not chunked", what)
 	}
-	post("m", "the upstream's answer")
-	post("m", "a stored answer")
-	post("granite", "a processed answer")
+	post("m", "miss", "the upstream's answer")
+	post("m", "hit", "a stored answer")
+	post("granite", "", "a processed answer")
 }
 
 // TestCacheExact: models.<name>.cache in exact mode, through every client a user has. A

@@ -295,6 +295,35 @@ func once(seen *uint32, i int) bool {
 	return true
 }
 
+// known reads an object at s.i whose members named in names are read by read, given the name's
+// index, each once; other members are skipped (nested at most depth deeper than the bound skip
+// keeps). A name met twice, escaped, or one of names in another case is false: encoding/json
+// treats those in its own way.
+func (s *jscan) known(names []string, depth int, read func(f int) bool) bool {
+	var seen uint32
+	return s.object(func(name []byte) bool {
+		f := field(name, names...)
+		if f == -1 {
+			return s.skip(depth)
+		}
+		return f >= 0 && once(&seen, f) && read(f)
+	})
+}
+
+// end says whether only whitespace is left: a document is one value.
+func (s *jscan) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// rawCopy reads one value of any kind into *dst as rawValue does, copied (as encoding/json
+// copies a json.RawMessage): the document's buffer may be reused.
+func (s *jscan) rawCopy(depth int, dst *json.RawMessage) bool {
+	v, ok := s.rawValue(depth)
+	*dst = append(json.RawMessage(nil), v...)
+	return ok
+}
+
 // stringValue reads a string or null into *dst (null leaves it, as encoding/json does).
 func (s *jscan) stringValue(dst *string) bool {
 	switch s.next() {
@@ -481,35 +510,20 @@ var (
 // encoding/json would have.
 func scanCompletion(data []byte, c *completionAnswer) bool {
 	s := jscan{b: data}
-	var seen uint32
-	ok := s.object(func(name []byte) bool {
-		f := field(name, answerNames...)
-		if f == -1 {
-			return s.skip(1)
-		}
-		if f < 0 || !once(&seen, f) {
-			return false
-		}
+	return s.known(answerNames, 1, func(f int) bool {
 		switch f {
 		case 0:
 			return s.stringValue(&c.ID)
 		case 1:
 			return s.stringValue(&c.Model)
 		case 2:
-			v, ok := s.rawValue(1)
-			c.SystemFingerprint = append(json.RawMessage(nil), v...)
-			return ok
+			return s.rawCopy(1, &c.SystemFingerprint)
 		case 3:
 			return s.choices(c)
 		default:
 			return s.usage(c)
 		}
-	})
-	if !ok {
-		return false
-	}
-	s.ws()
-	return s.i == len(s.b)
+	}) && s.end()
 }
 
 func (s *jscan) choices(c *completionAnswer) bool {
@@ -519,16 +533,8 @@ func (s *jscan) choices(c *completionAnswer) bool {
 	c.Choices = make([]completionChoice, 0, 1)
 	return s.array(func() bool {
 		var ch completionChoice
-		var seen uint32
 		if !s.nullOr(func() bool {
-			return s.object(func(name []byte) bool {
-				f := field(name, choiceNames...)
-				if f == -1 {
-					return s.skip(2)
-				}
-				if f < 0 || !once(&seen, f) {
-					return false
-				}
+			return s.known(choiceNames, 2, func(f int) bool {
 				if f == 0 {
 					return s.stringValue(&ch.Text)
 				}
@@ -547,20 +553,8 @@ func (s *jscan) usage(c *completionAnswer) bool {
 		return s.lit("null") // c.Usage stays nil
 	}
 	u := &usage{}
-	var seen uint32
-	if !s.object(func(name []byte) bool {
-		f := field(name, usageNames...)
-		switch {
-		case f == -1:
-			return s.skip(2)
-		case f < 0 || !once(&seen, f):
-			return false
-		case f == 0:
-			return s.intValue(&u.PromptTokens)
-		case f == 1:
-			return s.intValue(&u.CompletionTokens)
-		}
-		return s.intValue(&u.TotalTokens)
+	if !s.known(usageNames, 2, func(f int) bool {
+		return s.intValue([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[f])
 	}) {
 		return false
 	}
@@ -593,38 +587,20 @@ var (
 // have. Raw values are copies: data is the event reader's buffer, reused for the next event.
 func scanChunk(data []byte, c *completionChunk) bool {
 	s := jscan{b: data}
-	var seen uint32
-	raw := func(dst *json.RawMessage) bool {
-		v, ok := s.rawValue(1)
-		*dst = append(json.RawMessage(nil), v...)
-		return ok
-	}
-	ok := s.object(func(name []byte) bool {
-		f := field(name, chunkNames...)
-		if f == -1 {
-			return s.skip(1)
-		}
-		if f < 0 || !once(&seen, f) {
-			return false
-		}
+	return s.known(chunkNames, 1, func(f int) bool {
 		switch f {
 		case 0:
 			return s.stringValue(&c.Model)
 		case 1:
-			return raw(&c.SystemFingerprint)
+			return s.rawCopy(1, &c.SystemFingerprint)
 		case 2:
 			return s.chunkChoices(c)
 		case 3:
-			return raw(&c.Usage)
+			return s.rawCopy(1, &c.Usage)
 		default:
-			return raw(&c.Error)
+			return s.rawCopy(1, &c.Error)
 		}
-	})
-	if !ok {
-		return false
-	}
-	s.ws()
-	return s.i == len(s.b)
+	}) && s.end()
 }
 
 func (s *jscan) chunkChoices(c *completionChunk) bool {
@@ -636,16 +612,8 @@ func (s *jscan) chunkChoices(c *completionChunk) bool {
 	}
 	return s.array(func() bool {
 		var ch chunkChoiceIn
-		var seen uint32
 		if !s.nullOr(func() bool {
-			return s.object(func(name []byte) bool {
-				f := field(name, chunkChoiceNames...)
-				if f == -1 {
-					return s.skip(2)
-				}
-				if f < 0 || !once(&seen, f) {
-					return false
-				}
+			return s.known(chunkChoiceNames, 2, func(f int) bool {
 				switch f {
 				case 0:
 					var n int64
@@ -657,9 +625,7 @@ func (s *jscan) chunkChoices(c *completionChunk) bool {
 				case 2:
 					return s.stringPtr(&ch.FinishReason)
 				}
-				v, ok := s.rawValue(2)
-				ch.StopReason = append(json.RawMessage(nil), v...)
-				return ok
+				return s.rawCopy(2, &ch.StopReason)
 			})
 		}) {
 			return false

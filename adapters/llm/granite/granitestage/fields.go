@@ -33,11 +33,10 @@ func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 		f[string(name)] = v
 		return ok
 	})
-	if !ok {
+	if !ok || !s.end() {
 		return nil, false
 	}
-	s.ws()
-	return f, s.i == len(body)
+	return f, true
 }
 
 var (
@@ -51,15 +50,7 @@ var (
 func scanControls(raw []byte) (*granite.Controls, bool) {
 	s := jscan{b: raw}
 	c := &granite.Controls{}
-	var seen uint32
-	ok := s.object(func(name []byte) bool {
-		f := field(name, controlNames...)
-		if f == -1 {
-			return s.skip(1)
-		}
-		if f < 0 || !once(&seen, f) {
-			return false
-		}
+	ok := s.known(controlNames, 1, func(f int) bool {
 		if f == 2 {
 			return s.stringPtr(&c.Length)
 		}
@@ -82,11 +73,10 @@ func scanControls(raw []byte) (*granite.Controls, bool) {
 		}
 		return false
 	})
-	if !ok {
+	if !ok || !s.end() {
 		return nil, false
 	}
-	s.ws()
-	return c, s.i == len(raw)
+	return c, true
 }
 
 // array reads a JSON array at s.i, elem reading each element (whitespace skipped).
@@ -124,16 +114,8 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 	out := make([]wireMessage, 0, 4)
 	ok := s.array(func() bool {
 		var m wireMessage
-		var seen uint32
 		if !s.nullOr(func() bool {
-			return s.object(func(name []byte) bool {
-				f := field(name, messageNames...)
-				if f == -1 {
-					return s.skip(2)
-				}
-				if f < 0 || !once(&seen, f) {
-					return false
-				}
+			return s.known(messageNames, 2, func(f int) bool {
 				switch f {
 				case 0:
 					return s.stringValue(&m.Role)
@@ -152,11 +134,10 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 		out = append(out, m)
 		return true
 	})
-	if !ok {
+	if !ok || !s.end() {
 		return nil, false
 	}
-	s.ws()
-	return out, s.i == len(raw)
+	return out, true
 }
 
 // scanDocuments reads a request's documents as json.Unmarshal into []granite.Document would,
@@ -166,16 +147,8 @@ func scanDocuments(raw []byte) ([]granite.Document, bool) {
 	out := make([]granite.Document, 0, 4)
 	ok := s.array(func() bool {
 		var d granite.Document
-		var seen uint32
 		if !s.nullOr(func() bool {
-			return s.object(func(name []byte) bool {
-				f := field(name, documentNames...)
-				if f == -1 {
-					return s.skip(2)
-				}
-				if f < 0 || !once(&seen, f) {
-					return false
-				}
+			return s.known(documentNames, 2, func(f int) bool {
 				if f == 0 {
 					return s.stringValue(&d.Text)
 				}
@@ -209,9 +182,8 @@ func scanDocuments(raw []byte) ([]granite.Document, bool) {
 		out = append(out, d)
 		return true
 	})
-	if !ok {
+	if !ok || !s.end() {
 		return nil, false
 	}
-	s.ws()
-	return out, s.i == len(raw)
+	return out, true
 }

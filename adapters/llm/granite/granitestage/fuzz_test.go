@@ -125,6 +125,29 @@ func FuzzChatStream(f *testing.F) {
 	})
 }
 
+// sameAsJSON checks a decoder against json.Unmarshal into a T: what its fast path (scan) reads
+// it reads as encoding/json does, and decode (fast path, else encoding/json) gives the same
+// value and fails where encoding/json fails. It returns encoding/json's value and error.
+func sameAsJSON[T any](t *testing.T, data []byte, scan func([]byte, *T) bool, decode func([]byte, *T) error) (T, error) {
+	t.Helper()
+	var want T
+	werr := json.Unmarshal(data, &want)
+	var fast T
+	if scan(data, &fast) {
+		if werr != nil {
+			t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
+		}
+		if !reflect.DeepEqual(fast, want) {
+			t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
+		}
+	}
+	var got T
+	if err := decode(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
+	}
+	return want, werr
+}
+
 // FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
 // failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
 // same way. The bytes are also tried as one JSON value (the scanner accepts exactly what
@@ -149,21 +172,7 @@ func FuzzDecodeCompletion(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var want completionAnswer
-		werr := json.Unmarshal(data, &want)
-		var fast completionAnswer
-		if scanCompletion(data, &fast) {
-			if werr != nil {
-				t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
-			}
-			if !reflect.DeepEqual(fast, want) {
-				t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
-			}
-		}
-		var got completionAnswer
-		if err := decodeCompletion(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-			t.Fatalf("decodeCompletion: %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
-		}
+		got, werr := sameAsJSON(t, data, scanCompletion, decodeCompletion)
 
 		if werr == nil { // the answer written back, as the stage writes it
 			a := chatAnswer{ID: got.ID, Object: "chat.completion", Model: got.Model, Usage: got.Usage, SystemFingerprint: got.SystemFingerprint}
@@ -218,27 +227,13 @@ func FuzzDecodeChunk(f *testing.F) {
 		`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}`,
 		`{"error":{"message":"boom","code":500}}`, `{"error":null,"choices":[{"index":null,"text":null}]}`,
 		`{"choices":[{"index":1.0}]}`, `{"choices":[{"index":1e2}]}`, `{"choices":[{"index":99999999999999999999}]}`,
-		`{"choices":[{"index":-1,"text":"a"}],"choices":null}`, `{"Model":"x","ERROR":1}`, `{"mod\u0065l":"m"}`,
+		`{"choices":[{"index":-1,"text":"a"}],"choices":null}`, `{"Model":"x","ERROR":1}`, `{"ſystem_fingerprint":1,"choices":[{"ſtop_reason":2,"text":"é"}]}`, `{"mod\u0065l":"m"}`,
 		`{"choices":[{"stop_reason":[1,{"a":true}]}]} `, `{"choices":{}}`, `null`, `[]`, `{"usage":nul}`, `{"a":1,}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var want completionChunk
-		werr := json.Unmarshal(data, &want)
-		var fast completionChunk
-		if scanChunk(data, &fast) {
-			if werr != nil {
-				t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
-			}
-			if !reflect.DeepEqual(fast, want) {
-				t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
-			}
-		}
-		var got completionChunk
-		if err := decodeChunk(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-			t.Fatalf("decodeChunk: %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
-		}
+		want, werr := sameAsJSON(t, data, scanChunk, decodeChunk)
 		// A stream reuses its chunk: nothing of the one before may show through (but an empty
 		// choices array for none).
 		used := completionChunk{}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/infergate/infergate/internal/jsonscan"
 	"io"
 	"maps"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/infergate/infergate/adapters/llm/granite"
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/internal/jsonscan"
 )
 
 // maxStreamChoices bounds the choices one streamed answer may carry (each holds its text).
