@@ -3,8 +3,8 @@
 // where a string literal's plain bytes end; and, for a writer (the Anthropic one, the Granite
 // stage's), where a string's bytes stop being ones JSON takes as they are. Most of a request or
 // an answer is string contents, and a reader that looks at them a byte at a time runs at a few
-// hundred MB/s; these look at eight at a time. encoding/json has no such entry point, and a general JSON
-// library would replace the readers rather than serve them, so this is written here.
+// hundred MB/s; these look at eight at a time. encoding/json has no such entry point, and a
+// general JSON library would replace the readers rather than serve them, so this is written here.
 package jsonscan
 
 // Text is what the skips read: a document's bytes, or a string being written into one.

@@ -310,6 +310,21 @@ func (s *jscan) known(names []string, depth int, read func(f int) bool) bool {
 	})
 }
 
+// objects reads an array of objects at s.i (a null element is a zero T), appending each to
+// *dst: read reads member f (of names, as known reads them) into the element being built.
+func objects[T any](s *jscan, dst *[]T, names []string, read func(e *T, f int) bool) bool {
+	return s.array(func() bool {
+		var e T
+		if !s.nullOr(func() bool {
+			return s.known(names, 2, func(f int) bool { return read(&e, f) })
+		}) {
+			return false
+		}
+		*dst = append(*dst, e)
+		return true
+	})
+}
+
 // end says whether only whitespace is left: a document is one value.
 func (s *jscan) end() bool {
 	s.ws()
@@ -531,20 +546,11 @@ func (s *jscan) choices(c *completionAnswer) bool {
 		return s.lit("null")
 	}
 	c.Choices = make([]completionChoice, 0, 1)
-	return s.array(func() bool {
-		var ch completionChoice
-		if !s.nullOr(func() bool {
-			return s.known(choiceNames, 2, func(f int) bool {
-				if f == 0 {
-					return s.stringValue(&ch.Text)
-				}
-				return s.stringPtr(&ch.FinishReason)
-			})
-		}) {
-			return false
+	return objects(s, &c.Choices, choiceNames, func(ch *completionChoice, f int) bool {
+		if f == 0 {
+			return s.stringValue(&ch.Text)
 		}
-		c.Choices = append(c.Choices, ch)
-		return true
+		return s.stringPtr(&ch.FinishReason)
 	})
 }
 
@@ -610,28 +616,19 @@ func (s *jscan) chunkChoices(c *completionChunk) bool {
 	if c.Choices == nil {
 		c.Choices = make([]chunkChoiceIn, 0, 1)
 	}
-	return s.array(func() bool {
-		var ch chunkChoiceIn
-		if !s.nullOr(func() bool {
-			return s.known(chunkChoiceNames, 2, func(f int) bool {
-				switch f {
-				case 0:
-					var n int64
-					ok := s.intValue(&n) // null leaves 0
-					ch.Index = int(n)
-					return ok && int64(ch.Index) == n
-				case 1:
-					return s.stringValue(&ch.Text)
-				case 2:
-					return s.stringPtr(&ch.FinishReason)
-				}
-				return s.rawCopy(2, &ch.StopReason)
-			})
-		}) {
-			return false
+	return objects(s, &c.Choices, chunkChoiceNames, func(ch *chunkChoiceIn, f int) bool {
+		switch f {
+		case 0:
+			var n int64
+			ok := s.intValue(&n) // null leaves 0
+			ch.Index = int(n)
+			return ok && int64(ch.Index) == n
+		case 1:
+			return s.stringValue(&ch.Text)
+		case 2:
+			return s.stringPtr(&ch.FinishReason)
 		}
-		c.Choices = append(c.Choices, ch)
-		return true
+		return s.rawCopy(2, &ch.StopReason)
 	})
 }
 

@@ -112,27 +112,18 @@ func (s *jscan) array(elem func() bool) bool {
 func scanMessages(raw []byte) ([]wireMessage, bool) {
 	s := jscan{b: raw}
 	out := make([]wireMessage, 0, 4)
-	ok := s.array(func() bool {
-		var m wireMessage
-		if !s.nullOr(func() bool {
-			return s.known(messageNames, 2, func(f int) bool {
-				switch f {
-				case 0:
-					return s.stringValue(&m.Role)
-				case 1:
-					var ok bool
-					m.Content, ok = s.rawValue(2)
-					return ok
-				case 2:
-					return s.next() == 'n' && s.lit("null")
-				}
-				return s.stringValue(&m.ToolCallID)
-			})
-		}) {
-			return false
+	ok := objects(&s, &out, messageNames, func(m *wireMessage, f int) bool {
+		switch f {
+		case 0:
+			return s.stringValue(&m.Role)
+		case 1:
+			var ok bool
+			m.Content, ok = s.rawValue(2)
+			return ok
+		case 2:
+			return s.next() == 'n' && s.lit("null")
 		}
-		out = append(out, m)
-		return true
+		return s.stringValue(&m.ToolCallID)
 	})
 	if !ok || !s.end() {
 		return nil, false
@@ -145,42 +136,33 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 func scanDocuments(raw []byte) ([]granite.Document, bool) {
 	s := jscan{b: raw}
 	out := make([]granite.Document, 0, 4)
-	ok := s.array(func() bool {
-		var d granite.Document
-		if !s.nullOr(func() bool {
-			return s.known(documentNames, 2, func(f int) bool {
-				if f == 0 {
-					return s.stringValue(&d.Text)
-				}
-				return s.nullOr(func() bool {
-					v, ok := s.rawValue(2)
-					if !ok {
-						return false
-					}
-					if f == 1 {
-						id := &granite.DocID{}
-						if id.UnmarshalJSON(v) != nil {
-							return false
-						}
-						d.DocID = id
-						return true
-					}
-					if c := v[0]; c != '-' && (c < '0' || c > '9') {
-						return false
-					}
-					x, err := strconv.ParseFloat(string(v), 64)
-					if err != nil {
-						return false
-					}
-					d.Score = &x
-					return true
-				})
-			})
-		}) {
-			return false
+	ok := objects(&s, &out, documentNames, func(d *granite.Document, f int) bool {
+		if f == 0 {
+			return s.stringValue(&d.Text)
 		}
-		out = append(out, d)
-		return true
+		return s.nullOr(func() bool {
+			v, ok := s.rawValue(2)
+			if !ok {
+				return false
+			}
+			if f == 1 {
+				id := &granite.DocID{}
+				if id.UnmarshalJSON(v) != nil {
+					return false
+				}
+				d.DocID = id
+				return true
+			}
+			if c := v[0]; c != '-' && (c < '0' || c > '9') {
+				return false
+			}
+			x, err := strconv.ParseFloat(string(v), 64)
+			if err != nil {
+				return false
+			}
+			d.Score = &x
+			return true
+		})
 	})
 	if !ok || !s.end() {
 		return nil, false

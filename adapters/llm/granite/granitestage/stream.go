@@ -186,20 +186,23 @@ func (c *chatStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// present says whether a raw member was sent with a value other than null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
 // take turns one upstream chunk into chat chunks.
 func (c *chatStream) take(data []byte) error {
 	up := &c.up
 	if err := decodeChunk(data, up); err != nil {
 		return fmt.Errorf("granitestage: an upstream chunk is not a completion chunk: %w", err)
 	}
-	if len(up.Error) > 0 && string(up.Error) != "null" {
+	if present(up.Error) {
 		c.emitRaw(data) // an upstream failing mid-stream: its error event passes on as it came
 		return nil
 	}
 	if up.Model != "" {
 		c.head.Model = up.Model
 	}
-	if len(up.SystemFingerprint) > 0 && string(up.SystemFingerprint) != "null" {
+	if present(up.SystemFingerprint) {
 		c.head.SystemFingerprint = up.SystemFingerprint
 	}
 	for _, ch := range up.Choices {
@@ -220,7 +223,7 @@ func (c *chatStream) take(data []byte) error {
 			}
 		}
 	}
-	if len(up.Usage) > 0 && string(up.Usage) != "null" {
+	if present(up.Usage) {
 		h := c.head
 		h.Choices, h.Usage = []chunkChoice{}, up.Usage
 		return c.emit(h)
