@@ -12,27 +12,20 @@ import (
 
 type anthropicKey struct{}
 
-// AcceptAPIKey wraps the gateway's whole HTTP handler, outside its API key check: a request
-// carrying Anthropic's x-api-key header and no Authorization gets "Authorization: Bearer <key>",
-// which the gateway's auth reads, and x-api-key itself is removed (it never reaches an upstream).
-// Requests that look Anthropic's (x-api-key, an anthropic-version header, a Messages API path)
-// get their error answers in Anthropic's shape, whoever wrote them (the auth check's 401, the
-// router's 404), and WrapModels answers them in Anthropic's shape.
+// AcceptAPIKey wraps the gateway's whole HTTP handler, outside its API key check: requests that
+// look Anthropic's (x-api-key, an anthropic-version header, a Messages API path) get their error
+// answers in Anthropic's shape, whoever wrote them (the auth check's 401, the router's 404), and
+// WrapModels answers them in Anthropic's shape. The x-api-key header is left as the client sent
+// it: the gateway's key check reads it as it reads Authorization, and it is never turned into
+// another provider's header (an upstream gets a client's credentials only when configured to,
+// and then as sent: see upstream.Endpoint.ForwardClientAuth).
 func AcceptAPIKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-Api-Key")
-		if key == "" && r.Header.Get("Anthropic-Version") == "" && !isMessagesPath(r.URL.Path) {
+		if r.Header.Get("X-Api-Key") == "" && r.Header.Get("Anthropic-Version") == "" && !isMessagesPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), anthropicKey{}, true))
-		if key != "" {
-			r.Header = r.Header.Clone()
-			if r.Header.Get("Authorization") == "" {
-				r.Header.Set("Authorization", "Bearer "+key)
-			}
-			r.Header.Del("X-Api-Key")
-		}
 		ew := &errorWriter{w: w, reqID: r.Header.Get("X-Request-Id")}
 		defer ew.finish()
 		next.ServeHTTP(ew, r)

@@ -82,7 +82,9 @@
 //
 // # API keys and models
 //
-// AcceptAPIKey maps x-api-key to Authorization: Bearer for the gateway's key check and answers
+// The gateway's key check reads x-api-key as it reads Authorization. AcceptAPIKey answers
 // Anthropic clients' errors in Anthropic's shape; WrapModels answers GET /v1/models in
-// Anthropic's shape to them.
+// Anthropic's shape to them. A client's x-api-key is never rewritten into another header: a
+// translated request carries no client credential, and a native one carries it as sent, for
+// the upstream to drop or (with forward_client_auth) pass on.
 package anthropic

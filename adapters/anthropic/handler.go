@@ -172,8 +172,9 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) (aborted boo
 }
 
 // Headers that never reach the chat handler: Anthropic's protocol headers, the client's API key
-// (already mapped to Authorization by AcceptAPIKey), Accept-Encoding (the answer must come
-// uncompressed to be translated) and the body's length.
+// (the gateway's key check has read it; an Anthropic credential is never sent to an OpenAI
+// upstream), Accept-Encoding (the answer must come uncompressed to be translated) and the
+// body's length.
 func dropHeader(k string) bool {
 	switch k {
 	case "X-Api-Key", "Accept-Encoding", "Content-Length", "Content-Type":
@@ -187,7 +188,7 @@ type chatReq struct {
 	r    http.Request
 	u    url.URL
 	body bodyReader
-	vals [3]string // the values of the headers set
+	vals [2]string // the values of the headers set
 }
 
 // bodyReader is io.NopCloser(bytes.NewReader(body)) in one piece: Read, WriteTo and Close.
@@ -213,14 +214,12 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 			out.Header[k] = vv
 		}
 	}
-	// The keys are canonical: set as Header.Set would, with the values' slices in c.
-	if key := r.Header.Get("X-Api-Key"); key != "" && out.Header.Get("Authorization") == "" {
-		c.vals[0] = "Bearer " + key
-		out.Header["Authorization"] = c.vals[0:1:1]
-	}
-	c.vals[1], c.vals[2] = "application/json", reqID
-	out.Header["Content-Type"] = c.vals[1:2:2]
-	out.Header["X-Request-Id"] = c.vals[2:3:3]
+	// The keys are canonical: set as Header.Set would, with the values' slices in c. The client's
+	// x-api-key is not carried over as Authorization: an Anthropic credential never becomes an
+	// OpenAI one.
+	c.vals[0], c.vals[1] = "application/json", reqID
+	out.Header["Content-Type"] = c.vals[0:1:1]
+	out.Header["X-Request-Id"] = c.vals[1:2:2]
 	c.body.r.Reset(body)
 	out.Body = &c.body
 	out.ContentLength = int64(len(body))
@@ -237,11 +236,7 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	u.Path, u.RawPath = pathMessages, ""
 	out.URL = &u
 	out.RequestURI = u.RequestURI()
-	out.Header = r.Header.Clone()
-	if key := out.Header.Get("X-Api-Key"); key != "" && out.Header.Get("Authorization") == "" {
-		out.Header.Set("Authorization", "Bearer "+key)
-	}
-	out.Header.Del("X-Api-Key")
+	out.Header = r.Header.Clone() // x-api-key included: the upstream decides whether it goes on
 	out.Header.Set("X-Request-Id", reqID)
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))

@@ -187,7 +187,8 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 
 // upstreamHeader is the header sent upstream, built in one map with one backing array for its
 // values: the client's headers minus the hop-by-hop ones (and those its Connection header names),
-// Content-Length (the transport writes the body's) and StripHeaders; then X-Request-Id,
+// Content-Length (the transport writes the body's), StripHeaders and the client's credentials
+// (upstream.IsCredentialHeader, unless the endpoint forwards them); then X-Request-Id,
 // X-Forwarded-For (the client's address appended to any it sent), Accept-Encoding: identity unless
 // the client chose one, and last the endpoint's configured headers, which win. An internal call
 // (no client headers) sends Content-Type: application/json.
@@ -207,7 +208,8 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header 
 		set("Content-Type", "application/json")
 	}
 	for k, vv := range src {
-		if isHopHeader(k) || k == "Content-Length" || slices.Contains(p.strip, k) {
+		if isHopHeader(k) || k == "Content-Length" || slices.Contains(p.strip, k) ||
+			(!ep.cfg.ForwardClientAuth && upstream.IsCredentialHeader(k)) {
 			continue
 		}
 		vals = append(vals, vv...)

@@ -326,27 +326,44 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 	assert.Equal(t, breaker.Closed, br.State("a"), "a 429 is not a failure")
 }
 
-// TestStripHeaders: headers the gateway consumed (its own API key) never reach an upstream; the
-// endpoint's configured credentials still do.
+// TestStripHeaders: a client's credential headers never reach an upstream unless it forwards
+// them (forward_client_auth), nor do headers the gateway consumed; the endpoint's configured
+// credentials still do, and win.
 func TestStripHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
+	c := openaitest.Start(t, "c", "llama")
 	epB := slowChecks(ep(b, 0))
 	epB.Headers = map[string]string{"Authorization": "Bearer upstream-secret"}
+	epC := slowChecks(ep(c, 0))
+	epC.ForwardClientAuth = true
 	for _, tc := range []struct {
-		up   *openaitest.Upstream
-		ep   upstream.Endpoint
-		want string
-	}{{a, slowChecks(ep(a, 0)), ""}, {b, epB, "Bearer upstream-secret"}} {
-		p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{tc.ep}, StripHeaders: []string{"Authorization"}})
+		up            *openaitest.Upstream
+		ep            upstream.Endpoint
+		strip         []string
+		auth, cookie  string
+		apiKey, token string
+	}{
+		{a, slowChecks(ep(a, 0)), nil, "", "", "", ""},
+		{a, slowChecks(ep(a, 0)), []string{"Authorization"}, "", "", "", ""},
+		{b, epB, nil, "Bearer upstream-secret", "", "", ""},
+		{c, epC, nil, "Bearer client-key", "s=1", "k", "t"},
+		{c, epC, []string{"Authorization"}, "", "s=1", "k", "t"},
+	} {
+		p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{tc.ep}, StripHeaders: tc.strip})
 		require.NoError(t, err)
 		p.Start(context.Background())
 		srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
 		e := &env{srv: srv, proxy: p, URL: srv.URL}
-		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), "Authorization", "Bearer gateway-key", "X-Other", "kept")
+		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), "Authorization", "Bearer client-key", "Cookie", "s=1",
+			"X-Api-Key", "k", "X-Auth-Token", "t", "X-Other", "kept")
 		require.Equal(t, http.StatusOK, res.StatusCode, body)
-		assert.Equal(t, tc.want, tc.up.LastHeader().Get("Authorization"))
-		assert.Equal(t, "kept", tc.up.LastHeader().Get("X-Other"))
+		h := tc.up.LastHeader()
+		assert.Equal(t, tc.auth, h.Get("Authorization"))
+		assert.Equal(t, tc.cookie, h.Get("Cookie"))
+		assert.Equal(t, tc.apiKey, h.Get("X-Api-Key"))
+		assert.Equal(t, tc.token, h.Get("X-Auth-Token"))
+		assert.Equal(t, "kept", h.Get("X-Other"))
 		p.Close()
 	}
 }

@@ -50,7 +50,15 @@ type Endpoint struct {
 	// endpoints, whose models come from RepositoryIndex.
 	ModelURL string `yaml:"model_url"`
 	// Headers are added to every upstream request (replacing the client's); values expand ${ENV}.
+	// They are the only credentials an upstream gets unless ForwardClientAuth is set.
 	Headers map[string]string `yaml:"headers"`
+	// ForwardClientAuth passes the client's own credential headers (Authorization, Cookie,
+	// X-Api-Key, X-Auth-Token; see IsCredentialHeader) to this endpoint as the client sent them.
+	// Off by default: a client's credentials are for the gateway, and an upstream's come from its
+	// Headers, as Olla and LiteLLM do. A credential is never translated from one provider's header
+	// into another's (an Anthropic client's x-api-key is not an OpenAI bearer token). Not for
+	// kserve endpoints, which get only their configured headers as gRPC metadata.
+	ForwardClientAuth bool `yaml:"forward_client_auth"`
 	// Models, when set, is an allow-list: only these discovered models are routed to the endpoint.
 	Models []string `yaml:"models"`
 	// SkipDiscovery serves exactly Models, without listing the upstream's models (for servers
@@ -62,6 +70,18 @@ type Endpoint struct {
 	// Aliases maps a public model name to the name this endpoint serves it under; the request's
 	// model value is replaced in place, the rest of the body is forwarded byte for byte.
 	Aliases map[string]string `yaml:"aliases"`
+}
+
+// IsCredentialHeader reports whether a canonical header name is one that carries a client's
+// credentials: Authorization, Cookie, X-Api-Key, X-Auth-Token or Proxy-Authorization (Olla's
+// list). They never reach an upstream unless its ForwardClientAuth is set (Proxy-Authorization
+// not even then: it is hop-by-hop).
+func IsCredentialHeader(k string) bool {
+	switch k {
+	case "Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "Proxy-Authorization":
+		return true
+	}
+	return false
 }
 
 // Endpoint types.
@@ -239,6 +259,9 @@ func resolve(id string, ep Endpoint) (Resolved, []error) {
 	}
 	if r.CheckTimeout < 0 {
 		bad("check_timeout", "must be positive, got %v", ep.CheckTimeout)
+	}
+	if ep.ForwardClientAuth && ep.Type == TypeKServe {
+		bad("forward_client_auth", "applies to endpoints that speak OpenAI's HTTP API, not kserve")
 	}
 	for name, value := range ep.Headers {
 		if !httpguts.ValidHeaderFieldName(name) {

@@ -545,6 +545,15 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	if c.Auth.RedisKeys && c.Redis.Addr == "" {
 		lines = append(lines, fmt.Sprintf("%s: auth.redis_keys needs redis.addr", name))
 	}
+	if len(c.Auth.Keys) > 0 || c.Auth.RedisKeys {
+		// With keys on, the client's Authorization (or x-api-key) is the gateway's key: passing
+		// it on would hand every upstream the gateway's secrets.
+		for _, ep := range c.Upstreams {
+			if ep.ForwardClientAuth {
+				lines = append(lines, fmt.Sprintf("%s: upstreams: endpoint %q: forward_client_auth: cannot be used with API keys (auth.keys, auth.redis_keys): the client's credential is the gateway's key; give the upstream its own in headers", name, ep.Name))
+			}
+		}
+	}
 	if err := c.Limits.Validate(); err != nil {
 		for _, e := range unjoin(err) {
 			lines = append(lines, fmt.Sprintf("%s: limits.%v", name, e))
