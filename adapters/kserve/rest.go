@@ -36,8 +36,8 @@ func (s *Service) RESTHandler() http.Handler {
 	post := func(pattern string, h restFunc) { mux.Handle(pattern, restMethod(http.MethodPost, h)) }
 
 	get("/v2", s.restServerMetadata)
-	get("/v2/health/live", func(w http.ResponseWriter, _ *http.Request) error { return restHealth(w, true) })
-	get("/v2/health/ready", func(w http.ResponseWriter, _ *http.Request) error { return restHealth(w, s.Ready()) })
+	get("/v2/health/live", func(w http.ResponseWriter, _ *http.Request) error { return restHealth(w, true, healthLive) })
+	get("/v2/health/ready", func(w http.ResponseWriter, _ *http.Request) error { return restHealth(w, s.Ready(), healthReady) })
 	get("/v2/models/stats", s.restStatistics)
 	for _, model := range []string{"/v2/models/{model}", "/v2/models/{model}/versions/{version}"} {
 		get(model, s.restModelMetadata)
@@ -137,13 +137,25 @@ func writeProto(w http.ResponseWriter, m proto.Message) error {
 	return nil
 }
 
-// restHealth answers a health or readiness probe as Triton does: 200 when true, 400 when not,
-// with no body either way.
-func restHealth(w http.ResponseWriter, ok bool) error {
-	if ok {
-		w.WriteHeader(http.StatusOK)
-	} else {
+// The server health answers' bodies, as KServe's own server writes them.
+var (
+	healthLive  = []byte(`{"live":true}`)
+	healthReady = []byte(`{"ready":true}`)
+)
+
+// restHealth answers a health or readiness probe: 200 when true, with body (JSON) if any, and
+// Triton's 400 with no body when not. The server's probes answer KServe's JSON bodies where
+// Triton's have none: Triton's clients read only the status, but KServe's InferenceRESTClient
+// parses is_server_live's and is_server_ready's answers as JSON. A model's readiness keeps
+// Triton's empty body, which KServe's client judges by its status.
+func restHealth(w http.ResponseWriter, ok bool, body []byte) error {
+	switch {
+	case !ok:
 		w.WriteHeader(http.StatusBadRequest)
+	case body == nil:
+		w.WriteHeader(http.StatusOK)
+	default:
+		writeJSON(w, http.StatusOK, body)
 	}
 	return nil
 }
@@ -169,7 +181,7 @@ func (s *Service) restModelReady(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return restHealth(w, res.GetReady())
+	return restHealth(w, res.GetReady(), nil)
 }
 
 // restModelConfig answers the model configuration itself, not wrapped in {"config": ...}, as

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -134,7 +135,7 @@ func TestRESTHealthAndMetadata(t *testing.T) {
 	srv := start(t)
 	for _, p := range restPeers(srv) {
 		t.Run(p.name, func(t *testing.T) {
-			for _, path := range []string{"/v2/health/live", "/v2/health/ready", "/v2/models/simple/ready", "/v2/models/simple/versions/1/ready"} {
+			for _, path := range []string{"/v2/models/simple/ready", "/v2/models/simple/versions/1/ready"} {
 				r := p.get(t, path)
 				assert.Equal(t, http.StatusOK, r.status, path)
 				assert.Empty(t, r.body, path)
@@ -165,6 +166,37 @@ func TestRESTHealthAndMetadata(t *testing.T) {
 			requireRESTError(t, p.get(t, "/v2/models/nope"), 404, "Request for unknown model: 'nope' is not found")
 			requireRESTError(t, p.get(t, "/v2/models/simple/versions/2"), 404, "Request for unknown model: 'simple' version 2 is not found")
 		})
+	}
+}
+
+// The server health routes answer as KServe's own server does, {"live": true} and {"ready": true},
+// which KServe's InferenceRESTClient parses (is_server_live and is_server_ready call .json() on
+// the answer and fail on an empty one); Triton's clients read only the status. Not ready stays
+// Triton's 400 with no body.
+func TestRESTHealthJSONBodies(t *testing.T) {
+	srv := start(t)
+	for _, p := range restPeers(srv) {
+		t.Run(p.name, func(t *testing.T) {
+			for path, want := range map[string]string{"/v2/health/live": `{"live":true}`, "/v2/health/ready": `{"ready":true}`} {
+				r := p.get(t, path)
+				require.Equal(t, http.StatusOK, r.status, path)
+				assert.Equal(t, "application/json", r.header.Get("Content-Type"), path)
+				assert.Equal(t, want, string(r.body), path)
+			}
+		})
+	}
+
+	s := kserve.NewService(engines.NewRegistry())
+	s.Drain()
+	h := s.RESTHandler()
+	for path, want := range map[string]struct {
+		status int
+		body   string
+	}{"/v2/health/live": {http.StatusOK, `{"live":true}`}, "/v2/health/ready": {http.StatusBadRequest, ""}} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		assert.Equal(t, want.status, w.Code, path)
+		assert.Equal(t, want.body, w.Body.String(), "%s while draining", path)
 	}
 }
 

@@ -81,7 +81,13 @@ func NewService(reg *engines.Registry, opts ...Option) *Service {
 	}
 	s.exts = slices.Clone(Extensions)
 	if !s.shmOff && shm.Supported() {
-		s.shm = shm.New(s.shmMax)
+		var opts []shm.Option
+		if s.shmOwner != nil {
+			// Callers are told apart (API keys): their objects must be too, or one could
+			// register another's object under its own region name and read or overwrite it.
+			opts = append(opts, shm.ExclusiveObjects())
+		}
+		s.shm = shm.New(s.shmMax, opts...)
 		s.exts = append(s.exts, extSystemSharedMemory)
 	}
 	if s.tracer != nil {

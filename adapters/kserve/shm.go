@@ -40,7 +40,10 @@ func WithSharedMemoryMaxRegions(n int) Option { return func(s *Service) { s.shmM
 
 // WithSharedMemoryOwner names the owner of the regions a request registers and uses (default:
 // one namespace for every caller, as in Triton). The runtime passes the caller's API key, so that
-// with keys on one client's regions are never reached through another's requests.
+// with keys on one client's regions are never reached through another's requests. With an owner
+// function the objects are owned too (shm.ExclusiveObjects): a /dev/shm object belongs to the
+// owner that registered it first while any of that owner's regions maps it, and another owner
+// naming it is answered as for a missing object.
 func WithSharedMemoryOwner(owner func(context.Context) string) Option {
 	return func(s *Service) { s.shmOwner = owner }
 }

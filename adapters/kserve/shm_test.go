@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +18,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
+	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -416,4 +420,135 @@ func TestSharedMemoryConcurrentUnregister(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, unregister(ctx, c, ""))
 	assert.Zero(t, srv.Gateway.SharedMemory().Mapped())
+}
+
+// heldModel is OUT = IN + 1 over INT32 [16] that signals entered and then waits for release
+// before answering: a request held inside its model.
+type heldModel struct {
+	entered, release chan struct{}
+}
+
+func (heldModel) Config() *inference.ModelConfig {
+	return &inference.ModelConfig{Name: "held",
+		Input:  []*inference.ModelInput{{Name: "IN", DataType: inference.DataType_TYPE_INT32, Dims: []int64{16}}},
+		Output: []*inference.ModelOutput{{Name: "OUT", DataType: inference.DataType_TYPE_INT32, Dims: []int64{16}}}}
+}
+
+func (m heldModel) Execute(ctx context.Context, r *engines.Request, send func(*engines.Response) error) error {
+	m.entered <- struct{}{}
+	<-m.release
+	out := make([]byte, len(r.Inputs[0].Data))
+	for i := 0; i+4 <= len(out); i += 4 {
+		binary.LittleEndian.PutUint32(out[i:], binary.LittleEndian.Uint32(r.Inputs[0].Data[i:])+1)
+	}
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: "OUT", Datatype: inference.DataType_TYPE_INT32, Shape: []int64{16}, Data: out}}})
+}
+
+// Unregistering the regions a request is using, while it is held in its model, keeps their
+// mappings until it ends (as Triton does): the request reads its input and writes its output as
+// if nothing happened, the names are gone at once for everyone else, and nothing stays mapped
+// afterwards. Over gRPC and REST alike.
+func TestSharedMemoryUnregisterDuringRequest(t *testing.T) {
+	t.Parallel()
+	m := heldModel{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := start(t, m)
+	ctx := context.Background()
+	c := clients(t, srv)[0]
+	sum := seq(16, func(i int) int32 { return int32(7*i + 1) })
+	for _, via := range []string{"grpc", "rest"} {
+		in, out := newClientRegion(t, 64), newClientRegion(t, 64)
+		copy(in.mem, tensor.Bytes(seq(16, func(i int) int32 { return int32(7 * i) })))
+		require.NoError(t, register(ctx, c, "in", in.key, 0, 64))
+		require.NoError(t, register(ctx, c, "out", out.key, 0, 64))
+		done := make(chan error, 1)
+		go func() {
+			if via == "rest" {
+				// Not restPeer.post: it fails the test from this goroutine.
+				res, err := http.Post(srv.URL+"/v2/models/held/infer", "application/json", strings.NewReader(
+					`{"inputs":[{"name":"IN","shape":[16],"datatype":"INT32",`+
+						`"parameters":{"shared_memory_region":"in","shared_memory_byte_size":64}}],`+
+						`"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"out","shared_memory_byte_size":64}}]}`))
+				if err == nil {
+					body, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					if res.StatusCode != http.StatusOK {
+						err = fmt.Errorf("%d %s", res.StatusCode, body)
+					}
+				}
+				done <- err
+				return
+			}
+			_, err := infer(ctx, c, &inference.ModelInferRequest{ModelName: "held",
+				Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{16}, Parameters: shmParams("in", 64, 0)}},
+				Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUT", Parameters: shmParams("out", 64, 0)}}})
+			done <- err
+		}()
+		select {
+		case <-m.entered:
+		case err := <-done:
+			t.Fatalf("%s: the request ended before reaching its model: %v", via, err)
+		}
+		require.NoError(t, unregister(ctx, c, "out"), via)
+		require.NoError(t, unregister(ctx, c, "in"), via)
+		assert.Equal(t, 1, srv.Gateway.SharedMemory().Mapped(), "%s: the output's mapping stays while the request holds it (the input was copied out already)", via)
+		_, err := call[inference.SystemSharedMemoryStatusRequest, inference.SystemSharedMemoryStatusResponse](ctx, c, "SystemSharedMemoryStatus", &inference.SystemSharedMemoryStatusRequest{Name: "out"})
+		requireStatus(t, err, connect.CodeNotFound, "Unable to find system shared memory region: 'out'")
+		m.release <- struct{}{}
+		require.NoError(t, <-done, via)
+		assert.Equal(t, sum, int32s(out.mem), "%s: the output reached the unregistered region", via)
+		assert.Zero(t, srv.Gateway.SharedMemory().Mapped(), "%s: unmapped once the request ended", via)
+	}
+}
+
+// ownerKey carries a test caller's name in a context, as the runtime's API key does.
+type ownerKey struct{}
+
+func asOwner(name string) context.Context {
+	return context.WithValue(context.Background(), ownerKey{}, name)
+}
+
+// With an owner function (API keys on) objects are owned: alice's request, held in its model
+// after alice unregistered its regions, still owns the object its output goes to, so bob cannot
+// register that object (he gets the missing object's answer) until the request has written its
+// output and ended; then he may.
+func TestSharedMemoryObjectOwnedWhileInFlight(t *testing.T) {
+	t.Parallel()
+	m := heldModel{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	reg := engines.NewRegistry()
+	_, err := reg.Register(m)
+	require.NoError(t, err)
+	s := kserve.NewService(reg, kserve.WithSharedMemoryOwner(func(ctx context.Context) string { return ctx.Value(ownerKey{}).(string) }))
+	t.Cleanup(func() { _ = s.Close() })
+	alice, bob := asOwner("alice"), asOwner("bob")
+	in, out := newClientRegion(t, 64), newClientRegion(t, 64)
+	copy(in.mem, tensor.Bytes(seq(16, func(i int) int32 { return int32(7 * i) })))
+	registerAs := func(ctx context.Context, name, key string) error {
+		_, err := s.SystemSharedMemoryRegister(ctx, &inference.SystemSharedMemoryRegisterRequest{Name: name, Key: key, ByteSize: 64})
+		return err
+	}
+	require.NoError(t, registerAs(alice, "in", in.key))
+	require.NoError(t, registerAs(alice, "out", out.key))
+	requireStatus(t, registerAs(bob, "out", out.key), connect.CodeInternal, "Unable to open shared memory region: '"+out.key+"'")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.ModelInfer(alice, &inference.ModelInferRequest{ModelName: "held",
+			Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{16}, Parameters: shmParams("in", 64, 0)}},
+			Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUT", Parameters: shmParams("out", 64, 0)}}})
+		done <- err
+	}()
+	select {
+	case <-m.entered:
+	case err := <-done:
+		t.Fatalf("the request ended before reaching its model: %v", err)
+	}
+	_, err = s.SystemSharedMemoryUnregister(alice, &inference.SystemSharedMemoryUnregisterRequest{})
+	require.NoError(t, err)
+	require.NoError(t, registerAs(bob, "in", in.key), "the input was copied out: that object is free")
+	requireStatus(t, registerAs(bob, "out", out.key), connect.CodeInternal, "Unable to open shared memory region: '"+out.key+"'")
+	m.release <- struct{}{}
+	require.NoError(t, <-done)
+	assert.Equal(t, seq(16, func(i int) int32 { return int32(7*i + 1) }), int32s(out.mem), "alice's output reached her unregistered region")
+	require.NoError(t, registerAs(bob, "out", out.key), "free once alice's request ended")
+	assert.Equal(t, 2, s.SharedMemory().Mapped(), "bob's two regions")
 }

@@ -20,10 +20,11 @@ import (
 // generate extensions. They run when a REST URL is given.
 func restChecks() []Check {
 	return []Check{
-		{ID: "rest.health", Title: "GET /v2/health/live and /v2/health/ready answer 200", Class: Standard, Cite: citeHealth, Item: 58, Run: func(t *T) {
-			for _, path := range []string{"/v2/health/live", "/v2/health/ready"} {
-				r := t.rest(http.MethodGet, path, nil, nil)
-				equal(t, "GET "+path+" status", http.StatusOK, r.status)
+		{ID: "rest.health", Title: "GET /v2/health/live and /v2/health/ready answer 200, with no body or KServe's JSON", Class: Standard, Cite: citeHealth, Item: 58, Run: func(t *T) {
+			for _, probe := range [...]struct{ path, member string }{{"/v2/health/live", "live"}, {"/v2/health/ready", "ready"}} {
+				r := t.rest(http.MethodGet, probe.path, nil, nil)
+				equal(t, "GET "+probe.path+" status", http.StatusOK, r.status)
+				checkHealthBody(t, probe.path, probe.member, r.body)
 			}
 		}},
 		{ID: "rest.model-ready", Title: "GET /v2/models/{m}/ready is 200 for a served model and 4xx for an unknown one", Class: Standard, Cite: citeHealth, Item: 58, Run: func(t *T) {
@@ -410,6 +411,31 @@ func compareRESTOutputs(t *T, want *inference.ModelInferResponse, got *restInfer
 		if !bytes.Equal(wantData, data) {
 			t.Fail(fmt.Sprintf("output '%s' data as over gRPC (%d bytes)", w.GetName(), len(wantData)), fmt.Sprintf("%d different bytes", len(data)))
 		}
+	}
+}
+
+// checkHealthBody judges a 200 health answer's body. v2 says it "should be empty", and Triton's
+// is; KServe's own server answers {"live": true} / {"ready": true}, which KServe's Python
+// InferenceRESTClient requires (is_server_live and is_server_ready parse the body as JSON and
+// return its member). Both pass. A JSON body whose member is false contradicts the 200 and
+// fails; any other body only warns, since v2 does not forbid one (but KServe's client breaks on
+// it).
+func checkHealthBody(t *T, path, member string, body []byte) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return
+	}
+	shown := oneLine(string(body[:min(len(body), 200)]))
+	var j map[string]json.RawMessage
+	if json.Unmarshal(body, &j) != nil {
+		t.Warn("GET %s answered a body that is neither empty (v2, Triton) nor JSON (KServe's {%q: true}): %s", path, member, shown)
+		return
+	}
+	switch strings.TrimSpace(string(j[member])) {
+	case "true":
+	case "false":
+		t.Fail(fmt.Sprintf("GET %s: 200 with no body, or {%q: true}", path, member), shown)
+	default:
+		t.Warn("GET %s answered JSON without %q: true, which KServe's client reads as not %s: %s", path, member, member, shown)
 	}
 }
 

@@ -117,3 +117,29 @@ func TestModelsRequired(t *testing.T) {
 	require.True(t, errors.Is(err, suite.ErrModelsRequired), "%v", err)
 	require.Contains(t, err.Error(), "UNIMPLEMENTED")
 }
+
+// TestRESTHealthBodies: rest.health passes a 200 with Triton's empty body and with KServe's
+// {"live": true} / {"ready": true}, fails a 200 whose JSON says false, and warns on any other
+// body (v2 says it should be empty; KServe's client cannot read it).
+func TestRESTHealthBodies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		bodies map[string]string
+		want   suite.Outcome
+	}{
+		{"kserve-json", nil, suite.Pass},
+		{"triton-empty", map[string]string{"/v2/health/live": "", "/v2/health/ready": ""}, suite.Pass},
+		{"json-false", map[string]string{"/v2/health/live": `{"live": true}`, "/v2/health/ready": `{"ready": false}`}, suite.Fail},
+		{"text", map[string]string{"/v2/health/live": "OK", "/v2/health/ready": ""}, suite.Warn},
+		{"json-other", map[string]string{"/v2/health/live": `{"status": "alive"}`, "/v2/health/ready": ""}, suite.Warn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rep := runFixture(t, fixture.Minimal(t, fixture.Options{HealthBodies: tc.bodies}), suite.Config{Run: regexp.MustCompile(`^rest\.health$`)})
+			res, ok := rep.Result("rest.health")
+			require.True(t, ok)
+			require.Equal(t, tc.want, res.Outcome, "%s %s %s", res.Message, res.Expect, res.Got)
+		})
+	}
+}

@@ -69,7 +69,10 @@ auth:
 
 	code, body = call(bob, "POST", "/v2/systemsharedmemory/unregister", "")
 	require.Equal(t, http.StatusOK, code, body)
-	code, body = call(bob, "POST", "/v2/systemsharedmemory/region/in/register", register)
+	// Bob registers his own object: alice's is hers (TestSecuritySharedMemoryObjectOwnership).
+	require.NoError(t, os.WriteFile("/dev/shm/"+object+"-bob", mem, 0o600))
+	t.Cleanup(func() { os.Remove("/dev/shm/" + object + "-bob") })
+	code, body = call(bob, "POST", "/v2/systemsharedmemory/region/in/register", fmt.Sprintf(`{"key":"/%s-bob","offset":0,"byte_size":128}`, object))
 	require.Equal(t, http.StatusOK, code, "bob may use the same name: %s", body)
 	code, body = call(bob, "POST", "/v2/systemsharedmemory/region/in/unregister", "")
 	require.Equal(t, http.StatusOK, code, body)

@@ -4,11 +4,16 @@
 //
 // Trust model. The extension is for clients on the same host as the server. Every region has an
 // owner, a namespace the caller names (the runtime passes the caller's API key): a region is found,
-// listed and unregistered only through its owner's calls. Without API keys every caller is the
-// same owner, as in Triton: any client that can reach the KServe surface can read (as an input)
-// or overwrite (as an output) a region another client registered, by naming it. Keep keys on, or
-// the extension off (the KServe service's option), wherever clients that must not see each
-// other's tensors share a server.
+// listed and unregistered only through its owner's calls. With ExclusiveObjects (the runtime's
+// choice with API keys on) the objects are owned too: the first owner to register an object holds
+// it, by its name and by its file's identity (device and inode, so a hard link or a rename is the
+// same object), until the last of its mappings of it goes; another owner naming it gets exactly
+// the error a missing object gets, checked before the window is, so it can neither register
+// another's object under its own region name nor learn that the object exists. Without API keys
+// every caller is the same owner, as in Triton: any client that can reach the KServe surface can
+// read (as an input) or overwrite (as an output) a region another client registered, by naming
+// it or by registering its object. Keep keys on, or the extension off (the KServe service's
+// option), wherever clients that must not see each other's tensors share a server.
 //
 // What a client can make the server touch: only POSIX shared memory objects, named by key (the
 // name shm_open takes: an optional leading '/' and then one path element, no '/', no "." or
@@ -26,5 +31,6 @@
 //
 // Lifetime: registration maps the window; unregistering removes the name at once and unmaps when
 // the last in-flight request using the region has finished (a reference count), so unregistering
-// during an inference is safe. Close unregisters everything. The number of regions is capped.
+// during an inference is safe; an owner's hold on the object (ExclusiveObjects) goes with its last
+// mapping, not with the name. Close unregisters everything. The number of regions is capped.
 package shm

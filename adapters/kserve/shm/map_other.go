@@ -17,8 +17,8 @@ var (
 	errBounds = errors.New("bounds")
 )
 
-func mapObject(string, uint64, uint64) ([]byte, []byte, error) {
-	return nil, nil, errors.New("system shared memory is supported on Linux only")
+func mapObject(string, uint64, uint64, func(fileID) error) ([]byte, []byte, fileID, error) {
+	return nil, nil, fileID{}, errors.New("system shared memory is supported on Linux only")
 }
 
 func unmap([]byte) error { return nil }

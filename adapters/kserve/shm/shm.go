@@ -39,7 +39,36 @@ type Manager struct {
 	max     int
 	closed  bool
 	mapped  atomic.Int64
+
+	// exclusive: each object belongs to one owner at a time (see ExclusiveObjects). An object
+	// is claimed twice, by its name under /dev/shm and by its file's identity, so that another
+	// name for the same file (a hard link, a rename) is the same object. Guarded by mu.
+	exclusive bool
+	names     map[string]*claim
+	files     map[fileID]*claim
 }
+
+// fileID is a file's identity: what stays the same under any of its names.
+type fileID struct{ dev, ino uint64 }
+
+// claim is an owner's hold on an object: refs counts the owner's live mappings of it
+// (registered regions, and unregistered ones that requests still use).
+type claim struct {
+	owner string
+	refs  int
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// ExclusiveObjects ties each object to the owner that registered it first, for as long as any
+// region of that owner maps it (in-flight requests included: an unregistered region a request
+// still writes its outputs to keeps the object its owner's until the request ends). Another
+// owner naming the object, by any of its names, gets exactly the error a missing object gets,
+// so it can neither read nor overwrite the owner's bytes nor learn that the object exists. The
+// runtime sets it with API keys on; without it (keys off, Triton's model) any caller may register
+// any object.
+func ExclusiveObjects() Option { return func(m *Manager) { m.exclusive = true } }
 
 // regionID names a region within its owner's namespace: with API keys on, each key has its own
 // (see Register), so one client's regions are never read, written, listed or unregistered through
@@ -54,14 +83,23 @@ type region struct {
 	mapping []byte // what mmap returned
 	data    []byte // the registered window inside it
 	refs    int    // guarded by m.mu
+	file    string // the object's name under /dev/shm, and
+	id      fileID // its identity: the claims released with the mapping (exclusive managers)
 }
 
 // New returns a manager holding at most maxRegions regions (DefaultMaxRegions when <= 0).
-func New(maxRegions int) *Manager {
+func New(maxRegions int, opts ...Option) *Manager {
 	if maxRegions <= 0 {
 		maxRegions = DefaultMaxRegions
 	}
-	return &Manager{regions: make(map[regionID]*region), max: maxRegions}
+	m := &Manager{regions: make(map[regionID]*region), max: maxRegions}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.exclusive {
+		m.names, m.files = make(map[string]*claim), make(map[fileID]*claim)
+	}
+	return m
 }
 
 // Supported reports whether this build can map shared memory (Linux only).
@@ -83,7 +121,12 @@ func ValidKey(key string) (string, bool) {
 // Register maps [offset, offset+byteSize) of the object key as region name of owner. Owners are
 // namespaces (the caller's API key; "" when keys are off): every other method finds only the
 // regions its owner registered, so two clients may use one name, and neither reaches the other's
-// regions. The cap on regions is the server's, across owners.
+// regions. The cap on regions is the server's, across owners. With ExclusiveObjects, an object
+// another owner holds answers as a missing one does.
+//
+// A missing object, one that is not a regular file and (exclusive) one another owner holds all
+// get Triton's answer for a missing object, and before the window is checked against the
+// object's size, so that no answer tells a client whether an object it may not use exists.
 func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) error {
 	file, ok := ValidKey(key)
 	if !ok {
@@ -109,24 +152,58 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 	}
 	invalidArgs := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': invalid args", name))
 	// A zero-sized window cannot be mapped and could hold no tensor; an end past what an int
-	// can index could not be sliced.
+	// can index could not be sliced. Neither depends on the object, so says nothing about it.
 	if byteSize == 0 || offset > maxLen || byteSize > maxLen-offset {
 		return invalidArgs
 	}
-	mapping, data, err := mapObject(file, offset, byteSize)
+	missing := connect.NewError(connect.CodeInternal, fmt.Errorf("Unable to open shared memory region: '%s'", key))
+	if m.exclusive && m.names[file] != nil && m.names[file].owner != owner {
+		return missing // not even opened
+	}
+	mapping, data, fid, err := mapObject(file, offset, byteSize, func(fid fileID) error {
+		if m.exclusive && m.files[fid] != nil && m.files[fid].owner != owner {
+			return errNotYours
+		}
+		return nil
+	})
 	switch {
-	case errors.Is(err, errOpen):
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("Unable to open shared memory region: '%s'", key))
-	case errors.Is(err, errStat):
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("Invalid shared memory region: '%s'", key))
+	case errors.Is(err, errOpen), errors.Is(err, errStat), errors.Is(err, errNotYours):
+		return missing
 	case errors.Is(err, errBounds):
 		return invalidArgs
 	case err != nil:
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': %v", name, err))
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': %w", name, err))
 	}
 	m.mapped.Add(1)
-	m.regions[id] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1}
+	m.regions[id] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1,
+		file: file, id: fid}
+	if m.exclusive {
+		hold(m.names, file, owner)
+		hold(m.files, fid, owner)
+	}
 	return nil
+}
+
+// errNotYours refuses an object another owner holds; Register answers it as a missing object.
+var errNotYours = errors.New("held by another owner")
+
+// hold counts one more mapping of owner's on the object claimed under k.
+func hold[K comparable](claims map[K]*claim, k K, owner string) {
+	c := claims[k]
+	if c == nil {
+		c = &claim{owner: owner}
+		claims[k] = c
+	}
+	c.refs++
+}
+
+// letGo counts one mapping fewer on the object claimed under k, which is free at zero.
+func letGo[K comparable](claims map[K]*claim, k K) {
+	if c := claims[k]; c != nil {
+		if c.refs--; c.refs <= 0 {
+			delete(claims, k)
+		}
+	}
 }
 
 // Unregister removes owner's region name; an unknown name is not an error, as in Triton. The
@@ -201,11 +278,17 @@ func (m *Manager) Status(owner, name string) ([]Status, error) {
 	return out, nil
 }
 
-// dropLocked releases one reference and unmaps at zero.
+// dropLocked releases one reference and unmaps at zero, when the owner's claim on the object
+// (exclusive managers) goes with the mapping: not at unregistering, since a request may still
+// write into the region.
 func (r *region) dropLocked() error {
 	r.refs--
 	if r.refs > 0 {
 		return nil
+	}
+	if r.m.exclusive {
+		letGo(r.m.names, r.file)
+		letGo(r.m.files, r.id)
 	}
 	r.m.mapped.Add(-1)
 	mapping := r.mapping

@@ -5,6 +5,7 @@ package shm_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/infergate/infergate/adapters/kserve/shm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 var seq atomic.Int64
@@ -192,4 +194,65 @@ func TestOwnersAreNamespaces(t *testing.T) {
 	assert.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err), "the cap is the server's")
 	require.NoError(t, m.Close())
 	assert.Zero(t, m.Mapped())
+}
+
+// With ExclusiveObjects an object is its first registrant's while any of its mappings lives, an
+// in-flight request's included: another owner naming it, by any name of the file, gets exactly
+// the missing object's error, whatever window it asks for; so does an object that is no regular
+// file. Without the option (keys off) any owner may register any object, as in Triton.
+func TestExclusiveObjects(t *testing.T) {
+	t.Parallel()
+	m := shm.New(0, shm.ExclusiveObjects())
+	key := object(t, 64)
+	link := key + "_link"
+	require.NoError(t, os.Link("/dev/shm"+key, "/dev/shm"+link))
+	t.Cleanup(func() { os.Remove("/dev/shm" + link) })
+	fifo := key + "_fifo"
+	require.NoError(t, unix.Mkfifo("/dev/shm"+fifo, 0o600))
+	t.Cleanup(func() { os.Remove("/dev/shm" + fifo) })
+	missing := key + "_missing"
+
+	require.NoError(t, m.Register("alice", "a", key, 0, 64))
+	require.NoError(t, m.Register("alice", "b", link[1:], 8, 8), "the owner may map its object again, by any name")
+	refused := func(when string) {
+		t.Helper()
+		for _, size := range []uint64{8, 1 << 20} {
+			want := m.Register("bob", "x", missing, 0, size)
+			require.Equal(t, connect.CodeInternal, connect.CodeOf(want))
+			require.Equal(t, "internal: Unable to open shared memory region: '"+missing+"'", want.Error())
+			for _, k := range []string{key, key[1:], link, fifo} {
+				for _, name := range []string{"x", "a"} {
+					err := m.Register("bob", name, k, 0, size)
+					assert.Equal(t, connect.CodeInternal, connect.CodeOf(err), "%s: %s as %s, %d bytes", when, k, name, size)
+					assert.Equal(t, strings.Replace(want.Error(), missing, k, 1), fmt.Sprint(err), "%s: %s as %s, %d bytes", when, k, name, size)
+				}
+			}
+		}
+		st, err := m.Status("bob", "")
+		require.NoError(t, err)
+		assert.Empty(t, st, when)
+	}
+	refused("alice holds two regions")
+
+	v, err := m.Acquire("alice", "a", 0, 64)
+	require.NoError(t, err)
+	require.NoError(t, m.UnregisterAll("alice"))
+	refused("alice's request still holds an unregistered region")
+	require.NoError(t, v.Write([]byte("alice's output")), "the request writes into the region it holds")
+	v.Release()
+	assert.Zero(t, m.Mapped())
+
+	require.NoError(t, m.Register("bob", "x", link, 0, 64), "free once alice's last mapping went")
+	got, err := m.Read("bob", "x", 0, 14)
+	require.NoError(t, err)
+	assert.Equal(t, "alice's output", string(got))
+	err = m.Register("alice", "a", key, 0, 64)
+	assert.Equal(t, "internal: Unable to open shared memory region: '"+key+"'", fmt.Sprint(err), "now bob's")
+	require.NoError(t, m.Close())
+	assert.Zero(t, m.Mapped())
+
+	open := shm.New(0)
+	require.NoError(t, open.Register("alice", "a", key, 0, 64))
+	require.NoError(t, open.Register("bob", "a", link, 0, 64), "without the option, Triton's model")
+	require.NoError(t, open.Close())
 }
