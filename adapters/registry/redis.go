@@ -64,6 +64,12 @@ type RedisOptions struct {
 // sweepBatch bounds the leases one sweep removes, so one script never runs long.
 const sweepBatch = 256
 
+// backgroundTimeout bounds the store's own calls, a sweep or a watcher's snapshot, as
+// Service.StoreTimeout bounds the callers': a Redis that hangs fails them (logged, retried)
+// rather than holding the sweeper or the watcher until the client finds the connection dead,
+// minutes later.
+const backgroundTimeout = 2 * time.Second
+
 // NewRedisStore returns a store in Redis reached through client, and starts its sweeper. The
 // client stays the caller's: Close stops the sweeper, not the client.
 func NewRedisStore(client rueidis.Client, opts RedisOptions) *RedisStore {
@@ -318,7 +324,9 @@ func (s *RedisStore) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_, err := luaSweep.Exec(ctx, s.client, s.keys, []string{s.channel, strconv.Itoa(sweepBatch)}).AsInt64()
+		cctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
+		_, err := luaSweep.Exec(cctx, s.client, s.keys, []string{s.channel, strconv.Itoa(sweepBatch)}).AsInt64()
+		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -374,7 +382,9 @@ func (s *RedisStore) Watch(ctx context.Context, fn func(Event)) error {
 			retry = nil
 			wakeResync()
 		case <-resync:
-			seq, entries, err := s.snapshot(ctx)
+			cctx, cancel := context.WithTimeout(ctx, backgroundTimeout)
+			seq, entries, err := s.snapshot(cctx)
+			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()

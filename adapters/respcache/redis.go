@@ -201,12 +201,22 @@ func (r *Redis) Put(ctx context.Context, e Entry) error {
 	return nil
 }
 
+// bulkTimeout bounds each Redis call of a flush or a load (a SCAN step, the UNLINK or the
+// pipelined reads of its up to 1,000 keys, the PUBLISH), which Timeout, a request's budget for
+// one small read, is too short for: 2 s, as the other admin and state calls (batch state,
+// backend registry). Without it a Redis that hangs holds DELETE /admin/cache until the client
+// finds the connection dead, minutes later; with it the admin gets a 503 and a load is retried.
+const bulkTimeout = 2 * time.Second
+
 // Flush implements Store: it removes every entry under the prefix and tells every replica to
-// forget its index.
+// forget its index. Each Redis call is bounded by bulkTimeout, not the flush as a whole: a large
+// cache on a Redis that answers takes as many calls as it needs.
 func (r *Redis) Flush(ctx context.Context) (int, error) {
 	n := 0
 	err := r.scan(ctx, func(keys []string) error {
-		if err := r.client.Do(ctx, r.client.B().Unlink().Key(keys...).Build()).Error(); err != nil {
+		uctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+		defer cancel()
+		if err := r.client.Do(uctx, r.client.B().Unlink().Key(keys...).Build()).Error(); err != nil {
 			return err
 		}
 		n += len(keys)
@@ -216,7 +226,9 @@ func (r *Redis) Flush(ctx context.Context) (int, error) {
 		return n, r.failed("flush", err)
 	}
 	r.idx.clear()
-	if err := r.client.Do(ctx, r.client.B().Publish().Channel(r.channel).Message(string(appendFlushMessage(nil, r.origin))).Build()).Error(); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+	defer cancel()
+	if err := r.client.Do(pctx, r.client.B().Publish().Channel(r.channel).Message(string(appendFlushMessage(nil, r.origin))).Build()).Error(); err != nil {
 		return n, r.failed("flush", err)
 	}
 	return n, nil
@@ -225,12 +237,15 @@ func (r *Redis) Flush(ctx context.Context) (int, error) {
 // Stats implements Store: the entries this replica indexes.
 func (r *Redis) Stats() Stats { return r.idx.stats() }
 
-// scan calls f with every batch of entry keys under the prefix.
+// scan calls f with every batch of entry keys under the prefix; each step is bounded by
+// bulkTimeout.
 func (r *Redis) scan(ctx context.Context, f func(keys []string) error) error {
 	pattern := globEscape(r.keys) + "*"
 	var cursor uint64
 	for {
-		e, err := r.client.Do(ctx, r.client.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		sctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+		e, err := r.client.Do(sctx, r.client.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -331,7 +346,9 @@ func (r *Redis) load(ctx context.Context) error {
 		for i, k := range keys {
 			cmds[i] = r.client.B().Hget().Key(k).Field("m").Build()
 		}
-		for i, res := range r.client.DoMulti(ctx, cmds...) {
+		lctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+		defer cancel()
+		for i, res := range r.client.DoMulti(lctx, cmds...) {
 			b, err := res.AsBytes()
 			switch {
 			case rueidis.IsRedisNil(err): // expired since the scan

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/adapters/llm/embed"
@@ -113,8 +114,14 @@ func proxyEmbeddings(proxy func() *openai.Proxy) embedPost {
 	}
 }
 
+// cacheRetryAfter is the Retry-After of a flush refused because Redis did not answer: as for the
+// batch state, an outage rarely ends sooner, and retrying sooner only adds load.
+const cacheRetryAfter = 2 * time.Second
+
 // cacheAdmin is DELETE /admin/cache: it empties the cache of the model named by ?model= (every
 // model's without it) and answers how many entries went. The path is admin-only with API keys.
+// Every Redis call of a flush is bounded (2 s each), so a Redis that is down or hangs is a 503
+// with Retry-After within seconds, never a request held until the client gives up.
 func cacheAdmin(all map[string]*respcache.Cache) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		names := slices.Sorted(maps.Keys(all))
@@ -136,7 +143,8 @@ func cacheAdmin(all map[string]*respcache.Cache) http.Handler {
 		for _, n := range names {
 			k, err := all[n].Flush(r.Context())
 			if err != nil {
-				pipeline.Unavailable("cache_unavailable", 0, fmt.Sprintf("Flushing the response cache of `%s` failed: %v", n, err)).Write(w)
+				pipeline.Unavailable("cache_unavailable", cacheRetryAfter, fmt.Sprintf(
+					"Flushing the response cache of `%s` failed: %v; retry in a few seconds.", n, err)).Write(w)
 				return
 			}
 			out.Data = append(out.Data, flushed{Model: n, Flushed: k})

@@ -20,7 +20,7 @@ import (
 //
 //	<prefix>:batch:{<id>}          hash: json (the batch without counts), st (status), acc ("1"
 //	                               while results are accepted), v (version), total, completed,
-//	                               failed, skipped
+//	                               failed, skipped; prov ("1" from its create until indexed)
 //	<prefix>:batch:{<id>}:results  hash: custom_id -> kind byte + line
 //	<prefix>:{batches}:index       sorted set, all scores 0: ids, read newest first by
 //	                               ZREVRANGEBYLEX (ids sort by creation time)
@@ -38,12 +38,19 @@ import (
 // scripts arriving out of order, can leave an index behind the batch: Active rechecks the
 // statuses of the ids it returns and removes the stale ones; List skips (and removes) ids whose
 // batch is gone; the next Update of a batch fixes its entries.
+//
+// A batch no index holds yet is invisible (nothing lists it or runs it), so the create script
+// gives it a provisional expiry (provisionalTTL, marked by prov) and a third script (luaSettle)
+// clears it once the batch is indexed: a Create that fails between the two (Redis gone, the
+// gateway dead) leaves a batch that goes by itself, even when the background removal of it
+// (abandon) cannot reach Redis.
 type Redis struct {
 	client    rueidis.Client
 	timeout   time.Duration // of each call
 	prefix    string        // <prefix>:batch:
 	index     []string      // index, active, expiry
 	ttl       string        // ms
+	prov      string        // provisionalTTL, ms
 	scanCount int64
 	updating  keyLock // batch ids
 }
@@ -80,6 +87,7 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 		prefix:    opts.Prefix + ":batch:",
 		index:     []string{g + "index", g + "active", g + "expiry"},
 		ttl:       strconv.FormatInt(max(opts.TTL.Milliseconds(), 1), 10),
+		prov:      strconv.FormatInt(provisionalTTL.Milliseconds(), 10),
 		scanCount: 512,
 	}
 }
@@ -94,19 +102,44 @@ func (r *Redis) keys(id string) []string {
 
 // The scripts on a batch's keys. KEYS: batch, results.
 
-// ARGV: json, st, acc, total, "1" if terminal, ttl ms. Returns 0 if the batch exists, else 1.
+// ARGV: json, st, acc, total, "1" if terminal, ttl ms, provisional ttl ms. Returns 0 if the
+// batch exists, else 1. A terminal batch gets its TTL at once, as it would once indexed; any
+// other the provisional expiry.
 var luaCreate = rueidis.NewLuaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'json', ARGV[1], 'st', ARGV[2], 'acc', ARGV[3], 'v', 1,
   'total', ARGV[4], 'completed', 0, 'failed', 0, 'skipped', 0)
-if ARGV[5] == '1' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+if ARGV[5] == '1' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'prov', 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+end
 return 1
 `)
+
+// luaSettle ends a created batch's provisional expiry once it is indexed, unless an update
+// already did (it may have made the batch terminal, with its TTL). Returns 0 if there is no
+// batch (its provisional expiry passed first), else 1.
+var luaSettle = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HDEL', KEYS[1], 'prov') == 1 then redis.call('PERSIST', KEYS[1]) end
+return 1
+`)
+
+// provisionalTTL is how long a batch lives after its create script if it is not indexed by then
+// (the Create failed after storing it). The three scripts of a Create are each bounded by the
+// store's Timeout (seconds), so minutes leave a wide margin for a Redis slow but answering; a
+// Create that settles later still fails cleanly (luaSettle finds no batch), and an orphan
+// costs Redis a few hundred bytes for that long.
+const provisionalTTL = 5 * time.Minute
 
 // ARGV: expected v, json, st, acc, total, "1" if terminal, ttl ms.
 // Returns nil if there is no batch; {1, v, total, completed, failed, skipped} once stored;
 // {0, v, total, completed, failed, skipped, json} (the current state) if v was not the expected.
+// A provisional expiry (prov) is no TTL: terminal, the batch gets its TTL in its stead; running,
+// it keeps it until its create settles.
 var luaUpdate = rueidis.NewLuaScript(`
 local cur = redis.call('HMGET', KEYS[1], 'v', 'total', 'completed', 'failed', 'skipped', 'json')
 if not cur[1] then return false end
@@ -114,11 +147,11 @@ if cur[1] ~= ARGV[1] then return {0, cur[1], cur[2], cur[3], cur[4], cur[5], cur
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'st', ARGV[3], 'acc', ARGV[4], 'total', ARGV[5])
 if ARGV[6] == '1' then
-  if redis.call('PTTL', KEYS[1]) < 0 then
+  if redis.call('HDEL', KEYS[1], 'prov') == 1 or redis.call('PTTL', KEYS[1]) < 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[7])
     redis.call('PEXPIRE', KEYS[2], ARGV[7])
   end
-else
+elseif redis.call('HEXISTS', KEYS[1], 'prov') == 0 then
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
 end
@@ -243,7 +276,7 @@ func (r *Redis) Create(ctx context.Context, b *Batch) error {
 	}
 	term := b.Status.Terminal()
 	n, err := r.exec(ctx, luaCreate, r.keys(b.ID), []string{string(data), string(b.Status),
-		flag(b.Status.Accepting()), strconv.FormatInt(b.Counts.Total, 10), flag(term), r.ttl}).AsInt64()
+		flag(b.Status.Accepting()), strconv.FormatInt(b.Counts.Total, 10), flag(term), r.ttl, r.prov}).AsInt64()
 	if err != nil {
 		r.abandon(ctx, b.ID) // the script may have run all the same
 		return fmt.Errorf("batchstate: redis create %s: %w", b.ID, unreachable(err))
@@ -255,13 +288,35 @@ func (r *Redis) Create(ctx context.Context, b *Batch) error {
 		r.abandon(ctx, b.ID)
 		return fmt.Errorf("batchstate: redis create %s: stored, but not indexed: %w", b.ID, err)
 	}
+	if term {
+		return nil // its TTL is the normal one already
+	}
+	if err := r.settle(ctx, b.ID); err != nil {
+		// Indexed, but expiring: the caller is told it was not created, so it goes (a List
+		// or Active that meets the id after it expired removes it from the indexes).
+		r.abandon(ctx, b.ID)
+		return fmt.Errorf("batchstate: redis create %s: indexed, but still provisional: %w", b.ID, err)
+	}
+	return nil
+}
+
+// settle ends a created batch's provisional expiry (luaSettle); ErrUnavailable if the batch
+// expired before (Redis was slow for minutes).
+func (r *Redis) settle(ctx context.Context, id string) error {
+	n, err := r.exec(ctx, luaSettle, r.keys(id)[:1], nil).AsInt64()
+	if err != nil {
+		return unreachable(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: its provisional expiry of %v passed before it was indexed", ErrUnavailable, provisionalTTL)
+	}
 	return nil
 }
 
 // abandon removes, in the background, a batch whose Create failed after the batch may have been
 // stored: its caller was told it was not created, so it must not linger unindexed (no list or
-// worker would ever see it) and without an expiry. It tries for about half a minute, as Redis
-// comes back; a batch left behind after that stays invisible.
+// worker would ever see it). It tries for about half a minute, as Redis comes back; a batch left
+// behind after that goes with its provisional expiry.
 func (r *Redis) abandon(ctx context.Context, id string) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {

@@ -344,3 +344,122 @@ return 1`).Numkeys(0).Build()).Error()
 	require.NoError(t, err)
 	assert.NotContains(t, ids, b.ID)
 }
+
+// goneAtIndex is a client whose Redis goes away at the index step, once armed: the first
+// command on the indexes, and every command after it, fails as a call that timed out does,
+// until back.
+type goneAtIndex struct {
+	rueidis.Client
+	index       string // a key of the indexes
+	armed, gone atomic.Bool
+}
+
+func (c *goneAtIndex) fails(cmd rueidis.Completed) bool {
+	if c.armed.Load() && slices.Contains(cmd.Commands(), c.index) {
+		c.gone.Store(true)
+	}
+	return c.gone.Load()
+}
+
+func (c *goneAtIndex) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if c.fails(cmd) {
+		return rueidis.NewErrorResult(context.DeadlineExceeded)
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *goneAtIndex) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	out := make([]rueidis.RedisResult, len(cmds))
+	for _, cmd := range cmds {
+		if c.fails(cmd) {
+			for j := range out {
+				out[j] = rueidis.NewErrorResult(context.DeadlineExceeded)
+			}
+			return out
+		}
+	}
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+func (c *goneAtIndex) back() {
+	c.armed.Store(false)
+	c.gone.Store(false)
+}
+
+// A Create whose index step fails (Redis went away between the create script and the index
+// script) has stored a batch that no index holds: nothing lists it or runs it, and the
+// background removal may not reach Redis before it gives up. The batch carries a provisional
+// expiry from the create script on, so it goes by itself; once indexed the expiry is the
+// batch's normal one (none while it runs, TTL once terminal). Before, such a batch stayed
+// without an expiry for ever when Redis was away for longer than the removal's half minute.
+func TestRedisCreateUnindexedExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := srv.NewClient(t)
+	c := &goneAtIndex{Client: raw, index: "p:{batches}:index"}
+	s := NewRedis(c, RedisOptions{Prefix: "p", TTL: time.Hour, Timeout: time.Second})
+	ctx := context.Background()
+	provisional := func(id string) bool {
+		n, err := raw.Do(ctx, raw.B().Hexists().Key(s.keys(id)[0]).Field("prov").Build()).AsInt64()
+		require.NoError(t, err)
+		return n == 1
+	}
+
+	running := create(t, s, Validating)
+	assert.Equal(t, -time.Millisecond, pttl(t, raw, s.keys(running.ID)[0]), "indexed and running: no expiry")
+	assert.False(t, provisional(running.ID))
+	done := create(t, s, Failed)
+	assert.Greater(t, pttl(t, raw, s.keys(done.ID)[0]), 59*time.Minute, "created terminal: the TTL")
+	assert.False(t, provisional(done.ID))
+	setStatus(t, s, running.ID, Completed)
+	assert.Greater(t, pttl(t, raw, s.keys(running.ID)[0]), 59*time.Minute, "terminal: the TTL")
+
+	c.armed.Store(true)
+	b := newBatch(Validating)
+	require.ErrorIs(t, s.Create(ctx, b), ErrUnavailable)
+	require.True(t, c.gone.Load(), "the create script ran, the index script failed")
+	left := pttl(t, raw, s.keys(b.ID)[0])
+	assert.Positive(t, left, "stored, not indexed: it expires")
+	assert.LessOrEqual(t, left, provisionalTTL)
+	err := raw.Do(ctx, raw.B().Zscore().Key(s.index[0]).Member(b.ID).Build()).Error()
+	assert.True(t, rueidis.IsRedisNil(err), "not indexed: %v", err)
+
+	c.back() // the background removal, retrying, removes it sooner
+	require.Eventually(t, func() bool {
+		_, err := s.Get(ctx, b.ID)
+		return errors.Is(err, ErrNotFound)
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// The provisional expiry is the create's alone: an update before the create settles keeps it
+// while the batch runs (the creator may yet be told it failed) and replaces it with the TTL once
+// the batch is terminal; settling clears it, unless an update already did.
+func TestRedisProvisionalExpiry(t *testing.T) {
+	s, c := newRedis(t, RedisOptions{Prefix: "p", TTL: time.Hour})
+	ctx := context.Background()
+	stored := func(status Status) *Batch { // the create script alone
+		b := newBatch(status)
+		data, err := encodeBatch(b)
+		require.NoError(t, err)
+		require.NoError(t, s.exec(ctx, luaCreate, s.keys(b.ID), []string{string(data), string(status),
+			flag(status.Accepting()), "0", flag(status.Terminal()), s.ttl, s.prov}).Error())
+		return b
+	}
+	a := stored(Validating)
+	key := s.keys(a.ID)[0]
+	first := pttl(t, c, key)
+	assert.Positive(t, first)
+	assert.LessOrEqual(t, first, provisionalTTL)
+	setStatus(t, s, a.ID, InProgress)
+	assert.Positive(t, pttl(t, c, key), "still provisional while running")
+	require.NoError(t, s.settle(ctx, a.ID))
+	assert.Equal(t, -time.Millisecond, pttl(t, c, key), "settled: no expiry while running")
+
+	b := stored(Validating)
+	setStatus(t, s, b.ID, Cancelled)
+	assert.Greater(t, pttl(t, c, s.keys(b.ID)[0]), 59*time.Minute, "terminal: the TTL, not the provisional expiry")
+	require.NoError(t, s.settle(ctx, b.ID))
+	assert.Greater(t, pttl(t, c, s.keys(b.ID)[0]), 59*time.Minute, "settling keeps the TTL")
+
+	gone := newBatch(Validating)
+	require.ErrorIs(t, s.settle(ctx, gone.ID), ErrUnavailable, "expired before it settled: the create failed")
+}

@@ -36,7 +36,8 @@ type ShareOptions struct {
 	// Queue bounds the picks waiting to be sent (default 4096); beyond it they are dropped, and
 	// counted: sharing is best effort, routing never waits for Redis.
 	Queue int
-	// Timeout bounds each Redis call but the blocking read (default 1s).
+	// Timeout bounds each Redis call (default 1s); the blocking read, which waits up to
+	// readBlock for records, gets readBlock more.
 	Timeout time.Duration
 	Logger  *slog.Logger
 }
@@ -185,6 +186,9 @@ func (s *Shared) send(ctx context.Context) {
 	}
 }
 
+// readBlock is how long a read waits for records from the other replicas before asking again.
+const readBlock = time.Second
+
 // receive applies the other replicas' records: the newest ones at start, then each as it comes.
 func (s *Shared) receive(ctx context.Context) {
 	last := ""
@@ -196,7 +200,17 @@ func (s *Shared) receive(ctx context.Context) {
 				continue
 			}
 		}
-		res, err := s.client.Do(ctx, s.client.B().Xread().Count(512).Block(1000).Streams().Key(s.key).Id(last).Build()).AsXRead()
+		// Bounded too: a Redis that hangs, or a connection that died without a word, fails the
+		// read and the loop retries, rather than waiting for an answer that may never come. By a
+		// timer that cancels, not a deadline: given a deadline the client reads with a socket
+		// deadline, deaf to cancellation, and Close would wait for the read to end.
+		rctx, cancel := context.WithCancel(ctx)
+		late := time.AfterFunc(readBlock+s.opts.Timeout, cancel)
+		res, err := s.client.Do(rctx, s.client.B().Xread().Count(512).Block(readBlock.Milliseconds()).Streams().Key(s.key).Id(last).Build()).AsXRead()
+		if !late.Stop() && err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %v: %w", readBlock+s.opts.Timeout, err)
+		}
+		cancel()
 		if rueidis.IsRedisNil(err) {
 			continue // no record within the block
 		}
