@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/adapters/llm/embed"
 	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/respcache"
 	"github.com/infergate/infergate/internal/redistest"
@@ -205,5 +206,28 @@ func BenchmarkMemoryFootprint(b *testing.B) {
 		b.ReportMetric(held/entries-1024, "overhead-B/entry")
 		b.ReportMetric(float64(m.Stats().Bytes)/(1<<20), "counted-MiB")
 		runtime.KeepAlive(m)
+	}
+}
+
+// BenchmarkStageSemantic is a semantic hit through the stage alone, with the lexical embedder:
+// the exact lookup that misses, the embedding, the search of a partition of 100 entries, the
+// check of the words (wordsOf and sameWords) and the answer. Prompts of 10, 60 and 200 words
+// are asked in capitals, so as a semantic hit each time.
+func BenchmarkStageSemantic(b *testing.B) {
+	for _, words := range []int{10, 60, 200} {
+		b.Run(fmt.Sprintf("words=%d", words), func(b *testing.B) {
+			s := newStage(b, respcache.Options{Mode: respcache.ModeSemantic, Embedder: embed.NewLexical(0)})
+			for i := range 100 { // no-cache: stored, whatever the cache would answer
+				s.ask(b, prompt(words, fmt.Sprintf("Question %d: which region had the highest revenue?", i), ""), "no-cache")
+			}
+			q := strings.ToUpper(prompt(words, "Question 42: which region had the highest revenue?", ""))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if h := s.ask(b, q); !strings.HasPrefix(h, "semantic; ") {
+					b.Fatal(h)
+				}
+			}
+		})
 	}
 }

@@ -10,7 +10,7 @@ import (
 // message announcing it) is what a replica's index needs without the response:
 //
 //	version byte (1) | uvarint len(partition) | partition | uvarint dim | dim float32 (little
-//	endian) | uvarint response size | uvarint expiry (Unix ms)
+//	endian) | uvarint size (the response's and the words' bytes) | uvarint expiry (Unix ms)
 //
 // A message on the channel is 'a' | origin | uvarint len(key) | key | meta (an entry was put),
 // or 'f' | origin (the store was flushed). origin is 8 bytes naming the replica that sent it,
@@ -32,7 +32,7 @@ var errBadRecord = errors.New("respcache: malformed record")
 type meta struct {
 	partition string
 	vector    []float32
-	size      int64 // the response's length
+	size      int64 // the response's and the words' length
 	expires   int64 // Unix ms
 }
 

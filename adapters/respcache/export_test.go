@@ -40,3 +40,9 @@ func (m *Memory) IndexCounts() (vectors, counted, entries int) {
 	}
 	return vectors, counted, entries
 }
+
+// MetaRecord is the meta of an entry as Redis holds it ("m"), for tests that write entries as an
+// older gateway did.
+func MetaRecord(partition string, v []float32, size int64, expires time.Time) []byte {
+	return appendMeta(nil, meta{partition: partition, vector: v, size: size, expires: expires.UnixMilli()})
+}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/infergate/infergate/adapters/pipeline"
 )
@@ -284,6 +286,41 @@ func FuzzCanonicalJSON(f *testing.F) {
 		viaStd, err := canonicalJSON(nil, re)
 		if err != nil || !bytes.Equal(viaStd, c) {
 			t.Fatalf("%q -> %q, but re-encoded %q -> %q, %v", src, c, re, viaStd, err)
+		}
+	})
+}
+
+// FuzzWords: any text's words (what a lexical semantic hit compares) are single-spaced, the
+// same with more spacing, in lower case, and with a question mark after a final letter; a text
+// with words has the same words as itself, and sameWords does not care which text it stored.
+func FuzzWords(f *testing.F) {
+	for _, s := range []string{"What is the capital of France?", "Don’t  guess: 3.5 -5 2*(3+4) x != 1", "¿Dónde está?",
+		"这个季度的收入最高？", "ΛΟΓΟΣ", "İstanbul ıı", "zero\u200bwidth", "\xff\xfe", "'a' \"b\" (c) [5]", "well-known — 5-3"} {
+		f.Add(s, strings.ToUpper(s))
+	}
+	f.Add("the quarterly definitely", "the quartelry definitley")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		w := wordsOf(a)
+		if strings.HasPrefix(w, " ") || strings.HasSuffix(w, " ") || strings.Contains(w, "  ") {
+			t.Fatalf("wordsOf(%q) = %q", a, w)
+		}
+		if sameWords(w, w) != (w != "") {
+			t.Fatalf("%q: not the same words as itself", a)
+		}
+		if got := wordsOf(strings.ReplaceAll(a, " ", " \n\t ")); got != w {
+			t.Fatalf("more spacing: %q, not %q", got, w)
+		}
+		if got := wordsOf(strings.ToLower(a)); got != w {
+			t.Fatalf("lower case: %q, not %q", got, w)
+		}
+		if r, _ := utf8.DecodeLastRuneInString(a); unicode.IsLetter(r) {
+			if got := wordsOf(a + "?"); got != w {
+				t.Fatalf("a question mark: %q, not %q", got, w)
+			}
+		}
+		wb := wordsOf(b)
+		if sameWords(w, wb) != sameWords(wb, w) {
+			t.Fatalf("%q and %q: sameWords depends on the order", a, b)
 		}
 	})
 }

@@ -341,10 +341,19 @@ type completionChunk struct {
 
 // bagEmbedder is a deterministic embedder for tests: each lower-cased word (punctuation
 // dropped) adds 1 to one of 64 dimensions picked by its hash, so texts with the same words are
-// identical and texts sharing most words are close.
+// identical and texts sharing most words are close. It stands for an embeddings model (a
+// respcache.ModelEmbedder, named model unless set): its similarity alone decides a hit.
 type bagEmbedder struct {
 	calls atomic.Int64
 	fail  atomic.Bool
+	model *string // the name EmbeddingsModel gives; nil: "bag"
+}
+
+func (e *bagEmbedder) EmbeddingsModel() string {
+	if e.model != nil {
+		return *e.model
+	}
+	return "bag"
 }
 
 func (e *bagEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {

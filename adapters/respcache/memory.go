@@ -10,8 +10,8 @@ import (
 // MemoryOptions bound a Memory store.
 type MemoryOptions struct {
 	// MaxEntries and MaxBytes bound the store: a Put beyond either evicts the least recently
-	// used entries. Defaults 10,000 entries and 64 MiB. Bytes count keys, responses, vectors
-	// and a fixed overhead per entry.
+	// used entries. Defaults 10,000 entries and 64 MiB. Bytes count keys, responses, vectors,
+	// words and a fixed overhead per entry.
 	MaxEntries int
 	MaxBytes   int64
 	// TTL is how long an entry lives after its Put; default 1 h.
@@ -45,6 +45,7 @@ type Memory struct {
 type mentry struct {
 	id             uint64
 	key, partition string
+	words          string
 	resp           []byte
 	vslot          *indexSlot // nil: not in the vector index
 	size           int64
@@ -166,7 +167,9 @@ func (m *Memory) Nearest(_ context.Context, partition string, v []float32, min f
 	}
 	match := Match{Key: e.key, Similarity: sim}
 	if sim >= min {
-		match.Response = m.touch(e, now)
+		if match.Response = m.touch(e, now); match.Response != nil {
+			match.Words = e.words
+		}
 	}
 	return match, nil
 }
@@ -188,7 +191,7 @@ func (m *Memory) Put(_ context.Context, e Entry) error {
 		m.evictions.Add(1)
 	}
 	m.nextID++
-	me := &mentry{id: m.nextID, key: e.Key, partition: e.Partition, resp: e.Response, size: size,
+	me := &mentry{id: m.nextID, key: e.Key, partition: e.Partition, words: e.Words, resp: e.Response, size: size,
 		expires: now + int64(m.opts.TTL)}
 	me.vslot = m.vec.reserve(e.Partition, e.Vector)
 	m.byKey[e.Key] = me

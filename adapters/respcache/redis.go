@@ -41,9 +41,11 @@ type RedisOptions struct {
 }
 
 // Redis is the Store shared by gateway replicas through a plain Redis (no modules). Each entry
-// is a hash under Prefix+"e:"+key holding its meta (partition, vector, size, expiry) and its
-// response, written with its TTL in one Lua script that also announces it on the channel
-// Prefix+"events", so a Put is whole or absent, never half-written.
+// is a hash under Prefix+"e:"+key holding its meta (partition, vector, size, expiry), its
+// response and its words, written with its TTL in one Lua script that also announces it on the
+// channel Prefix+"events", so a Put is whole or absent, never half-written. An entry written
+// before words were kept has none: it is found by key, but is no semantic hit where words are
+// checked.
 //
 // Get reads the response from Redis (one round trip). Semantic search is local: every replica
 // keeps an index of the entries' vectors, fed by the channel and, on every (re)subscription,
@@ -70,12 +72,14 @@ type Redis struct {
 	wg      sync.WaitGroup
 }
 
-// putScript writes an entry's hash and TTL and announces it, atomically.
-// KEYS[1] the entry; ARGV: meta, response, TTL ms, channel, message.
+// putScript writes an entry's hash and TTL and announces it, atomically. The words are not in
+// the meta, which every replica's index holds: only a semantic match reads them, with the
+// response.
+// KEYS[1] the entry; ARGV: meta, response, words, TTL ms, channel, message.
 var putScript = rueidis.NewLuaScript(`
-redis.call('HSET', KEYS[1], 'm', ARGV[1], 'r', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[1], 'm', ARGV[1], 'r', ARGV[2], 'w', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1`)
 
 // NewRedis returns a store sharing its entries through client, and starts its background work
@@ -159,8 +163,8 @@ func (r *Redis) response(ctx context.Context, op, key string) ([]byte, error) {
 }
 
 // Nearest implements Store: a search of this replica's index, then one round trip for the
-// response of a match. An entry Redis no longer has (expired early, flushed, lost in a restart)
-// is forgotten and the search made again, a few times at most.
+// response and words of a match. An entry Redis no longer has (expired early, flushed, lost in
+// a restart) is forgotten and the search made again, a few times at most.
 func (r *Redis) Nearest(ctx context.Context, partition string, v []float32, min float32) (Match, error) {
 	for range 3 {
 		key, sim, ok := r.idx.search(partition, v)
@@ -171,12 +175,12 @@ func (r *Redis) Nearest(ctx context.Context, partition string, v []float32, min 
 		if sim < min {
 			return m, nil
 		}
-		b, err := r.response(ctx, "nearest", key)
+		b, words, err := r.match(ctx, key)
 		if err != nil {
 			return Match{}, err
 		}
 		if b != nil {
-			m.Response = b
+			m.Response, m.Words = b, words
 			return m, nil
 		}
 		r.idx.remove(key)
@@ -184,16 +188,41 @@ func (r *Redis) Nearest(ctx context.Context, partition string, v []float32, min 
 	return Match{}, nil
 }
 
+// match reads an entry's response and words; nil when it is gone, no words when it has none.
+func (r *Redis) match(ctx context.Context, key string) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	vs, err := r.client.Do(ctx, r.client.B().Hmget().Key(r.keys+key).Field("r", "w").Build()).ToArray()
+	if err == nil && len(vs) != 2 {
+		err = fmt.Errorf("HMGET of 2 fields answered %d", len(vs))
+	}
+	if err != nil {
+		return nil, "", r.failed("nearest", err)
+	}
+	b, err := vs[0].AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", r.failed("nearest", err)
+	}
+	words, err := vs[1].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, "", r.failed("nearest", err)
+	}
+	return b, words, nil
+}
+
 // Put implements Store.
 func (r *Redis) Put(ctx context.Context, e Entry) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
-	md := meta{partition: e.Partition, vector: e.Vector, size: int64(len(e.Response)),
+	md := meta{partition: e.Partition, vector: e.Vector, size: int64(len(e.Response) + len(e.Words)),
 		expires: r.opts.Now().Add(r.opts.TTL).UnixMilli()}
 	mb := appendMeta(nil, md)
 	msg := appendAddMessage(nil, r.origin, e.Key, md)
 	err := putScript.Exec(ctx, r.client, []string{r.keys + e.Key},
-		[]string{string(mb), string(e.Response), fmt.Sprint(max(r.opts.TTL.Milliseconds(), 1)), r.channel, string(msg)}).Error()
+		[]string{string(mb), string(e.Response), e.Words, fmt.Sprint(max(r.opts.TTL.Milliseconds(), 1)), r.channel, string(msg)}).Error()
 	if err != nil {
 		return r.failed("put", err)
 	}

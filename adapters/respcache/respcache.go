@@ -9,7 +9,10 @@
 // message's text and searches for it only inside its partition: the hash of the same request
 // with that text taken out, so the system prompt, the earlier turns, the tools and the sampling
 // parameters must all be the same (a follow-up question is never answered for another
-// conversation). An exact hit is looked for first.
+// conversation). An exact hit is looked for first. Unless the embedder is an embeddings model
+// (ModelEmbedder), a semantic hit also needs the same words as the entry's text, up to case,
+// punctuation, spacing and a rare typo (sameWords): a lexical embedder's similarity cannot tell
+// a long prompt from the same prompt with one word changed.
 //
 // What is cached. Sampling makes an answer one of many: a request is served from cache (and
 // its answer stored) only with an explicit temperature of 0, unless SamplingAny; an absent
@@ -76,6 +79,16 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 }
 
+// A ModelEmbedder is an Embedder backed by an embeddings model that the operator named
+// (embed.Remote): its vectors place rewordings of a question near each other, so its similarity
+// alone decides a semantic hit. Any other embedder is taken for a lexical one (embed.Lexical),
+// whose similarity counts shared words: a hit with it also needs the same words.
+type ModelEmbedder interface {
+	Embedder
+	// EmbeddingsModel names the model; "" is none.
+	EmbeddingsModel() string
+}
+
 // Options configure one model's cache.
 type Options struct {
 	// Model is the model's public name (the cache's keys start with it).
@@ -94,7 +107,8 @@ type Options struct {
 	Owner func(ctx context.Context) string
 	// Store holds the entries, this model's only; default NewMemory(MemoryOptions{}).
 	Store Store
-	// Embedder embeds texts for ModeSemantic (required there).
+	// Embedder embeds texts for ModeSemantic (required there). Unless it is a ModelEmbedder, a
+	// semantic hit also needs the same words.
 	Embedder Embedder
 	// EmbedTimeout bounds an embedding; default 1 s. A failed one makes the lookup exact only.
 	EmbedTimeout time.Duration
@@ -122,6 +136,8 @@ type Cache struct {
 	keyer keyer
 	m     *modelMetrics
 	warn  *logthrottle.Throttle
+	// sameWords: a semantic hit needs the entry's words (the embedder is not a ModelEmbedder).
+	sameWords bool
 
 	mu      sync.Mutex
 	flights map[string]*flight // misses on their way, by exact key
@@ -185,8 +201,10 @@ func New(opts Options) (*Cache, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	model, _ := opts.Embedder.(ModelEmbedder)
 	return &Cache{
-		opts: opts,
+		opts:      opts,
+		sameWords: opts.Mode == ModeSemantic && (model == nil || model.EmbeddingsModel() == ""),
 		keyer: keyer{model: opts.Model, semantic: opts.Mode == ModeSemantic, sampling: opts.SamplingAny,
 			skip: append(append([]string(nil), skipped...), opts.IgnoreFields...)},
 		m:       opts.Metrics.forModel(opts.Model, opts.Store),
@@ -268,6 +286,9 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 			}
 			if match.Similarity > 0 {
 				c.m.similarity.Observe(float64(match.Similarity))
+			}
+			if match.Response != nil && c.sameWords && !sameWords(match.Words, wordsOf(lk.text)) {
+				match.Response = nil // shared words, but not the same: another question
 			}
 			if match.Response != nil {
 				c.m.semanticHit.Inc()
@@ -437,10 +458,16 @@ func (c *Cache) store(ctx context.Context, key, partition, text string, vec []fl
 	if text != "" && vec == nil {
 		vec = c.embed(ctx, text)
 	}
+	words := ""
+	if vec != nil && c.sameWords {
+		if words = wordsOf(text); words == "" {
+			vec = nil // no words to check a semantic hit against: none
+		}
+	}
 	if vec == nil {
 		partition = ""
 	}
-	err := c.opts.Store.Put(ctx, Entry{Key: key, Partition: partition, Vector: vec, Response: template})
+	err := c.opts.Store.Put(ctx, Entry{Key: key, Partition: partition, Vector: vec, Words: words, Response: template})
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		c.m.answer(skipTooLarge)

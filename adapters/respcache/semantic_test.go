@@ -10,7 +10,8 @@ import (
 )
 
 // Semantic mode answers a similar last user message, but only when everything else is the same:
-// system prompt, earlier turns, tools, parameters, owner.
+// system prompt, earlier turns, tools, parameters, owner. The embedder is an embeddings model's
+// stand-in: its similarity alone decides, so an added word ("So what is ...") is a hit.
 func TestSemantic(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
@@ -60,4 +61,30 @@ func TestSemantic(t *testing.T) {
 	assert.Equal(t, "miss", c1.cache())
 	c2 := g.post(t, "/v1/completions", `{"model":"m","temperature":0,"prompt":"the capital of france is"}`)
 	assert.Equal(t, "semantic; similarity=1.000", c2.cache())
+}
+
+// onlyEmbed hides what else an embedder is: a plain respcache.Embedder.
+type onlyEmbed struct{ respcache.Embedder }
+
+// Only an embedder that names an embeddings model is trusted with its similarity alone: with
+// any other, or one naming none, a hit also needs the same words.
+func TestSemanticWordsUnlessModel(t *testing.T) {
+	t.Parallel()
+	none := ""
+	for name, c := range map[string]struct {
+		emb  respcache.Embedder
+		want string
+	}{
+		"model":            {&bagEmbedder{}, "semantic; similarity=0.9"},
+		"no model named":   {&bagEmbedder{model: &none}, "miss"},
+		"a plain embedder": {onlyEmbed{&bagEmbedder{}}, "miss"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStage(t, respcache.Options{Mode: respcache.ModeSemantic, Embedder: c.emb, Threshold: 0.9})
+			require.Equal(t, "miss", s.ask(t, "What is the capital of France?"))
+			assert.True(t, strings.HasPrefix(s.ask(t, "So what is the capital of France?"), c.want))
+			assert.Equal(t, "semantic; similarity=1.000", s.ask(t, "what is the capital of france"), "the same words")
+		})
+	}
 }

@@ -15,8 +15,8 @@ type Store interface {
 	// Get returns the response stored under key; nil when there is none (or it expired).
 	Get(ctx context.Context, key string) ([]byte, error)
 	// Nearest returns the entry of partition whose vector is the most similar to v (cosine;
-	// v is L2-normalised), with its response when the similarity is at least min. A Match with
-	// a zero Similarity means the partition has no entry with a vector of v's length.
+	// v is L2-normalised), with its response and words when the similarity is at least min. A
+	// Match with a zero Similarity means the partition has no entry with a vector of v's length.
 	Nearest(ctx context.Context, partition string, v []float32, min float32) (Match, error)
 	// Put stores e, replacing any entry under its key. It returns once e is visible to Get and
 	// Nearest through this store (and, for a shared store, written where others read it).
@@ -36,6 +36,9 @@ type Entry struct {
 	// mode, or when the request had no text to embed.
 	Partition string
 	Vector    []float32
+	// Words are the embedded text's words (wordsOf), which a semantic hit must have the same of
+	// when the embedder is not an embeddings model; empty when not checked.
+	Words string
 	// Response is the stored answer.
 	Response []byte
 }
@@ -45,6 +48,8 @@ type Match struct {
 	// Key and Response are the entry's; Response is nil when Similarity is below the minimum.
 	Key      string
 	Response []byte
+	// Words are the entry's Words, with its Response.
+	Words string
 	// Similarity is the nearest entry's cosine similarity to the query; 0 when none.
 	Similarity float32
 }
@@ -63,7 +68,7 @@ var ErrTooLarge = errors.New("respcache: entry larger than the store's bound")
 // size is what an entry costs a store, approximately: its bytes and a fixed overhead for the
 // bookkeeping around it (map slot, list links, index row).
 func (e *Entry) size() int64 {
-	return int64(len(e.Key)+len(e.Partition)+4*len(e.Vector)+len(e.Response)) + entryOverhead
+	return int64(len(e.Key)+len(e.Partition)+4*len(e.Vector)+len(e.Words)+len(e.Response)) + entryOverhead
 }
 
 const entryOverhead = 160

@@ -36,10 +36,12 @@
 // added or reordered word in a short prompt. In a long prompt one word is a
 // small share of the features: an inserted "not" passes 0.95 from about 17
 // words, a changed word from about 25 (measured on a budget-request prompt;
-// see TestLexicalPairs's long cases). Bag-of-features cosine cannot tell
-// these apart; a cache serving long prompts should use a higher threshold
-// (even 0.99 lets the 74-word negation through) or exact
-// matching, or an embeddings model.
+// see TestLexicalPairs's long cases), and no threshold tells these apart
+// from a short question's rewording. So the response cache does not trust
+// this similarity alone: with any embedder but an embeddings model (Remote,
+// through its EmbeddingsModel method) a semantic hit also needs the same
+// words in the same order, up to case, punctuation, spacing and a rare typo
+// (adapters/respcache, words.go).
 //
 // The lexical embedder runs at about 14-25 MB/s (a 290-byte prompt in
 // 11-20 us, two allocations per call: the vectors) on this project's shared

@@ -79,6 +79,11 @@ func NewRemote(o RemoteOptions) *Remote {
 // Name identifies the vector space, for cache keys: "remote/<model>".
 func (r *Remote) Name() string { return "remote/" + r.o.Model }
 
+// EmbeddingsModel names the model, which the operator chose: the response cache decides a
+// semantic hit with it by the similarity alone, where with the lexical embedder it also needs
+// the same words (respcache.ModelEmbedder).
+func (r *Remote) EmbeddingsModel() string { return r.o.Model }
+
 // part is one caller's share of a batch.
 type part struct {
 	b   *batch

@@ -1,7 +1,8 @@
 // Package respcachetest is the contract every respcache.Store passes: entries found by key and
-// by nearest vector within their partition only, replaced by a later Put, gone after their TTL
-// and after Flush; for a store shared between processes, an entry put through one store is
-// found through another within a second, including one made after the entry was put.
+// by nearest vector within their partition only (with their words), replaced by a later Put,
+// gone after their TTL and after Flush; for a store shared between processes, an entry put
+// through one store is found through another within a second, including one made after the
+// entry was put.
 // respcache.Memory and respcache.Redis run it in their package's tests:
 //
 //	func TestContract(t *testing.T) {
@@ -89,9 +90,11 @@ func Vec(a float64) []float32 {
 	return v
 }
 
+// put stores resp under key, with words "words of " + resp.
 func put(t *testing.T, s respcache.Store, key, partition string, v []float32, resp string) {
 	t.Helper()
-	require.NoError(t, s.Put(ctx, respcache.Entry{Key: key, Partition: partition, Vector: v, Response: []byte(resp)}))
+	require.NoError(t, s.Put(ctx, respcache.Entry{Key: key, Partition: partition, Vector: v, Words: "words of " + resp,
+		Response: []byte(resp)}))
 }
 
 func get(t *testing.T, s respcache.Store, key string) string {
@@ -128,6 +131,7 @@ func nearestWithinPartition(t *testing.T, h *Harness) {
 	m := nearest(t, s, "p1", Vec(0.1), 0.9)
 	assert.Equal(t, "a", m.Key)
 	assert.Equal(t, "A", string(m.Response))
+	assert.Equal(t, "words of A", m.Words, "the words come with the response")
 	assert.InDelta(t, math.Cos(0.1), m.Similarity, 1e-5)
 	m = nearest(t, s, "p1", Vec(0.9), 0.9)
 	assert.Equal(t, "B", string(m.Response), "the nearest one")
@@ -136,10 +140,16 @@ func nearestWithinPartition(t *testing.T, h *Harness) {
 
 	m = nearest(t, s, "p1", Vec(0.5), 0.95)
 	assert.Nil(t, m.Response, "below the minimum")
+	assert.Empty(t, m.Words, "below the minimum")
 	assert.InDelta(t, math.Cos(0.5), m.Similarity, 1e-5, "the nearest similarity, for the metrics")
 	assert.Equal(t, respcache.Match{}, nearest(t, s, "p3", Vec(0), 0), "an unknown partition")
 	assert.Equal(t, respcache.Match{}, nearest(t, s, "p1", []float32{1, 0, 0}, 0), "another dimension")
 	assert.Equal(t, "A", get(t, s, "a"), "entries with vectors are found by key too")
+
+	require.NoError(t, s.Put(ctx, respcache.Entry{Key: "d", Partition: "p4", Vector: Vec(0), Response: []byte("D")}))
+	m = nearest(t, s, "p4", Vec(0), 0.9)
+	assert.Equal(t, "D", string(m.Response))
+	assert.Empty(t, m.Words, "an entry without words")
 }
 
 func replace(t *testing.T, h *Harness) {
@@ -151,6 +161,7 @@ func replace(t *testing.T, h *Harness) {
 	assert.Nil(t, m.Response, "the old vector is gone")
 	m = nearest(t, s, "p", Vec(2), 0.99)
 	assert.Equal(t, "new", string(m.Response))
+	assert.Equal(t, "words of new", m.Words)
 	put(t, s, "a", "q", Vec(0), "moved")
 	assert.Equal(t, "moved", string(nearest(t, s, "q", Vec(0), 0.99).Response))
 	assert.Nil(t, nearest(t, s, "p", Vec(2), 0.99).Response, "nor in its old partition")
@@ -230,8 +241,8 @@ func peerSeesPut(t *testing.T, h *Harness) {
 	eventually(t, func() bool { x, err := b.Get(ctx, "a"); return err == nil && string(x) == "A" }, "Get through the peer")
 	eventually(t, func() bool {
 		m, err := b.Nearest(ctx, "p", Vec(0.05), 0.99)
-		return err == nil && string(m.Response) == "A"
-	}, "Nearest through the peer")
+		return err == nil && string(m.Response) == "A" && m.Words == "words of A"
+	}, "Nearest through the peer, with the words")
 	put(t, b, "b", "p", Vec(1), "B")
 	eventually(t, func() bool {
 		m, err := h.Store.Nearest(ctx, "p", Vec(1), 0.99)
@@ -246,7 +257,7 @@ func lateStoreLoads(t *testing.T, h *Harness) {
 	late := h.Peer()
 	eventually(t, func() bool {
 		m, err := late.Nearest(ctx, "p", Vec(0), 0.99)
-		return err == nil && string(m.Response) == "A"
+		return err == nil && string(m.Response) == "A" && m.Words == "words of A"
 	}, "the late store indexed the entries put before it")
 	eventually(t, func() bool {
 		m, err := late.Nearest(ctx, "q", Vec(1), 0.99)
