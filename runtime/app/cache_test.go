@@ -260,7 +260,13 @@ models:
 			}
 			before := up.Requests()
 			require.Equal(t, "miss", ask("", "What is the capital city of France?"))
-			assert.Regexp(t, `^semantic; similarity=0\.\d{3}$`, ask("", "So what is the capital city of France?"))
+			// An embeddings model's similarity alone decides; with the lexical embedder a hit
+			// also needs the same words (a word more is another question).
+			reworded := "So what is the capital city of France?"
+			if name == "lexical" {
+				reworded = "what is the capital city of france"
+			}
+			assert.Regexp(t, `^semantic; similarity=[01]\.\d{3}$`, ask("", reworded))
 			assert.Equal(t, "hit", ask("", "What is the capital city of France?"))
 			assert.Equal(t, "miss", ask(`{"role":"user","content":"Let us talk about Germany."},{"role":"assistant","content":"Sure."},`,
 				"What is the capital city of France?"), "another conversation is another context")
@@ -293,7 +299,8 @@ func TestCacheSharedRedis(t *testing.T) {
 		return cache == "hit"
 	}, time.Second, 20*time.Millisecond, "the other replica finds the answer within a second")
 	c := startModels(t, cfg, "m")
-	reworded := strings.Replace(body, "Is the answer cache shared between replicas?", "So is the answer cache shared between replicas?", 1)
+	// The lexical embedder's hit needs the same words: case and punctuation may differ.
+	reworded := strings.Replace(body, "Is the answer cache shared between replicas?", "is the answer cache shared between replicas", 1)
 	require.Eventually(t, func() bool {
 		_, cache, _ := cachePost(t, c, "", reworded, "Cache-Control", "no-store")
 		return strings.HasPrefix(cache, "semantic; ")
