@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The request decoder: one pass of the scanner over the body fills msgRequest, strictly (an
@@ -16,52 +17,84 @@ import (
 //
 // A request of a few kilobytes decodes into a hundred small values (a struct per message and
 // content block, a string per text); allocated one by one, they and the garbage collector cost
-// more than the decoding. So the strings are substrings of one copy of the body (those without
-// escapes, nearly all), and the structs come from slabs of a pooled decoder.
+// more than the decoding. So the strings are substrings of the body (those without escapes,
+// nearly all), and the structs come from storage a pooled decoder keeps.
+//
+// That storage is bounded (storeMax elements, maxPooled unless a test says otherwise): a list
+// that does not fit (messages, tools, a content's blocks) is checked as it is read and then read
+// again from the body, element by element into one value, each time the translation walks it
+// (walk). A block is a struct of hundreds of bytes for as little as 26 bytes of JSON (a one-letter
+// text block): decoded into memory, 300,000 of them cost 213 MB for an 8 MB body. Read where they
+// lie, they cost nothing more than the body, whatever their number; the reading again is a few
+// passes over bytes the scanner reads at hundreds of MB/s.
 
 // decodeRequest decodes body into req with d (newDecoder); the error is Anthropic's 400. req's
-// strings outlive d; its structs and slices belong to d until d.release.
+// strings are substrings of body (so body must not change while they are used), its structs and
+// slices belong to d until d.release.
 func decodeRequest(d *decoder, body []byte, req *msgRequest) *apiError {
 	if !utf8.Valid(body) {
 		return invalid("The request body is not valid UTF-8.")
 	}
 	d.s = scanner{b: body}
-	d.body = string(body)
+	// The body as a string without a copy (the copy was as large as the body): translate uses
+	// the strings only until it returns, and nothing it returns points into them (the model's
+	// name is cloned; error messages are built anew).
+	d.body = unsafe.String(unsafe.SliceData(body), len(body))
 	d.request(req)
-	if d.err == nil && d.s.peek() != 0 {
+	// Anything after the object but white space is refused (a NUL byte too, which peek would
+	// take for the end).
+	if d.s.ws(); d.err == nil && d.s.i < len(d.s.b) {
 		if d.s.bad {
 			d.syntax()
 		} else {
 			d.err = invalid("The request body must hold one JSON object.")
 		}
 	}
-	// The slices grown while decoding are kept for the next request.
-	if cap(req.Messages) > cap(d.msgs) {
-		d.msgs = req.Messages[:0]
-	}
-	if cap(req.Tools) > cap(d.tools) {
-		d.tools = req.Tools[:0]
-	}
 	return d.err
 }
 
+// mode is what the decoder does with what it reads.
+type mode uint8
+
+const (
+	// modeStore decodes into the request (and the decoder's storage), checking everything.
+	modeStore mode = iota
+	// modeCheck checks an element of a list that did not fit in storage, as modeStore would,
+	// keeping nothing: its strings are not even unquoted.
+	modeCheck
+	// modeReread decodes such an element again, for a walk: it was checked, so nothing fails,
+	// nothing is counted, and its own lists are only counted, to be walked in turn.
+	modeReread
+)
+
 type decoder struct {
-	s    scanner
-	body string // s.b as a string: the strings decoded are its substrings
-	err  *apiError
-	path []pathElem // where the decoder is, for error messages
+	s        scanner
+	body     string // s.b as a string: the strings decoded are its substrings
+	err      *apiError
+	path     []pathElem // where the decoder is, for error messages
+	mode     mode
+	storeMax int  // the most messages, tools or blocks kept in storage, each
+	stored   int  // the blocks taken from storage
+	nblocks  int  // content blocks read, at every level: maxBlocks bounds them
+	scratch  bool // the scratch values below were used, and are cleared on release
 
 	// Storage reused from request to request (decoders are pooled).
-	pathBuf  [16]pathElem
-	contents slab[content]
-	blocks   slab[block]
-	strs     slab[string]
-	ints     slab[int64]
-	floats   slab[float64]
-	bools    [2]bool // false, true: what the *bool fields point to
-	msgs     []inMessage
-	tools    []toolParam
-	used     int // the most messages or tools decoded into msgs and tools
+	pathBuf   [16]pathElem
+	blockSlab slab[block]
+	strs      slab[string]
+	ints      slab[int64]
+	floats    slab[float64]
+	bools     [2]bool // false, true: what the *bool fields point to
+	msgs      []inMessage
+	tools     []toolParam
+	used      int // the most messages or tools decoded into msgs and tools
+
+	// Where an element of a list read from the body is decoded: a block for each level of
+	// content nesting (the walk of a tool result's blocks runs inside the walk of its turn's), a
+	// message and a tool.
+	blockScratch [maxNesting + 1]block
+	msgScratch   inMessage
+	toolScratch  toolParam
 }
 
 // decoders holds decoders between requests: a decoder's slabs are reused once they are cleared.
@@ -70,18 +103,24 @@ var decoders = sync.Pool{New: func() any { return &decoder{bools: [2]bool{false,
 func newDecoder() *decoder {
 	d := decoders.Get().(*decoder)
 	d.path = d.pathBuf[:0]
+	d.storeMax = maxPooled
 	return d
 }
 
 // maxPooled bounds what a pooled decoder keeps (the values of each slab, messages, tools): one
-// huge request does not leave its storage behind for good (256 blocks are 60 KB).
+// huge request does not leave its storage behind for good (256 blocks are 128 KB). It is also
+// what one request stores: lists past it are read from the body (walk).
 const maxPooled = 256
 
 // release clears d (nothing of a request stays reachable from the pool) and pools it.
 func (d *decoder) release() {
-	d.s, d.body, d.err, d.path = scanner{}, "", nil, nil
+	d.s, d.body, d.err, d.path, d.mode, d.stored, d.nblocks = scanner{}, "", nil, nil, modeStore, 0, 0
 	clear(d.pathBuf[:])
-	ok := d.contents.reset(maxPooled) && d.blocks.reset(maxPooled) && d.strs.reset(maxPooled) &&
+	if d.scratch {
+		clear(d.blockScratch[:])
+		d.msgScratch, d.toolScratch, d.scratch = inMessage{}, toolParam{}, false
+	}
+	ok := d.blockSlab.reset(maxPooled) && d.strs.reset(maxPooled) &&
 		d.ints.reset(maxPooled) && d.floats.reset(maxPooled) && d.used <= maxPooled
 	if !ok {
 		return
@@ -120,6 +159,75 @@ func (s *slab[T]) reset(limit int) bool {
 	return true
 }
 
+// list is one of the request's arrays: messages, tools, a content's blocks. Its elements are in
+// items when they were stored; else (items nil, n > 0) they are read from the body at at each
+// time the list is walked.
+type list[T any] struct {
+	items []T
+	at    int  // the array's offset in the body
+	n     int  // how many elements
+	set   bool // the array was sent (not null)
+}
+
+// walk goes through a list's elements in order: for w := d.blocks(c); w.next(); { w.i, w.cur }.
+// cur is valid until the next call: an element read from the body is decoded into the decoder's
+// one value for its kind.
+type walk[T any] struct {
+	d     *decoder
+	l     *list[T]
+	read  func(d *decoder, v *T, depth int) bool
+	v     *T // where an element read from the body goes
+	depth int
+	pos   int // where the next element starts in the body
+	i     int
+	cur   *T
+}
+
+func (w *walk[T]) next() bool {
+	w.i++
+	if w.i >= w.l.n {
+		return false
+	}
+	if w.l.items != nil {
+		w.cur = &w.l.items[w.i]
+		return true
+	}
+	d := w.d
+	d.scratch = true
+	d.s.i = w.pos
+	if w.i == 0 {
+		d.s.eat('[')
+	} else {
+		d.s.eat(',')
+	}
+	var zero T
+	*w.v = zero
+	m := d.mode
+	d.mode = modeReread
+	w.read(d, w.v, w.depth)
+	d.mode = m
+	w.pos = d.s.i
+	w.cur = w.v
+	return true
+}
+
+func readMessage(d *decoder, m *inMessage, _ int) bool { return d.message(m) }
+func readTool(d *decoder, t *toolParam, _ int) bool    { return d.tool(t) }
+func readBlock(d *decoder, bl *block, depth int) bool  { return d.block(bl, depth) }
+
+func (d *decoder) messages(l *list[inMessage]) walk[inMessage] {
+	return walk[inMessage]{d: d, l: l, read: readMessage, v: &d.msgScratch, pos: l.at, i: -1}
+}
+
+func (d *decoder) toolList(l *list[toolParam]) walk[toolParam] {
+	return walk[toolParam]{d: d, l: l, read: readTool, v: &d.toolScratch, pos: l.at, i: -1}
+}
+
+// blocks walks c's blocks (none when c is a string).
+func (d *decoder) blocks(c *content) walk[block] {
+	return walk[block]{d: d, l: &c.blocks, read: readBlock, v: &d.blockScratch[c.depth], depth: c.depth, pos: c.blocks.at, i: -1}
+}
+
 type pathElem struct {
 	key string
 	idx int // when key is ""
@@ -148,7 +256,11 @@ func (d *decoder) where() string {
 }
 
 func (d *decoder) syntax() {
-	if d.err == nil {
+	switch {
+	case d.err != nil:
+	case d.s.deep:
+		d.err = invalid("The request body is nested deeper than " + strconv.Itoa(maxDepth) + " levels (at byte " + strconv.Itoa(d.s.i) + ").")
+	default:
 		d.err = invalid("The request body is not valid JSON (at byte " + strconv.Itoa(d.s.i) + ").")
 	}
 }
@@ -222,7 +334,9 @@ func (d *decoder) str(dst *string) bool {
 		d.syntax()
 		return false
 	}
-	*dst = d.text(raw)
+	if d.mode != modeCheck {
+		*dst = d.text(raw)
+	}
 	return true
 }
 
@@ -244,6 +358,9 @@ func (d *decoder) strPtr(dst **string) bool {
 	var v string
 	if !d.str(&v) {
 		return false
+	}
+	if d.mode == modeCheck {
+		return true
 	}
 	p := d.strs.new()
 	*p = v
@@ -344,7 +461,11 @@ func (d *decoder) raw(dst *json.RawMessage) bool {
 	}
 	d.s.ws()
 	start := d.s.i
-	if !d.s.skip(0) {
+	// The path is as long as the value is deep in the request: the objects and arrays around it.
+	if !d.s.skip(len(d.path)) {
+		if d.s.deep && d.err == nil {
+			d.err = invalid(d.where() + ": nested deeper than " + strconv.Itoa(maxDepth) + " levels")
+		}
 		d.syntax()
 		return false
 	}
@@ -352,11 +473,17 @@ func (d *decoder) raw(dst *json.RawMessage) bool {
 	return true
 }
 
-func (d *decoder) strings(dst *[]string) bool {
+// strings decodes a list of at most limit strings (what refuses the one past the limit says
+// so).
+func (d *decoder) strings(dst *[]string, limit int, tooMany string) bool {
 	if d.null() {
 		return true
 	}
 	return d.array(func(int) bool {
+		if len(*dst) == limit {
+			d.err = invalid(tooMany)
+			return false
+		}
 		var v string
 		if !d.str(&v) {
 			return false
@@ -377,21 +504,37 @@ func (d *decoder) request(r *msgRequest) {
 			if d.null() {
 				return true
 			}
-			r.Messages = d.msgs[:0]
-			if r.Messages == nil {
-				r.Messages = make([]inMessage, 0, 8)
-			}
-			return d.array(func(int) bool {
-				if len(r.Messages) == maxMessages {
+			l := &r.Messages
+			*l = list[inMessage]{at: d.s.i, set: true}
+			items := d.msgs[:0]
+			store := true
+			ok := d.array(func(int) bool {
+				if l.n == maxMessages {
 					d.err = invalid("messages: at most " + strconv.Itoa(maxMessages) + " messages are allowed")
 					return false
 				}
-				r.Messages = append(r.Messages, inMessage{})
-				d.used = max(d.used, len(r.Messages))
-				return d.message(&r.Messages[len(r.Messages)-1])
+				l.n++
+				if store = store && len(items) < d.storeMax; store {
+					items = append(items, inMessage{})
+					d.used = max(d.used, len(items))
+					return d.message(&items[len(items)-1])
+				}
+				// Past storeMax: the messages are read from the body.
+				d.mode, d.scratch = modeCheck, true
+				d.msgScratch = inMessage{}
+				ok := d.message(&d.msgScratch)
+				d.mode = modeStore
+				return ok
 			})
+			if store {
+				l.items = items
+			}
+			if cap(items) > cap(d.msgs) {
+				d.msgs = items[:0]
+			}
+			return ok
 		case "system":
-			return d.contentPtr(&r.System, 0)
+			return d.content(&r.System, 0)
 		case "metadata":
 			if d.null() {
 				return true
@@ -404,7 +547,7 @@ func (d *decoder) request(r *msgRequest) {
 				return d.unknown()
 			})
 		case "stop_sequences":
-			return d.strings(&r.StopSequences)
+			return d.strings(&r.StopSequences, maxStops, "stop_sequences: at most "+strconv.Itoa(maxStops)+" are allowed")
 		case "stream":
 			return d.boolPtr(&r.Stream)
 		case "temperature":
@@ -440,18 +583,35 @@ func (d *decoder) request(r *msgRequest) {
 			if d.null() {
 				return true
 			}
-			return d.array(func(int) bool {
-				if len(r.Tools) == maxTools {
+			l := &r.Tools
+			*l = list[toolParam]{at: d.s.i, set: true}
+			items := d.tools[:0]
+			store := true
+			ok := d.array(func(int) bool {
+				if l.n == maxTools {
 					d.err = invalid("tools: at most " + strconv.Itoa(maxTools) + " tools are allowed")
 					return false
 				}
-				if r.Tools == nil {
-					r.Tools = d.tools[:0]
+				l.n++
+				if store = store && len(items) < d.storeMax; store {
+					items = append(items, toolParam{})
+					d.used = max(d.used, len(items))
+					return d.tool(&items[len(items)-1])
 				}
-				r.Tools = append(r.Tools, toolParam{})
-				d.used = max(d.used, len(r.Tools))
-				return d.tool(&r.Tools[len(r.Tools)-1])
+				// Past storeMax: the tools are read from the body.
+				d.mode, d.scratch = modeCheck, true
+				d.toolScratch = toolParam{}
+				ok := d.tool(&d.toolScratch)
+				d.mode = modeStore
+				return ok
 			})
+			if store {
+				l.items = items
+			}
+			if cap(items) > cap(d.tools) {
+				d.tools = items[:0]
+			}
+			return ok
 		case "tool_choice":
 			if d.null() {
 				return true
@@ -525,48 +685,96 @@ func (d *decoder) message(m *inMessage) bool {
 		case "role":
 			return d.str(&m.Role)
 		case "content":
-			return d.contentPtr(&m.Content, 0)
+			return d.content(&m.Content, 0)
 		}
 		return d.unknown()
 	})
 }
 
-// maxNesting bounds content inside content (a tool result's blocks, a document's).
+// maxNesting bounds content inside content (a tool result's blocks, a document's): a message's
+// or the system prompt's is at depth 0, a tool result's in it at 1, and so on. Anthropic's own
+// schema nests two deep (a document in a tool result); four leaves room and bounds the decoder's
+// recursion and its scratch values.
 const maxNesting = 4
 
-func (d *decoder) contentPtr(dst **content, depth int) bool {
+// maxBlocks bounds the content blocks of one request, counted at every depth. A block read from
+// the body costs no memory beyond its bytes, but every walk of it costs a decoding: the cap
+// bounds that work (a request at the cap translates in 25-45 ms; it took 0.1-4 s). It is generous:
+// as many blocks as Anthropic allows messages, more than a 1M-token context holds at ten tokens
+// a block, where Claude Code sends a few hundred to a few thousand.
+const maxBlocks = 100_000
+
+// content decodes a content (a string or a list of blocks) at depth; null leaves it unset.
+func (d *decoder) content(c *content, depth int) bool {
 	if d.null() {
 		return true
 	}
 	if depth > maxNesting {
-		d.err = invalid(d.where() + ": content is nested too deep")
+		d.err = invalid(d.where() + ": content is nested deeper than " + strconv.Itoa(maxNesting) + " levels (a tool result's or a document's content inside another)")
 		return false
 	}
-	c := d.contents.new()
+	*c = content{set: true, depth: depth}
 	switch d.s.peek() {
 	case '"':
 		c.isText = true
-		if !d.str(&c.text) {
-			return false
-		}
+		return d.str(&c.text)
 	case '[':
-		c.blocks = d.blocks.take(2)
-		if !d.array(func(int) bool {
-			if len(c.blocks) == cap(c.blocks) {
-				// Grown in the slab: nothing points into c.blocks while it grows (a block's
-				// own content is another slice of the slab).
-				c.blocks = append(d.blocks.take(2*cap(c.blocks)), c.blocks...)
-			}
-			c.blocks = c.blocks[:len(c.blocks)+1]
-			return d.block(&c.blocks[len(c.blocks)-1], depth)
-		}) {
-			return false
-		}
 	default:
 		return d.typeErr("list")
 	}
-	*dst = c
-	return true
+	l := &c.blocks
+	l.at, l.set = d.s.i, true
+	if d.mode == modeReread {
+		// Checked when first read: only counted, for the walks to come.
+		return d.s.array(func(s *scanner, _ int) bool {
+			l.n++
+			return s.skip(0)
+		})
+	}
+	store := d.mode == modeStore
+	var items []block
+	if store {
+		items, store = d.take(2)
+	}
+	return d.array(func(int) bool {
+		if d.nblocks == maxBlocks {
+			d.err = invalid(d.where() + ": more than " + strconv.Itoa(maxBlocks) + " content blocks in the request")
+			return false
+		}
+		d.nblocks++
+		l.n++
+		if store && len(items) == cap(items) {
+			// Grown in the slab: nothing points into items while it grows (a block's own
+			// content is another slice of the slab).
+			var more []block
+			if more, store = d.take(2 * cap(items)); store {
+				items = append(more, items...)
+			}
+		}
+		if store {
+			items = items[:len(items)+1]
+			l.items = items
+			return d.block(&items[len(items)-1], depth)
+		}
+		// Past storeMax: the blocks are read from the body.
+		l.items = nil
+		m := d.mode
+		d.mode, d.scratch = modeCheck, true
+		bl := &d.blockScratch[depth]
+		*bl = block{}
+		ok := d.block(bl, depth)
+		d.mode = m
+		return ok
+	})
+}
+
+// take returns room for n blocks from storage; false when that would pass storeMax.
+func (d *decoder) take(n int) ([]block, bool) {
+	if d.stored+n > d.storeMax {
+		return nil, false
+	}
+	d.stored += n
+	return d.blockSlab.take(n), true
 }
 
 func (d *decoder) block(bl *block, depth int) bool {
@@ -575,7 +783,7 @@ func (d *decoder) block(bl *block, depth int) bool {
 		case "type":
 			return d.str(&bl.Type)
 		case "text":
-			return d.strPtr(&bl.Text)
+			return d.str(&bl.Text)
 		case "cache_control":
 			return d.raw(&bl.CacheControl)
 		case "citations":
@@ -584,12 +792,12 @@ func (d *decoder) block(bl *block, depth int) bool {
 			if d.null() {
 				return true
 			}
-			bl.Source = &source{}
-			return d.source(bl.Source, depth)
+			bl.Source = source{set: true}
+			return d.source(&bl.Source, depth)
 		case "title":
-			return d.strPtr(&bl.Title)
+			return d.str(&bl.Title)
 		case "context":
-			return d.strPtr(&bl.Context)
+			return d.str(&bl.Context)
 		case "id":
 			return d.str(&bl.ID)
 		case "name":
@@ -601,15 +809,15 @@ func (d *decoder) block(bl *block, depth int) bool {
 		case "tool_use_id":
 			return d.str(&bl.ToolUseID)
 		case "content":
-			return d.contentPtr(&bl.Content, depth+1)
+			return d.content(&bl.Content, depth+1)
 		case "is_error":
 			return d.boolean(&bl.IsError)
 		case "thinking":
-			return d.strPtr(&bl.Thinking)
+			return d.str(&bl.Thinking)
 		case "signature":
-			return d.strPtr(&bl.Signature)
+			return d.str(&bl.Signature)
 		case "data":
-			return d.strPtr(&bl.Data)
+			return d.str(&bl.Data)
 		}
 		return d.unknown()
 	})
@@ -629,7 +837,7 @@ func (d *decoder) source(s *source, depth int) bool {
 		case "file_id":
 			return d.str(&s.FileID)
 		case "content":
-			return d.contentPtr(&s.Content, depth+1)
+			return d.content(&s.Content, depth+1)
 		}
 		return d.unknown()
 	})

@@ -71,7 +71,12 @@
 // upstream cannot express: server tools (web search, code execution, bash, text editor...),
 // container, mcp_servers, context_management, inference_geo, Files API sources, document URLs,
 // citations, tool search and programmatic tool calling, input_examples, max_tokens 0, and
-// search_result and other server-side blocks.
+// search_result and other server-side blocks. And what would cost too much: more than 100,000
+// content blocks (at every depth), 100,000 messages, 4,096 tools or 1,024 stop sequences,
+// content nested deeper than 4 levels, JSON nested deeper than 10,000 levels (encoding/json's
+// limit, the gateway's everywhere); each refusal names its limit. A list longer than the
+// decoder's pooled storage is read again from the body whenever the translation walks it, so
+// a request's memory does not grow with how many elements it holds.
 //
 // # count_tokens
 //

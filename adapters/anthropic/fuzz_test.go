@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzTranslate: any body is translated to valid JSON or refused with a 400; nothing panics, and
-// nothing encoding/json calls invalid is accepted.
+// nothing encoding/json calls invalid is accepted. Whatever the decoder's storage holds (lists
+// read from the body instead), the outcome is the same.
 func FuzzTranslate(f *testing.F) {
 	for _, tc := range requestPairs {
 		f.Add([]byte(tc.in), false)
@@ -16,7 +17,16 @@ func FuzzTranslate(f *testing.F) {
 	for _, tc := range refusals {
 		f.Add([]byte(tc.in), true)
 	}
+	f.Add(deepInput(70), false)           // nested past the old limit of 64
+	f.Add([]byte(mixedRequest(5)), false) // every kind of list, nested
+	f.Add(oneLetterBlocks(maxPooled+3), false)
 	f.Fuzz(func(t *testing.T, body []byte, count bool) {
+		want := result(body, count, maxPooled)
+		for _, store := range []int{0, 2} {
+			if got := result(body, count, store); got != want {
+				t.Fatalf("storing %d: %s, storing %d: %s", maxPooled, want, store, got)
+			}
+		}
 		tr, err := translate(body, count)
 		if err != nil {
 			if err.status != 400 || err.typ != "invalid_request_error" || err.msg == "" {

@@ -13,8 +13,8 @@ import (
 type msgRequest struct {
 	Model         *string         `json:"model"`
 	MaxTokens     *int64          `json:"max_tokens"`
-	Messages      []inMessage     `json:"messages"`
-	System        *content        `json:"system"`
+	Messages      list[inMessage] `json:"messages"`
+	System        content         `json:"system"`
 	Metadata      *metadata       `json:"metadata"`
 	StopSequences []string        `json:"stop_sequences"`
 	Stream        *bool           `json:"stream"`
@@ -22,7 +22,7 @@ type msgRequest struct {
 	TopP          *float64        `json:"top_p"`
 	TopK          *int64          `json:"top_k"`
 	Thinking      *thinkingParam  `json:"thinking"`
-	Tools         []toolParam     `json:"tools"`
+	Tools         list[toolParam] `json:"tools"`
 	ToolChoice    *toolChoice     `json:"tool_choice"`
 	ServiceTier   *string         `json:"service_tier"`
 	OutputConfig  *outputConfig   `json:"output_config"`
@@ -78,55 +78,59 @@ type outputFormat struct {
 }
 
 type inMessage struct {
-	Role    string   `json:"role"`
-	Content *content `json:"content"`
+	Role    string  `json:"role"`
+	Content content `json:"content"`
 }
 
 // content is a string or a list of blocks, as a message's, a system prompt's and a tool
 // result's content are.
 type content struct {
 	text   string
-	blocks []block
+	blocks list[block]
+	depth  int // 0 for a message's or the system prompt's, one more for each content around it
 	isText bool
+	set    bool // sent, and not null
 }
 
-// empty reports whether c holds nothing: "" or [].
+// empty reports whether c holds nothing: "" or [] (or was not sent).
 func (c *content) empty() bool {
-	return c == nil || (c.isText && c.text == "") || (!c.isText && len(c.blocks) == 0)
+	return !c.set || (c.isText && c.text == "") || (!c.isText && c.blocks.n == 0)
 }
 
-// block is every content block type's fields in one struct; type says which apply.
+// block is every content block type's fields in one struct; type says which apply. An absent
+// text and an empty one are the same (both refused where text is required).
 type block struct {
 	Type         string          `json:"type"`
-	Text         *string         `json:"text"`
+	Text         string          `json:"text"`
 	CacheControl json.RawMessage `json:"cache_control"`
 	Citations    json.RawMessage `json:"citations"`
 	// image, document
-	Source  *source `json:"source"`
-	Title   *string `json:"title"`
-	Context *string `json:"context"`
+	Source  source `json:"source"`
+	Title   string `json:"title"`
+	Context string `json:"context"`
 	// tool_use
 	ID     string          `json:"id"`
 	Name   string          `json:"name"`
 	Input  json.RawMessage `json:"input"`
 	Caller json.RawMessage `json:"caller"`
 	// tool_result
-	ToolUseID string   `json:"tool_use_id"`
-	Content   *content `json:"content"`
-	IsError   bool     `json:"is_error"`
+	ToolUseID string  `json:"tool_use_id"`
+	Content   content `json:"content"`
+	IsError   bool    `json:"is_error"`
 	// thinking, redacted_thinking
-	Thinking  *string `json:"thinking"`
-	Signature *string `json:"signature"`
-	Data      *string `json:"data"`
+	Thinking  string `json:"thinking"`
+	Signature string `json:"signature"`
+	Data      string `json:"data"`
 }
 
 type source struct {
-	Type      string   `json:"type"`
-	MediaType string   `json:"media_type"`
-	Data      string   `json:"data"`
-	URL       string   `json:"url"`
-	FileID    string   `json:"file_id"`
-	Content   *content `json:"content"`
+	Type      string  `json:"type"`
+	MediaType string  `json:"media_type"`
+	Data      string  `json:"data"`
+	URL       string  `json:"url"`
+	FileID    string  `json:"file_id"`
+	Content   content `json:"content"`
+	set       bool    // sent, and not null
 }
 
 // translated is an Anthropic request as an OpenAI chat completions body.
@@ -139,8 +143,9 @@ type translated struct {
 	estimate int
 }
 
-// Bounds on what one request may hold, beyond the body's byte limit: each costs a little memory
-// per item however small the item's bytes.
+// Bounds on what one request may hold, beyond the body's byte limit (and maxBlocks, maxNesting
+// and maxDepth): each item costs work however small its bytes. 100,000 messages is Anthropic's
+// own limit.
 const (
 	maxMessages = 100_000
 	maxTools    = 4096
@@ -156,13 +161,20 @@ const billingHeader = "x-anthropic-billing-header"
 // body. count is true for count_tokens, whose requests carry neither max_tokens nor stream. The
 // error is Anthropic's 400 naming the field at fault.
 func translate(body []byte, count bool) (*translated, *apiError) {
+	return translateStoring(body, count, maxPooled)
+}
+
+// translateStoring is translate with at most store messages, tools and blocks decoded into
+// storage, the rest read from the body: the tests' way to read every list from it (0).
+func translateStoring(body []byte, count bool, store int) (*translated, *apiError) {
 	d := newDecoder()
 	defer d.release()
+	d.storeMax = store
 	var req msgRequest
 	if err := decodeRequest(d, body, &req); err != nil {
 		return nil, err
 	}
-	t := &tr{b: make([]byte, 0, len(body)+256)}
+	t := &tr{b: make([]byte, 0, len(body)+256), d: d}
 	if err := t.request(&req, count); err != nil {
 		return nil, err
 	}
@@ -180,9 +192,11 @@ func estimateTokens(chars, images int) int {
 
 // tr writes one translation.
 type tr struct {
-	b      []byte
-	chars  int // bytes of text, for the estimate
-	images int
+	b       []byte
+	d       *decoder // for the walks of the request's lists
+	chars   int      // bytes of text, for the estimate
+	images  int
+	prefill bool // the conversation ends in an assistant turn with content
 }
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -195,12 +209,10 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 		return invalid("max_tokens: Field required")
 	case !count && *req.MaxTokens < 1:
 		return invalid("max_tokens: must be at least 1 (a model served through an OpenAI chat upstream cannot pre-warm a prompt cache with 0)")
-	case req.Messages == nil:
+	case !req.Messages.set:
 		return invalid("messages: Field required")
-	case len(req.Messages) == 0:
+	case req.Messages.n == 0:
 		return invalid("messages: at least one message is required")
-	case len(req.Messages) > maxMessages:
-		return invalid(fmt.Sprintf("messages: at most %d messages are allowed", maxMessages))
 	case count && req.Stream != nil:
 		return invalid("stream: Extra inputs are not permitted")
 	case req.Temperature != nil && (*req.Temperature < 0 || *req.Temperature > 1):
@@ -209,10 +221,6 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 		return invalid("top_p: must be between 0 and 1")
 	case req.TopK != nil && *req.TopK < 0:
 		return invalid("top_k: must be at least 0")
-	case len(req.StopSequences) > maxStops:
-		return invalid(fmt.Sprintf("stop_sequences: at most %d are allowed", maxStops))
-	case len(req.Tools) > maxTools:
-		return invalid(fmt.Sprintf("tools: at most %d tools are allowed", maxTools))
 	case present(req.Container):
 		return unsupported("container", "code execution containers are Anthropic's platform")
 	case present(req.MCPServers):
@@ -229,12 +237,12 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 	b = appendString(b, *req.Model)
 	b = append(b, `,"messages":[`...)
 	t.b = b
-	if req.System != nil {
-		if err := t.system(req.System, rootPath("system")); err != nil {
+	if req.System.set {
+		if err := t.system(&req.System, rootPath("system")); err != nil {
 			return err
 		}
 	}
-	if err := t.messages(req.Messages); err != nil {
+	if err := t.messages(&req.Messages); err != nil {
 		return err
 	}
 	b = append(t.b, ']')
@@ -273,13 +281,13 @@ func (t *tr) request(req *msgRequest, count bool) *apiError {
 		b = appendString(b, *req.Metadata.UserID)
 	}
 	t.b = b
-	if err := t.tools(req.Tools, req.ToolChoice); err != nil {
+	if err := t.tools(&req.Tools, req.ToolChoice); err != nil {
 		return err
 	}
 	if err := t.reasoning(req.Thinking, req.OutputConfig); err != nil {
 		return err
 	}
-	if t.prefill(req.Messages) {
+	if t.prefill {
 		// A final assistant turn is a prefill the answer continues; vLLM's chat extras say so
 		// (an upstream without them refuses the request: a 400, not a different answer).
 		t.b = append(t.b, `,"continue_final_message":true,"add_generation_prompt":false`...)
@@ -338,13 +346,6 @@ func unsupported(field, why string) *apiError {
 	return invalid(fmt.Sprintf("%s: not supported for a model served through an OpenAI chat upstream (%s)", field, why))
 }
 
-// prefill reports whether the conversation ends in an assistant turn with content: the text the
-// answer must continue.
-func (t *tr) prefill(msgs []inMessage) bool {
-	last := msgs[len(msgs)-1]
-	return last.Role == "assistant" && !last.Content.empty()
-}
-
 // system writes a system prompt (or a system message of the conversation) as a system message:
 // text only, its blocks joined by newlines.
 func (t *tr) system(c *content, field path) *apiError {
@@ -359,15 +360,15 @@ func (t *tr) system(c *content, field path) *apiError {
 		return nil
 	}
 	n := 0
-	for i := range c.blocks {
-		bl := &c.blocks[i]
+	for w := t.d.blocks(c); w.next(); {
+		i, bl := w.i, w.cur
 		if bl.Type != "text" {
 			return invalid(fmt.Sprintf("%s.%d.type: a system prompt holds text blocks only, not %q", field.String(), i, bl.Type))
 		}
-		if bl.Text == nil || *bl.Text == "" {
+		if bl.Text == "" {
 			return invalid(fmt.Sprintf("%s.%d: text content blocks must be non-empty", field.String(), i))
 		}
-		if strings.HasPrefix(*bl.Text, billingHeader) {
+		if strings.HasPrefix(bl.Text, billingHeader) {
 			continue
 		}
 		if n == 0 {
@@ -375,8 +376,8 @@ func (t *tr) system(c *content, field path) *apiError {
 		} else {
 			t.b = append(t.b, `\n`...)
 		}
-		t.b = appendStringInner(t.b, *bl.Text)
-		t.chars += len(*bl.Text)
+		t.b = appendStringInner(t.b, bl.Text)
+		t.chars += len(bl.Text)
 		n++
 	}
 	if n > 0 {
@@ -389,38 +390,39 @@ func (t *tr) system(c *content, field path) *apiError {
 // tool_use must be answered by a tool_result in the next turn, and every tool_result must answer
 // a tool_use of the turn before, as Anthropic's API requires: an OpenAI upstream would refuse
 // the same conversation with a less helpful message, or worse, accept it.
-func (t *tr) messages(msgs []inMessage) *apiError {
-	var pending []string // tool_use ids of the previous assistant turn not yet answered
+func (t *tr) messages(msgs *list[inMessage]) *apiError {
+	var pending awaited // tool_use ids of the previous assistant turn not yet answered
 	seenUser := false
-	for i := range msgs {
-		m := &msgs[i]
+	for w := t.d.messages(msgs); w.next(); {
+		i, m := w.i, w.cur
 		field := rootPath("messages").at(i)
-		if m.Content == nil {
+		if !m.Content.set {
 			return invalid(field.String() + ".content: Field required")
 		}
-		last := i == len(msgs)-1
+		last := i == msgs.n-1
+		t.prefill = last && m.Role == "assistant" && !m.Content.empty()
 		switch m.Role {
 		case "system":
-			if len(pending) > 0 {
-				return unanswered(field.String(), pending)
+			if pending.left > 0 {
+				return unanswered(field.String(), &pending)
 			}
 			t.sep()
-			if err := t.system(m.Content, field.key("content")); err != nil {
+			if err := t.system(&m.Content, field.key("content")); err != nil {
 				return err
 			}
 			t.trimSep()
 		case "user":
 			seenUser = true
 			var err *apiError
-			if pending, err = t.user(m.Content, field, pending); err != nil {
+			if err = t.user(&m.Content, field, &pending); err != nil {
 				return err
 			}
 		case "assistant":
 			if !seenUser {
 				return invalid(`messages: the first message must use the "user" role`)
 			}
-			if len(pending) > 0 {
-				return unanswered(field.String(), pending)
+			if pending.left > 0 {
+				return unanswered(field.String(), &pending)
 			}
 			if m.Content.empty() {
 				if last {
@@ -429,11 +431,11 @@ func (t *tr) messages(msgs []inMessage) *apiError {
 				return invalid(field.String() + ": all messages must have non-empty content except for the optional final assistant message")
 			}
 			var err *apiError
-			if pending, err = t.assistant(m.Content, field); err != nil {
+			if pending, err = t.assistant(&m.Content, field); err != nil {
 				return err
 			}
-			if last && len(pending) > 0 {
-				return unanswered(field.String(), pending)
+			if last && pending.left > 0 {
+				return unanswered(field.String(), &pending)
 			}
 		case "":
 			return invalid(field.String() + ".role: Field required")
@@ -447,9 +449,9 @@ func (t *tr) messages(msgs []inMessage) *apiError {
 	return nil
 }
 
-func unanswered(field string, ids []string) *apiError {
+func unanswered(field string, pending *awaited) *apiError {
 	return invalid(fmt.Sprintf("%s: tool_use ids were found without tool_result blocks immediately after: %s. "+
-		"Each tool_use block must have a corresponding tool_result block in the next message.", field, strings.Join(ids, ", ")))
+		"Each tool_use block must have a corresponding tool_result block in the next message.", field, strings.Join(pending.unanswered(), ", ")))
 }
 
 // sep starts a new element of the messages array; trimSep takes it back if nothing followed.
@@ -467,64 +469,65 @@ func (t *tr) trimSep() {
 
 // user writes a user turn: its tool results first, as OpenAI tool messages (which must follow the
 // assistant's tool calls directly), then the rest of its content as one user message.
-func (t *tr) user(c *content, field path, pending []string) ([]string, *apiError) {
+func (t *tr) user(c *content, field path, pending *awaited) *apiError {
 	if c.empty() {
-		return nil, invalid(field.String() + ": all messages must have non-empty content except for the optional final assistant message")
+		return invalid(field.String() + ": all messages must have non-empty content except for the optional final assistant message")
 	}
 	if c.isText {
-		if len(pending) > 0 {
-			return nil, unanswered(field.String(), pending)
+		if pending.left > 0 {
+			return unanswered(field.String(), pending)
 		}
 		t.sep()
 		t.b = append(t.b, `{"role":"user","content":`...)
 		t.b = appendString(t.b, c.text)
 		t.b = append(t.b, '}')
 		t.chars += len(c.text)
-		return nil, nil
+		return nil
 	}
+	// The tool results are written as they come; the rest is counted, and when it is one text
+	// block, its text kept for the content string.
 	others := 0
-	for i := range c.blocks {
-		bl := &c.blocks[i]
+	only := ""
+	for w := t.d.blocks(c); w.next(); {
+		i, bl := w.i, w.cur
 		if bl.Type != "tool_result" {
-			others++
+			if others++; others == 1 && bl.Type == "text" {
+				only = bl.Text
+			}
 			continue
 		}
 		bf := field.key("content").at(i)
-		j := indexOf(pending, bl.ToolUseID)
-		if j < 0 {
+		if !pending.answer(bl.ToolUseID) {
 			if bl.ToolUseID == "" {
-				return nil, invalid(bf.String() + ".tool_use_id: Field required")
+				return invalid(bf.String() + ".tool_use_id: Field required")
 			}
-			return nil, invalid(fmt.Sprintf("%s: unexpected tool_use_id found in tool_result blocks: %s. Each tool_result block must have a "+
+			return invalid(fmt.Sprintf("%s: unexpected tool_use_id found in tool_result blocks: %s. Each tool_result block must have a "+
 				"corresponding tool_use block in the previous message.", bf.String(), bl.ToolUseID))
 		}
-		pending = append(pending[:j], pending[j+1:]...)
 		if err := t.toolResult(bl, bf); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if len(pending) > 0 {
-		return nil, unanswered(field.String(), pending)
+	if pending.left > 0 {
+		return unanswered(field.String(), pending)
 	}
 	if others == 0 {
-		return nil, nil
+		return nil
 	}
 	t.sep()
 	t.b = append(t.b, `{"role":"user","content":`...)
-	if err := t.parts(c.blocks, field.key("content"), true); err != nil {
-		return nil, err
+	if others == 1 && only != "" {
+		t.b = appendString(t.b, only)
+		t.chars += len(only)
+	} else {
+		t.b = append(t.b, '[')
+		if err := t.partList(c, field.key("content")); err != nil {
+			return err
+		}
+		t.b = append(t.b, ']')
 	}
 	t.b = append(t.b, '}')
-	return nil, nil
-}
-
-func indexOf(ids []string, id string) int {
-	for i, s := range ids {
-		if s == id {
-			return i
-		}
-	}
-	return -1
+	return nil
 }
 
 // toolResult writes a tool_result block as an OpenAI tool message. OpenAI has no error flag: an
@@ -534,31 +537,25 @@ func (t *tr) toolResult(bl *block, field path) *apiError {
 	t.b = append(t.b, `{"role":"tool","tool_call_id":`...)
 	t.b = appendString(t.b, bl.ToolUseID)
 	t.b = append(t.b, `,"content":`...)
-	switch {
-	case bl.Content == nil || bl.Content.isText:
-		text := ""
-		if bl.Content != nil {
-			text = bl.Content.text
-		}
+	switch c := &bl.Content; {
+	case !c.set || c.isText:
 		if bl.IsError {
 			t.b = append(t.b, `"Error: `...)
-			t.b = appendStringInner(t.b, text)
+			t.b = appendStringInner(t.b, c.text)
 			t.b = append(t.b, '"')
 		} else {
-			t.b = appendString(t.b, text)
+			t.b = appendString(t.b, c.text)
 		}
-		t.chars += len(text)
+		t.chars += len(c.text)
 	default:
 		if bl.IsError {
+			// partList puts its own commas before its parts.
 			t.b = append(t.b, `[{"type":"text","text":"Error: "}`...)
-			if len(bl.Content.blocks) > 0 {
-				t.b = append(t.b, ',')
-				if err := t.partList(bl.Content.blocks, field.key("content")); err != nil {
-					return err
-				}
+			if err := t.partList(c, field.key("content")); err != nil {
+				return err
 			}
 			t.b = append(t.b, ']')
-		} else if err := t.parts(bl.Content.blocks, field.key("content"), false); err != nil {
+		} else if err := t.parts(c, field.key("content")); err != nil {
 			return err
 		}
 	}
@@ -566,49 +563,43 @@ func (t *tr) toolResult(bl *block, field path) *apiError {
 	return nil
 }
 
-// parts writes content blocks as an OpenAI message's content: a string when they are one text
-// block, else a list of parts. skipResults leaves out tool_result blocks (written apart).
-func (t *tr) parts(blocks []block, field path, skipResults bool) *apiError {
-	if !skipResults && len(blocks) == 0 {
+// parts writes a list of content blocks as an OpenAI message's content: a string when they are
+// one text block, else a list of parts.
+func (t *tr) parts(c *content, field path) *apiError {
+	switch c.blocks.n {
+	case 0:
 		t.b = append(t.b, `""`...)
 		return nil
-	}
-	var only *block
-	n := 0
-	for i := range blocks {
-		if skipResults && blocks[i].Type == "tool_result" {
-			continue
+	case 1:
+		w := t.d.blocks(c)
+		if w.next(); w.cur.Type == "text" && w.cur.Text != "" {
+			t.b = appendString(t.b, w.cur.Text)
+			t.chars += len(w.cur.Text)
+			return nil
 		}
-		n++
-		only = &blocks[i]
-	}
-	if n == 1 && only.Type == "text" && only.Text != nil && *only.Text != "" {
-		t.b = appendString(t.b, *only.Text)
-		t.chars += len(*only.Text)
-		return nil
 	}
 	t.b = append(t.b, '[')
-	if err := t.partList(blocks, field); err != nil {
+	if err := t.partList(c, field); err != nil {
 		return err
 	}
 	t.b = append(t.b, ']')
 	return nil
 }
 
-// partList writes blocks as OpenAI content parts, comma separated, tool results skipped.
-func (t *tr) partList(blocks []block, field path) *apiError {
-	for i := range blocks {
-		bl := &blocks[i]
-		bf := field.at(i)
+// partList writes c's blocks as OpenAI content parts, comma separated, tool results skipped.
+func (t *tr) partList(c *content, field path) *apiError {
+	for w := t.d.blocks(c); w.next(); {
+		bl := w.cur
+		bf := field.at(w.i)
 		switch bl.Type {
 		case "tool_result":
 			continue
 		case "text":
-			if bl.Text == nil || *bl.Text == "" {
+			if bl.Text == "" {
 				return invalid(bf.String() + ": text content blocks must be non-empty")
 			}
 			t.b = appendComma(t.b)
-			t.textPart(*bl.Text)
+			t.textPart(bl.Text)
 		case "image":
 			if err := t.image(bl, bf); err != nil {
 				return err
@@ -645,8 +636,8 @@ var imageTypes = map[string]bool{"image/jpeg": true, "image/png": true, "image/g
 
 // image writes an image block as an image_url part: base64 data as a data: URL, a URL as is.
 func (t *tr) image(bl *block, field path) *apiError {
-	s := bl.Source
-	if s == nil {
+	s := &bl.Source
+	if !s.set {
 		return invalid(field.String() + ".source: Field required")
 	}
 	t.b = appendComma(t.b)
@@ -683,8 +674,8 @@ func (t *tr) image(bl *block, field path) *apiError {
 // parts, a base64 PDF as OpenAI's file part. The title and context are written as text before
 // it, so the model reads them as Anthropic's would. Citations cannot be produced.
 func (t *tr) document(bl *block, field path) *apiError {
-	s := bl.Source
-	if s == nil {
+	s := &bl.Source
+	if !s.set {
 		return invalid(field.String() + ".source: Field required")
 	}
 	if present(bl.Citations) {
@@ -693,13 +684,13 @@ func (t *tr) document(bl *block, field path) *apiError {
 			return unsupported(field.String()+".citations", "an OpenAI chat upstream cannot cite documents")
 		}
 	}
-	if bl.Title != nil && *bl.Title != "" {
+	if bl.Title != "" {
 		t.b = appendComma(t.b)
-		t.textPart(*bl.Title)
+		t.textPart(bl.Title)
 	}
-	if bl.Context != nil && *bl.Context != "" {
+	if bl.Context != "" {
 		t.b = appendComma(t.b)
-		t.textPart(*bl.Context)
+		t.textPart(bl.Context)
 	}
 	switch s.Type {
 	case "text":
@@ -709,7 +700,7 @@ func (t *tr) document(bl *block, field path) *apiError {
 		t.b = appendComma(t.b)
 		t.textPart(s.Data)
 	case "content":
-		if s.Content == nil || s.Content.empty() {
+		if s.Content.empty() {
 			return invalid(field.String() + ".source.content: Field required")
 		}
 		if s.Content.isText {
@@ -717,12 +708,12 @@ func (t *tr) document(bl *block, field path) *apiError {
 			t.textPart(s.Content.text)
 			break
 		}
-		for i := range s.Content.blocks {
-			if typ := s.Content.blocks[i].Type; typ != "text" && typ != "image" {
-				return invalid(fmt.Sprintf("%s.source.content.%d.type: a document's content holds text and image blocks only, not %q", field.String(), i, typ))
+		for w := t.d.blocks(&s.Content); w.next(); {
+			if typ := w.cur.Type; typ != "text" && typ != "image" {
+				return invalid(fmt.Sprintf("%s.source.content.%d.type: a document's content holds text and image blocks only, not %q", field.String(), w.i, typ))
 			}
 		}
-		if err := t.partList(s.Content.blocks, field.key("source.content")); err != nil {
+		if err := t.partList(&s.Content, field.key("source.content")); err != nil {
 			return err
 		}
 	case "base64":
@@ -733,8 +724,8 @@ func (t *tr) document(bl *block, field path) *apiError {
 			return invalid(field.String() + ".source.data: Field required")
 		}
 		name := "document.pdf"
-		if bl.Title != nil && *bl.Title != "" {
-			name = *bl.Title
+		if bl.Title != "" {
+			name = bl.Title
 		}
 		t.b = appendComma(t.b)
 		t.b = append(t.b, `{"type":"file","file":{"filename":`...)
@@ -757,71 +748,70 @@ func (t *tr) document(bl *block, field path) *apiError {
 // (input re-encoded as the arguments string). Thinking blocks are not sent: OpenAI's chat API
 // has no place for earlier turns' reasoning, and Anthropic's API itself does not show the model
 // the thinking of turns before the last. It returns the tool_use ids to be answered.
-func (t *tr) assistant(c *content, field path) ([]string, *apiError) {
+func (t *tr) assistant(c *content, field path) (awaited, *apiError) {
 	t.sep()
 	t.b = append(t.b, `{"role":"assistant","content":`...)
 	if c.isText {
 		t.b = appendString(t.b, c.text)
 		t.b = append(t.b, '}')
 		t.chars += len(c.text)
-		return nil, nil
+		return awaited{}, nil
 	}
-	texts := 0
-	for i := range c.blocks {
-		bl := &c.blocks[i]
-		bf := field.key("content").at(i)
+	// The blocks are checked and their texts written in one walk, joined: an assistant turn is
+	// one string in every chat template. The tool calls follow in a second.
+	texts, calls := 0, 0
+	for w := t.d.blocks(c); w.next(); {
+		bl := w.cur
+		bf := field.key("content").at(w.i)
 		switch bl.Type {
 		case "text":
-			if bl.Text == nil || *bl.Text == "" {
-				return nil, invalid(bf.String() + ": text content blocks must be non-empty")
+			if bl.Text == "" {
+				return awaited{}, invalid(bf.String() + ": text content blocks must be non-empty")
 			}
+			if texts == 0 {
+				t.b = append(t.b, '"')
+			} else {
+				t.b = append(t.b, `\n`...)
+			}
+			t.b = appendStringInner(t.b, bl.Text)
+			t.chars += len(bl.Text)
 			texts++
 		case "tool_use":
 			switch {
 			case bl.ID == "":
-				return nil, invalid(bf.String() + ".id: Field required")
+				return awaited{}, invalid(bf.String() + ".id: Field required")
 			case bl.Name == "":
-				return nil, invalid(bf.String() + ".name: Field required")
+				return awaited{}, invalid(bf.String() + ".name: Field required")
 			case !isObject(bl.Input):
-				return nil, invalid(bf.String() + ".input: Input should be an object")
+				return awaited{}, invalid(bf.String() + ".input: Input should be an object")
 			}
+			calls++
 		case "thinking", "redacted_thinking":
 		case "":
-			return nil, invalid(bf.String() + ".type: Field required")
+			return awaited{}, invalid(bf.String() + ".type: Field required")
 		case "image", "document", "tool_result":
-			return nil, invalid(fmt.Sprintf("%s.type: %s blocks belong in user messages", bf.String(), bl.Type))
+			return awaited{}, invalid(fmt.Sprintf("%s.type: %s blocks belong in user messages", bf.String(), bl.Type))
 		default:
-			return nil, untranslatable(bf.String(), bl.Type)
+			return awaited{}, untranslatable(bf.String(), bl.Type)
 		}
 	}
-	switch texts {
-	case 0:
+	if texts == 0 {
 		t.b = append(t.b, "null"...)
-	default:
-		// Text blocks joined: an assistant turn is one string in every chat template.
-		t.b = append(t.b, '"')
-		n := 0
-		for i := range c.blocks {
-			if bl := &c.blocks[i]; bl.Type == "text" {
-				if n > 0 {
-					t.b = append(t.b, `\n`...)
-				}
-				t.b = appendStringInner(t.b, *bl.Text)
-				t.chars += len(*bl.Text)
-				n++
-			}
-		}
+	} else {
 		t.b = append(t.b, '"')
 	}
-	var ids []string
-	for i := range c.blocks {
-		bl := &c.blocks[i]
+	if calls == 0 {
+		t.b = append(t.b, '}')
+		return awaited{}, nil
+	}
+	ids := make([]string, 0, calls)
+	t.b = append(t.b, `,"tool_calls":[`...)
+	for w := t.d.blocks(c); w.next(); {
+		bl := w.cur
 		if bl.Type != "tool_use" {
 			continue
 		}
-		if len(ids) == 0 {
-			t.b = append(t.b, `,"tool_calls":[`...)
-		} else {
+		if len(ids) > 0 {
 			t.b = append(t.b, ',')
 		}
 		t.b = append(t.b, `{"id":`...)
@@ -834,11 +824,8 @@ func (t *tr) assistant(c *content, field path) ([]string, *apiError) {
 		t.chars += len(bl.Name) + len(bl.Input)
 		ids = append(ids, bl.ID)
 	}
-	if len(ids) > 0 {
-		t.b = append(t.b, ']')
-	}
-	t.b = append(t.b, '}')
-	return ids, nil
+	t.b = append(t.b, "]}"...)
+	return awaiting(ids), nil
 }
 
 func isObject(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
@@ -882,9 +869,9 @@ func appendCompactString(b []byte, raw json.RawMessage) []byte {
 }
 
 // tools writes the tool definitions (custom tools as functions) and the tool choice.
-func (t *tr) tools(tools []toolParam, choice *toolChoice) *apiError {
-	for i := range tools {
-		tl := &tools[i]
+func (t *tr) tools(tools *list[toolParam], choice *toolChoice) *apiError {
+	for w := t.d.toolList(tools); w.next(); {
+		i, tl := w.i, w.cur
 		field := rootPath("tools").at(i)
 		switch {
 		case tl.Type != "" && tl.Type != "custom":
@@ -923,7 +910,7 @@ func (t *tr) tools(tools []toolParam, choice *toolChoice) *apiError {
 		t.b = append(t.b, `}}`...)
 		t.chars += len(tl.Name) + len(tl.InputSchema)
 	}
-	if len(tools) > 0 {
+	if tools.n > 0 {
 		t.b = append(t.b, ']')
 	}
 	if choice == nil {

@@ -7,13 +7,17 @@ import "github.com/infergate/infergate/internal/jsonscan"
 // one pass over its bytes and no allocation. It validates what it walks (string literals
 // especially, since they are copied out) and fails on anything malformed.
 type scanner struct {
-	b   []byte
-	i   int
-	bad bool
+	b    []byte
+	i    int
+	bad  bool
+	deep bool // bad because a value nested deeper than maxDepth
 }
 
-// maxDepth bounds nesting in values the scanner skips.
-const maxDepth = 64
+// maxDepth bounds how deeply a value may nest, counted from the top of its document: encoding/json's
+// limit, and the gateway's everywhere (adapters/pipeline's scanner, which reads every OpenAI body,
+// has the same), so what /v1/chat/completions takes as valid JSON /v1/messages takes too. The
+// scanner's skip is a loop, not a recursion: a value nested that deep costs no deep stack.
+const maxDepth = 10000
 
 func (s *scanner) ws() {
 	for s.i < len(s.b) {
@@ -139,18 +143,14 @@ func (s *scanner) int() int64 {
 	return n
 }
 
-// skip passes over one value of any type.
+// skip passes over one value of any type; depth is how many objects and arrays enclose it, for
+// maxDepth.
 func (s *scanner) skip(depth int) bool {
-	if depth > maxDepth {
-		return s.fail()
-	}
-	switch c := s.peek(); c {
+	switch s.peek() {
+	case '{', '[':
+		return s.skipNested(depth)
 	case '"':
 		return s.str() != nil
-	case '{':
-		return s.object(func(*scanner, []byte) bool { return s.skip(depth + 1) })
-	case '[':
-		return s.array(func(*scanner, int) bool { return s.skip(depth + 1) })
 	case 't':
 		return s.lit("true") || s.fail()
 	case 'f':
@@ -159,6 +159,71 @@ func (s *scanner) skip(depth int) bool {
 		return s.lit("null") || s.fail()
 	default:
 		return s.number() || s.fail()
+	}
+}
+
+// skipNested passes over an object or an array, in a loop rather than a recursion: a value
+// nested 10,000 levels deep costs no deep stack.
+func (s *scanner) skipNested(depth int) bool {
+	// The kinds of the containers open, a bit each (1 for an object): the first 128 in this frame,
+	// more on the heap, 157 words at most.
+	var inline [2]uint64
+	kinds := inline[:]
+	open := 0
+	for {
+		// A value.
+		if c := s.peek(); c == '{' || c == '[' {
+			if depth+open >= maxDepth {
+				s.deep = true
+				return s.fail()
+			}
+			if w := open / 64; w == len(kinds) {
+				kinds = append(kinds, 0)
+			}
+			bit := uint64(1) << (open % 64)
+			if c == '{' {
+				kinds[open/64] |= bit
+			} else {
+				kinds[open/64] &^= bit
+			}
+			open++
+			s.i++
+			switch {
+			case c == '{' && s.eat('}'), c == '[' && s.eat(']'):
+				open--
+			case c == '[':
+				continue // the first element
+			case s.str() == nil || !s.eat(':'):
+				return s.fail()
+			default:
+				continue // the first member's value
+			}
+		} else if !s.skip(0) { // a scalar: skip does not come back here
+			return false
+		}
+		// After a value: close the containers that end here, or go on to the next member or
+		// element.
+		for {
+			if open == 0 {
+				return true
+			}
+			top := open - 1
+			object := kinds[top/64]>>(top%64)&1 != 0
+			if s.eat(',') {
+				if object && (s.str() == nil || !s.eat(':')) {
+					return s.fail()
+				}
+				break
+			}
+			closer := byte(']')
+			if object {
+				closer = '}'
+			}
+			if !s.eat(closer) {
+				return s.fail()
+			}
+			open--
+		}
 	}
 }
 

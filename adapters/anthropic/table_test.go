@@ -52,6 +52,12 @@ var requestPairs = []struct{ name, in, out string }{
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"w?"},` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
 			`{"role":"tool","tool_call_id":"t1","content":"Error: boom"}]}`},
+	{"tool_result error with blocks", `{` + head + `,"messages":[{"role":"user","content":"w?"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":[{"type":"text","text":"boom"}]}]}]}`,
+		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"w?"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"t1","content":[{"type":"text","text":"Error: "},{"type":"text","text":"boom"}]}]}`},
 	{"tool_result with image, no content", `{` + head + `,"messages":[{"role":"user","content":"w?"},` +
 		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}},{"type":"tool_use","id":"t2","name":"f","input":{}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"pic"},{"type":"image","source":{"type":"url","url":"u"}}]},{"type":"tool_result","tool_use_id":"t2"}]}]}`,
@@ -84,6 +90,7 @@ var requestPairs = []struct{ name, in, out string }{
 var refusals = []struct{ name, in, msg string }{
 	{"not json", `{`, "not valid JSON"},
 	{"two objects", `{` + head + `,"messages":[{"role":"user","content":"q"}]} {}`, "one JSON object"},
+	{"a NUL after the object", `{` + head + `,"messages":[{"role":"user","content":"q"}]}` + "\x00", "one JSON object"},
 	{"no model", `{"max_tokens":1,"messages":[{"role":"user","content":"q"}]}`, "model: Field required"},
 	{"no max_tokens", `{"model":"m","messages":[{"role":"user","content":"q"}]}`, "max_tokens: Field required"},
 	{"max_tokens 0", `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"q"}]}`, "max_tokens: must be at least 1"},
