@@ -276,18 +276,6 @@ func incomingRequestID(ctx context.Context) string {
 	return pipeline.NewRequestID()
 }
 
-// setResponseHeaders names the request and what served it, as the HTTP API's headers do.
-func setResponseHeaders(ctx context.Context, reqID string, res *pipeline.Response) {
-	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		h := ci.ResponseHeader()
-		h.Set(HeaderRequestID, reqID)
-		h.Set(HeaderEndpoint, res.Endpoint)
-		h.Set(HeaderModel, res.Model)
-		return
-	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", reqID, "x-infergate-endpoint", res.Endpoint, "x-infergate-model", res.Model))
-}
-
 // connectHandler serves the service to Connect and gRPC-Web clients (and gRPC clients that reach
 // net/http), converting errors for connect-go.
 type connectHandler struct{ s *service }

@@ -53,7 +53,9 @@ type Request struct {
 	// RawQuery is the client's query string, passed upstream as sent; empty for internal calls.
 	RawQuery string
 	// Header holds the client's headers, passed upstream minus hop-by-hop ones and those the
-	// gateway consumed; nil for internal calls (Connect, KServe bridge, batch).
+	// gateway consumed. A gRPC or Connect call (OpenAIService, the KServe bridge) has only its
+	// X-Infergate-* metadata here (and Content-Type), nil when it sent none; KServe REST and
+	// batch lines nil.
 	Header http.Header
 	// RemoteAddr is the client's address, for X-Forwarded-For; empty for internal calls.
 	RemoteAddr string

@@ -43,7 +43,8 @@ var (
 	reLeakedHeader = regexp.MustCompile(`\{"id": "(citation|hallucination)"\}`)
 	reTrailPunct   = regexp.MustCompile(`[.?:;]+$`)
 
-	errParse = errors.New("failed to parse citations, documents and hallucinations from model output")
+	errParse   = errors.New("failed to parse citations, documents and hallucinations from model output")
+	errTooLong = errors.New("completion too long to parse its citations, documents and hallucinations")
 )
 
 type parsedOutput struct {
@@ -87,11 +88,18 @@ func splitSections(text, citeHead, hallucHead string) (resp, cites, halluc strin
 	return resp, cites, halluc, err
 }
 
-// parse32 is granite-io's Granite 3.2 parse_model_output.
-func parse32(text string, inputDocs []Document) (parsedOutput, error) {
+// parse32 is granite-io's Granite 3.2 parse_model_output. Where granite-io raises, or when long
+// says not to parse the sections, the error comes with the content unparsed makes.
+func parse32(text string, inputDocs []Document, long bool) (parsedOutput, error) {
+	fail := func(err error) (parsedOutput, error) {
+		return parsedOutput{response: unparsed(text, citeHeader32, hallucHeader32, clean32)}, err
+	}
 	resp, citesText, hallucText, err := splitSections(text, citeHeader32, hallucHeader32)
 	if err != nil {
-		return parsedOutput{}, err
+		return fail(err)
+	}
+	if long && len(resp) < len(text) {
+		return fail(errTooLong)
 	}
 	resp, citesText, hallucText = pyStrip(resp), pyStrip(citesText), pyStrip(hallucText)
 
@@ -107,7 +115,7 @@ func parse32(text string, inputDocs []Document) (parsedOutput, error) {
 		cites := parseCitations32(citesText)
 		addContextSpans(cites, docs)
 		if err := addResponseSpans32(cites, resp, clean); err != nil {
-			return parsedOutput{}, err
+			return fail(err)
 		}
 		out.citations = cites
 	}
@@ -117,20 +125,67 @@ func parse32(text string, inputDocs []Document) (parsedOutput, error) {
 	return out, nil
 }
 
-// parse33 is granite-io's Granite 3.3 parse_model_output.
-func parse33(text string, req *ChatRequest) (parsedOutput, error) {
+// clean32 is a Granite 3.2 answer's content: its citation markers removed, stripped.
+func clean32(resp string) string { return pyStrip(removeCo(pyStrip(resp))) }
+
+// clean33 is a Granite 3.3 answer's content (with controls): plugin tokens and citation markers
+// removed, stripped, in granite-io's order.
+func clean33(resp string) string {
+	plugins := func(s string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(s, pluginStart, ""), pluginEnd, "")
+	}
+	return pyStrip(pyStrip(reCite33.ReplaceAllLiteralString(plugins(pyStrip(plugins(resp))), "")))
+}
+
+// unparsed is the content of an answer whose sections could not be parsed (granite-io raises
+// there): the answer before the first section header, cleaned as a parsed answer is, then the
+// model's text from that header on, as written, after the whitespace the model put before it
+// (a blank line if none). Nothing the model wrote is lost, and the answer reads as it streamed:
+// a stream lets the answer out, cleaned, before it can know whether the sections will parse.
+func unparsed(text, citeHead, hallucHead string, clean func(string) string) string {
+	h := len(text)
+	for _, head := range [...]string{citeHead, hallucHead} {
+		if i := strings.Index(text, head); i >= 0 && i < h {
+			h = i
+		}
+	}
+	answer := clean(text[:h])
+	switch {
+	case h == len(text):
+		return answer
+	case answer == "":
+		return text[h:]
+	}
+	sep := text[len(strings.TrimRightFunc(text[:h], isPySpace)):h]
+	if sep == "" {
+		sep = "\n\n"
+	}
+	return answer + sep + text[h:]
+}
+
+// parse33 is granite-io's Granite 3.3 parse_model_output; errors and long as for parse32.
+func parse33(text string, req *ChatRequest, long bool) (parsedOutput, error) {
 	if req.Controls == nil {
 		// No controls asked for: 3.3 sometimes writes citation sections anyway (granite-io
-		// issue #173); drop them and the stray document ids instead of parsing.
+		// issue #173); drop them and the stray document ids instead of parsing. The text
+		// before a dropped section loses its trailing whitespace only (granite-io strips both
+		// ends; a stream has let the leading whitespace out before it can know whether a
+		// section follows).
 		clean := reLeakedDocID.ReplaceAllLiteralString(text, "")
 		if loc := reLeakedHeader.FindStringIndex(clean); loc != nil {
-			clean = pyStrip(clean[:loc[0]])
+			clean = strings.TrimRightFunc(clean[:loc[0]], isPySpace)
 		}
 		return parsedOutput{response: clean}, nil
 	}
+	fail := func(err error) (parsedOutput, error) {
+		return parsedOutput{response: unparsed(text, citeHeader33, hallucHeader33, clean33)}, err
+	}
 	resp, citesText, hallucText, err := splitSections(text, citeHeader33, hallucHeader33)
 	if err != nil {
-		return parsedOutput{}, err
+		return fail(err)
+	}
+	if long && len(resp) < len(text) {
+		return fail(errTooLong)
 	}
 	strip := func(s string) string {
 		return pyStrip(strings.ReplaceAll(strings.ReplaceAll(s, pluginStart, ""), pluginEnd, ""))

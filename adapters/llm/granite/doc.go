@@ -32,13 +32,21 @@
 // citation response_end), except that tool calls are read as vLLM's granite parser reads them
 // (optional <|tool_call|> or <tool_call>, then a JSON list), and that what granite-io raises on
 // (a repeated section header, a citation sentence it cannot locate) becomes
-// AssistantMessage.ParseError with the text left as content. Sentence splitting approximates
+// AssistantMessage.ParseError, with the answer cleaned as usual and the sections after it, as the
+// model wrote them, in the content. Three more departures, on output granite-io does not expect,
+// keep a streamed answer the whole one (below): a <response> section the model never closed runs
+// to the end of the text (granite-io keeps the text whole, tag and all); a thought it never
+// closed stays content, as in granite-io, with a ParseError saying so; and a section Granite 3.3
+// leaks without controls is cut off with the whitespace before it but not the answer's leading
+// whitespace. Past MaxOutputBytes only the sections go unparsed. Sentence splitting approximates
 // NLTK's Punkt (see splitSentences).
 //
 // Streaming: Processor.ParseStream parses one completion as it is generated (an OutputStream):
-// it lets reasoning and content out as soon as they are certain, holding back only what a marker,
-// section header or closing tag may still change, and on Close parses the whole text as Parse
-// does, reporting when what was streamed differs from that (a section the model never closed).
+// it lets reasoning and content out as soon as no continuation of the text can change them in
+// Parse's answer, holding back what a marker, section header or closing tag may still change,
+// and on Close parses the whole text as Parse does and lets out the rest. What it let out and
+// the rest are Parse's answer for any text (FuzzStreamParse), but for a thought the model never
+// closed, let out as reasoning on the way, which the whole answer has as content.
 //
 // The package does no I/O and keeps no global state; every input is bounded (MaxMessages,
 // MaxDocuments, MaxTools, MaxOutputBytes).

@@ -34,12 +34,7 @@ func (p *Processor) Parse(gens []Generation, req *ChatRequest) []Result {
 func (p *Processor) parseOne(g Generation, req *ChatRequest) AssistantMessage {
 	msg := AssistantMessage{Role: RoleAssistant, Raw: g.Text, StopReason: g.StopReason}
 	text := g.Text
-	if len(text) > MaxOutputBytes {
-		msg.Content = text
-		msg.ParseError = "completion too long to parse"
-		return msg
-	}
-
+	thought := ""
 	if req.Thinking {
 		starts, ends := cotStart32, cotEnd32
 		if p.version == V33 {
@@ -49,10 +44,12 @@ func (p *Processor) parseOne(g Generation, req *ChatRequest) AssistantMessage {
 			msg.ReasoningContent = &reasoning
 			text = rest
 			if p.version == V33 {
-				if inner, ok := between(text, "<response>", "</response>"); ok {
+				if inner, ok := responseSection(text); ok {
 					text = strings.TrimSpace(inner)
 				}
 			}
+		} else if thoughtOpen(text, starts, ends) {
+			thought = errThoughtOpen
 		}
 	}
 
@@ -63,23 +60,52 @@ func (p *Processor) parseOne(g Generation, req *ChatRequest) AssistantMessage {
 		}
 	}
 
+	// Past MaxOutputBytes the sections are not parsed (their parse is not linear in the text);
+	// the answer still is, as it is for a streamed answer of any length.
+	long := len(g.Text) > MaxOutputBytes
 	var parsed parsedOutput
 	var err error
 	if p.version == V32 {
-		parsed, err = parse32(text, req.Documents)
+		parsed, err = parse32(text, req.Documents, long)
 	} else {
-		parsed, err = parse33(text, req)
-	}
-	if err != nil {
-		msg.Content = text
-		msg.ParseError = err.Error()
-		return msg
+		parsed, err = parse33(text, req, long)
 	}
 	msg.Content = parsed.response
+	if err != nil {
+		msg.ParseError = joinReasons(thought, err.Error())
+		return msg
+	}
+	msg.ParseError = thought
 	msg.Citations = parsed.citations
 	msg.Documents = parsed.docs
 	msg.Hallucinations = parsed.hallucinations
 	return msg
+}
+
+// errThoughtOpen is the ParseError of a thought the model never closed (cut off by max_tokens,
+// say): granite-io then splits nothing and the whole text is the content, which a stream that
+// let the thought out as reasoning on the way cannot take back; the error says why the two differ.
+const errThoughtOpen = "the thought is not closed: no end marker follows its start marker, so the text is the content"
+
+// thoughtOpen reports whether text has a reasoning start marker and no end marker after it.
+func thoughtOpen(text string, starts, ends []string) bool {
+	_, s1 := findFirst(text, starts)
+	if s1 < 0 {
+		return false
+	}
+	for _, m := range ends {
+		if strings.Contains(text[s1:], m) {
+			return false
+		}
+	}
+	return true
+}
+
+func joinReasons(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // splitReasoning finds the first start marker and the first end marker (each list tried in
@@ -103,12 +129,22 @@ func findFirst(text string, markers []string) (int, int) {
 	return -1, -1
 }
 
-// between returns what lies between the first open and the first close, as granite-io
-// takes them: only when that close starts after that open ends.
-func between(text, open, close string) (string, bool) {
+// responseSection returns what lies between the first <response> and the first </response>, as
+// granite-io takes it: only when that close starts after that open ends. A section the model
+// never closed (cut off by max_tokens) runs to the end of the text, where granite-io would keep
+// the text whole, tag and all: a stream lets the section out as the model writes it, and the
+// whole answer must be what the stream sent.
+func responseSection(text string) (string, bool) {
+	const open, close = "<response>", "</response>"
 	o := strings.Index(text, open)
+	if o < 0 {
+		return "", false
+	}
 	c := strings.Index(text, close)
-	if o < 0 || c < 0 || c <= o+len(open) {
+	switch {
+	case c < 0:
+		return text[o+len(open):], true
+	case c <= o+len(open):
 		return "", false
 	}
 	return text[o+len(open) : c], true

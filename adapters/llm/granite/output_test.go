@@ -346,18 +346,30 @@ func TestLeakedControls33(t *testing.T) {
 	}
 }
 
-// What granite-io raises on becomes ParseError with the text kept.
+// What granite-io raises on becomes ParseError, the answer cleaned as usual and the sections
+// after it as the model wrote them (so the content is what a stream of it let out); past
+// MaxOutputBytes the sections are not parsed, the answer still is.
 func TestParseErrorKeepsText(t *testing.T) {
 	t.Parallel()
-	text := "A.\n# Citations:\n<co>1</co> Document 0: \"x\"\n# Citations:\n"
+	text := "A <co>1</co>.\n# Citations:\n<co>1</co> Document 0: \"x\"\n# Citations:\n"
 	m := parse1(t, V32, text, nil)
-	if m.ParseError == "" || m.Content != text {
+	if m.ParseError == "" || m.Content != "A.\n# Citations:\n<co>1</co> Document 0: \"x\"\n# Citations:\n" {
 		t.Errorf("%+v", m)
 	}
+	if m = parse1(t, V32, "# Citations:\n# Citations:", nil); m.ParseError == "" || m.Content != "# Citations:\n# Citations:" {
+		t.Errorf("no answer before the sections: %+v", m)
+	}
+	if m = parse1(t, V32, "A<co>1</co># Citations:# Citations:", nil); m.ParseError == "" || m.Content != "A\n\n# Citations:# Citations:" {
+		t.Errorf("no whitespace before the sections: %+v", m)
+	}
 	big := strings.Repeat("a", MaxOutputBytes+1)
-	m = New(V32).Parse([]Generation{{Text: big}}, nil)[0].NextMessage
-	if m.ParseError == "" || m.Content != big {
-		t.Error("oversized output parsed")
+	m = New(V32).Parse([]Generation{{Text: big + " <co>1</co>"}}, nil)[0].NextMessage
+	if m.ParseError != "" || m.Content != big {
+		t.Errorf("oversized output without sections: %q, content %d bytes", m.ParseError, len(m.Content))
+	}
+	m = New(V32).Parse([]Generation{{Text: big + " <co>1</co>\n# Citations:\n<co>1</co> Document 0: \"a\""}}, nil)[0].NextMessage
+	if m.ParseError != errTooLong.Error() || m.Content != big+"\n# Citations:\n<co>1</co> Document 0: \"a\"" || m.Citations != nil {
+		t.Errorf("oversized output with sections: %q, content ...%q", m.ParseError, m.Content[len(m.Content)-40:])
 	}
 }
 

@@ -2,6 +2,7 @@ package granite
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -16,8 +17,11 @@ type OutputStream interface {
 	// Write adds the next piece of the completion's text and returns what is now certain.
 	Write(text string) Delta
 	// Close ends the completion: it parses the whole text as Parse does and returns what was
-	// not yet let out, the whole parse, and, when what was streamed turned out not to be a
-	// prefix of the whole parse, why (the rest of that field is then not sent).
+	// not yet let out, the whole parse, and, should what was streamed not be a prefix of the
+	// whole parse, why (the rest of that field is then not sent). What was let out is a prefix
+	// of the whole parse for any text, so mismatch is "" unless this package has a bug; the one
+	// difference a stream may show is reasoning let out for a thought the model never closed,
+	// which the whole parse has as content (its ParseError says so).
 	Close(stopReason string) (rest Delta, msg AssistantMessage, mismatch string)
 }
 
@@ -31,57 +35,53 @@ var _ StreamOutputProcessor = (*Processor)(nil)
 
 // stream states
 const (
-	stStart   = iota // deciding: a reasoning start marker or a tool call may still come
+	stStart   = iota // deciding: a reasoning start marker may still come
 	stReason         // inside the thought section
 	stContent        // the answer
 	stHold           // nothing more is let out before Close
 )
 
-// holdWindow bounds how far back a marker that may still be completing is looked for. Markers
-// are shorter; one longer (a citation id of many digits) may be cut, and Close then reports the
-// mismatch.
-const holdWindow = 96
-
-// maxIDDigits is the longest citation id a partial marker is recognized with.
-const maxIDDigits = 20
-
-// stream is the Processor's OutputStream. It keeps the whole text (bounded by MaxOutputBytes:
-// beyond that it lets nothing more out) and derives what is certain from it:
+// stream is the Processor's OutputStream. It lets out only what no continuation of the text
+// can change in Parse's answer, so that what it let out plus Close's rest is the whole answer,
+// whatever the model writes (FuzzStreamParse holds the two equal):
 //
-//   - With thinking asked for, a start marker must open the completion (after whitespace), as
-//     vLLM's streaming reasoning parsers expect; then reasoning is let out up to any suffix that
-//     may begin an end marker, and trailing whitespace (the final reasoning is stripped). A
-//     completion that does not open with the marker is held whole until Close.
-//   - With tools offered, a completion that opens (after whitespace) with <|tool_call|>,
-//     <tool_call> or "[" is held whole until Close: tool calls arrive complete.
-//   - The answer is what Parse makes of the text up to a safe cut: before any suffix that may
-//     still become a citation marker, section header or closing tag, and before trailing
-//     whitespace (which a marker or the final strip may remove). Once a section header or
-//     </response> is seen the answer cannot grow and nothing more is let out before Close.
+//   - The reasoning, when thinking was asked for and the completion opens (after whitespace)
+//     with the start marker Parse looks for first: the text after it, up to any suffix that may
+//     begin an end marker and less trailing whitespace (the final reasoning is stripped). A
+//     thought the model never closes has no reasoning in the whole parse (granite-io's rule):
+//     what was let out stays, and the whole answer's ParseError says why it is content there.
+//     A completion that opens otherwise is held whole until Close, as is one whose thought ends
+//     with a marker a later one may replace (3.2's "Here's my response:", since Parse prefers a
+//     "Here is my response:" anywhere after it).
+//   - The answer: the text after the thought (or all of it) runs through the steps of Parse's
+//     answer as passes, each fed what the one before let out and letting out what no
+//     continuation can change: Granite 3.3's <response> section (the answer must open with it;
+//     otherwise a later one would replace what came before, and the answer is held), a lead that
+//     may be a tool call (held whole), the cut at the first section header, and the removal of
+//     citation markers, plugin tokens and stray document ids. What the last pass lets out goes
+//     out but for trailing whitespace, which a marker or the final strip may remove.
 //
-// For Granite 3.3 an answer opening with <response> is streamed as if it will be closed. What
-// was let out is a prefix of the whole parse whenever the model closes what it opens; when it
-// does not (a thought or response section cut off, a marker written twice, output Parse fails
-// on), Close reports the mismatch.
+// It holds the completion's text (Close parses it whole, as Parse does an unstreamed answer;
+// the caller bounds it: granitestage at its MaxAnswerBytes), what it let out of the answer, and a
+// few bytes per pass (a marker that may be completing: its head, digits and tail).
 type stream struct {
 	p   *Processor
 	req *ChatRequest
 
-	text      strings.Builder
-	state     int
-	reasonAt  int // offset of the reasoning, after the start marker
-	contentAt int // offset of the answer (after the end marker)
-	cut       int // the text up to cut has been turned into content
-	rcut      int // the text up to rcut has been let out as reasoning (0: none yet)
-	scanned   int // the reasoning has been searched for an end marker up to here
-	parsed    int // bytes parsed for the answer so far, and the length the next parse waits for
-	nextParse int
-	fixed     bool
-	respKnown bool // 3.3 thinking: whether the answer opens with <response> is known
-	respOpen  bool // ...and it does, and </response> has not come yet
-	respAt    int  // offset after that <response>
+	text  strings.Builder
+	state int
 
-	reasoning, content strings.Builder // what was let out
+	// The thought: text[reasonAt:] up to the first end marker. text[rFrom:rTo] was let out
+	// (rFrom -1: nothing yet); runes were classified up to rScan, and rSpace starts the
+	// trailing whitespace (-1: none).
+	reasonAt, scanned         int
+	rFrom, rTo, rScan, rSpace int
+	fed                       int // text[:fed] went into the answer's passes
+	passes                    []pass
+	buf                       [2][]byte // the passes' input and output, reused
+	hold                      bool      // a pass found that the answer is known only at Close
+	answer                    strings.Builder
+	aOut, aScan, aSpace       int // answer[:aOut] was let out; aScan, aSpace as rScan, rSpace
 }
 
 // ParseStream returns an OutputStream for one completion of req (nil: a plain chat request).
@@ -89,17 +89,17 @@ func (p *Processor) ParseStream(req *ChatRequest) OutputStream {
 	if req == nil {
 		req = &ChatRequest{}
 	}
-	return &stream{p: p, req: req}
+	return &stream{p: p, req: req, rFrom: -1, rSpace: -1, aSpace: -1}
 }
 
-func (s *stream) starts() []string {
+func (s *stream) startMarkers() []string {
 	if s.p.version == V33 {
 		return cotStart33
 	}
 	return cotStart32
 }
 
-func (s *stream) ends() []string {
+func (s *stream) endMarkers() []string {
 	if s.p.version == V33 {
 		return cotEnd33
 	}
@@ -107,9 +107,6 @@ func (s *stream) ends() []string {
 }
 
 func (s *stream) Write(piece string) Delta {
-	if s.text.Len()+len(piece) > MaxOutputBytes {
-		s.state = stHold // Parse leaves such text unparsed; so does Close
-	}
 	s.text.WriteString(piece)
 	if s.state == stHold || piece == "" {
 		return Delta{}
@@ -121,9 +118,9 @@ func (s *stream) Write(piece string) Delta {
 		case stStart:
 			s.decide()
 		case stReason:
-			d.Reasoning += s.stepReason()
+			d.Reasoning = s.stepReason()
 		case stContent:
-			d.Content += s.stepContent()
+			d.Content = s.stepContent()
 		}
 		if s.state == before {
 			return d
@@ -134,33 +131,22 @@ func (s *stream) Write(piece string) Delta {
 // decide picks the state from how the completion opens.
 func (s *stream) decide() {
 	t := s.text.String()
+	if !s.req.Thinking {
+		s.state, s.passes = stContent, s.answerPasses(false)
+		return
+	}
 	lead := strings.TrimLeftFunc(t, isPySpace)
-	off := len(t) - len(lead)
+	starts := s.startMarkers()
 	switch {
-	case s.req.Thinking:
-		for _, m := range s.starts() {
-			if strings.HasPrefix(lead, m) {
-				s.state, s.reasonAt = stReason, off+len(m)
-				return
-			}
-		}
-		if lead == "" || anyHasPrefix(s.starts(), lead) {
-			return
-		}
-		s.state = stHold
-	case len(s.req.Tools) > 0:
-		for _, m := range []string{"<|tool_call|>", "<tool_call>", "["} {
-			if strings.HasPrefix(lead, m) {
-				s.state = stHold
-				return
-			}
-		}
-		if lead == "" || strings.HasPrefix("<|tool_call|>", lead) || strings.HasPrefix("<tool_call>", lead) {
-			return
-		}
-		s.state = stContent
+	case strings.HasPrefix(lead, starts[0]):
+		// Parse takes the first occurrence of its first marker: this one.
+		s.state, s.reasonAt = stReason, len(t)-len(lead)+len(starts[0])
+		s.scanned, s.rScan = s.reasonAt, s.reasonAt
+	case lead == "" || anyHasPrefix(starts, lead) || !utf8.FullRuneInString(lead):
+		// may still become the marker (or whitespace before it)
 	default:
-		s.state = stContent
+		// No marker, or one Parse may pass over for a later one: known only at Close.
+		s.state = stHold
 	}
 }
 
@@ -173,58 +159,6 @@ func anyHasPrefix(markers []string, s string) bool {
 	return false
 }
 
-// stepReason lets out reasoning, or moves to the answer when an end marker is complete. It
-// works on offsets, searching only text it has not searched, so a long thought costs linear time.
-func (s *stream) stepReason() string {
-	t := s.text.String()
-	from := max(s.reasonAt, s.scanned-longest(s.ends()))
-	end, endLen := -1, 0
-	for _, m := range s.ends() {
-		if i := strings.Index(t[from:], m); i >= 0 && (end < 0 || from+i < end) {
-			end, endLen = from+i, len(m)
-		}
-	}
-	s.scanned = len(t)
-	safe := len(t)
-	if end >= 0 {
-		safe = end
-		s.state, s.contentAt, s.cut = stContent, end+endLen, end+endLen
-	} else {
-		// Hold back a suffix that may begin an end marker.
-		for i := max(from, len(t)-longest(s.ends())); i < len(t); i++ {
-			if anyHasPrefix(s.ends(), t[i:]) {
-				safe = i
-				break
-			}
-		}
-	}
-	// The final reasoning is stripped: skip leading whitespace, hold back trailing whitespace.
-	start := s.rcut
-	if start == 0 {
-		start = s.reasonAt
-		for start < safe {
-			r, n := utf8.DecodeRuneInString(t[start:safe])
-			if !isPySpace(r) {
-				break
-			}
-			start += n
-		}
-	}
-	for safe > start {
-		r, n := utf8.DecodeLastRuneInString(t[start:safe])
-		if !isPySpace(r) {
-			break
-		}
-		safe -= n
-	}
-	if safe <= start {
-		return ""
-	}
-	s.rcut = safe
-	s.reasoning.WriteString(t[start:safe])
-	return t[start:safe]
-}
-
 func longest(ms []string) int {
 	n := 0
 	for _, m := range ms {
@@ -233,161 +167,176 @@ func longest(ms []string) int {
 	return n
 }
 
-// markers the answer's parse reacts to, as templates: a literal, or pre + digits + post.
-type marker struct{ pre, post string }
-
-var (
-	markers32 = []marker{{"<co>", "</co>"}, {citeHeader32, ""}, {hallucHeader32, ""}}
-	markers33 = []marker{{`<|start_of_cite|>{"document_id": "`, `"}<|end_of_cite|>`}, {pluginStart, ""}, {pluginEnd, ""},
-		{` {"document_id": "`, `"}`}, {citeHeader33, ""}, {hallucHeader33, ""}, {"</response>", ""}, {"<response>", ""}}
-)
-
-// couldBecome reports whether s is a proper prefix of some text the marker matches.
-func (m marker) couldBecome(s string) bool {
-	if len(s) < len(m.pre) {
-		return strings.HasPrefix(m.pre, s)
+// stepReason lets out reasoning, or moves to the answer when an end marker is complete. It
+// searches only text it has not searched, so a long thought costs linear time.
+func (s *stream) stepReason() string {
+	t := s.text.String()
+	ends := s.endMarkers()
+	from := max(s.reasonAt, s.scanned-longest(ends)+1)
+	end, which := -1, 0
+	for i, m := range ends {
+		if j := strings.Index(t[from:], m); j >= 0 && (end < 0 || from+j < end) {
+			end, which = from+j, i
+		}
 	}
-	if m.post == "" || !strings.HasPrefix(s, m.pre) {
-		return false
-	}
-	rest := s[len(m.pre):]
-	i := 0
-	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-		i++
-	}
-	if i == len(rest) {
-		return true
-	}
-	return i > 0 && len(rest[i:]) < len(m.post) && strings.HasPrefix(m.post, rest[i:])
-}
-
-// holdFrom returns the earliest offset p >= from at which the rest of t may still become one
-// of ms (len(t) if none): for each marker only the last few offsets can start a literal's
-// prefix, and only the last occurrence of a template's head can start a partial template.
-func holdFrom(t string, from int, ms []marker) int {
-	c := len(t)
-	for _, m := range ms {
-		for p := max(from, len(t)-len(m.pre)+1); p < c; p++ {
-			if t[p] == m.pre[0] && strings.HasPrefix(m.pre, t[p:]) {
-				c = p
+	s.scanned = len(t)
+	safe := len(t)
+	if end >= 0 {
+		safe = end
+	} else {
+		// Hold back a suffix that may begin an end marker.
+		for i := max(from, len(t)-longest(ends)+1); i < len(t); i++ {
+			if anyHasPrefix(ends, t[i:]) {
+				safe = i
 				break
 			}
 		}
-		if m.post == "" {
-			continue
-		}
-		// A partial template is its head, digits and part of its tail: it starts within the
-		// last len(pre)+len(post)+maxIDDigits bytes (longer ids are cut; Close reports it).
-		lo := max(from, len(t)-len(m.pre)-len(m.post)-maxIDDigits)
-		if q := strings.LastIndex(t[lo:], m.pre); q >= 0 && lo+q < c && m.couldBecome(t[lo+q:]) {
-			c = lo + q
-		}
 	}
-	return c
+	out := s.letReasoning(t, safe)
+	switch {
+	case end < 0:
+	case which > 0 || end == s.reasonAt:
+		// Parse prefers the first marker wherever it comes, which it still may; and an end
+		// right at the start is no split at all.
+		s.state = stHold
+	default:
+		s.state, s.fed, s.passes = stContent, end+len(ends[which]), s.answerPasses(true)
+	}
+	return out
 }
 
-func startsWithSpace(s string) bool {
-	r, _ := utf8.DecodeRuneInString(s)
-	return s != "" && isPySpace(r)
-}
-
-// stepContent lets out the answer up to the safe cut.
-func (s *stream) stepContent() string {
-	if s.fixed {
+// letReasoning lets out the thought up to safe, but for its leading and trailing whitespace.
+func (s *stream) letReasoning(t string, safe int) string {
+	for s.rScan < safe {
+		space, n, ok := runeSpace(t[s.rScan:safe], isPySpace)
+		if !ok {
+			break // a rune cut in two: it may be whitespace
+		}
+		switch {
+		case !space:
+			if s.rFrom < 0 {
+				s.rFrom, s.rTo = s.rScan, s.rScan
+			}
+			s.rSpace = -1
+		case s.rFrom >= 0 && s.rSpace < 0:
+			s.rSpace = s.rScan
+		}
+		s.rScan += n
+	}
+	end := s.rScan
+	if s.rSpace >= 0 {
+		end = s.rSpace
+	}
+	if s.rFrom < 0 || end <= s.rTo {
 		return ""
 	}
-	t := s.text.String()
-	ms := markers32
-	if s.p.version == V33 {
-		ms = markers33
+	out := t[s.rTo:end]
+	s.rTo = end
+	return out
+}
+
+// runeSpace classifies the rune s starts with: whether space says it is whitespace, and its
+// length; ok false when s holds only the start of a rune.
+func runeSpace(s string, space func(rune) bool) (isSpace bool, n int, ok bool) {
+	if c := s[0]; c < utf8.RuneSelf {
+		return space(rune(c)), 1, true
 	}
-	// The safe cut: before the earliest suffix that may still become a marker...
-	c := holdFrom(t, max(s.contentAt, len(t)-holdWindow), ms)
-	// ...and before trailing whitespace.
-	for c > s.contentAt {
-		r, n := utf8.DecodeLastRuneInString(t[:c])
-		if !isPySpace(r) {
+	if !utf8.FullRuneInString(s) {
+		return false, 0, false
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	return space(r), n, true
+}
+
+// answerPasses are the steps of Parse's answer for this request, from the text after the
+// thought (afterThought) or the whole completion.
+func (s *stream) answerPasses(afterThought bool) []pass {
+	var ps []pass
+	if afterThought && s.p.version == V33 {
+		// responseSection, then strings.TrimSpace
+		ps = append(ps, &responseGate{hold: &s.hold}, newCut("</response>"), &trimLeft{space: unicode.IsSpace})
+	}
+	if len(s.req.Tools) > 0 {
+		ps = append(ps, &toolGate{hold: &s.hold})
+	}
+	switch {
+	case s.p.version == V32:
+		ps = append(ps, newCut(citeHeader32, hallucHeader32), &remove{pre: "<co>", post: "</co>", space: true},
+			&trimLeft{space: isPySpace})
+	case s.req.Controls != nil:
+		ps = append(ps, newCut(citeHeader33, hallucHeader33),
+			&remove{pre: pluginStart}, &remove{pre: pluginEnd}, &remove{pre: pluginStart}, &remove{pre: pluginEnd},
+			&remove{pre: `<|start_of_cite|>{"document_id": "`, post: `"}<|end_of_cite|>`}, &trimLeft{space: isPySpace})
+	default:
+		ps = append(ps, &remove{pre: ` {"document_id": "`, post: `"}`}, newCut(`{"id": "citation"}`, `{"id": "hallucination"}`))
+	}
+	return ps
+}
+
+// stepContent runs the text not yet fed through the answer's passes and lets out what the
+// last one let out, but for trailing whitespace.
+func (s *stream) stepContent() string {
+	t := s.text.String()
+	if s.fed >= len(t) {
+		return ""
+	}
+	data, spare := append(s.buf[0][:0], t[s.fed:]...), s.buf[1]
+	s.fed = len(t)
+	for _, p := range s.passes {
+		out := p.feed(spare[:0], data)
+		data, spare = out, data
+	}
+	s.buf[0], s.buf[1] = data, spare
+	if s.hold {
+		s.state = stHold
+		return ""
+	}
+	s.answer.Write(data)
+	a := s.answer.String()
+	for s.aScan < len(a) {
+		space, n, ok := runeSpace(a[s.aScan:], isPySpace)
+		if !ok {
 			break
 		}
-		c -= n
-	}
-	if s.p.version == V33 && s.req.Thinking && !s.respKnown {
-		lead := strings.TrimLeftFunc(t[s.contentAt:], isPySpace)
-		if lead == "" || strings.HasPrefix("<response>", lead) && lead != "<response>" {
-			return "" // <response> may be coming
+		switch {
+		case !space:
+			s.aSpace = -1
+		case s.aSpace < 0:
+			s.aSpace = s.aScan
 		}
-		s.respKnown, s.respOpen = true, strings.HasPrefix(lead, "<response>")
-		s.respAt = len(t) - len(lead) + len("<response>")
+		s.aScan += n
 	}
-	if s.respOpen {
-		if strings.Contains(t[max(s.respAt, s.cut-len("</response>")):], "</response>") {
-			s.respOpen = false // closed: Parse extracts it as it is
-		} else if c <= s.respAt {
-			return "" // Parse extracts a response only once it has a character
-		}
+	end := s.aScan
+	if s.aSpace >= 0 {
+		end = s.aSpace
 	}
-	if c <= s.cut {
+	if end <= s.aOut {
 		return ""
 	}
-	if s.cut > s.contentAt && s.content.Len() > 0 && !strings.ContainsAny(t[s.cut:c], "<#{") &&
-		!(t[s.cut-1] == '>' && startsWithSpace(t[s.cut:c])) {
-		// Plain text after the answer so far: Parse would append it as it is. (Whitespace
-		// right after a marker is the exception: a 3.2 citation marker takes it along.)
-		piece := t[s.cut:c]
-		s.cut = c
-		s.content.WriteString(piece)
-		return piece
-	}
-	// Parsing the text again costs its length; past a budget of a few times the text's length,
-	// parse only when the text grew by an eighth, so the total stays linear.
-	if s.parsed > 16*len(t)+1<<16 && len(t) < s.nextParse {
-		return ""
-	}
-	text := t[:c]
-	if s.respOpen {
-		text += "</response>"
-	}
-	s.parsed += len(text)
-	s.nextParse = len(t) + len(t)/8
-	msg := s.p.parseOne(Generation{Text: text}, s.req)
-	if msg.ParseError != "" || msg.ReasoningContent == nil && s.req.Thinking || len(msg.ToolCalls) > 0 {
-		return ""
-	}
-	s.cut = c
-	s.fixed = s.sectionsStarted(t[s.contentAt:c])
-	done := s.content.String()
-	if !strings.HasPrefix(msg.Content, done) {
-		return ""
-	}
-	s.content.WriteString(msg.Content[len(done):])
-	return msg.Content[len(done):]
-}
-
-// sectionsStarted reports whether the answer has reached a part after which its content cannot
-// grow: a citations or hallucinations header, a leaked one (3.3), or </response>.
-func (s *stream) sectionsStarted(answer string) bool {
-	if s.p.version == V32 {
-		return strings.Contains(answer, citeHeader32) || strings.Contains(answer, hallucHeader32)
-	}
-	return strings.Contains(answer, citeHeader33) || strings.Contains(answer, hallucHeader33) ||
-		s.req.Thinking && strings.Contains(answer, "</response>")
+	out := a[s.aOut:end]
+	s.aOut = end
+	return out
 }
 
 func (s *stream) Close(stopReason string) (Delta, AssistantMessage, string) {
-	msg := s.p.parseOne(Generation{Text: s.text.String(), StopReason: stopReason}, s.req)
+	t := s.text.String()
+	msg := s.p.parseOne(Generation{Text: t, StopReason: stopReason}, s.req)
 	var d Delta
 	var why []string
-	r := ""
-	if msg.ReasoningContent != nil {
-		r = *msg.ReasoningContent
+	sent := ""
+	if s.rFrom >= 0 {
+		sent = t[s.rFrom:s.rTo]
 	}
-	if done := s.reasoning.String(); strings.HasPrefix(r, done) {
-		d.Reasoning = r[len(done):]
-	} else {
+	switch r := msg.ReasoningContent; {
+	case r != nil && strings.HasPrefix(*r, sent):
+		d.Reasoning = (*r)[len(sent):]
+	case r == nil && msg.ParseError != "":
+		// A thought never closed: the whole parse has its text as content, and says why.
+	case sent != "":
 		why = append(why, "the streamed reasoning is not the whole answer's")
 	}
-	if done := s.content.String(); strings.HasPrefix(msg.Content, done) {
-		d.Content = msg.Content[len(done):]
+	if sent := s.answer.String()[:s.aOut]; strings.HasPrefix(msg.Content, sent) {
+		d.Content = msg.Content[len(sent):]
 	} else {
 		why = append(why, "the streamed content is not the whole answer's")
 	}

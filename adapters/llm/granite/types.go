@@ -21,8 +21,10 @@ const (
 	MaxMessages  = 4096
 	MaxDocuments = 1024
 	MaxTools     = 512
-	// MaxOutputBytes bounds one completion that the output processors parse; longer text is
-	// returned as content, unparsed, with a ParseError.
+	// MaxOutputBytes bounds a completion whose citation and hallucination sections the output
+	// processors parse (that parse is not linear in the text). A longer one still has its
+	// reasoning, answer and tool calls parsed; its sections, if it has any, come after the answer
+	// in the content, unparsed, with a ParseError.
 	MaxOutputBytes = 4 << 20
 )
 
@@ -159,7 +161,8 @@ type AssistantMessage struct {
 	// Raw is the model's text as it came, so the turn can be sent back verbatim.
 	Raw string `json:"raw,omitempty"`
 	// ParseError says why the citations/hallucinations part could not be parsed (granite-io
-	// raises there); Content is then the text before that step, unparsed.
+	// raises there; Content is then the answer, then that part as the model wrote it), or that
+	// a thought was not closed (Content is then the whole text).
 	ParseError string `json:"parse_error,omitempty"`
 }
 

@@ -9,7 +9,8 @@
 // members of the message.
 //
 // A request Granite's prompt format cannot express is a 400 naming the rule, before any upstream
-// call. Model output the parser cannot read is answered as content, unparsed, with an
+// call. Model output the parser cannot read is answered as content (the answer cleaned as usual,
+// the sections it cannot parse after it as the model wrote them), with an
 // X-Infergate-Granite-Parse-Error header: never a 500. An upstream's error answer passes on
 // unchanged.
 //
@@ -17,10 +18,13 @@
 // comes (granite.OutputStream): reasoning goes out as delta.reasoning_content and the answer as
 // delta.content while the model is still generating, holding back only what the parser may still
 // need (a suffix that may become a marker, section header or closing tag; trailing whitespace;
-// a completion that may be a tool call). Each choice's tool calls arrive whole and Granite's
-// citations, documents and hallucinations ride on its finish chunk, which also carries
-// parse_error when the output could not be parsed or the streamed text turned out to differ
-// from the whole answer's parse (a thought or response section the model never closed). An
+// a completion that may be a tool call, or whose shape only its end decides). Each choice's tool
+// calls arrive whole and Granite's citations, documents and hallucinations ride on its finish
+// chunk, which also carries the whole answer's parse_error. The deltas put together are the
+// whole answer's content and reasoning, for any model output (FuzzStreamIsWholeAnswer); the one
+// difference is a thought the model never closed, let out as reasoning on the way, which the
+// whole answer has as content (its parse_error says so). A stream holds its choices' text (at
+// most MaxAnswerBytes in all: the finish chunk parses it whole) and what it let out. An
 // entry with its own IO processor (Entry.NewIO, which may call the upstream several times) is
 // answered by replaying its whole result as server-sent events.
 package granitestage
@@ -52,8 +56,8 @@ const (
 	DebugHeader = "X-Infergate-Debug"
 	// PromptHeader carries the rendered prompt of the last upstream call, base64 (standard).
 	PromptHeader = "X-Infergate-Granite-Prompt"
-	// ParseErrorHeader says why a choice's output could not be parsed (its text is then the
-	// content, unparsed).
+	// ParseErrorHeader says why a choice's output could not be parsed (its content then ends
+	// with the part the parser could not read, as the model wrote it).
 	ParseErrorHeader = "X-Infergate-Granite-Parse-Error"
 
 	// MaxDebugPrompt bounds the prompt echoed in PromptHeader.
@@ -279,8 +283,8 @@ type chatMessage struct {
 	Citations        []granite.Citation      `json:"citations,omitempty"`
 	Documents        []granite.CitedDocument `json:"documents,omitempty"`
 	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
-	// ParseError says why the model's output could not be parsed (its text is then the
-	// content), whole; ParseErrorHeader has it shortened.
+	// ParseError says why the model's output could not be parsed (the part it could not read
+	// is then in the content, as written), whole; ParseErrorHeader has it shortened.
 	ParseError string `json:"parse_error,omitempty"`
 }
 

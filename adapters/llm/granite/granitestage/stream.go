@@ -111,8 +111,9 @@ type chunkDelta struct {
 	Citations        []granite.Citation      `json:"citations,omitempty"`
 	Documents        []granite.CitedDocument `json:"documents,omitempty"`
 	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
-	// ParseError is the stream's form of ParseErrorHeader (sent before the answer was known),
-	// and also says when what was streamed differs from the whole answer's parse.
+	// ParseError is the stream's form of ParseErrorHeader (sent before the answer was known):
+	// the whole answer's, and, should what was streamed ever differ from the whole answer's
+	// parse (a bug: FuzzStreamIsWholeAnswer holds the two equal), how.
 	ParseError string `json:"parse_error,omitempty"`
 }
 

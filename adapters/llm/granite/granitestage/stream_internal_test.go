@@ -119,9 +119,10 @@ func TestChatStreamChoices(t *testing.T) {
 		t.Errorf("tool call: %+v", c)
 	}
 
-	// A thought cut off: streamed as reasoning; the finish chunk says the whole parse differs.
+	// A thought cut off: streamed as reasoning, then whole as content, as the whole answer has
+	// it; the finish chunk's parse_error, the whole answer's, says why.
 	got = streamOf(t, &granite.ChatRequest{Thinking: true}, `{"choices":[{"index":0,"text":"<think>never closed","finish_reason":"length"}]}`)
-	if c := got[0]; c == nil || c.reasoning != "never closed" || c.content != "<think>never closed" || !strings.Contains(c.parseError, "not the whole answer's") {
+	if c := got[0]; c == nil || c.reasoning != "never closed" || c.content != "<think>never closed" || !strings.Contains(c.parseError, "thought is not closed") {
 		t.Errorf("unclosed thought: %+v", c)
 	}
 }
