@@ -49,7 +49,8 @@
 // choice, as JSON: role, content (null for an answer that is only tool calls), reasoning_content,
 // tool_calls (OpenAI's, arguments a JSON string), Granite's citations, documents and
 // hallucinations (granite-io's shapes, offsets in characters), and parse_error when the model's
-// output could not be parsed (content is then its text, unparsed). text_output stays the content.
+// output could not be fully parsed (the parts that could not are then content as the model wrote
+// them: see the Granite processing section of the README). text_output stays the content.
 // chat_result is in the answer when the request asks for every output or names it. In a stream,
 // as finish_reason, it is "" in each response but the final one, which carries the whole message;
 // text_output streams the content as the stage parses it (a chunk of reasoning is a response with

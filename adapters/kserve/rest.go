@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/adapters/inflate"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -44,9 +45,9 @@ func (s *Service) RESTHandler() http.Handler {
 		get(model+"/ready", s.restModelReady)
 		get(model+"/config", s.restModelConfig)
 		get(model+"/stats", s.restStatistics)
-		post(model+"/infer", s.restInfer)
-		post(model+"/generate", s.restGenerate(false))
-		post(model+"/generate_stream", s.restGenerate(true))
+		post(model+"/infer", withGatewayHeaders(s.restInfer))
+		post(model+"/generate", withGatewayHeaders(s.restGenerate(false)))
+		post(model+"/generate_stream", withGatewayHeaders(s.restGenerate(true)))
 	}
 	s.mountSharedMemory(get, post)
 	post("/v2/repository/index", s.restRepositoryIndex)
@@ -66,6 +67,32 @@ func (s *Service) RESTHandler() http.Handler {
 
 // restFunc is one endpoint; a returned error is written as the KServe error body.
 type restFunc func(http.ResponseWriter, *http.Request) error
+
+// withGatewayHeaders gives h's request context the request's X-Infergate-* headers (a chat
+// session's X-Infergate-Session-Id, X-Infergate-Debug) as incoming metadata, the form they take
+// on the gRPC surface, so a bridged LLM's call reads them alike on REST, gRPC and Connect
+// (openai.IncomingHeader). Other headers stay out, as on gRPC; a request without such headers
+// keeps its context.
+func withGatewayHeaders(h restFunc) restFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var md metadata.MD
+		for k, vv := range r.Header {
+			if len(k) > len(gatewayHeaderPrefix) && strings.EqualFold(k[:len(gatewayHeaderPrefix)], gatewayHeaderPrefix) {
+				if md == nil {
+					md = metadata.MD{}
+				}
+				md.Append(k, vv...) // lower-cases k, as grpc-go's incoming metadata is
+			}
+		}
+		if md != nil {
+			r = r.WithContext(metadata.NewIncomingContext(r.Context(), md))
+		}
+		return h(w, r)
+	}
+}
+
+// gatewayHeaderPrefix starts the gateway's own request headers.
+const gatewayHeaderPrefix = "X-Infergate-"
 
 // restMethod serves h for one method (GET also answers HEAD) and answers others with Triton's
 // JSON 405, where http.ServeMux's own would be plain text.

@@ -97,14 +97,28 @@ models:
 	require.NoError(t, err)
 	turn("KServe bridge", "Five, through the KServe bridge.")
 
-	// KServe REST passes no headers on: there the session is a sampling parameter.
-	res, err := http.Post("http://"+addr+"/v2/models/m/generate", "application/json",
-		strings.NewReader(`{"text_input":"Six, over KServe REST.","sampling_parameters":"{\"session_id\":\"`+id+`\"}"}`))
-	require.NoError(t, err)
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
-	turn("KServe REST", "Six, over KServe REST.")
+	// KServe REST: the header on generate and infer, or the sampling parameter.
+	rest := func(path, body string, header ...string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	}
+	rest("/v2/models/m/generate", `{"text_input":"Six, over KServe REST."}`, "X-Infergate-Session-Id", id)
+	turn("KServe REST generate", "Six, over KServe REST.")
+	rest("/v2/models/m/infer", `{"inputs":[{"name":"text_input","datatype":"BYTES","shape":[1],"data":["Six and a half, REST infer."]}]}`,
+		"X-Infergate-Session-Id", id)
+	turn("KServe REST infer", "Six and a half, REST infer.")
+	rest("/v2/models/m/generate", `{"text_input":"Six and three quarters.","sampling_parameters":"{\"session_id\":\"`+id+`\"}"}`)
+	turn("KServe REST, sampling parameter", "Six and three quarters.")
 
 	requests := up.Requests()
 	bin := metadata.AppendToOutgoingContext(ctx, "x-infergate-session-id-bin", "x")
