@@ -215,6 +215,42 @@ func readMessage(d *decoder, m *inMessage, _ int) bool { return d.message(m) }
 func readTool(d *decoder, t *toolParam, _ int) bool    { return d.tool(t) }
 func readBlock(d *decoder, bl *block, depth int) bool  { return d.block(bl, depth) }
 
+// storedList reads the array at the scanner into l, at most maxN elements (more is a 400 naming
+// member): the first storeMax into storage (*pool, kept for the next request if it grew), each
+// later one only checked, into scratch, and left in the body for walk to read again, so that a
+// list's memory does not grow with its length.
+func storedList[T any](d *decoder, l *list[T], pool *[]T, scratch *T, read func(*decoder, *T, int) bool,
+	maxN int, member string) bool {
+	*l = list[T]{at: d.s.i, set: true}
+	items := (*pool)[:0]
+	store := true
+	var zero T
+	ok := d.array(func(int) bool {
+		if l.n == maxN {
+			d.err = invalid(member + ": at most " + strconv.Itoa(maxN) + " " + member + " are allowed")
+			return false
+		}
+		l.n++
+		if store = store && len(items) < d.storeMax; store {
+			items = append(items, zero)
+			d.used = max(d.used, len(items))
+			return read(d, &items[len(items)-1], 0)
+		}
+		d.mode, d.scratch = modeCheck, true
+		*scratch = zero
+		ok := read(d, scratch, 0)
+		d.mode = modeStore
+		return ok
+	})
+	if store {
+		l.items = items
+	}
+	if cap(items) > cap(*pool) {
+		*pool = items[:0]
+	}
+	return ok
+}
+
 func (d *decoder) messages(l *list[inMessage]) walk[inMessage] {
 	return walk[inMessage]{d: d, l: l, read: readMessage, v: &d.msgScratch, pos: l.at, i: -1}
 }
@@ -504,35 +540,7 @@ func (d *decoder) request(r *msgRequest) {
 			if d.null() {
 				return true
 			}
-			l := &r.Messages
-			*l = list[inMessage]{at: d.s.i, set: true}
-			items := d.msgs[:0]
-			store := true
-			ok := d.array(func(int) bool {
-				if l.n == maxMessages {
-					d.err = invalid("messages: at most " + strconv.Itoa(maxMessages) + " messages are allowed")
-					return false
-				}
-				l.n++
-				if store = store && len(items) < d.storeMax; store {
-					items = append(items, inMessage{})
-					d.used = max(d.used, len(items))
-					return d.message(&items[len(items)-1])
-				}
-				// Past storeMax: the messages are read from the body.
-				d.mode, d.scratch = modeCheck, true
-				d.msgScratch = inMessage{}
-				ok := d.message(&d.msgScratch)
-				d.mode = modeStore
-				return ok
-			})
-			if store {
-				l.items = items
-			}
-			if cap(items) > cap(d.msgs) {
-				d.msgs = items[:0]
-			}
-			return ok
+			return storedList(d, &r.Messages, &d.msgs, &d.msgScratch, readMessage, maxMessages, "messages")
 		case "system":
 			return d.content(&r.System, 0)
 		case "metadata":
@@ -583,35 +591,7 @@ func (d *decoder) request(r *msgRequest) {
 			if d.null() {
 				return true
 			}
-			l := &r.Tools
-			*l = list[toolParam]{at: d.s.i, set: true}
-			items := d.tools[:0]
-			store := true
-			ok := d.array(func(int) bool {
-				if l.n == maxTools {
-					d.err = invalid("tools: at most " + strconv.Itoa(maxTools) + " tools are allowed")
-					return false
-				}
-				l.n++
-				if store = store && len(items) < d.storeMax; store {
-					items = append(items, toolParam{})
-					d.used = max(d.used, len(items))
-					return d.tool(&items[len(items)-1])
-				}
-				// Past storeMax: the tools are read from the body.
-				d.mode, d.scratch = modeCheck, true
-				d.toolScratch = toolParam{}
-				ok := d.tool(&d.toolScratch)
-				d.mode = modeStore
-				return ok
-			})
-			if store {
-				l.items = items
-			}
-			if cap(items) > cap(d.tools) {
-				d.tools = items[:0]
-			}
-			return ok
+			return storedList(d, &r.Tools, &d.tools, &d.toolScratch, readTool, maxTools, "tools")
 		case "tool_choice":
 			if d.null() {
 				return true

@@ -304,27 +304,41 @@ func (t *trimLeft) feed(dst, in []byte) []byte {
 // begin its end. An answer that opens otherwise may still have a section further on, which
 // would replace what comes before it; one whose section is empty is left whole: either is known
 // only at Close, and the gate sets hold.
-type responseGate struct {
+type responseGate struct{ gate }
+
+// gate is what the gates below share: the answer kept until its start decides, and whether it
+// did (open: let everything through; *hold: let nothing through until Close).
+type gate struct {
 	kept []byte
 	skip int // kept[:skip] is whitespace
 	open bool
 	hold *bool
 }
 
-func (g *responseGate) feed(dst, in []byte) []byte {
-	const openTag, closeTag = "<response>", "</response>"
+// take passes in through an open gate and drops it at a held one (decide false); otherwise it
+// keeps in and returns the answer so far after its leading whitespace for the gate to decide on
+// (decide false while the whitespace may go on).
+func (g *gate) take(dst, in []byte) (out, lead []byte, decide bool) {
 	if g.open {
-		return append(dst, in...)
+		return append(dst, in...), nil, false
 	}
 	if *g.hold {
-		return dst
+		return dst, nil, false
 	}
 	g.kept = append(g.kept, in...)
 	var ok bool
 	if g.skip, ok = skipSpaces(g.kept, g.skip, isPySpace); !ok {
+		return dst, nil, false
+	}
+	return dst, g.kept[g.skip:], true
+}
+
+func (g *responseGate) feed(dst, in []byte) []byte {
+	const openTag, closeTag = "<response>", "</response>"
+	dst, lead, decide := g.take(dst, in)
+	if !decide {
 		return dst
 	}
-	lead := g.kept[g.skip:]
 	if len(lead) <= len(openTag) {
 		*g.hold = !bytes.HasPrefix([]byte(openTag), lead)
 		return dst
@@ -348,26 +362,13 @@ var toolCallStarts = [...]string{"<|tool_call|>", "<tool_call>", "["}
 
 // toolGate holds the answer until its start shows it is not a tool call, then lets it through
 // whole; one that may be sets hold: tool calls come whole at Close.
-type toolGate struct {
-	kept []byte
-	skip int
-	open bool
-	hold *bool
-}
+type toolGate struct{ gate }
 
 func (g *toolGate) feed(dst, in []byte) []byte {
-	if g.open {
-		return append(dst, in...)
-	}
-	if *g.hold {
+	dst, lead, decide := g.take(dst, in)
+	if !decide || len(lead) == 0 {
 		return dst
 	}
-	g.kept = append(g.kept, in...)
-	var ok bool
-	if g.skip, ok = skipSpaces(g.kept, g.skip, isPySpace); !ok || g.skip == len(g.kept) {
-		return dst
-	}
-	lead := g.kept[g.skip:]
 	for _, m := range toolCallStarts {
 		if bytes.HasPrefix(lead, []byte(m)) {
 			*g.hold = true

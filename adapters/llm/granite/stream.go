@@ -254,10 +254,10 @@ func (s *stream) answerPasses(afterThought bool) []pass {
 	var ps []pass
 	if afterThought && s.p.version == V33 {
 		// responseSection, then strings.TrimSpace
-		ps = append(ps, &responseGate{hold: &s.hold}, newCut("</response>"), &trimLeft{space: unicode.IsSpace})
+		ps = append(ps, &responseGate{gate{hold: &s.hold}}, newCut("</response>"), &trimLeft{space: unicode.IsSpace})
 	}
 	if len(s.req.Tools) > 0 {
-		ps = append(ps, &toolGate{hold: &s.hold})
+		ps = append(ps, &toolGate{gate{hold: &s.hold}})
 	}
 	switch {
 	case s.p.version == V32:
