@@ -171,13 +171,15 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) (aborted boo
 	return false
 }
 
-// Headers that never reach the chat handler: Anthropic's protocol headers, the client's API key
-// (the gateway's key check has read it; an Anthropic credential is never sent to an OpenAI
-// upstream), Accept-Encoding (the answer must come uncompressed to be translated) and the
-// body's length.
+// Headers that never reach the chat handler: Anthropic's protocol headers, the client's
+// credentials (the gateway's key check has read them; an Anthropic client's credential is never
+// sent to an OpenAI upstream, even one that forwards its clients' own: the names are
+// upstream.IsCredentialHeader's), Accept-Encoding (the answer must come uncompressed to be
+// translated) and the body's length.
 func dropHeader(k string) bool {
 	switch k {
-	case "X-Api-Key", "Accept-Encoding", "Content-Length", "Content-Type":
+	case "X-Api-Key", "Authorization", "Cookie", "X-Auth-Token", "Proxy-Authorization",
+		"Accept-Encoding", "Content-Length", "Content-Type":
 		return true
 	}
 	return strings.HasPrefix(k, "Anthropic-")

@@ -92,7 +92,7 @@ func cosine(t testing.TB, a, b string) float32 {
 
 // TestLexicalSameWordsOnly: with the built-in lexical embedder and the default threshold, a
 // prompt is answered from another's entry only when it has the same words, up to case,
-// punctuation, spacing and a small typo in a long word: at every length from 10 to 200 words,
+// punctuation and spacing: at every length from 10 to 200 words,
 // a changed word (the highest/lowest, Spain/Italy, true/false, English/German), an
 // inserted "not", "does not suit" for "suits", another number or operator, and a one-letter
 // change that makes another word are all misses, though their similarity passes the threshold.
@@ -143,10 +143,11 @@ func TestLexicalSameWordsOnly(t *testing.T) {
 			pair{at("number-punctuation"), p("Does 3.5 percent, or $5, matter?"), p("does 3.5 percent or $5 matter")},
 		)
 		if n >= 50 {
-			// Long enough for a one-letter slip to leave the similarity above the threshold.
-			same = append(same,
-				pair{at("typo-transposed"), p("Is the quarterly recommendation definitely necessary?"), p("Is the quartelry recommendation definitley necessary?")},
-				pair{at("typo-doubled"), p("Is the quarterly recommendation definitely necessary?"), p("Is the quarterly recommendation definitely neccessary?")},
+			// Long enough for a one-letter slip to leave the similarity above the threshold: a
+			// slip that makes another word is another question, and nothing tells it from a typo.
+			different = append(different,
+				pair{at("slip-transposed"), p("Should we write a complaint letter to the supplier?"), p("Should we write a compliant letter to the supplier?")},
+				pair{at("slip-doubled"), p("Should we stop scraping the competitor's website?"), p("Should we stop scrapping the competitor's website?")},
 			)
 		}
 	}

@@ -11,7 +11,7 @@
 // parameters must all be the same (a follow-up question is never answered for another
 // conversation). An exact hit is looked for first. Unless the embedder is an embeddings model
 // (ModelEmbedder), a semantic hit also needs the same words as the entry's text, up to case,
-// punctuation, spacing and a rare typo (sameWords): a lexical embedder's similarity cannot tell
+// punctuation and spacing (sameWords): a lexical embedder's similarity cannot tell
 // a long prompt from the same prompt with one word changed.
 //
 // What is cached. Sampling makes an answer one of many: a request is served from cache (and

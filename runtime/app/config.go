@@ -545,12 +545,22 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	if c.Auth.RedisKeys && c.Redis.Addr == "" {
 		lines = append(lines, fmt.Sprintf("%s: auth.redis_keys needs redis.addr", name))
 	}
-	if len(c.Auth.Keys) > 0 || c.Auth.RedisKeys {
-		// With keys on, the client's Authorization (or x-api-key) is the gateway's key: passing
-		// it on would hand every upstream the gateway's secrets.
-		for _, ep := range c.Upstreams {
-			if ep.ForwardClientAuth {
-				lines = append(lines, fmt.Sprintf("%s: upstreams: endpoint %q: forward_client_auth: cannot be used with API keys (auth.keys, auth.redis_keys): the client's credential is the gateway's key; give the upstream its own in headers", name, ep.Name))
+	for _, ep := range c.Upstreams {
+		if !ep.ForwardClientAuth {
+			continue
+		}
+		if len(c.Auth.Keys) > 0 || c.Auth.RedisKeys {
+			// With keys on, the client's Authorization (or x-api-key) is the gateway's key:
+			// passing it on would hand every upstream the gateway's secrets.
+			lines = append(lines, fmt.Sprintf("%s: upstreams: endpoint %q: forward_client_auth: cannot be used with API keys (auth.keys, auth.redis_keys): the client's credential is the gateway's key; give the upstream its own in headers", name, ep.Name))
+			continue
+		}
+		// Such an upstream checks each client's own credential; without API keys the response
+		// cache cannot tell clients apart, so a cached answer would reach a client whose
+		// credential the upstream never saw (or refused).
+		for _, m := range slices.Sorted(maps.Keys(c.Models)) {
+			if c.Models[m].Cache != nil && mayServe(ep, m) {
+				lines = append(lines, fmt.Sprintf("%s: models.%s.cache: cannot be used with endpoint %q's forward_client_auth (without API keys the cache cannot tell clients apart, and would answer a client whose credential the upstream never checked); limit the endpoint with models: or drop one of the two", name, m, ep.Name))
 			}
 		}
 	}
@@ -681,4 +691,14 @@ func setScalar(v reflect.Value, raw string) error {
 		return fmt.Errorf("cannot be set from the environment (%s)", v.Type())
 	}
 	return nil
+}
+
+// mayServe reports whether endpoint ep may serve the public model name m: any model when it
+// discovers its models without an allow-list, else those its models or aliases name.
+func mayServe(ep upstream.Endpoint, m string) bool {
+	if len(ep.Models) == 0 {
+		return true
+	}
+	_, aliased := ep.Aliases[m]
+	return aliased || slices.Contains(ep.Models, m)
 }

@@ -111,10 +111,12 @@ models:
 	assert.Empty(t, h.Get("Proxy-Authorization"), "hop-by-hop: never forwarded")
 	assert.Equal(t, "t1", h.Get("X-Tenant"))
 	// ...but a translated Anthropic request still carries no Anthropic key in an OpenAI header.
-	r = send(t, http.DefaultClient, http.MethodPost, base+"/v1/messages", messages("fwd-model"), anthropicHdr...)
+	r = send(t, http.DefaultClient, http.MethodPost, base+"/v1/messages", messages("fwd-model"),
+		append(anthropicHdr, "Authorization", "Bearer sk-ant-oauth", "Cookie", "c=1", "X-Auth-Token", "t")...)
 	require.Equal(t, http.StatusOK, r.status, r.body)
-	assert.Empty(t, fwd.LastHeader().Get("Authorization"), "an Anthropic key is never an OpenAI bearer token")
-	assert.Empty(t, fwd.LastHeader().Get("X-Api-Key"), "nor sent to an OpenAI chat endpoint")
+	for _, k := range []string{"Authorization", "X-Api-Key", "Cookie", "X-Auth-Token"} {
+		assert.Empty(t, fwd.LastHeader().Get(k), "an Anthropic client's %s never reaches an OpenAI upstream", k)
+	}
 
 	// A native Messages request: the upstream speaks Anthropic's protocol, so a forwarding
 	// endpoint gets x-api-key as sent; a plain one nothing.
@@ -128,9 +130,10 @@ models:
 	assert.Empty(t, nativePlain.lastHeader().Get("Authorization"))
 }
 
-// With API keys on, the client's credential is the gateway's key: a config that would forward it
-// is refused at load, naming the endpoint.
-func TestSecurityForwardClientAuthNeedsKeysOff(t *testing.T) {
+// A config that would forward clients' credentials where they are the gateway's keys (API keys on),
+// to a kserve endpoint, or behind a response cache that cannot tell clients apart, is refused at
+// load, naming the endpoint.
+func TestSecurityForwardClientAuthConfig(t *testing.T) {
 	_, err := ParseConfig("test.yaml", []byte(fmt.Sprintf(`
 upstreams:
   - {name: up, url: http://127.0.0.1:1, type: vllm, forward_client_auth: true}
@@ -146,4 +149,23 @@ upstreams:
 `))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "forward_client_auth")
+
+	// Without keys the response cache cannot tell clients apart: an upstream that checks each
+	// client's own credential cannot sit behind it.
+	_, err = ParseConfig("test.yaml", []byte(`
+upstreams:
+  - {name: up, url: http://127.0.0.1:1, type: vllm, forward_client_auth: true}
+models:
+  llama: {cache: {mode: exact}}
+`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `models.llama.cache: cannot be used with endpoint "up"'s forward_client_auth`)
+	_, err = ParseConfig("test.yaml", []byte(`
+upstreams:
+  - {name: up, url: http://127.0.0.1:1, type: vllm, forward_client_auth: true, models: [other]}
+  - {name: up2, url: http://127.0.0.1:2, type: vllm}
+models:
+  llama: {cache: {mode: exact}}
+`))
+	require.NoError(t, err, "an endpoint limited to other models is no concern of llama's cache")
 }

@@ -40,7 +40,7 @@
 // from a short question's rewording. So the response cache does not trust
 // this similarity alone: with any embedder but an embeddings model (Remote,
 // through its EmbeddingsModel method) a semantic hit also needs the same
-// words in the same order, up to case, punctuation, spacing and a rare typo
+// words in the same order, up to case, punctuation and spacing
 // (adapters/respcache, words.go).
 //
 // The lexical embedder runs at about 14-25 MB/s (a 290-byte prompt in
