@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/adapters/upstream"
 )
 
 // Options configures a Handler.
@@ -173,13 +174,14 @@ func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) (aborted boo
 
 // Headers that never reach the chat handler: Anthropic's protocol headers, the client's
 // credentials (the gateway's key check has read them; an Anthropic client's credential is never
-// sent to an OpenAI upstream, even one that forwards its clients' own: the names are
-// upstream.IsCredentialHeader's), Accept-Encoding (the answer must come uncompressed to be
-// translated) and the body's length.
+// sent to an OpenAI upstream, even one that forwards its clients' own), Accept-Encoding (the
+// answer must come uncompressed to be translated) and the body's length.
 func dropHeader(k string) bool {
 	switch k {
-	case "X-Api-Key", "Authorization", "Cookie", "X-Auth-Token", "Proxy-Authorization",
-		"Accept-Encoding", "Content-Length", "Content-Type":
+	case "Accept-Encoding", "Content-Length", "Content-Type":
+		return true
+	}
+	if upstream.IsCredentialHeader(k) {
 		return true
 	}
 	return strings.HasPrefix(k, "Anthropic-")

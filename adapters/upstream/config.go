@@ -53,7 +53,7 @@ type Endpoint struct {
 	// They are the only credentials an upstream gets unless ForwardClientAuth is set.
 	Headers map[string]string `yaml:"headers"`
 	// ForwardClientAuth passes the client's own credential headers (Authorization, Cookie,
-	// X-Api-Key, X-Auth-Token; see IsCredentialHeader) to this endpoint as the client sent them.
+	// X-Api-Key, X-Auth-Token, ...: see IsCredentialHeader) to this endpoint as the client sent them.
 	// Off by default: a client's credentials are for the gateway, and an upstream's come from its
 	// Headers, as Olla and LiteLLM do. A credential is never translated from one provider's header
 	// into another's (an Anthropic client's x-api-key is not an OpenAI bearer token). Not for
@@ -74,11 +74,12 @@ type Endpoint struct {
 
 // IsCredentialHeader reports whether a canonical header name is one that carries a client's
 // credentials: Authorization, Cookie, X-Api-Key, X-Auth-Token or Proxy-Authorization (Olla's
-// list). They never reach an upstream unless its ForwardClientAuth is set (Proxy-Authorization
-// not even then: it is hop-by-hop).
+// list), and the API key headers of Azure OpenAI (Api-Key) and Google's APIs (X-Goog-Api-Key),
+// which clients of those providers send. They never reach an upstream unless its
+// ForwardClientAuth is set (Proxy-Authorization not even then: it is hop-by-hop).
 func IsCredentialHeader(k string) bool {
 	switch k {
-	case "Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "Proxy-Authorization":
+	case "Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "Proxy-Authorization", "Api-Key", "X-Goog-Api-Key":
 		return true
 	}
 	return false

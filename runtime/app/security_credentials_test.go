@@ -77,7 +77,8 @@ models:
 	}
 	base := "http://" + addr
 	creds := []string{"Authorization", "Bearer sk-openai-client", "Cookie", "session=abc", "X-Api-Key", "sk-ant-client",
-		"X-Auth-Token", "tok-client", "Proxy-Authorization", "Basic cHJveHk6cHc=", "X-Other", "kept"}
+		"X-Auth-Token", "tok-client", "Proxy-Authorization", "Basic cHJveHk6cHc=", "Api-Key", "azure-client",
+		"X-Goog-Api-Key", "goog-client", "X-Other", "kept"}
 	chat := func(model string) []byte {
 		return []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`)
 	}
@@ -90,7 +91,7 @@ models:
 	r := send(t, http.DefaultClient, http.MethodPost, base+"/v1/chat/completions", chat("llama"), append(creds, "Content-Type", "application/json")...)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	h := plain.LastHeader()
-	for _, k := range []string{"Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "Proxy-Authorization"} {
+	for _, k := range []string{"Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "Proxy-Authorization", "Api-Key", "X-Goog-Api-Key"} {
 		assert.Empty(t, h.Get(k), "%s stays at the gateway", k)
 	}
 	assert.Equal(t, "kept", h.Get("X-Other"), "other headers still pass")
