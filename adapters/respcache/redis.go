@@ -144,12 +144,8 @@ func (r *Redis) failed(op string, err error) error {
 	return fmt.Errorf("respcache: redis %s: %w", op, err)
 }
 
-// Get implements Store.
+// Get implements Store: the response alone (a semantic match also reads the words: match).
 func (r *Redis) Get(ctx context.Context, key string) ([]byte, error) {
-	return r.response(ctx, "get", key)
-}
-
-func (r *Redis) response(ctx context.Context, op, key string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	b, err := r.client.Do(ctx, r.client.B().Hget().Key(r.keys+key).Field("r").Build()).AsBytes()
@@ -157,7 +153,7 @@ func (r *Redis) response(ctx context.Context, op, key string) ([]byte, error) {
 	case rueidis.IsRedisNil(err):
 		return nil, nil
 	case err != nil:
-		return nil, r.failed(op, err)
+		return nil, r.failed("get", err)
 	}
 	return b, nil
 }

@@ -136,8 +136,8 @@ type Cache struct {
 	keyer keyer
 	m     *modelMetrics
 	warn  *logthrottle.Throttle
-	// sameWords: a semantic hit needs the entry's words (the embedder is not a ModelEmbedder).
-	sameWords bool
+	// checkWords: a semantic hit needs the entry's words (the embedder is not a ModelEmbedder).
+	checkWords bool
 
 	mu      sync.Mutex
 	flights map[string]*flight // misses on their way, by exact key
@@ -203,8 +203,8 @@ func New(opts Options) (*Cache, error) {
 	}
 	model, _ := opts.Embedder.(ModelEmbedder)
 	return &Cache{
-		opts:      opts,
-		sameWords: opts.Mode == ModeSemantic && (model == nil || model.EmbeddingsModel() == ""),
+		opts:       opts,
+		checkWords: opts.Mode == ModeSemantic && (model == nil || model.EmbeddingsModel() == ""),
 		keyer: keyer{model: opts.Model, semantic: opts.Mode == ModeSemantic, sampling: opts.SamplingAny,
 			skip: append(append([]string(nil), skipped...), opts.IgnoreFields...)},
 		m:       opts.Metrics.forModel(opts.Model, opts.Store),
@@ -287,7 +287,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 			if match.Similarity > 0 {
 				c.m.similarity.Observe(float64(match.Similarity))
 			}
-			if match.Response != nil && c.sameWords && !sameWords(match.Words, wordsOf(lk.text)) {
+			if match.Response != nil && c.checkWords && !sameWords(match.Words, wordsOf(lk.text)) {
 				match.Response = nil // shared words, but not the same: another question
 			}
 			if match.Response != nil {
@@ -459,7 +459,7 @@ func (c *Cache) store(ctx context.Context, key, partition, text string, vec []fl
 		vec = c.embed(ctx, text)
 	}
 	words := ""
-	if vec != nil && c.sameWords {
+	if vec != nil && c.checkWords {
 		if words = wordsOf(text); words == "" {
 			vec = nil // no words to check a semantic hit against: none
 		}

@@ -3,6 +3,8 @@ package respcache
 import (
 	"strings"
 	"unicode"
+
+	"github.com/infergate/infergate/adapters/llm/embed"
 )
 
 // The word check of semantic hits with a lexical embedder.
@@ -147,7 +149,7 @@ func classOfUnicode(r rune) class {
 		return cSpace
 	case unicode.Is(unicode.Cf, r):
 		return cIgnored
-	case isolating(r):
+	case embed.Isolating(r):
 		return cIsolating
 	case unicode.IsLetter(r) || unicode.IsMark(r):
 		return cLetter
@@ -181,13 +183,6 @@ func writeFolded(b *strings.Builder, r rune) {
 		r = 'σ'
 	}
 	b.WriteRune(r)
-}
-
-// isolating reports whether r is a word of its own (scripts written without spaces between
-// words), as the lexical embedder has it.
-func isolating(r rune) bool {
-	return r >= 0x2E80 && (unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
-		unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r))
 }
 
 // keepSoft reports whether the soft punctuation cs[i] counts: when it belongs to an expression

@@ -132,9 +132,10 @@ func add(v []float32, h uint64, w float32) {
 	v[i] += w
 }
 
-// isolating reports whether r forms a word on its own (scripts written
-// without spaces between words).
-func isolating(r rune) bool {
+// Isolating reports whether r forms a word on its own (scripts written
+// without spaces between words: Han, Hiragana, Katakana, Hangul), as the
+// lexical embedder splits text; the response cache's word check splits so too.
+func Isolating(r rune) bool {
 	return r >= 0x2E80 && (unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
 		unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r))
 }
@@ -181,7 +182,7 @@ func (l *Lexical) embed(t string, v []float32) {
 	}
 	for i, r := range t {
 		switch {
-		case isolating(r):
+		case Isolating(r):
 			endWord()
 			startWord()
 			push(r)
@@ -195,7 +196,7 @@ func (l *Lexical) embed(t string, v []float32) {
 			// An apostrophe between letters is dropped without ending the
 			// word; elsewhere it is punctuation.
 			next, _ := utf8.DecodeRuneInString(t[i+utf8.RuneLen(r):])
-			if !wordRune(next) || isolating(next) {
+			if !wordRune(next) || Isolating(next) {
 				endWord()
 			}
 		default:
