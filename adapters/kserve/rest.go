@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/adapters/inflate"
+	"github.com/infergate/infergate/adapters/pipeline"
 	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc/metadata"
@@ -77,7 +78,7 @@ func withGatewayHeaders(h restFunc) restFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		var md metadata.MD
 		for k, vv := range r.Header {
-			if len(k) > len(gatewayHeaderPrefix) && strings.EqualFold(k[:len(gatewayHeaderPrefix)], gatewayHeaderPrefix) {
+			if pipeline.GatewayHeader(k) {
 				if md == nil {
 					md = metadata.MD{}
 				}
@@ -90,9 +91,6 @@ func withGatewayHeaders(h restFunc) restFunc {
 		return h(w, r)
 	}
 }
-
-// gatewayHeaderPrefix starts the gateway's own request headers.
-const gatewayHeaderPrefix = "X-Infergate-"
 
 // restMethod serves h for one method (GET also answers HEAD) and answers others with Triton's
 // JSON 405, where http.ServeMux's own would be plain text.

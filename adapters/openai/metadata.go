@@ -12,11 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// gatewayHeaderPrefix starts the names of the gateway's own headers. Over HTTP the stages read
-// the request's (X-Infergate-Session-Id: a chat session's turn; X-Infergate-Debug: prompt, the
-// rendered Granite prompt back) from pipeline.Request.Header, and set the response's.
-const gatewayHeaderPrefix = "X-Infergate-"
-
 // IncomingHeader is the request header a call that came in over gRPC or Connect (OpenAIService,
 // and the KServe surfaces, whose bridge models call Proxy.Call) takes into the pipeline: its
 // X-Infergate-* headers (gRPC metadata x-infergate-*, Connect's HTTP headers), so the stages
@@ -42,8 +37,8 @@ func IncomingHeader(ctx context.Context) (http.Header, error) {
 	}
 	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
 		for k, vv := range ci.RequestHeader() {
-			if k = textproto.CanonicalMIMEHeaderKey(k); strings.HasPrefix(k, gatewayHeaderPrefix) {
-				if err := add(k, vv); err != nil {
+			if pipeline.GatewayHeader(k) {
+				if err := add(textproto.CanonicalMIMEHeaderKey(k), vv); err != nil {
 					return nil, err
 				}
 			}
@@ -52,7 +47,7 @@ func IncomingHeader(ctx context.Context) (http.Header, error) {
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for k, vv := range md { // grpc-go's keys are lower case
-		if len(k) > len(gatewayHeaderPrefix) && strings.EqualFold(k[:len(gatewayHeaderPrefix)], gatewayHeaderPrefix) {
+		if pipeline.GatewayHeader(k) {
 			if err := add(textproto.CanonicalMIMEHeaderKey(k), vv); err != nil {
 				return nil, err
 			}
@@ -84,7 +79,7 @@ func setResponseHeaders(ctx context.Context, reqID string, res *pipeline.Respons
 	set(HeaderModel, res.Model)
 	for _, src := range []http.Header{res.GatewayHeader, res.Header} { // the upstream's win, as over HTTP
 		for k, vv := range src {
-			if !strings.HasPrefix(k, gatewayHeaderPrefix) || ownHeader(k) || len(vv) == 0 || !printable(vv[0]) {
+			if !pipeline.GatewayHeader(k) || ownHeader(k) || len(vv) == 0 || !printable(vv[0]) {
 				continue
 			}
 			set(k, vv[0])

@@ -25,6 +25,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,9 +54,9 @@ type Request struct {
 	// RawQuery is the client's query string, passed upstream as sent; empty for internal calls.
 	RawQuery string
 	// Header holds the client's headers, passed upstream minus hop-by-hop ones and those the
-	// gateway consumed. A gRPC or Connect call (OpenAIService, the KServe bridge) has only its
-	// X-Infergate-* metadata here (and Content-Type), nil when it sent none; KServe REST and
-	// batch lines nil.
+	// gateway consumed. A call through another surface (OpenAIService over gRPC or Connect, the
+	// KServe bridge over gRPC, Connect or REST) has only its gateway headers here (GatewayHeader,
+	// and Content-Type), nil when it sent none; batch lines nil.
 	Header http.Header
 	// RemoteAddr is the client's address, for X-Forwarded-For; empty for internal calls.
 	RemoteAddr string
@@ -72,6 +73,15 @@ type Request struct {
 	body   []byte
 	scan   Routing
 	fields map[string]json.RawMessage // Fields' result, until the body changes
+}
+
+// GatewayHeader reports whether name, in any case (a canonical HTTP header, or grpc-go's lower-case
+// metadata key), is one of the gateway's own headers: X-Infergate-*. Over HTTP the stages read a
+// request's (X-Infergate-Session-Id, X-Infergate-Debug) from Request.Header; the other surfaces
+// carry these, and only these, into it so that the stages apply them alike.
+func GatewayHeader(name string) bool {
+	const prefix = "X-Infergate-"
+	return len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
 }
 
 // Routing is what the gateway reads from a request body without decoding it: the two fields it

@@ -206,3 +206,14 @@ func TestEditBody(t *testing.T) {
 	require.NoError(t, req.SetBody(body))
 	assert.Equal(t, "m", req.Model())
 }
+
+// TestGatewayHeader: the gateway's own headers are X-Infergate-* in any case, as HTTP
+// canonicalises them and grpc-go lower-cases them; the prefix alone, or a look-alike, is not.
+func TestGatewayHeader(t *testing.T) {
+	for name, want := range map[string]bool{
+		"X-Infergate-Session-Id": true, "x-infergate-session-id": true, "X-INFERGATE-DEBUG": true,
+		"X-Infergate-": false, "X-Infergate": false, "X-Infergat-Session": false, "Authorization": false, "": false,
+	} {
+		assert.Equal(t, want, pipeline.GatewayHeader(name), name)
+	}
+}
