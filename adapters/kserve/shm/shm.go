@@ -157,11 +157,11 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 		return invalidArgs
 	}
 	missing := connect.NewError(connect.CodeInternal, fmt.Errorf("Unable to open shared memory region: '%s'", key))
-	if m.exclusive && m.names[file] != nil && m.names[file].owner != owner {
+	if heldByOther(m.names, file, owner) {
 		return missing // not even opened
 	}
 	mapping, data, fid, err := mapObject(file, offset, byteSize, func(fid fileID) error {
-		if m.exclusive && m.files[fid] != nil && m.files[fid].owner != owner {
+		if heldByOther(m.files, fid, owner) {
 			return errNotYours
 		}
 		return nil
@@ -186,6 +186,13 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 
 // errNotYours refuses an object another owner holds; Register answers it as a missing object.
 var errNotYours = errors.New("held by another owner")
+
+// heldByOther reports whether another owner than owner holds the object claimed under k (never,
+// in a manager without ExclusiveObjects: its claims are nil).
+func heldByOther[K comparable](claims map[K]*claim, k K, owner string) bool {
+	c := claims[k]
+	return c != nil && c.owner != owner
+}
 
 // hold counts one more mapping of owner's on the object claimed under k.
 func hold[K comparable](claims map[K]*claim, k K, owner string) {
