@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/conformance/internal/fixture"
 	"github.com/infergate/infergate/conformance/suite"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // Registry holds every model the gateway serves. It is safe for concurrent use; lookups take a

@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
+	"github.com/infergate/infergate/lib/tensor"
 	"google.golang.org/protobuf/proto"
 )
 

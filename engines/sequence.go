@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // defaultSequenceIdle is Triton's default max_sequence_idle_microseconds (1 s).

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

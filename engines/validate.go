@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // Validate checks a decoded request against the model's config, in the order Triton does and with

@@ -19,10 +19,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/kserve"
-	"github.com/infergate/infergate/adapters/ollaconfig"
 	"github.com/infergate/infergate/runtime/app"
+	"github.com/infergate/infergate/runtime/ollaconfig"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/kserve"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/runtime/app"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,7 +111,7 @@ func TestBadConfigFailsStartup(t *testing.T) {
 // TestImportOlla: `infergate import-olla` turns each of Olla's own config files (the converter's
 // test data) into a config the gateway loads, once the variables it names are set.
 func TestImportOlla(t *testing.T) {
-	files, err := filepath.Glob("../adapters/ollaconfig/testdata/*.yaml")
+	files, err := filepath.Glob("ollaconfig/testdata/*.yaml")
 	require.NoError(t, err)
 	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 	n := 0

@@ -34,10 +34,10 @@ import (
 	"unsafe"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/bindings/embed"
 	"github.com/infergate/infergate/engines"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	"github.com/infergate/infergate/lib/tensor"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 

@@ -23,10 +23,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/engines"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	"github.com/infergate/infergate/runtime/app"
+	"github.com/infergate/infergate/surface/gateway"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/guard"
 	"github.com/infergate/infergate/bindings/embed"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/stage/guard"
 	"github.com/stretchr/testify/require"
 )
 

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/upstream"
 )
 
 // LLMRequest is one OpenAI request for an embedded LLM, as the gateway forwarded it.

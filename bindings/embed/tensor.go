@@ -7,9 +7,9 @@ import (
 	"slices"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // TensorSpec declares a tensor model: its tensors as KServe datatypes ("FP32", "BYTES", ...)

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/gateway/gatewaytest"
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/stretchr/testify/require"
 )
 

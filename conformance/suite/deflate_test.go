@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/kserve"
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"
+	"github.com/infergate/infergate/surface/kserve"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

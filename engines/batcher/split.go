@@ -6,9 +6,9 @@ import (
 	"math"
 	"slices"
 
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // rowsOf is a validated request's batch size: the first dimension of its inputs (Validate made

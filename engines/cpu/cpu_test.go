@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/lib/tensor"
 
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/cpu"

@@ -3,9 +3,9 @@ package cpu
 import (
 	"context"
 
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // dynaSequence is Triton's `simple_dyna_sequence`, written by hand because its config needs what

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infergate/infergate/adapters/tensor"
+	"github.com/infergate/infergate/lib/tensor"
 )
 
 // Widen decodes raw INT8, INT16, UINT8 or UINT16 data into the 32-bit slice a proto field holds.

@@ -3,8 +3,8 @@ package typed_test
 import (
 	"testing"
 
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/engines/typed"
+	"github.com/infergate/infergate/lib/tensor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -31,13 +31,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/llm/granite"
-	"github.com/infergate/infergate/adapters/llm/granite/granitestage"
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/adapters/pipeline"
-	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/stage/granitestage"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/upstream"
 	"google.golang.org/grpc"
 )
 

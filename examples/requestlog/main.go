@@ -26,11 +26,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/adapters/pipeline"
-	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/upstream"
 	"google.golang.org/grpc"
 )
 

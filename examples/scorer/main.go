@@ -18,10 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/adapters/gateway"
 	"github.com/infergate/infergate/engines"
 	scorerv1 "github.com/infergate/infergate/examples/scorer/gen/scorer/v1"
 	"github.com/infergate/infergate/examples/scorer/gen/scorer/v1/scorerv1infergate"
+	"github.com/infergate/infergate/surface/gateway"
 	"google.golang.org/grpc"
 
 	"net/http"

@@ -10,7 +10,7 @@
 // with, in infergate's config:
 //
 //	upstreams: [{name: engine, url: http://127.0.0.1:9000, type: vllm}]
-//	models: {qwen: {tokenizer: adapters/llm/tokenizer/testdata/qwen3, input: tokens}}
+//	models: {qwen: {tokenizer: lib/tokenizer/testdata/qwen3, input: tokens}}
 //
 // -reply "some text" answers that text, a word per stream chunk, instead.
 package main
@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infergate/infergate/adapters/llm/tokeninput/tokeninputtest"
+	"github.com/infergate/infergate/stage/tokeninput/tokeninputtest"
 )
 
 func main() {

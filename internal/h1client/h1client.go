@@ -3,7 +3,7 @@
 //
 // Why it is hand-written: http.Transport hands each request to a writer goroutine and each
 // response to a reader goroutine. Those handoffs cost a loaded gateway a fifth to a quarter of its
-// CPU per proxied request (BenchmarkProxyChat in adapters/openai, c=64, CPU profiled by part). No
+// CPU per proxied request (BenchmarkProxyChat in surface/openai, c=64, CPU profiled by part). No
 // library does this over net/http's types with context cancellation (fasthttp has its own types
 // and no contexts), hence this small client. The proxy can turn it off (the upstream_client: std
 // setting), and roundtriptest holds the contract it shares with http.Transport, which its tests

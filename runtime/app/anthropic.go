@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/infergate/infergate/adapters/anthropic"
-	"github.com/infergate/infergate/adapters/openai"
-	"github.com/infergate/infergate/adapters/pipeline"
+	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/surface/anthropic"
+	"github.com/infergate/infergate/surface/openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )

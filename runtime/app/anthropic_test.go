@@ -12,8 +12,8 @@ import (
 
 	asdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
-	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/stage/guard"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -15,10 +15,10 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/gen/inference"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/infergate/infergate/adapters/batch"
-	"github.com/infergate/infergate/adapters/batch/batchstate"
-	"github.com/infergate/infergate/adapters/batch/bus"
-	"github.com/infergate/infergate/adapters/batch/files"
-	"github.com/infergate/infergate/adapters/batch/slots"
+	"github.com/infergate/infergate/store/batchstate"
+	"github.com/infergate/infergate/store/bus"
+	"github.com/infergate/infergate/store/files"
+	"github.com/infergate/infergate/store/slots"
+	"github.com/infergate/infergate/surface/batch"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )

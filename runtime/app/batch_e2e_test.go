@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/batch/batchtest"
-	"github.com/infergate/infergate/adapters/batch/bus/bustest"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/internal/redistest"
+	"github.com/infergate/infergate/store/bus/bustest"
+	"github.com/infergate/infergate/surface/batch/batchtest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/require"
 )
 

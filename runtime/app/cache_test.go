@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/llm/embed"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/infergate/infergate/internal/redistest"
+	"github.com/infergate/infergate/lib/embed"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"

@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/guard/breaker"
-	"github.com/infergate/infergate/adapters/inflate"
-	"github.com/infergate/infergate/adapters/llm/granite"
-	"github.com/infergate/infergate/adapters/tracing"
-	"github.com/infergate/infergate/adapters/upstream"
+	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/stage/guard"
+	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/store/breaker"
+	"github.com/infergate/infergate/surface/inflate"
+	"github.com/infergate/infergate/upstream"
 	"go.yaml.in/yaml/v3"
 )
 

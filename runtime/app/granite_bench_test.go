@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 )
 
 // BenchmarkGraniteRoundTrip is a chat completion at c=1 through the whole gateway (HTTP in,

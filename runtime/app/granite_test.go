@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/kserve/shm"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
-	"github.com/infergate/infergate/adapters/tensor"
 	"github.com/infergate/infergate/gen/inference"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/stage/guard"
+	"github.com/infergate/infergate/surface/kserve/shm"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
@@ -309,8 +309,8 @@ models:
 	assert.Equal(t, "It is 42.", *r.Content)
 	assert.Equal(t, "It is 42.", streamed.String(), "text_output streams the content")
 
-	src := repoFile(t, "adapters/llm/granite/testdata/g33/out/test_document_source.txt")
-	up.SetReply(repoFile(t, "adapters/llm/granite/testdata/g33/out/test_output_with_citation_from_source.txt"))
+	src := repoFile(t, "lib/granite/testdata/g33/out/test_document_source.txt")
+	up.SetReply(repoFile(t, "lib/granite/testdata/g33/out/test_output_with_citation_from_source.txt"))
 	kw, _ := json.Marshal(map[string]any{"documents": []any{map[string]any{"doc_id": 1, "text": src}}, "controls": map[string]any{"citations": true}})
 	res, err = kc.ModelInfer(ctx, request("Tell me about Limerick.", string(kw), false))
 	require.NoError(t, err)

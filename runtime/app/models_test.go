@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/gateway"
-	"github.com/infergate/infergate/adapters/llm/chattemplate"
-	"github.com/infergate/infergate/adapters/llm/prompt"
-	"github.com/infergate/infergate/adapters/llm/tokeninput/tokeninputtest"
-	"github.com/infergate/infergate/adapters/llm/tokenizer"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/lib/chattemplate"
+	"github.com/infergate/infergate/lib/tokenizer"
+	"github.com/infergate/infergate/stage/prompt"
+	"github.com/infergate/infergate/stage/tokeninput/tokeninputtest"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
@@ -32,7 +32,7 @@ import (
 
 // qwenTokenizer is Qwen 3's real tokenizer directory (the tokenizer package's test data).
 func qwenTokenizer(t *testing.T) string {
-	dir, err := filepath.Abs("../../adapters/llm/tokenizer/testdata/qwen3")
+	dir, err := filepath.Abs("../../lib/tokenizer/testdata/qwen3")
 	require.NoError(t, err)
 	return dir
 }

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 )
 
 // BenchmarkGatewayRSS runs the real binary in front of a fake vLLM upstream and drives it at a

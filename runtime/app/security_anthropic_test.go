@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// anthropicMaxBlocks is adapters/anthropic's cap on the content blocks of one request.
+// anthropicMaxBlocks is surface/anthropic's cap on the content blocks of one request.
 const anthropicMaxBlocks = 100_000
 
 // oneLetterBlocks is a Messages request of n one-letter text blocks and the OpenAI chat body the

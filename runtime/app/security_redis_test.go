@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/guard"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/internal/redistest"
+	"github.com/infergate/infergate/stage/guard"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"

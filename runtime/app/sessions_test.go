@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	"github.com/infergate/infergate/internal/redistest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"

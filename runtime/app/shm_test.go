@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/adapters/guard"
+	"github.com/infergate/infergate/stage/guard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

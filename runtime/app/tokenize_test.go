@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"github.com/infergate/infergate/adapters/openai/openaitest"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/status"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/adapters/openai/openaitest"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

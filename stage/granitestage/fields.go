@@ -1,0 +1,171 @@
+package granitestage
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/lib/granite"
+)
+
+// requestFields is req.Fields() read with the stage's scanner: the body's top-level members,
+// each value the body's own bytes (the body does not change; the stage only reads them), where
+// Fields decodes the body through reflection and copies every value. A body the scanner does
+// not take whole (an escaped or non-ASCII member name, deep nesting, an error) goes to Fields.
+func requestFields(req *pipeline.Request) (map[string]json.RawMessage, error) {
+	if f, ok := scanFields(req.Body()); ok {
+		return f, nil
+	}
+	return req.Fields()
+}
+
+func scanFields(body []byte) (map[string]json.RawMessage, bool) {
+	s := jscan{b: body}
+	f := make(map[string]json.RawMessage, 8)
+	ok := s.object(func(name []byte) bool {
+		for _, c := range name {
+			if c >= utf8.RuneSelf {
+				return false // encoding/json's keys replace invalid UTF-8
+			}
+		}
+		v, ok := s.rawValue(1)
+		f[string(name)] = v
+		return ok
+	})
+	if !ok || !s.end() {
+		return nil, false
+	}
+	return f, true
+}
+
+var (
+	messageNames  = []string{"role", "content", "tool_calls", "tool_call_id"}
+	documentNames = []string{"text", "doc_id", "score"}
+	controlNames  = []string{"citations", "hallucinations", "length", "originality"}
+)
+
+// scanControls reads a request's controls object as json.Unmarshal into granite.Controls
+// would; anything unusual is false (left to encoding/json).
+func scanControls(raw []byte) (*granite.Controls, bool) {
+	s := jscan{b: raw}
+	c := &granite.Controls{}
+	ok := s.known(controlNames, 1, func(f int) bool {
+		if f == 2 {
+			return s.stringPtr(&c.Length)
+		}
+		if f == 3 {
+			return s.stringPtr(&c.Originality)
+		}
+		b := &c.Citations
+		if f == 1 {
+			b = &c.Hallucinations
+		}
+		switch s.next() {
+		case 't':
+			*b = true
+			return s.lit("true")
+		case 'f':
+			*b = false
+			return s.lit("false")
+		case 'n':
+			return s.lit("null")
+		}
+		return false
+	})
+	if !ok || !s.end() {
+		return nil, false
+	}
+	return c, true
+}
+
+// array reads a JSON array at s.i, elem reading each element (whitespace skipped).
+func (s *jscan) array(elem func() bool) bool {
+	if s.next() != '[' {
+		return false
+	}
+	s.i++
+	if s.next() == ']' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		if !elem() {
+			return false
+		}
+		switch s.next() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// scanMessages reads a request's messages as json.Unmarshal into []wireMessage would, for the
+// common shapes: a message with tool calls, or anything unusual, is false (left to
+// encoding/json).
+func scanMessages(raw []byte) ([]wireMessage, bool) {
+	s := jscan{b: raw}
+	out := make([]wireMessage, 0, 4)
+	ok := objects(&s, &out, messageNames, func(m *wireMessage, f int) bool {
+		switch f {
+		case 0:
+			return s.stringValue(&m.Role)
+		case 1:
+			var ok bool
+			m.Content, ok = s.rawValue(2)
+			return ok
+		case 2:
+			return s.next() == 'n' && s.lit("null")
+		}
+		return s.stringValue(&m.ToolCallID)
+	})
+	if !ok || !s.end() {
+		return nil, false
+	}
+	return out, true
+}
+
+// scanDocuments reads a request's documents as json.Unmarshal into []granite.Document would,
+// for the common shapes; anything unusual is false (left to encoding/json).
+func scanDocuments(raw []byte) ([]granite.Document, bool) {
+	s := jscan{b: raw}
+	out := make([]granite.Document, 0, 4)
+	ok := objects(&s, &out, documentNames, func(d *granite.Document, f int) bool {
+		if f == 0 {
+			return s.stringValue(&d.Text)
+		}
+		return s.nullOr(func() bool {
+			v, ok := s.rawValue(2)
+			if !ok {
+				return false
+			}
+			if f == 1 {
+				id := &granite.DocID{}
+				if id.UnmarshalJSON(v) != nil {
+					return false
+				}
+				d.DocID = id
+				return true
+			}
+			if c := v[0]; c != '-' && (c < '0' || c > '9') {
+				return false
+			}
+			x, err := strconv.ParseFloat(string(v), 64)
+			if err != nil {
+				return false
+			}
+			d.Score = &x
+			return true
+		})
+	})
+	if !ok || !s.end() {
+		return nil, false
+	}
+	return out, true
+}

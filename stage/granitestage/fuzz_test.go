@@ -1,0 +1,249 @@
+package granitestage
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/lib/granite"
+)
+
+// FuzzDecode: any client body either decodes into a request the processor renders or refuses
+// with a 400 (a *pipeline.Error or a *granite.ValidationError), never a panic.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"g","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"g","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"thinking":true,"max_completion_tokens":5}`,
+		`{"model":"g","messages":[{"role":"user","content":"q"}],"chat_template_kwargs":{"documents":[{"doc_id":1,"text":"d"}],"controls":{"citations":true,"length":"short"}}}`,
+		`{"model":"g","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","content":"x","tool_call_id":"c"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`,
+		`{"model":"g","messages":[{"role":"developer","content":"s"}],"tools":[{"name":"flat"}],"sanitize":"aggressive","stop":["x"]}`,
+		`{"model":"g","messages":[{"role":"user","content":"x"}],"logprobs":true}`,
+		`{"model":"g","messages":{}}`,
+		`{"model":"g","messages":[null,{"role":"user","content":null,"name":"x","tool_calls":null,"tool_call_id":"c"},{"Role":"user"}],"documents":[null,{"text":"t","doc_id":"7","score":-1.5e2,"title":"x"},{"doc_id":7,"score":null,"doc_id":8}]}`,
+		`{"model":"g","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"documents":[{"text":"t\u00e9","doc_id":"7","score":-1.5e2,"title":"x"},null,{"doc_id":7,"score":null}]}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":true,"hallucinations":false,"length":"short","originality":null,"x":[1]}}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"controls":{"citations":null,"Length":"long","length":1}}`,
+		`{"model":"g","messages":[{"role":"user","content":"a"}],"documents":[{"doc_id":1.5},{"score":1e999},{"score":"1"},{"doc_id":null,"text":null}]}`,
+		`{"model":"g","messages":[],"model":"h", "x" : [ 1 , {"a":null} ] ,"Model":"i","\u006dodel":"j","\u00e9":1,"é":2}`,
+	} {
+		f.Add([]byte(s))
+	}
+	p := granite.New(granite.V33)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if got, ok := scanFields(body); ok {
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("scanFields: %q; encoding/json: %q, %v", got, want, err)
+			}
+		}
+		req, err := pipeline.NewRequest(chatPath, body)
+		if err != nil {
+			return
+		}
+		fields, err := requestFields(req)
+		if err != nil {
+			return
+		}
+		for _, raw := range []json.RawMessage{fields["messages"], fields["documents"], fields["controls"], body} {
+			if got, ok := scanMessages(raw); ok {
+				var want []wireMessage
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanMessages: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanControls(raw); ok {
+				var want granite.Controls
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(*got, want) {
+					t.Fatalf("scanControls: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+			if got, ok := scanDocuments(raw); ok {
+				var want []granite.Document
+				if err := json.Unmarshal(raw, &want); err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("scanDocuments: %+v; encoding/json: %+v, %v", got, want, err)
+				}
+			}
+		}
+		in, err := decode(fields)
+		if err != nil {
+			var pe *pipeline.Error
+			if !errors.As(err, &pe) || pe.Status != 400 {
+				t.Fatalf("not a 400: %v", err)
+			}
+			return
+		}
+		if _, err := json.Marshal(in.Params); err != nil {
+			t.Fatalf("params do not encode: %v", err)
+		}
+		if _, err := p.Render(in, true); err != nil {
+			var ve *granite.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("render: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzChatStream feeds arbitrary bytes to the stream path as an upstream's SSE body: it never
+// panics, every event it sends is JSON, and it ends with [DONE] or an error.
+func FuzzChatStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"<think>a</think><response>b\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"text\":\"</response>\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), uint8(1))
+	f.Add([]byte("data: {\"choices\":[{\"index\":1,\"text\":\"x <co>1\"},{\"index\":0,\"text\":\"[{\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n"), uint8(2))
+	f.Add([]byte("data: {\"error\":{\"message\":\"fire\"}}\n\n"), uint8(0))
+	f.Add([]byte("data: {\"choices\":[{\"index\":9999,\"text\":\"x\"}]}\n\n"), uint8(0))
+	f.Add([]byte("data: not json\n\n"), uint8(3))
+	f.Add([]byte("\x00\x1f\"\\<>&\u2028\u2029\xff\xc3 é\t\r\n"), uint8(0))
+	p := granite.New(granite.V33)
+	f.Fuzz(func(t *testing.T, body []byte, mode uint8) {
+		in := &granite.ChatRequest{Thinking: mode&1 != 0}
+		if mode&2 != 0 {
+			in.Controls = &granite.Controls{Citations: true}
+		}
+		if want, _ := json.Marshal(string(body)); string(appendJSONString(nil, string(body))) != string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, want %s", body, appendJSONString(nil, string(body)), want)
+		}
+		up := pipeline.NewBody(body, pipeline.Usage{})
+		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: p, in: in, max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+		out, err := io.ReadAll(c)
+		if err == nil && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("ended without [DONE]: %q", out)
+		}
+		ev := pipeline.NewEvents(bytes.NewReader(out))
+		for {
+			data, err := ev.Next()
+			if err != nil {
+				break
+			}
+			if !json.Valid(data) {
+				t.Fatalf("event is not JSON: %q", data)
+			}
+		}
+	})
+}
+
+// sameAsJSON checks a decoder against json.Unmarshal into a T: what its fast path (scan) reads
+// it reads as encoding/json does, and decode (fast path, else encoding/json) gives the same
+// value and fails where encoding/json fails. It returns encoding/json's value and error.
+func sameAsJSON[T any](t *testing.T, data []byte, scan func([]byte, *T) bool, decode func([]byte, *T) error) (T, error) {
+	t.Helper()
+	var want T
+	werr := json.Unmarshal(data, &want)
+	var fast T
+	if scan(data, &fast) {
+		if werr != nil {
+			t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
+		}
+		if !reflect.DeepEqual(fast, want) {
+			t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
+		}
+	}
+	var got T
+	if err := decode(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
+	}
+	return want, werr
+}
+
+// FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
+// failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
+// same way. The bytes are also tried as one JSON value (the scanner accepts exactly what
+// json.Valid does, short of its depth bound) and as a string's contents (strDecode is
+// encoding/json's).
+func FuzzDecodeCompletion(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":"a \u003cco\u003e1\u003c/co\u003e.\n","logprobs":null,"finish_reason":"stop","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null},"system_fingerprint":"fp","kv_transfer_params":null}`,
+		` {"choices":[{"text":"x","finish_reason":null},null,{"text":null,"finish_reason":"length"}],"usage":null} `,
+		`{"choices":[],"system_fingerprint":{"a":[1,-2.5e+3,true,false,null,"\ud83d\ude00 \ud800 \udc00x \u00e9 é \ufffd"]}}`,
+		`{"choices":[{"text":"\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\u0041"}]}`,
+		`\"\\\/\b\f\n\r\t\u0000\u001f \ud83d\ude00 \ud800 \udc00x \ud83d\u0041 \uD83D\uDE00 é`,
+		`{"choices":[{"text":"a"}],"choices":[{"text":"b","finish_reason":"stop"}]}`,
+		`{"Choices":[{"TEXT":"a"}],"uſage":{"prompt_tokens":1},"ID":"x","mod\u0065l":"m"}`,
+		`{"usage":{"prompt_tokens":7.0,"completion_tokens":1e3,"total_tokens":-0}}`,
+		`{"usage":{"prompt_tokens":99999999999999999999}}`,
+		"{\"choices\":[{\"text\":\"\xff\xc3 \xe2\x80\xa8 \xed\xa0\x80 ok\"}]}",
+		"{\"choices\":[{\"text\":\"a\x1fb\"}]}", "\x1f\t",
+		`{"choices":[{"text":1}]}`, `{"choices":{}}`, `[]`, `null`, `{"a":01}`, `{"a":"\x01"}`, `{"a":1,}`, `{"a" 1}`,
+		`{"choices":[{"text":"a"}]} x`, `{"id":"\u12"}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`, `"\ud800\u"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, werr := sameAsJSON(t, data, scanCompletion, decodeCompletion)
+
+		if werr == nil { // the answer written back, as the stage writes it
+			a := chatAnswer{ID: got.ID, Object: "chat.completion", Model: got.Model, Usage: got.Usage, SystemFingerprint: got.SystemFingerprint}
+			for i, ch := range got.Choices {
+				cc := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: &got.Choices[i].Text}, Logprobs: json.RawMessage("null")}
+				if ch.FinishReason != nil {
+					cc.FinishReason = *ch.FinishReason
+					cc.Message.Citations = []granite.Citation{{CitationID: ch.Text, ContextText: got.Model}}
+				}
+				a.Choices = append(a.Choices, cc)
+			}
+			want, _ := json.Marshal(a)
+			if out, err := appendAnswer(nil, &a); err != nil || string(out) != string(want) {
+				t.Fatalf("appendAnswer: %s (%v), json.Marshal %s", out, err, want)
+			}
+		}
+
+		s := jscan{b: data}
+		ok := s.skip(0)
+		if ok {
+			s.ws()
+			ok = s.i == len(data)
+		}
+		if ok != json.Valid(data) && (ok || bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) < maxScanDepth) {
+			t.Fatalf("scanner says valid=%v, json.Valid %v: %q", ok, !ok, data)
+		}
+
+		quoted := append(append([]byte{'"'}, data...), '"')
+		var ws string
+		jerr := json.Unmarshal(quoted, &ws)
+		s = jscan{b: quoted}
+		_, _, _, ok = s.str()
+		ok = ok && s.i == len(quoted)
+		s = jscan{b: quoted}
+		gs, dok := s.strDecode()
+		dok = dok && s.i == len(quoted)
+		if ok != (jerr == nil) || dok != ok {
+			t.Fatalf("str ok=%v, strDecode ok=%v, encoding/json %v: %q", ok, dok, jerr, quoted)
+		}
+		if ok && gs != ws {
+			t.Fatalf("strDecode %q = %q, encoding/json %q", data, gs, ws)
+		}
+	})
+}
+
+// FuzzDecodeChunk: decodeChunk reads every stream chunk as encoding/json does (what the fast
+// path reads, it reads the same; what it leaves, encoding/json reads), and fails where it fails.
+func FuzzDecodeChunk(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":" \u003cco\u003e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
+		`{"id":"c","model":"m","system_fingerprint":"fp","choices":[{"index":1,"text":"é\n","finish_reason":"stop","stop_reason":"</response>"},null],"usage":{"prompt_tokens":7}}`,
+		`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}`,
+		`{"error":{"message":"boom","code":500}}`, `{"error":null,"choices":[{"index":null,"text":null}]}`,
+		`{"choices":[{"index":1.0}]}`, `{"choices":[{"index":1e2}]}`, `{"choices":[{"index":99999999999999999999}]}`,
+		`{"choices":[{"index":-1,"text":"a"}],"choices":null}`, `{"Model":"x","ERROR":1}`, `{"ſystem_fingerprint":1,"choices":[{"ſtop_reason":2,"text":"é"}]}`, `{"mod\u0065l":"m"}`,
+		`{"choices":[{"stop_reason":[1,{"a":true}]}]} `, `{"choices":{}}`, `null`, `[]`, `{"usage":nul}`, `{"a":1,}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, werr := sameAsJSON(t, data, scanChunk, decodeChunk)
+		// A stream reuses its chunk: nothing of the one before may show through (but an empty
+		// choices array for none).
+		used := completionChunk{}
+		_ = decodeChunk([]byte(`{"model":"m","choices":[{"index":1,"text":"t","finish_reason":"stop","stop_reason":"s"},{"index":2}],"usage":{},"error":1}`), &used)
+		err := decodeChunk(data, &used)
+		if len(used.Choices) == 0 && len(want.Choices) == 0 {
+			used.Choices = want.Choices
+		}
+		if (err == nil) != (werr == nil) || werr == nil && !reflect.DeepEqual(used, want) {
+			t.Fatalf("decodeChunk after another chunk: %+v, %v; encoding/json: %+v, %v: %q", used, err, want, werr, data)
+		}
+	})
+}

@@ -1,0 +1,420 @@
+package granitestage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/lib/granite"
+)
+
+// maxStreamChoices bounds the choices one streamed answer may carry (each holds its text).
+const maxStreamChoices = 128
+
+// stream answers a stream: true request incrementally: the upstream is asked for a stream of
+// the rendered prompt's completion, and each of its text deltas goes through the output
+// processor's OutputStream, whose certain reasoning and content go out as chat chunks at once.
+// Each choice's tool calls, Granite extras and finish reason follow when the upstream finishes
+// it. An upstream that answers whole anyway is answered as the replay path answers.
+func (b *backend) stream(ctx context.Context, s *granite.Simple, sp granite.StreamOutputProcessor, in *granite.ChatRequest, f map[string]json.RawMessage, o *Options) (*pipeline.Response, error) {
+	g, err := s.Prepare(in)
+	if err != nil {
+		var ve *granite.ValidationError
+		if errors.As(err, &ve) {
+			return nil, pipeline.InvalidRequest("", ve.Rule, ve.Msg)
+		}
+		return nil, err
+	}
+	so := f["stream_options"]
+	if so == nil {
+		so = json.RawMessage{}
+	}
+	out, err := b.request(g, so)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.next(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return res, nil // unchanged: an error object reads the same in both APIs
+	}
+	if !res.Stream {
+		gens, err := b.take(res)
+		if err != nil {
+			return nil, err
+		}
+		return b.answer(b.req, f, o, sp.Parse(gens, in))
+	}
+	model := ""
+	_ = json.Unmarshal(b.model, &model)
+	header := http.Header{}
+	b.debug(header)
+	header.Set("Content-Type", "text/event-stream")
+	header.Set("Cache-Control", "no-cache")
+	body := &chatStream{Body: res.Body, ev: pipeline.NewEvents(res.Body), sp: sp, in: in, max: o.MaxAnswerBytes,
+		head: chunk{ID: o.NewID(), Object: "chat.completion.chunk", Created: o.Now().Unix(), Model: model}}
+	return &pipeline.Response{StatusCode: http.StatusOK, Stream: true, Header: header, GatewayHeader: res.GatewayHeader,
+		Endpoint: res.Endpoint, Model: res.Model, BackendType: res.BackendType, Body: body}, nil
+}
+
+// completionChunk is what the stage reads of an upstream's completion chunk.
+type completionChunk struct {
+	Model             string          `json:"model"`
+	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
+	Choices           []chunkChoiceIn `json:"choices"`
+	Usage             json.RawMessage `json:"usage"`
+	Error             json.RawMessage `json:"error"`
+}
+
+type chunkChoiceIn struct {
+	Index        int             `json:"index"`
+	Text         string          `json:"text"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`
+}
+
+type chunk struct {
+	ID                string          `json:"id"`
+	Object            string          `json:"object"`
+	Created           int64           `json:"created"`
+	Model             string          `json:"model"`
+	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
+	Choices           []chunkChoice   `json:"choices"`
+	Usage             json.RawMessage `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        chunkDelta      `json:"delta"`
+	Logprobs     json.RawMessage `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
+}
+
+type chunkDelta struct {
+	Role             string                  `json:"role,omitempty"`
+	Content          *string                 `json:"content,omitempty"`
+	ReasoningContent *string                 `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallDelta         `json:"tool_calls,omitempty"`
+	Citations        []granite.Citation      `json:"citations,omitempty"`
+	Documents        []granite.CitedDocument `json:"documents,omitempty"`
+	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
+	// ParseError is the stream's form of ParseErrorHeader (sent before the answer was known):
+	// the whole answer's, and, should what was streamed ever differ from the whole answer's
+	// parse (a bug: FuzzStreamIsWholeAnswer holds the two equal), how.
+	ParseError string `json:"parse_error,omitempty"`
+}
+
+type toolCallDelta struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type choiceState struct {
+	parse    granite.OutputStream
+	finished bool
+}
+
+// chatStream is the chat stream made of an upstream's completion stream. Finish and Err are
+// the upstream body's, so metering counts what the upstream sent.
+type chatStream struct {
+	pipeline.Body
+	ev   *pipeline.Events
+	sp   granite.StreamOutputProcessor
+	in   *granite.ChatRequest
+	head chunk
+	max  int
+
+	read int // text bytes read from the upstream
+	// prefix and suffix frame a hand-written delta chunk (emitText) for the model in prefixModel.
+	prefix, suffix []byte
+	prefixModel    string
+	choices        map[int]*choiceState
+	// out holds the chunks written and not yet read, from off; once read it is emptied and
+	// written again from its start, so a stream reuses one buffer for its chunks.
+	out []byte
+	off int
+	// up is the upstream chunk being read, reused from chunk to chunk.
+	up  completionChunk
+	err error
+}
+
+var errStreamTooLarge = errors.New("granitestage: the upstream's streamed answer is over the bound")
+
+func (c *chatStream) Read(p []byte) (int, error) {
+	for len(c.out) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		data, err := c.ev.Next()
+		switch {
+		case errors.Is(err, io.EOF) && c.Body.Err() == nil:
+			c.finishAll()
+			c.out, c.err = append(c.out, "data: [DONE]\n\n"...), io.EOF
+			continue
+		case errors.Is(err, io.EOF):
+			c.err = c.Body.Err()
+			continue
+		case err != nil:
+			c.err = err
+			continue
+		}
+		if err := c.take(data); err != nil {
+			c.err = err
+		}
+	}
+	n := copy(p, c.out[c.off:])
+	if c.off += n; c.off == len(c.out) {
+		c.out, c.off = c.out[:0], 0
+	}
+	return n, nil
+}
+
+// present says whether a raw member was sent with a value other than null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// take turns one upstream chunk into chat chunks.
+func (c *chatStream) take(data []byte) error {
+	up := &c.up
+	if err := decodeChunk(data, up); err != nil {
+		return fmt.Errorf("granitestage: an upstream chunk is not a completion chunk: %w", err)
+	}
+	if present(up.Error) {
+		c.emitRaw(data) // an upstream failing mid-stream: its error event passes on as it came
+		return nil
+	}
+	if up.Model != "" {
+		c.head.Model = up.Model
+	}
+	if present(up.SystemFingerprint) {
+		c.head.SystemFingerprint = up.SystemFingerprint
+	}
+	for _, ch := range up.Choices {
+		st, err := c.choice(ch.Index)
+		if err != nil {
+			return err
+		}
+		if st.finished {
+			continue
+		}
+		if c.read += len(ch.Text); c.read > c.max {
+			return errStreamTooLarge
+		}
+		c.delta(ch.Index, st.parse.Write(ch.Text))
+		if ch.FinishReason != nil {
+			if err := c.finish(ch.Index, st, *ch.FinishReason, ch.StopReason); err != nil {
+				return err
+			}
+		}
+	}
+	if present(up.Usage) {
+		h := c.head
+		h.Choices, h.Usage = []chunkChoice{}, up.Usage
+		return c.emit(h)
+	}
+	return nil
+}
+
+// choice returns choice i's state, starting it (and sending its role chunk) when new.
+func (c *chatStream) choice(i int) (*choiceState, error) {
+	if st, ok := c.choices[i]; ok {
+		return st, nil
+	}
+	if i < 0 || i >= maxStreamChoices {
+		return nil, fmt.Errorf("granitestage: upstream chunk for choice %d", i)
+	}
+	if c.choices == nil {
+		c.choices = map[int]*choiceState{}
+	}
+	st := &choiceState{parse: c.sp.ParseStream(c.in)}
+	c.choices[i] = st
+	empty := ""
+	return st, c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Role: "assistant", Content: &empty}})
+}
+
+func (c *chatStream) delta(i int, d granite.Delta) {
+	if d.Reasoning != "" {
+		c.emitText(i, "reasoning_content", d.Reasoning)
+	}
+	if d.Content != "" {
+		c.emitText(i, "content", d.Content)
+	}
+}
+
+// emitText sends a one-member delta chunk, written by hand: it is the one sent per upstream
+// chunk, and the same as emitChoice's encoding of it.
+func (c *chatStream) emitText(i int, member, text string) {
+	if c.prefix == nil || c.prefixModel != c.head.Model {
+		h := c.head
+		h.Choices = []chunkChoice{}
+		b, err := json.Marshal(h)
+		if err != nil {
+			content := text // a copy: taking text's address would move it to the heap on every call
+			_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &content}})
+			return
+		}
+		// {...,"choices":[]...} -> up to and including "choices":[
+		at := bytes.Index(b, []byte(`"choices":[]`)) + len(`"choices":[`)
+		c.prefix, c.suffix, c.prefixModel = b[:at:at], b[at:], c.head.Model
+	}
+	c.out = append(c.out, "data: "...)
+	c.out = append(c.out, c.prefix...)
+	c.out = append(c.out, `{"index":`...)
+	c.out = strconv.AppendInt(c.out, int64(i), 10)
+	c.out = append(c.out, `,"delta":{"`...)
+	c.out = append(c.out, member...)
+	c.out = append(c.out, `":`...)
+	c.out = appendJSONString(c.out, text)
+	c.out = append(c.out, `},"logprobs":null,"finish_reason":null}`...)
+	c.out = append(c.out, c.suffix...)
+	c.out = append(c.out, "\n\n"...)
+}
+
+// appendJSONString appends s as a JSON string as encoding/json writes it (HTML characters and
+// U+2028/U+2029 escaped, invalid UTF-8 as U+FFFD).
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; ; {
+		// The bytes encoding/json writes as they are (ASCII but control characters, the quote,
+		// the backslash and HTML's < > &), eight at a time.
+		if i = jsonscan.SkipPlainHTML(s, i); i >= len(s) {
+			break
+		}
+		b := s[i]
+		if b < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b': // as encoding/json writes them since Go 1.22
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// finish parses choice i's whole text and sends what the stream had not yet let out, its tool
+// calls, and its finish chunk with Granite's extras.
+func (c *chatStream) finish(i int, st *choiceState, reason string, stopReason json.RawMessage) error {
+	st.finished = true
+	rest, m, mismatch := st.parse.Close(reason)
+	c.delta(i, rest)
+	for j, tc := range m.ToolCalls {
+		d := toolCallDelta{Index: j, ID: tc.ID, Type: "function"}
+		if d.ID == "" {
+			d.ID = fmt.Sprintf("call_%d_%d", i, j)
+		}
+		d.Function.Name, d.Function.Arguments = tc.Name, string(tc.Arguments)
+		if d.Function.Arguments == "" {
+			d.Function.Arguments = "{}"
+		}
+		if err := c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{ToolCalls: []toolCallDelta{d}}}); err != nil {
+			return err
+		}
+	}
+	if reason == "" {
+		reason = "stop"
+	}
+	if len(m.ToolCalls) > 0 {
+		reason = "tool_calls"
+	}
+	perr := m.ParseError
+	if mismatch != "" {
+		perr = joinNonEmpty(perr, mismatch)
+	}
+	if len(stopReason) == 0 || string(stopReason) == "null" {
+		stopReason = nil
+	}
+	return c.emitChoice(chunkChoice{Index: i, FinishReason: &reason, StopReason: stopReason, Delta: chunkDelta{
+		Citations: m.Citations, Documents: m.Documents, Hallucinations: m.Hallucinations, ParseError: perr}})
+}
+
+func joinNonEmpty(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// finishAll finishes the choices the upstream ended without a finish reason.
+func (c *chatStream) finishAll() {
+	for _, i := range slices.Sorted(maps.Keys(c.choices)) {
+		if st := c.choices[i]; !st.finished {
+			_ = c.finish(i, st, "stop", nil)
+		}
+	}
+}
+
+func (c *chatStream) emitChoice(ch chunkChoice) error {
+	h := c.head
+	if ch.Logprobs == nil {
+		ch.Logprobs = json.RawMessage("null")
+	}
+	h.Choices = []chunkChoice{ch}
+	return c.emit(h)
+}
+
+func (c *chatStream) emit(h chunk) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("granitestage: encoding a chunk: %w", err)
+	}
+	c.emitRaw(b)
+	return nil
+}
+
+func (c *chatStream) emitRaw(b []byte) {
+	c.out = append(c.out, "data: "...)
+	c.out = append(c.out, b...)
+	c.out = append(c.out, "\n\n"...)
+}

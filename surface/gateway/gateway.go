@@ -1,0 +1,311 @@
+// Package gateway assembles infergate's one-port server: the KServe service over gRPC, gRPC-Web and
+// Connect, the gRPC health service, gRPC server reflection and Prometheus metrics, with a graceful
+// drain on shutdown. gRPC clients are served by grpc-go's native HTTP/2 transport; everything else
+// (gRPC-Web, Connect, HTTP/1.1, /metrics) by net/http with connect-go. A router on the listener
+// sends each connection to the right one (see router.go).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"sync"
+
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference/inferenceconnect"
+	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/surface/inflate"
+	"github.com/infergate/infergate/surface/kserve"
+	"github.com/infergate/infergate/surface/kserve/shm"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed requests from gRPC clients (deflate: package inflate)
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Config configures a Gateway. The zero value is usable: it serves whatever Registry holds with
+// Triton's defaults.
+type Config struct {
+	// ServerName is what ServerMetadata reports; default "triton".
+	ServerName string
+	// Version is what ServerMetadata reports; default "dev".
+	Version string
+	// MaxMessageBytes limits one gRPC message; default kserve.DefaultMaxMessageBytes (2 GiB).
+	MaxMessageBytes int
+	// DrainTimeout bounds how long Shutdown waits for in-flight requests and streams; default 30 s.
+	DrainTimeout time.Duration
+	// IdleTimeout closes a connection that has carried nothing for this long, before its first
+	// request or between requests (HTTP/1.1 keep-alive; HTTP/2, gRPC included, with no call
+	// open); default 5 min, well past the 90 s that Go's and most clients' pools keep a
+	// connection idle, so the close does not race a client's reuse. A grpc.KeepaliveParams in
+	// GRPCOptions replaces it for native gRPC connections.
+	IdleTimeout time.Duration
+	// FirstByteTimeout closes a connection that has not begun its first request this long after
+	// it was accepted (HTTP/1: its first byte; HTTP/2: the preface and first frame); default
+	// 10 s, never longer than IdleTimeout. While 4,096 accepted connections are that new, the
+	// gateway stops accepting (the kernel's backlog queues the rest), so this bounds how long a
+	// silent or trickling client keeps others waiting.
+	FirstByteTimeout time.Duration
+	// Logger receives lifecycle logs; default slog.Default().
+	Logger *slog.Logger
+	// Services mounts more services next to the KServe service, such as the typed services that
+	// protoc-gen-infergate's Mount<Service> returns: each is called once, with the HTTP mux
+	// (Connect, gRPC-Web) and the native gRPC server.
+	Services []func(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar)
+	// HTTPMiddleware wraps the HTTP handler (every protocol but native gRPC), first one outermost.
+	HTTPMiddleware []func(http.Handler) http.Handler
+	// GRPCOptions are added to the native gRPC server's, after the KServe service's own (so its
+	// interceptors run inside the service's).
+	GRPCOptions []grpc.ServerOption
+	// Decompression bounds compressed requests on every surface: what one may inflate to, how
+	// far past its compressed size, and the inflated bytes all requests may hold at once.
+	Decompression inflate.Config
+	// DisableSystemSharedMemory turns off Triton's system shared memory extension (on by
+	// default on Linux; see surface/kserve/shm for its trust model: clients on the same host,
+	// a namespace of regions per SharedMemoryOwner).
+	DisableSystemSharedMemory bool
+	// SharedMemoryOwner names the caller a request's shared memory regions belong to (the
+	// runtime passes its API key's name); nil: one namespace for every caller, as in Triton.
+	SharedMemoryOwner func(context.Context) string
+	// Tracer serves Triton's trace extension and spans inference requests (nil: the extension
+	// is not served and nothing is traced).
+	Tracer *tracing.Tracer
+	// LogLevel, when set, is the level Triton's logging extension reads and changes at run time
+	// (the slog handler's LevelVar).
+	LogLevel *slog.LevelVar
+	// SharedMemoryMaxRegions caps the shared memory regions registered at once; default 4096.
+	SharedMemoryMaxRegions int
+
+	// unhardened drops the per-request checks of issue 17 (decompression bounds, the header
+	// limit), so a benchmark can measure what they cost; set only by tests.
+	unhardened bool
+}
+
+// Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
+type Gateway struct {
+	cfg        Config
+	svc        *kserve.Service
+	health     *grpchealth.StaticChecker
+	grpcHealth *health.Server
+	metrics    *prometheus.Registry
+	handler    http.Handler
+	srv        *http.Server
+	grpcSrv    *grpc.Server
+
+	mu       sync.Mutex
+	router   *router
+	shutdown bool
+}
+
+// New builds a gateway serving the models in reg.
+func New(reg *engines.Registry, cfg Config) *Gateway {
+	if cfg.ServerName == "" {
+		cfg.ServerName = "triton"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = kserve.DefaultMaxMessageBytes
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 30 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.FirstByteTimeout <= 0 {
+		cfg.FirstByteTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Gateway{cfg: cfg}
+	inflater := inflate.New(cfg.Decompression)
+	g.svc = kserve.NewService(reg,
+		kserve.WithServerName(cfg.ServerName),
+		kserve.WithServerVersion(cfg.Version),
+		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes),
+		kserve.WithInflater(inflater),
+		kserve.WithSystemSharedMemory(!cfg.DisableSystemSharedMemory),
+		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions),
+		kserve.WithSharedMemoryOwner(cfg.SharedMemoryOwner),
+		kserve.WithTracing(cfg.Tracer),
+		kserve.WithLogLevel(cfg.LogLevel))
+	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
+
+	g.metrics = prometheus.NewRegistry()
+	g.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newCollector(reg))
+	g.metrics.MustRegister(inflater.Collectors()...)
+
+	mux := http.NewServeMux()
+	mux.Handle(g.svc.Handler()) // gzip and deflate
+	// deflate next to connect-go's gzip on the others too, as on native gRPC.
+	deflate := inflater.ConnectCompression()
+	mux.Handle(grpchealth.NewHandler(g.health, deflate))
+	reflector := grpcreflect.NewStaticReflector(inferenceconnect.GRPCInferenceServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, deflate))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, deflate))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
+	rest := g.svc.RESTHandler() // KServe v2 REST, over HTTP/1.1 and h2c alike
+	mux.Handle("/v2", rest)
+	mux.Handle("/v2/", rest)
+	// Compressed RPCs are inflated inside the middleware (authentication), never before it.
+	g.handler = inflater.Handler(mux)
+	if cfg.unhardened {
+		g.handler = mux
+	}
+	for i := len(cfg.HTTPMiddleware) - 1; i >= 0; i-- {
+		g.handler = cfg.HTTPMiddleware[i](g.handler)
+	}
+
+	// Compressed gRPC messages are inflated by the call that reads them, within the bounds.
+	inflateGRPC := inflater.GRPC(g.svc.Codec(), cfg.MaxMessageBytes)
+	hardening := append(inflateGRPC.ServerOptions(),
+		// Header blocks as large as net/http allows (1 MiB), not grpc-go's 16 MiB: headers are
+		// read before the API key is checked.
+		grpc.MaxHeaderListSize(http.DefaultMaxHeaderBytes))
+	if cfg.unhardened {
+		hardening = nil
+	}
+	grpcOpts := append(append(g.svc.ServerOptions(), hardening...),
+		// Large tensors: windows of this size keep a 64 MiB message from stalling on updates.
+		grpc.InitialWindowSize(16<<20),
+		grpc.InitialConnWindowSize(32<<20),
+		grpc.MaxConcurrentStreams(1000),
+		grpc.ReadBufferSize(64<<10),
+		grpc.WriteBufferSize(64<<10),
+		// Requests run on reused goroutines, whose stacks have already grown to what a request
+		// needs: a fresh goroutine per request spent ~15% of the CPU growing its stack.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		// An idle connection ends with a GOAWAY, which clients answer by reconnecting when needed.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+	)
+	g.grpcSrv = grpc.NewServer(append(grpcOpts, cfg.GRPCOptions...)...)
+	services := inflateGRPC.Registrar(g.grpcSrv)
+	if cfg.unhardened {
+		services = g.grpcSrv
+	}
+	g.svc.RegisterGRPC(services)
+	g.grpcHealth = health.NewServer()
+	g.grpcHealth.SetServingStatus(inferenceconnect.GRPCInferenceServiceName, healthgrpc.HealthCheckResponse_SERVING)
+	healthgrpc.RegisterHealthServer(services, g.grpcHealth)
+	for _, mount := range cfg.Services {
+		mount(mux, services)
+	}
+	reflection.Register(services.(reflection.GRPCServer))
+
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC clients speak HTTP/2 with prior knowledge
+	g.srv = &http.Server{
+		Handler:           g.handler,
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		HTTP2: &http.HTTP2Config{
+			// Large tensors: bigger flow-control windows and frames keep a 64 MiB message from
+			// stalling on window updates.
+			MaxReceiveBufferPerConnection: 32 << 20,
+			MaxReceiveBufferPerStream:     16 << 20,
+			MaxReadFrameSize:              1 << 20,
+			MaxConcurrentStreams:          1000,
+		},
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return g
+}
+
+// Handler is the gateway's HTTP handler, for embedding in another server.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Metrics is the Prometheus registry /metrics serves, for callers that add their own collectors.
+func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
+
+// Serve accepts connections on ln until Shutdown is called. Like http.Server.Serve it returns
+// http.ErrServerClosed after a shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	r := newRouter(ln, g.cfg.FirstByteTimeout, g.cfg.IdleTimeout)
+	g.mu.Lock()
+	if g.shutdown {
+		g.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	g.router = r
+	g.mu.Unlock()
+	g.cfg.Logger.Info("infergate serving", "addr", ln.Addr().String(), "server_name", g.cfg.ServerName)
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- g.grpcSrv.Serve(r.grpc) }()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- g.srv.Serve(r.http) }()
+	err := errors.Join(stopped(r.serve()), stopped(<-httpDone), stopped(<-grpcDone))
+	if err != nil {
+		return err
+	}
+	return http.ErrServerClosed
+}
+
+// stopped drops the errors that only say a listener or server was closed on purpose.
+func stopped(err error) error {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains the gateway: readiness and health turn false at once, new connections are
+// refused, and in-flight requests and streams get until ctx ends (or DrainTimeout, whichever is
+// sooner) to finish before their connections are closed.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.svc.Drain()
+	g.health.SetStatus("", grpchealth.StatusNotServing)
+	g.health.SetStatus(inferenceconnect.GRPCInferenceServiceName, grpchealth.StatusNotServing)
+	g.grpcHealth.Shutdown()
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.DrainTimeout)
+	defer cancel()
+	g.cfg.Logger.Info("infergate draining", "timeout", g.cfg.DrainTimeout)
+	g.mu.Lock()
+	g.shutdown = true
+	if g.router != nil {
+		g.router.close()
+	}
+	g.mu.Unlock()
+
+	grpcDrained := make(chan struct{})
+	go func() {
+		g.grpcSrv.GracefulStop()
+		close(grpcDrained)
+	}()
+	err := g.srv.Shutdown(ctx)
+	select {
+	case <-grpcDrained:
+	case <-ctx.Done():
+	}
+	// Regions still used by requests that outlive the drain are unmapped when those finish.
+	err = errors.Join(err, g.svc.Close())
+	if ctx.Err() != nil {
+		g.cfg.Logger.Warn("drain timed out; closing remaining connections")
+		g.grpcSrv.Stop()
+		return errors.Join(ctx.Err(), g.srv.Close())
+	}
+	return err
+}
+
+// SharedMemory is the system shared memory regions' manager, nil when the extension is off.
+func (g *Gateway) SharedMemory() *shm.Manager { return g.svc.SharedMemory() }
+
+// Ready reports whether the gateway accepts new work: true until Shutdown starts.
+func (g *Gateway) Ready() bool { return g.svc.Ready() }

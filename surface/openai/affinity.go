@@ -1,0 +1,105 @@
+package openai
+
+import (
+	"container/list"
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/upstream"
+)
+
+// HeaderOllaSession is Olla's sticky-session request header: requests carrying the same value
+// (and naming the same model) go to the endpoint that served the first of them while it is
+// usable, so a conversation finds its prefix in that endpoint's KV cache. The gateway's own
+// chat sessions (/v1/sessions) stick too; this is for clients that keep their history.
+const HeaderOllaSession = "X-Olla-Session-Id"
+
+// HeaderOllaSticky tells whether a sticky request found its endpoint (hit), started one (miss),
+// or moved because its endpoint was not usable (repin), as Olla's X-Olla-Sticky-Session does.
+const HeaderOllaSticky = "X-Olla-Sticky-Session"
+
+// Olla's own bounds: 10,000 keys, each forgotten 10 minutes after its last request.
+const (
+	affinityMax = 10_000
+	affinityTTL = 10 * time.Minute
+)
+
+// affinity remembers, per (model, session key), the endpoint that last served it: a bounded LRU
+// with a sliding TTL.
+type affinity struct {
+	mu    sync.Mutex
+	byKey map[string]*list.Element
+	order list.List // of *pin, most recent first
+	now   func() time.Time
+}
+
+type pin struct {
+	key, endpoint string
+	at            time.Time
+}
+
+func newAffinity() *affinity { return &affinity{byKey: map[string]*list.Element{}, now: time.Now} }
+
+func affinityKey(model, session string) string { return model + "\x00" + session }
+
+// lookup returns the endpoint key last went to, if remembered and not expired.
+func (a *affinity) lookup(key string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.byKey[key]
+	if !ok {
+		return ""
+	}
+	p := e.Value.(*pin)
+	if a.now().Sub(p.at) > affinityTTL {
+		a.order.Remove(e)
+		delete(a.byKey, key)
+		return ""
+	}
+	return p.endpoint
+}
+
+// record remembers that key went to endpoint.
+func (a *affinity) record(key, endpoint string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e, ok := a.byKey[key]; ok {
+		p := e.Value.(*pin)
+		p.endpoint, p.at = endpoint, a.now()
+		a.order.MoveToFront(e)
+		return
+	}
+	for a.order.Len() >= affinityMax {
+		old := a.order.Back()
+		a.order.Remove(old)
+		delete(a.byKey, old.Value.(*pin).key)
+	}
+	a.byKey[key] = a.order.PushFront(&pin{key: key, endpoint: endpoint, at: a.now()})
+}
+
+// sticky applies a request's Olla session key: the endpoint it is pinned to is preferred. It
+// returns the context to route with and what to do once the response names its endpoint.
+func (p *Proxy) sticky(ctx context.Context, h http.Header, model string) (context.Context, func(w http.Header, endpoint string)) {
+	session := h.Get(HeaderOllaSession)
+	if session == "" || len(session) > 256 {
+		return ctx, nil
+	}
+	key := affinityKey(model, session)
+	pinned := p.affinity.lookup(key)
+	return upstream.WithPreferred(ctx, pinned), func(w http.Header, endpoint string) {
+		if endpoint == "" {
+			return
+		}
+		state := "miss"
+		switch {
+		case pinned == endpoint:
+			state = "hit"
+		case pinned != "":
+			state = "repin"
+		}
+		w.Set(HeaderOllaSticky, state)
+		p.affinity.record(key, endpoint)
+	}
+}

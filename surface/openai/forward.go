@@ -1,0 +1,239 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/core/pipeline"
+)
+
+// Response headers naming what served a request (Olla's X-Olla-* equivalents).
+const (
+	HeaderEndpoint     = "X-Infergate-Endpoint"
+	HeaderModel        = "X-Infergate-Model"
+	HeaderBackendType  = "X-Infergate-Backend-Type"
+	HeaderResponseTime = "X-Infergate-Response-Time"
+	HeaderRequestID    = "X-Request-Id"
+)
+
+// hopHeaders are connection-scoped and never forwarded (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// proxy serves one POST of the OpenAI API: the HTTP adapter onto the request pipeline.
+func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, err := pipeline.ReadBody(r, p.opts.MaxBodyBytes)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			p.reject(w, pipeline.TooLarge(tooBig.Limit))
+			return
+		}
+		p.reject(w, pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error()))
+		return
+	}
+	req, err := pipeline.NewRequest(r.URL.Path, body)
+	if err != nil {
+		p.reject(w, err.(*pipeline.Error))
+		return
+	}
+	req.RawQuery, req.Header, req.RemoteAddr, req.Start = r.URL.RawQuery, r.Header, r.RemoteAddr, start
+	if req.ID = r.Header.Get(HeaderRequestID); req.ID == "" {
+		req.ID = pipeline.NewRequestID()
+	}
+	ctx, stuck := p.sticky(r.Context(), r.Header, req.Model())
+	res, err := p.Handle(ctx, req)
+	if err != nil {
+		var gwErr *pipeline.Error
+		if errors.As(err, &gwErr) {
+			gwErr.Write(w)
+		}
+		return // otherwise the client went away: nobody to answer
+	}
+
+	h := w.Header()
+	for k, vv := range res.GatewayHeader {
+		h[k] = vv
+	}
+	for k, vv := range res.Header {
+		h[k] = vv // the upstream response is ours alone: share its values
+	}
+	removeHopHeaders(h, res.Header)
+	// The gateway's own headers share one backing array (keys already canonical).
+	vals := []string{req.ID, res.Endpoint, res.Model, res.BackendType, durationHeader(time.Since(start))}
+	h[HeaderRequestID] = vals[0:1:1]
+	if res.Endpoint != "" {
+		h[HeaderEndpoint] = vals[1:2:2]
+		h[HeaderModel] = vals[2:3:3]
+		h[HeaderBackendType] = vals[3:4:4]
+	}
+	h[HeaderResponseTime] = vals[4:5:5]
+	if p.opts.OllaHeaders {
+		// Olla's names for the same values, for its clients and dashboards.
+		h["X-Olla-Request-Id"] = vals[0:1:1]
+		if res.Endpoint != "" {
+			h["X-Olla-Endpoint"] = vals[1:2:2]
+			h["X-Olla-Model"] = vals[2:3:3]
+			h["X-Olla-Backend-Type"] = vals[3:4:4]
+		}
+		h["X-Olla-Response-Time"] = vals[4:5:5]
+	}
+	if res.Stream || req.Stream() {
+		h.Del("Content-Length")
+	}
+	if stuck != nil {
+		stuck(h, res.Endpoint)
+	}
+	w.WriteHeader(res.StatusCode)
+
+	writeErr := copyBody(w, res)
+	res.Body.Finish(writeErr)
+	if uerr := res.Body.Err(); uerr != nil && writeErr == nil {
+		if res.Stream {
+			// Tell an SSE client in-band (openai-go surfaces an "error" event as the stream's
+			// error), then cut the connection so any client sees a truncated response, not a
+			// clean end it could mistake for a complete answer.
+			_, _ = io.WriteString(w, "\n\ndata: "+midStreamError(res.Endpoint, uerr)+"\n\n")
+			_ = http.NewResponseController(w).Flush()
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// Handle runs a request through its model's pipeline: the stages configured for it (the guard
+// first), then the upstream exchange. Errors are *pipeline.Error for the gateway's own answers
+// (an unknown model, a refusal, no healthy endpoint), or the context's when the caller went away.
+// The caller reads the response's body and finishes it.
+func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	h := p.table.Load().chains[req.Model()]
+	if h == nil {
+		p.m.requests.WithLabelValues("", "", "404").Inc()
+		return nil, pipeline.ModelNotFound(req.Model())
+	}
+	if req.Start.IsZero() {
+		req.Start = time.Now()
+	}
+	if req.ID == "" {
+		req.ID = pipeline.RequestID(ctx)
+	}
+	ctx, err := p.scopeToProvider(ctx, req.Model())
+	if err != nil {
+		p.m.requests.WithLabelValues("", "", "404").Inc()
+		return nil, err
+	}
+	res, err := h(ctx, req)
+	if err != nil {
+		return nil, p.refusal(err)
+	}
+	return res, nil
+}
+
+// refusal counts a pipeline.Admit refusal as a request the gateway refused before routing and
+// returns the *pipeline.Error to answer with; other errors pass as they are (the terminal
+// handler counted its own). Apart from Handle, so its variable stays off the heap of a request
+// that succeeded.
+func (p *Proxy) refusal(err error) error {
+	var refused *pipeline.Refused
+	if errors.As(err, &refused) {
+		p.m.requests.WithLabelValues("", "", codeLabel(refused.Err.Status)).Inc()
+		return refused.Err
+	}
+	return err
+}
+
+// forward is the terminal Handler: the metered exchange with the upstream the routing picks.
+func (p *Proxy) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	x, err := p.roundTrip(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ep := x.route.ep
+	x.resp = pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
+		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}
+	return &x.resp, nil
+}
+
+// durationHeader writes d as Duration.String does, but in ASCII ("412us", not "412µs"): a
+// header value outside ASCII reaches many clients mangled (Python's decode it as Latin-1).
+// time.ParseDuration reads either.
+func durationHeader(d time.Duration) string {
+	s := d.String()
+	if u, ok := strings.CutSuffix(s, "µs"); ok {
+		return u + "us"
+	}
+	return s
+}
+
+// reject answers a request refused before routing.
+func (p *Proxy) reject(w http.ResponseWriter, e *pipeline.Error) {
+	p.m.requests.WithLabelValues("", "", codeLabel(e.Status)).Inc()
+	e.Write(w)
+}
+
+// copyBody passes the upstream body to the client and returns the client-side write error, if
+// any. Streams are flushed after every read, so each chunk leaves as soon as it arrived.
+func copyBody(w http.ResponseWriter, x *pipeline.Response) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var rc *http.ResponseController
+	if x.Stream {
+		rc = http.NewResponseController(w)
+	}
+	for {
+		n, err := x.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if rc != nil {
+				if ferr := rc.Flush(); ferr != nil {
+					return ferr
+				}
+			}
+		}
+		if err != nil {
+			return nil // io.EOF, or the upstream's failure, which x recorded
+		}
+	}
+}
+
+// warnMidResponse is logged, per endpoint, once per interval however many responses it cuts
+// short: the lines name the first request of each interval and count the others.
+const warnMidResponse = "upstream failed mid-response"
+
+func midStreamError(endpoint string, err error) string {
+	return string(pipeline.ServerError(0, "upstream_stream_error", fmt.Sprintf("upstream %s failed mid-stream: %v", endpoint, err)).JSON())
+}
+
+// removeHopHeaders deletes from h the connection-scoped headers, including those src's
+// Connection header names.
+func removeHopHeaders(h, src http.Header) {
+	for _, f := range src["Connection"] {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k) // already canonical: no need for Del's canonicalization
+	}
+}
+
+// isHopHeader reports whether a canonical header name is one of hopHeaders.
+func isHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
