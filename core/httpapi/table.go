@@ -1,4 +1,7 @@
-// Package httpapi is the one place where the gateway's error surfaces meet: the table that turns
+// Package httpapi is the gateway's HTTP API conventions, shared by every surface: the JSON answer
+// (WriteJSON), the bounded body read (ReadBody), Retry-After in both directions (RetryAfter,
+// CeilSeconds), upstream text quoted in an error (Truncate), and the one place where the
+// gateway's error surfaces meet: the table that turns
 // an HTTP status (the gateway's own, or an upstream's) into a code on each RPC surface, the table
 // that turns a code back into an HTTP status on the REST surfaces, and the one parser of the error
 // bodies OpenAI-compatible upstreams send.

@@ -3,12 +3,11 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/infergate/infergate/core/httpapi"
 )
 
 // Error is a request the gateway answers itself, before or instead of an upstream: an HTTP status
@@ -41,7 +40,7 @@ func (e *Error) Write(w http.ResponseWriter) {
 	for k, vv := range e.Header {
 		w.Header()[k] = vv
 	}
-	WriteJSON(w, e.Status, e.object())
+	httpapi.WriteJSON(w, e.Status, e.object())
 }
 
 // errorObject is OpenAI's error object.
@@ -64,17 +63,6 @@ func (e *Error) object() errorObject {
 		b.Error.Code = &e.Code
 	}
 	return b
-}
-
-// WriteJSON answers with status and v encoded as JSON (a 500 error object if v does not encode).
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // The gateway's errors, one constructor each, so every surface words them alike.
@@ -142,55 +130,6 @@ func Canceled(err error) *Error {
 }
 
 func withRetryAfter(e *Error, retryAfter time.Duration) *Error {
-	e.Header = http.Header{"Retry-After": {strconv.FormatInt(CeilSeconds(retryAfter), 10)}}
+	e.Header = http.Header{"Retry-After": {strconv.FormatInt(httpapi.CeilSeconds(retryAfter), 10)}}
 	return e
-}
-
-// CeilSeconds is d in whole seconds for Retry-After: rounded up (waiting less would be refused
-// again), at least 1.
-func CeilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
-	}
-	return max(1, s)
-}
-
-// RetryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
-func RetryAfter(h http.Header) time.Duration {
-	n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
-	if err != nil || n < 0 {
-		return 0
-	}
-	return time.Duration(n) * time.Second
-}
-
-// Truncate shortens s to at most n bytes, without cutting a character, marking the cut with
-// "...": for upstream text quoted in an error message.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) { // do not cut a character in two
-		s = s[:len(s)-1]
-	}
-	return s + "..."
-}
-
-// ReadBody reads an HTTP request's whole body, at most limit bytes (an *http.MaxBytesError
-// beyond), in one allocation when the length is declared: the server's body reader stops at the
-// declared length, which is checked against the limit first.
-func ReadBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	if r.ContentLength > 0 {
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }

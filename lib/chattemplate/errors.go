@@ -1,12 +1,7 @@
 package chattemplate
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net/http"
-
-	"github.com/infergate/infergate/core/pipeline"
 )
 
 // SyntaxError is a template that does not compile: a configuration error, found once at start-up
@@ -65,37 +60,3 @@ type RenderError struct {
 
 func (e *RenderError) Error() string { return "chat template: " + e.Err.Error() }
 func (e *RenderError) Unwrap() error { return e.Err }
-
-// OpenAIError is the gateway's answer to a render error, OpenAI's error object with its status:
-// a 400 for everything the request caused (RaiseError with the template's message, InputError,
-// LimitError, RenderError), and a 500 only for a SyntaxError (a template that should not have
-// been loaded) or an error this package did not make, and a 504 for the caller's context ending
-// mid-render.
-func OpenAIError(err error) *pipeline.Error {
-	var (
-		raise *RaiseError
-		input *InputError
-		limit *LimitError
-		syn   *SyntaxError
-		rend  *RenderError
-	)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return pipeline.ServerError(http.StatusGatewayTimeout, "timeout", "Rendering the chat template was cut short: "+err.Error())
-	case errors.As(err, &raise):
-		return pipeline.InvalidRequest("messages", "chat_template_error", raise.Message)
-	case errors.As(err, &input):
-		return pipeline.InvalidRequest(input.Param, "invalid_value", input.Error())
-	case errors.As(err, &limit):
-		return pipeline.InvalidRequest("messages", "chat_template_limit",
-			fmt.Sprintf("The request is too large for the model's chat template: it exceeded %s (%d).", limit.Limit, limit.Max))
-	case errors.As(err, &syn):
-		return pipeline.ServerError(http.StatusInternalServerError, "chat_template_invalid", "The model's chat template is invalid.")
-	case errors.As(err, &rend):
-		return pipeline.InvalidRequest("messages", "chat_template_error",
-			"The model's chat template could not render this request: "+pipeline.Truncate(rend.Err.Error(), 300))
-	}
-	return pipeline.ServerError(http.StatusInternalServerError, "chat_template_error", "Rendering the chat template failed.")
-}

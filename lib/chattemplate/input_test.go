@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -71,24 +70,20 @@ func TestBadRequests(t *testing.T) {
 			if ie.Param != c.param || !strings.Contains(ie.Msg, c.msg) {
 				t.Errorf("InputError{Param: %q, Msg: %q}, want param %q and a message with %q", ie.Param, ie.Msg, c.param, c.msg)
 			}
-			oe := OpenAIError(err)
-			if oe.Status != http.StatusBadRequest || oe.Type != "invalid_request_error" || oe.Param != c.param {
-				t.Errorf("OpenAIError: %+v, want a 400 invalid_request_error on %q", oe, c.param)
-			}
 		})
 	}
 }
 
-// TestRaiseIsA400: a template's raise_exception is a 400 carrying the template's own message.
-func TestRaiseIsA400(t *testing.T) {
+// TestRaise: a template's raise_exception is a *RaiseError carrying the template's own message
+// (stage/prompt answers it with a 400).
+func TestRaise(t *testing.T) {
 	td := mustTestdata(t)
 	_, err := render(t, td.templates["gemma3"], `{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}`)
-	oe := OpenAIError(err)
-	if oe == nil || oe.Status != http.StatusBadRequest || oe.Message != "Conversation roles must alternate user/assistant/user/assistant/..." {
-		t.Fatalf("OpenAIError(%v) = %+v", err, oe)
+	var re *RaiseError
+	if !errors.As(err, &re) || re.Message != "Conversation roles must alternate user/assistant/user/assistant/..." {
+		t.Fatalf("got %v, want gemma3's raise", err)
 	}
 	_, err = render(t, td.templates["features"], `{"messages": [{"role": "tool", "content": "42"}]}`)
-	var re *RaiseError
 	if !errors.As(err, &re) || re.Message != "A tool message must follow an assistant tool call" {
 		t.Fatalf("got %v, want the features template's raise", err)
 	}

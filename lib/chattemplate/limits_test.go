@@ -3,7 +3,6 @@ package chattemplate
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +37,6 @@ func TestLimits(t *testing.T) {
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("took %v to stop", d)
 			}
-			if oe := OpenAIError(err); oe.Status != http.StatusBadRequest {
-				t.Errorf("OpenAIError: %+v, want a 400", oe)
-			}
 		})
 	}
 }
@@ -61,9 +57,6 @@ func TestDeadline(t *testing.T) {
 	_, err = tmpl.Render(ctx, hi)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
-	}
-	if oe := OpenAIError(err); oe.Status != http.StatusGatewayTimeout {
-		t.Errorf("OpenAIError: %+v, want a 504", oe)
 	}
 }
 

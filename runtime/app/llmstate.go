@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/embed"
 	"github.com/infergate/infergate/stage/guard"
@@ -106,7 +107,7 @@ func proxyEmbeddings(proxy func() *openai.Proxy) embedPost {
 				return nil, err
 			}
 			if status/100 != 2 {
-				return nil, fmt.Errorf("embeddings model %s answered %d: %s", model, status, pipeline.Truncate(string(answer), 200))
+				return nil, fmt.Errorf("embeddings model %s answered %d: %s", model, status, httpapi.Truncate(string(answer), 200))
 			}
 			return answer, nil
 		}
@@ -149,7 +150,7 @@ func cacheAdmin(all map[string]*respcache.Cache) http.Handler {
 			}
 			out.Data = append(out.Data, flushed{Model: n, Flushed: k})
 		}
-		pipeline.WriteJSON(w, http.StatusOK, out)
+		httpapi.WriteJSON(w, http.StatusOK, out)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/granite"
 )
@@ -193,7 +194,7 @@ func message(i int, m wireMessage) (granite.Message, error) {
 	case granite.RoleSystem, granite.RoleUser, granite.RoleAssistant, granite.RoleTool:
 	default:
 		return granite.Message{}, pipeline.InvalidRequest(param+".role", "invalid_value",
-			fmt.Sprintf("%s.role must be system, user, assistant or tool, not %q.", param, pipeline.Truncate(m.Role, 64)))
+			fmt.Sprintf("%s.role must be system, user, assistant or tool, not %q.", param, httpapi.Truncate(m.Role, 64)))
 	}
 	out := granite.Message{Role: role, ToolCallID: m.ToolCallID}
 	content, err := text(m.Content)
@@ -252,7 +253,7 @@ func strictField(f map[string]json.RawMessage, key string, v any) error {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return pipeline.InvalidRequest(key, "invalid_type", fmt.Sprintf("%s could not be read: %s", key, pipeline.Truncate(err.Error(), 200)))
+		return pipeline.InvalidRequest(key, "invalid_type", fmt.Sprintf("%s could not be read: %s", key, httpapi.Truncate(err.Error(), 200)))
 	}
 	return nil
 }

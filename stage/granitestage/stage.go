@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chatstream"
 	"github.com/infergate/infergate/lib/granite"
@@ -202,7 +203,7 @@ func (b *backend) Generate(ctx context.Context, g granite.GenerateRequest) ([]gr
 	if err == nil && b.log != nil && b.log.Enabled(ctx, slog.LevelDebug) {
 		for i, g := range gens {
 			b.log.DebugContext(ctx, "granite: raw output", "model", string(b.model), "request_id", b.req.ID, "choice", i,
-				"output", pipeline.Truncate(g.Text, MaxDebugPrompt))
+				"output", httpapi.Truncate(g.Text, MaxDebugPrompt))
 		}
 	}
 	return gens, err
@@ -227,7 +228,7 @@ func (b *backend) request(g granite.GenerateRequest, streamOptions json.RawMessa
 	}
 	b.prompt = g.Prompt
 	if b.log != nil && b.log.Enabled(context.Background(), slog.LevelDebug) {
-		b.log.Debug("granite: prompt", "model", string(b.model), "request_id", b.req.ID, "prompt", pipeline.Truncate(g.Prompt, MaxDebugPrompt))
+		b.log.Debug("granite: prompt", "model", string(b.model), "request_id", b.req.ID, "prompt", httpapi.Truncate(g.Prompt, MaxDebugPrompt))
 	}
 	return &out, nil
 }
@@ -345,7 +346,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		}
 		if m.ParseError != "" {
 			cm.ParseError = m.ParseError
-			header.Add(ParseErrorHeader, fmt.Sprintf("choice %d: %s", i, pipeline.Truncate(sanitizeHeader(m.ParseError), 512)))
+			header.Add(ParseErrorHeader, fmt.Sprintf("choice %d: %s", i, httpapi.Truncate(sanitizeHeader(m.ParseError), 512)))
 		}
 		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}
 	}

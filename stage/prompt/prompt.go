@@ -81,7 +81,7 @@ func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
 // ChatTokens renders a conversation with the model's chat template and tokenizes the render;
 // addSpecial adds the tokenizer's post-processor tokens (vLLM's add_special_tokens, false for
-// chat: templates write their own BOS). Errors are for the client (chattemplate.OpenAIError
+// chat: templates write their own BOS). Errors are for the client (TemplateError
 // maps them), or an *pipeline.Error when the model has no chat template.
 func (m *Model) ChatTokens(ctx context.Context, in *chattemplate.Input, addSpecial bool) ([]int, error) {
 	text, opts, err := m.chatText(ctx, in, addSpecial)
@@ -103,13 +103,13 @@ func (m *Model) chatText(ctx context.Context, in *chattemplate.Input, addSpecial
 		// one render where RenderSpans may need two.
 		text, err := m.tmpl.Render(ctx, in)
 		if err != nil {
-			return "", opts, chattemplate.OpenAIError(err)
+			return "", opts, TemplateError(err)
 		}
 		return text, opts, nil
 	}
 	text, plain, err := m.tmpl.RenderSpans(ctx, in, m.specials)
 	if err != nil {
-		return "", opts, chattemplate.OpenAIError(err)
+		return "", opts, TemplateError(err)
 	}
 	opts.Plain = plain
 	return text, opts, nil
@@ -245,7 +245,7 @@ func (m *Model) Limit(keepIDs bool) pipeline.Interceptor {
 func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room int) (n int, ok bool, err error) {
 	in, err := chattemplate.DecodeRequest(req.Body())
 	if err != nil {
-		return 0, false, chattemplate.OpenAIError(err)
+		return 0, false, TemplateError(err)
 	}
 	text, opts, err := m.chatText(ctx, in, false)
 	if err != nil {

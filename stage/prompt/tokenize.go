@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chattemplate"
 )
@@ -155,7 +156,7 @@ func (m *Model) tokenize(ctx context.Context, body []byte) (*tokenizeResponse, *
 		}
 		in, err := chattemplate.DecodeRequest(body)
 		if err != nil {
-			return nil, chattemplate.OpenAIError(err)
+			return nil, TemplateError(err)
 		}
 		addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
 		if ids, err = m.ChatTokens(ctx, in, addSpecial); err != nil {
@@ -251,7 +252,7 @@ func (e *Endpoints) forward(ctx context.Context, model, path string, body []byte
 		// the gateway's error, so that a client never reads a JSON answer that is not JSON.
 		return 0, nil, pipeline.ServerError(http.StatusBadGateway, "invalid_upstream_response",
 			fmt.Sprintf("The upstream of model `%s` answered %s with HTTP %d and a body that is not JSON: %q",
-				model, path, status, pipeline.Truncate(string(answer), 256)))
+				model, path, status, httpapi.Truncate(string(answer), 256)))
 	}
 	return status, answer, nil
 }

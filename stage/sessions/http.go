@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 )
 
@@ -42,7 +43,7 @@ func (m *Manager) Handler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		pipeline.NotFound("", "not_found", fmt.Sprintf("No such path: %s.", pipeline.Truncate(r.URL.Path, 256))).Write(w)
+		pipeline.NotFound("", "not_found", fmt.Sprintf("No such path: %s.", httpapi.Truncate(r.URL.Path, 256))).Write(w)
 	})
 	return mux
 }
@@ -50,7 +51,7 @@ func (m *Manager) Handler() http.Handler {
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
 	(&pipeline.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-		Message: fmt.Sprintf("%s is not allowed on %s; use %s.", r.Method, pipeline.Truncate(r.URL.Path, 256), allow)}).Write(w)
+		Message: fmt.Sprintf("%s is not allowed on %s; use %s.", r.Method, httpapi.Truncate(r.URL.Path, 256), allow)}).Write(w)
 }
 
 // sessionObject is a session as the API shows it.
@@ -105,7 +106,7 @@ func (m *Manager) create(w http.ResponseWriter, r *http.Request) {
 	mo, ok := m.models[req.Model]
 	if !ok {
 		pipeline.InvalidRequest("model", "sessions_not_enabled", fmt.Sprintf(
-			"Model `%s` has no chat sessions.", pipeline.Truncate(req.Model, 256))).Write(w)
+			"Model `%s` has no chat sessions.", httpapi.Truncate(req.Model, 256))).Write(w)
 		return
 	}
 	ttl := mo.TTL
@@ -126,7 +127,7 @@ func (m *Manager) create(w http.ResponseWriter, r *http.Request) {
 	}
 	m.m.created.WithLabelValues(s.Model).Inc()
 	w.Header().Set("Location", "/v1/sessions/"+s.ID)
-	pipeline.WriteJSON(w, http.StatusCreated, object(s, false))
+	httpapi.WriteJSON(w, http.StatusCreated, object(s, false))
 }
 
 // parseCreate reads POST /v1/sessions' body.
@@ -164,7 +165,7 @@ func (m *Manager) get(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, m.storeError(ctx, "get", id, err))
 		return
 	}
-	pipeline.WriteJSON(w, http.StatusOK, object(s, true))
+	httpapi.WriteJSON(w, http.StatusOK, object(s, true))
 }
 
 func (m *Manager) delete(w http.ResponseWriter, r *http.Request) {
@@ -179,7 +180,7 @@ func (m *Manager) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.m.deleted.WithLabelValues(model).Inc()
-	pipeline.WriteJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
 		Deleted bool   `json:"deleted"`

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chatstream"
 )
@@ -147,7 +148,7 @@ func New(opts Options) *Manager {
 // The answers for sessions that cannot be used.
 func notFound(id string) *pipeline.Error {
 	return pipeline.NotFound("session_id", "session_not_found", fmt.Sprintf(
-		"No session `%s`: it does not exist, it expired, or it belongs to another API key.", pipeline.Truncate(id, 64)))
+		"No session `%s`: it does not exist, it expired, or it belongs to another API key.", httpapi.Truncate(id, 64)))
 }
 
 func busy(id string) *pipeline.Error {
@@ -312,7 +313,7 @@ func (m *Manager) turn(ctx context.Context, next pipeline.Handler, req *pipeline
 func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session, mo ModelOptions) ([]json.RawMessage, int, error) {
 	if req.Model() != s.Model {
 		return nil, 0, pipeline.InvalidRequest("model", "session_model_mismatch", fmt.Sprintf(
-			"Session `%s` is a conversation with model `%s`, not `%s`.", s.ID, s.Model, pipeline.Truncate(req.Model(), 256)))
+			"Session `%s` is a conversation with model `%s`, not `%s`.", s.ID, s.Model, httpapi.Truncate(req.Model(), 256)))
 	}
 	fields, err := req.Fields()
 	if err != nil {

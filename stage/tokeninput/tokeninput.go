@@ -131,7 +131,7 @@ func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipe
 	if special(f["add_special_tokens"]) {
 		in, err := chattemplate.DecodeRequest(req.Body())
 		if err != nil {
-			return nil, chattemplate.OpenAIError(err)
+			return nil, prompt.TemplateError(err)
 		}
 		if req.PromptTokens, err = m.ChatTokens(ctx, in, true); err != nil {
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/upstream"
 )
@@ -334,7 +335,7 @@ func (b *buffer) release() {
 // readBody is pipeline.ReadBody reading into b when the body's length is known.
 func readBody(r *http.Request, limit int64, b *buffer) ([]byte, error) {
 	if r.ContentLength <= 0 || r.ContentLength > limit {
-		return pipeline.ReadBody(r, limit)
+		return httpapi.ReadBody(r, limit)
 	}
 	body := b.grow(int(r.ContentLength))[:r.ContentLength]
 	if _, err := io.ReadFull(r.Body, body); err != nil {

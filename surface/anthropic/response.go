@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/infergate/infergate/core/httpapi"
-	"github.com/infergate/infergate/core/pipeline"
 )
 
 // outBlock is one content block of an answer.
@@ -155,7 +154,7 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 	})
 	switch {
 	case !ok || sc.peek() != 0:
-		return nil, badUpstream("The upstream's answer is not a chat completion: " + pipeline.Truncate(string(body), 200))
+		return nil, badUpstream("The upstream's answer is not a chat completion: " + httpapi.Truncate(string(body), 200))
 	case choices == 0:
 		return nil, badUpstream("The upstream's chat completion has no choices.")
 	case badArgs != "":

@@ -123,7 +123,7 @@ func (s *streamer) event(data []byte) error {
 		return errStop
 	}
 	if !s.chunk(data) {
-		s.fail("api_error", "The upstream sent a malformed stream chunk: "+pipeline.Truncate(string(data), 200))
+		s.fail("api_error", "The upstream sent a malformed stream chunk: "+httpapi.Truncate(string(data), 200))
 		return errStop
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/store/batchstate"
@@ -207,7 +208,7 @@ func (s *Service) uploadFile(w http.ResponseWriter, r *http.Request) {
 		drop()
 		invalid("purpose", "Invalid purpose %q: this server stores files for batches only ('batch').", purpose).Write(w)
 	default:
-		pipeline.WriteJSON(w, http.StatusOK, fileView(*stored))
+		httpapi.WriteJSON(w, http.StatusOK, fileView(*stored))
 	}
 }
 
@@ -290,7 +291,7 @@ func (s *Service) listFiles(w http.ResponseWriter, r *http.Request) {
 	if len(data) > 0 {
 		first, last = &data[0].ID, &data[len(data)-1].ID
 	}
-	pipeline.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
 // file looks up the file the path names, answering 404 when there is none.
@@ -310,7 +311,7 @@ func (s *Service) file(w http.ResponseWriter, r *http.Request) (files.File, bool
 
 func (s *Service) getFile(w http.ResponseWriter, r *http.Request) {
 	if f, ok := s.file(w, r); ok {
-		pipeline.WriteJSON(w, http.StatusOK, fileView(f))
+		httpapi.WriteJSON(w, http.StatusOK, fileView(f))
 	}
 }
 
@@ -371,7 +372,7 @@ func (s *Service) deleteFile(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.internal(w, "deleting a file", err)
 	default:
-		pipeline.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
 	}
 }
 
@@ -447,7 +448,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batches.WithLabelValues(string(batchstate.Validating)).Inc()
 	s.background(func(ctx context.Context) { s.holdClaim(ctx, b.ID, func(ctx context.Context) { s.prepare(ctx, b.ID) }) })
-	pipeline.WriteJSON(w, http.StatusOK, batchView(b, now))
+	httpapi.WriteJSON(w, http.StatusOK, batchView(b, now))
 }
 
 // batch looks up the batch the path names, answering 404 when there is none.
@@ -469,7 +470,7 @@ func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.stateContext(r)
 	defer cancel()
 	if b, ok := s.batch(ctx, w, r); ok {
-		pipeline.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
+		httpapi.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 
@@ -500,7 +501,7 @@ func (s *Service) listBatches(w http.ResponseWriter, r *http.Request) {
 	if len(bs) > 0 {
 		first, last = &bs[0].ID, &bs[len(bs)-1].ID
 	}
-	pipeline.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more})
 }
 
 // listVisible pages through the batches newest first, keeping those the caller may see, until
@@ -569,7 +570,7 @@ func (s *Service) cancelBatch(w http.ResponseWriter, r *http.Request) {
 			s.m.batches.WithLabelValues(string(batchstate.Cancelled)).Inc()
 		}
 		s.log.Info("batch cancel requested", "batch", id, "status", b.Status)
-		pipeline.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
+		httpapi.WriteJSON(w, http.StatusOK, batchView(b, s.now()))
 	}
 }
 

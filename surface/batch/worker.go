@@ -16,6 +16,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/guard"
@@ -415,7 +416,7 @@ func (w *Worker) runLine(ctx context.Context, c *chunk, l Line, held *slot) (res
 		if err != nil {
 			last = err.Error()
 		} else {
-			last = fmt.Sprintf("status %d: %s", a.status, pipeline.Truncate(string(a.body), 512))
+			last = fmt.Sprintf("status %d: %s", a.status, httpapi.Truncate(string(a.body), 512))
 		}
 		w.deadLetter(c, l, attempt, last)
 		if err == nil { // the upstream's last answer is the line's response
@@ -446,7 +447,7 @@ func (w *Worker) call(ctx context.Context, endpoint, reqID string, body []byte) 
 			if oe.Code == "rate_limit_exceeded" {
 				// Without Retry-After the request can never fit the budget (more tokens than
 				// its whole burst): waiting would loop until the window ends.
-				wait = pipeline.RetryAfter(oe.Header) > 0
+				wait = httpapi.RetryAfter(oe.Header) > 0
 			}
 			return answer{status: oe.Status, header: oe.Header, body: oe.JSON(), wait: wait}, nil
 		}
@@ -480,7 +481,7 @@ func retryable(status int) bool {
 // else an exponential wait with jitter.
 func (w *Worker) backoff(attempt int, h http.Header) time.Duration {
 	const maxWait = 30 * time.Second
-	if d := pipeline.RetryAfter(h); d > 0 {
+	if d := httpapi.RetryAfter(h); d > 0 {
 		return min(d, maxWait)
 	}
 	d := min(w.o.RetryBackoff<<(attempt-1), maxWait)

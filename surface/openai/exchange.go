@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/store/breaker"
@@ -107,7 +108,7 @@ func unavailable(model string, res upstream.Result[*route]) *pipeline.Error {
 	if res.CircuitOpen {
 		return pipeline.Unavailable("upstream_circuit_open", res.RetryAfter,
 			fmt.Sprintf("Every endpoint serving model `%s` is cut off by its circuit breaker (failing, or cooling "+
-				"down after a 429); retry after %d s.", model, pipeline.CeilSeconds(res.RetryAfter)))
+				"down after a 429); retry after %d s.", model, httpapi.CeilSeconds(res.RetryAfter)))
 	}
 	return pipeline.Unavailable("no_healthy_upstream", res.RetryAfter, fmt.Sprintf("No healthy endpoint serves model `%s` right now.", model))
 }
@@ -316,7 +317,7 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
 		x.ticket.Done(breaker.Failure) // the upstream failed mid-body
 	case x.res.StatusCode == http.StatusTooManyRequests:
-		x.ticket.Throttle(pipeline.RetryAfter(x.res.Header))
+		x.ticket.Throttle(httpapi.RetryAfter(x.res.Header))
 	case x.readErr != nil || writeErr != nil || !complete:
 		x.ticket.Done(breaker.Ignored) // the caller went away: says nothing of the upstream
 	default:

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 )
 
@@ -31,7 +32,7 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // proxy serves one POST of the OpenAI API: the HTTP adapter onto the request pipeline.
 func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, err := pipeline.ReadBody(r, p.opts.MaxBodyBytes)
+	body, err := httpapi.ReadBody(r, p.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/store/breaker"
@@ -123,7 +124,7 @@ func (p *Proxy) post(ctx context.Context, r *route, req *pipeline.Request, t bre
 			fmt.Sprintf("Upstream %s answered %s with more than %d bytes.", ep.cfg.Name, req.Path, maxPostAnswer))
 	}
 	if res.StatusCode == http.StatusTooManyRequests {
-		t.Throttle(pipeline.RetryAfter(res.Header))
+		t.Throttle(httpapi.RetryAfter(res.Header))
 	} else {
 		t.Done(breaker.Classify(res.StatusCode, nil))
 	}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/upstream"
 	"github.com/infergate/infergate/upstream/vllmmetrics"
@@ -91,7 +92,7 @@ func (p *Proxy) MountOlla(mux *http.ServeMux, prefix string) {
 			pipeline.ModelNotFound(name).Write(w)
 			return
 		}
-		pipeline.WriteJSON(w, http.StatusOK, entryJSON(rt))
+		httpapi.WriteJSON(w, http.StatusOK, entryJSON(rt))
 	}))
 	mux.HandleFunc("GET "+prefix+"/{provider}/health", scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
 		if typ == upstream.TypeVLLM {
@@ -166,7 +167,7 @@ func (p *Proxy) listProviderModels(w http.ResponseWriter, r *http.Request, typ s
 			list.Data = append(list.Data, entryJSON(rt))
 		}
 	}
-	pipeline.WriteJSON(w, http.StatusOK, list)
+	httpapi.WriteJSON(w, http.StatusOK, list)
 }
 
 // ollaModels lists every model a healthy endpoint serves, with the providers (endpoint types) and
@@ -202,7 +203,7 @@ func (p *Proxy) ollaModels(w http.ResponseWriter, r *http.Request) {
 			list.Data = append(list.Data, m)
 		}
 	}
-	pipeline.WriteJSON(w, http.StatusOK, list)
+	httpapi.WriteJSON(w, http.StatusOK, list)
 }
 
 // ollamaNative passes Ollama's own API to Ollama endpoints. Requests naming a model (chat,
@@ -294,7 +295,7 @@ func (p *Proxy) ollamaGet(w http.ResponseWriter, r *http.Request) {
 	if models == nil {
 		models = []json.RawMessage{}
 	}
-	pipeline.WriteJSON(w, http.StatusOK, map[string]any{"models": models})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"models": models})
 }
 
 func cmpOr(a, b string) string {
@@ -387,7 +388,7 @@ func (p *Proxy) vllmHealth(w http.ResponseWriter) {
 	if healthy > 0 {
 		out.Status, code = "healthy", http.StatusOK
 	}
-	pipeline.WriteJSON(w, code, out)
+	httpapi.WriteJSON(w, code, out)
 }
 
 // vllmMetrics is /olla/vllm/metrics: the vllm: series of every healthy vLLM endpoint's last

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/upstream"
@@ -399,7 +400,7 @@ func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
 	for _, rt := range p.healthyRoutes(r.Context()) {
 		list.Data = append(list.Data, entryJSON(rt))
 	}
-	pipeline.WriteJSON(w, http.StatusOK, list)
+	httpapi.WriteJSON(w, http.StatusOK, list)
 }
 
 // visible reports whether the caller of ctx may see model.
@@ -414,7 +415,7 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 		pipeline.ModelNotFound(name).Write(w)
 		return
 	}
-	pipeline.WriteJSON(w, http.StatusOK, entryJSON(rt))
+	httpapi.WriteJSON(w, http.StatusOK, entryJSON(rt))
 }
 
 // health reports the gateway's state and each endpoint's. It is 200 while the gateway accepts
@@ -466,7 +467,7 @@ func (p *Proxy) writeHealth(w http.ResponseWriter, typ string) {
 	case len(eps) > 0 && healthy == 0:
 		out.Status = "degraded"
 	}
-	pipeline.WriteJSON(w, code, out)
+	httpapi.WriteJSON(w, code, out)
 }
 
 // EndpointNames lists the endpoints' names, configured and added.

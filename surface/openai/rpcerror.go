@@ -119,7 +119,7 @@ func upstreamError(status int, body []byte) *rpcError {
 func unparsedMessage(status int, body []byte) string {
 	msg := fmt.Sprintf("upstream answered HTTP %d", status)
 	if t := bytes.TrimSpace(body); len(t) > 0 && utf8.Valid(t) {
-		msg += ": " + pipeline.Truncate(string(t), 512)
+		msg += ": " + httpapi.Truncate(string(t), 512)
 	}
 	return msg
 }

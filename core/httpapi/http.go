@@ -1,0 +1,71 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// WriteJSON answers with status and v encoded as JSON (a 500 error object if v does not encode).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// CeilSeconds is d in whole seconds for Retry-After: rounded up (waiting less would be refused
+// again), at least 1.
+func CeilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return max(1, s)
+}
+
+// RetryAfter reads a Retry-After header given in seconds; 0 when absent or a date.
+func RetryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// Truncate shortens s to at most n bytes, without cutting a character, marking the cut with
+// "...": for upstream text quoted in an error message.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) { // do not cut a character in two
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
+// ReadBody reads an HTTP request's whole body, at most limit bytes (an *http.MaxBytesError
+// beyond), in one allocation when the length is declared: the server's body reader stops at the
+// declared length, which is checked against the limit first.
+func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if r.ContentLength > 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+}
