@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/models/builtin"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -19,7 +19,7 @@ func FuzzConfigOverride(f *testing.F) {
 	f.Add(`{"input":[{"name":"INPUT0","data_type":"TYPE_INT32","dims":[16]}]}`)
 	f.Add(`{"max_batch_size":-1}`)
 	reg := engines.NewRegistry()
-	if err := cpu.Register(reg); err != nil {
+	if err := builtin.Register(reg); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, config string) {

@@ -19,10 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/runtime/app"
 	"github.com/infergate/infergate/runtime/ollaconfig"
 	"github.com/infergate/infergate/surface/gateway"
-	"github.com/infergate/infergate/surface/kserve"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -43,7 +43,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("infergate", flag.ContinueOnError)
 	listen := fs.String("listen", ":8000", "address to serve gRPC, gRPC-Web, Connect and /metrics on")
 	serverName := fs.String("server-name", "triton", "server name reported by ServerMetadata (Triton clients expect \"triton\")")
-	maxMsg := fs.Int("max-message-bytes", kserve.DefaultMaxMessageBytes, "largest gRPC message accepted or sent")
+	maxMsg := fs.Int("max-message-bytes", engines.DefaultMaxMessageBytes, "largest gRPC message accepted or sent")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests and streams")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")

@@ -4,17 +4,18 @@ import (
 	"context"
 	"maps"
 
-	"connectrpc.com/connect"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -111,7 +112,7 @@ func (s noFinalFlag) Send(r *inference.ModelStreamInferResponse) error {
 // startBroken serves the built-in models with rule broken and returns the address.
 func startBroken(t *testing.T, rule string) string {
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	svc := kserve.NewService(reg)
 	opts := svc.ServerOptions()
 	if rule == ruleSmallMessages {

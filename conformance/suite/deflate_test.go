@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/conformance/suite"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,7 +22,7 @@ import (
 func TestDeflateCheckSkipsWithoutDeflate(t *testing.T) {
 	t.Parallel()
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	mux := http.NewServeMux()
 	// Not "triton", which must accept deflate; deflate taken off the handler's compressions.
 	mux.Handle(kserve.NewService(reg, kserve.WithServerName("fixture")).Handler(connect.WithCompression("deflate", nil, nil)))

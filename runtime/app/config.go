@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/lib/granite"
 	"github.com/infergate/infergate/stage/guard"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/surface/inflate"
 	"github.com/infergate/infergate/upstream"

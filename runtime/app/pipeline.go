@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/lib/granite"
 	"github.com/infergate/infergate/stage/disagg"
 	"github.com/infergate/infergate/stage/granitestage"
@@ -17,7 +18,6 @@ import (
 	"github.com/infergate/infergate/stage/prompt"
 	"github.com/infergate/infergate/stage/sessions"
 	"github.com/infergate/infergate/stage/tokeninput"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"

@@ -11,21 +11,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/batcher"
-	"github.com/infergate/infergate/engines/cpu"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/stage/disagg"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/stage/prompt"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/store/ratelimit"
-	"github.com/infergate/infergate/store/registry"
 	"github.com/infergate/infergate/surface/bridge"
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
 	"github.com/infergate/infergate/upstream/kserveproxy"
+	"github.com/infergate/infergate/upstream/registry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
@@ -114,7 +114,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	})
 	gwCfg.Tracer = tr
 	if cfg.builtins() && role != RoleBatchWorker {
-		if err := cpu.Register(reg); err != nil {
+		if err := builtin.Register(reg); err != nil {
 			return nil, fmt.Errorf("registering built-in models: %w", err)
 		}
 	}

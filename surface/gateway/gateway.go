@@ -18,9 +18,9 @@ import (
 
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/surface/inflate"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/infergate/infergate/surface/kserve/shm"
@@ -42,7 +42,7 @@ type Config struct {
 	ServerName string
 	// Version is what ServerMetadata reports; default "dev".
 	Version string
-	// MaxMessageBytes limits one gRPC message; default kserve.DefaultMaxMessageBytes (2 GiB).
+	// MaxMessageBytes limits one gRPC message; default engines.DefaultMaxMessageBytes (2 GiB).
 	MaxMessageBytes int
 	// DrainTimeout bounds how long Shutdown waits for in-flight requests and streams; default 30 s.
 	DrainTimeout time.Duration
@@ -118,7 +118,7 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		cfg.Version = "dev"
 	}
 	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = kserve.DefaultMaxMessageBytes
+		cfg.MaxMessageBytes = engines.DefaultMaxMessageBytes
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 30 * time.Second

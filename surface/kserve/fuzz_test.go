@@ -14,9 +14,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -29,7 +29,7 @@ var fuzzModels = []string{"simple", "simple_string", "identity_fp32", "simple_se
 func fuzzRegistry(tb testing.TB) *engines.Registry {
 	tb.Helper()
 	reg := engines.NewRegistry()
-	require.NoError(tb, cpu.Register(reg))
+	require.NoError(tb, builtin.Register(reg))
 	return reg
 }
 

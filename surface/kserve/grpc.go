@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,7 +68,7 @@ type grpcService struct{ *Service }
 func (g grpcService) ModelStreamInfer(stream grpc.BidiStreamingServer[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
 	ctx := stream.Context()
 	failFast := false
-	if v := metadata.ValueFromIncomingContext(ctx, GRPCErrorHeader); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, engines.GRPCErrorHeader); len(v) > 0 {
 		failFast = v[0] == "true"
 	}
 	return g.serveStream(ctx, grpcStream{stream, g.codec}, failFast)

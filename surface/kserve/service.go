@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,19 +14,15 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/inflate"
 	"github.com/infergate/infergate/surface/kserve/shm"
 	"google.golang.org/protobuf/encoding/protojson"
 )
-
-// DefaultMaxMessageBytes is the default limit on one request or response message: 2 GiB, as in
-// Triton, rather than grpc-go's 4 MiB that breaks large tensors.
-const DefaultMaxMessageBytes = math.MaxInt32
 
 // Extensions lists the Triton protocol extensions every service implements, as ServerMetadata
 // reports them; a service with system shared memory on adds "system_shared_memory", one with a
@@ -72,7 +67,7 @@ func WithInflater(in *inflate.Inflater) Option { return func(s *Service) { s.inf
 
 // NewService returns a service for the models in reg.
 func NewService(reg *engines.Registry, opts ...Option) *Service {
-	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: DefaultMaxMessageBytes, codec: newTensorCodec(), frames: newFramePool()}
+	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: engines.DefaultMaxMessageBytes, codec: newTensorCodec(), frames: newFramePool()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -258,7 +253,7 @@ func (s *Service) loadOverride(name string, params map[string]*inference.ModelRe
 		// example model-control clients check for "failed to load") and its log the reason.
 		return invalid("failed to load '%s', failed to poll from model repository: Invalid config override: %v", name, err)
 	}
-	if e.Remote() || e.Config().GetPlatform() != cpu.Platform {
+	if e.Remote() || e.Config().GetPlatform() != builtin.Platform {
 		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
 			"failed to load '%s': config overrides apply to infergate's built-in models only; this model's config comes from its backend, which must change it", name))
 	}

@@ -12,9 +12,9 @@ import (
 	"strconv"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
-	"github.com/infergate/infergate/stage/tracing"
 )
 
 // Triton's trace and logging extensions, backed by the tracing package: the trace settings decide

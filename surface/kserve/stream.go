@@ -9,16 +9,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
-	"github.com/infergate/infergate/stage/tracing"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// GRPCErrorHeader is the request header (gRPC metadata) with which a client asks ModelStreamInfer
-// to end the stream with a gRPC status on the first error, instead of reporting the error in an
-// error_message response and carrying on.
-const GRPCErrorHeader = "triton_grpc_error"
 
 // finalParams are the shared, read-only response parameters marking a stream response final or not.
 var (
@@ -70,7 +65,7 @@ type streamSession struct {
 
 // ModelStreamInfer is Triton's bidirectional streaming inference, for the connect transport.
 func (s *Service) ModelStreamInfer(ctx context.Context, stream *connect.BidiStream[inference.ModelInferRequest, inference.ModelStreamInferResponse]) error {
-	return s.serveStream(ctx, stream, stream.RequestHeader().Get(GRPCErrorHeader) == "true")
+	return s.serveStream(ctx, stream, stream.RequestHeader().Get(engines.GRPCErrorHeader) == "true")
 }
 
 // serveStream runs one stream until the client half-closes it (or, in fail-fast mode, the first

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/kserve"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -22,7 +22,7 @@ import (
 // over the baseline's, and the allocations each adds per request.
 func BenchmarkRESTInferTracing(b *testing.B) {
 	reg := engines.NewRegistry()
-	if err := cpu.Register(reg); err != nil {
+	if err := builtin.Register(reg); err != nil {
 		b.Fatal(err)
 	}
 	newTracer := func(s tracing.Settings) *tracing.Tracer {

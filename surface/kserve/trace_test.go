@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,7 +40,7 @@ type traceServer struct {
 func startTraced(t *testing.T, opts ...kserve.Option) *traceServer {
 	t.Helper()
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	ts := &traceServer{spans: tracetest.NewInMemoryExporter(), level: new(slog.LevelVar)}
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: ts.spans, Synchronous: true})
 	require.NoError(t, err)

@@ -12,9 +12,9 @@ import (
 	"unsafe"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -189,7 +189,7 @@ func TestFramePoolKeepsFrames(t *testing.T) {
 // so the codec's maps stay empty between calls.
 func TestCodecForgetsRequests(t *testing.T) {
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	svc := NewService(reg)
 	srv := grpc.NewServer(svc.ServerOptions()...)
 	svc.RegisterGRPC(srv)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/upstream"
 )

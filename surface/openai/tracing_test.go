@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/infergate/infergate/upstream"

@@ -15,7 +15,7 @@ import (
 
 // BenchmarkGeneratedVsHandwritten is unary ModelInfer from one grpc-go client on one gateway:
 // /infergate calls the built-in `simple`, served through the code generated from
-// schema/infergate/builtin (engines/cpu); /baseline calls `simple_handwritten`, the same model as
+// schema/infergate/builtin (models/builtin); /baseline calls `simple_handwritten`, the same model as
 // the hand-written engines.Model it was before (below). Same request bytes, same server, so the
 // ratio of ns/op and the difference of allocs/op are the generated adapter's cost. Goal: >= 0.95x
 // throughput, no more allocations per request.

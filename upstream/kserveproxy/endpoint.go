@@ -18,7 +18,6 @@ import (
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
-	"github.com/infergate/infergate/surface/kserve"
 	"github.com/infergate/infergate/upstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -89,7 +88,7 @@ func newEndpoint(ep upstream.Endpoint, opts Options, log *slog.Logger) (*endpoin
 	for name, value := range cfg.Headers {
 		key := strings.ToLower(name)
 		switch {
-		case strings.HasPrefix(key, "grpc-"), key == "content-type", key == "te", key == "user-agent", key == kserve.GRPCErrorHeader:
+		case strings.HasPrefix(key, "grpc-"), key == "content-type", key == "te", key == "user-agent", key == engines.GRPCErrorHeader:
 			return nil, bad("headers", "%q is set by the gRPC client itself", name)
 		case strings.IndexFunc(key, func(r rune) bool {
 			return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
@@ -104,7 +103,7 @@ func newEndpoint(ep upstream.Endpoint, opts Options, log *slog.Logger) (*endpoin
 		e.md.Append(key, value)
 	}
 	e.streamM = e.md.Copy()
-	e.streamM.Set(kserve.GRPCErrorHeader, "true")
+	e.streamM.Set(engines.GRPCErrorHeader, "true")
 	if cfg.HealthCheckURL != "" {
 		e.httpc = &http.Client{Timeout: cfg.CheckTimeout, Transport: &http.Transport{Proxy: nil, ForceAttemptHTTP2: true}}
 	}

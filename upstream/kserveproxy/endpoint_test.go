@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/infergate/infergate/upstream"
@@ -95,7 +95,7 @@ func TestHeadersAndEnv(t *testing.T) {
 	require.NoError(t, err)
 	md = seen.Load().(metadata.MD)
 	assert.Equal(t, []string{"Bearer s3cret"}, md.Get("authorization"))
-	assert.Equal(t, []string{"true"}, md.Get(kserve.GRPCErrorHeader), "streams ask for gRPC status errors")
+	assert.Equal(t, []string{"true"}, md.Get(engines.GRPCErrorHeader), "streams ask for gRPC status errors")
 }
 
 // TestHTTPHealthCheck: with health_check_url the endpoint's health is that URL's (Triton's HTTP
@@ -195,7 +195,7 @@ func (plainKServe) ModelConfig(context.Context, *inference.ModelConfigRequest) (
 // ModelConfig their config is built from ModelMetadata.
 func TestPlainKServeUpstream(t *testing.T) {
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	svc := kserve.NewService(reg)
 	srv := grpc.NewServer(svc.ServerOptions()...)
 	inference.RegisterGRPCInferenceServiceServer(srv, plainKServe{svc.GRPCServer()})
@@ -236,7 +236,7 @@ func TestTLS(t *testing.T) {
 	hs.Close()
 
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gw := gateway.New(reg, gateway.Config{Logger: quiet()})
@@ -324,7 +324,7 @@ func (r reshaping) ModelInfer(ctx context.Context, req *inference.ModelInferRequ
 // answer that does not fit the model's config is INTERNAL, naming the endpoint.
 func TestUpstreamResponses(t *testing.T) {
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	svc := kserve.NewService(reg)
 	srv := grpc.NewServer(svc.ServerOptions()...)
 	mode := &atomic.Value{}

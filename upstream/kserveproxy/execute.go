@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/upstream"
 	"google.golang.org/grpc/codes"

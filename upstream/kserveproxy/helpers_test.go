@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/upstream"
@@ -68,7 +68,7 @@ func startUpstream(tb testing.TB, extra ...engines.Model) *gatewaytest.Server {
 func restartAt(tb testing.TB, addr string, extra ...engines.Model) *server {
 	tb.Helper()
 	reg := engines.NewRegistry()
-	require.NoError(tb, cpu.Register(reg))
+	require.NoError(tb, builtin.Register(reg))
 	for _, m := range extra {
 		_, err := reg.Register(m)
 		require.NoError(tb, err)

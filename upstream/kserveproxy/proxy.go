@@ -44,7 +44,6 @@ import (
 	"github.com/infergate/infergate/engines"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/infergate/infergate/store/breaker"
-	"github.com/infergate/infergate/surface/kserve"
 	"github.com/infergate/infergate/upstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -62,7 +61,7 @@ type Options struct {
 	// DiscoveryInterval is how often each healthy endpoint's models are listed again; default 30 s.
 	DiscoveryInterval time.Duration
 	// MaxMessageBytes limits one message to or from an upstream; default
-	// kserve.DefaultMaxMessageBytes, as the gateway's own.
+	// engines.DefaultMaxMessageBytes, as the gateway's own.
 	MaxMessageBytes int
 	// DialOptions are added to every endpoint's gRPC client (custom TLS roots, a test dialer).
 	DialOptions []grpc.DialOption
@@ -104,7 +103,7 @@ func New(opts Options) (*Proxy, error) {
 		opts.DiscoveryInterval = 30 * time.Second
 	}
 	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = kserve.DefaultMaxMessageBytes
+		opts.MaxMessageBytes = engines.DefaultMaxMessageBytes
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, reg: opts.Registry, m: newMetrics(),
 		router: upstream.Router{Breaker: opts.Breaker}, models: map[string]*model{}, skipped: map[string]bool{}}

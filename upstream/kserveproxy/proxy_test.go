@@ -8,9 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -238,7 +238,7 @@ func TestDecoupledStreams(t *testing.T) {
 func TestAliasesAndTakenNames(t *testing.T) {
 	up := startUpstream(t)
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	e := ep("triton", up.Addr, 0)
 	e.Aliases = map[string]string{"up_simple": "simple"}
 	opts := fast(e)

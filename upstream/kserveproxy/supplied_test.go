@@ -10,10 +10,10 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/infergate/infergate/lib/tensor"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/upstream/kserveproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -199,7 +199,7 @@ func TestSuppliedConfigs(t *testing.T) {
 func TestSuppliedConfigErrors(t *testing.T) {
 	up := startRecorder(t)
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	f := startFront(t, withRegistry(reg))
 
 	err := f.proxy.Add(ep("x", up.Addr, 0), tensorsDesc("simple", "INT32"))

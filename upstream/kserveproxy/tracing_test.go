@@ -5,8 +5,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/stage/tracing"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

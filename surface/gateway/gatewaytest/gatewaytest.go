@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/surface/gateway"
 )
 
@@ -28,7 +28,7 @@ type Server struct {
 func Start(tb testing.TB, cfg gateway.Config, extra ...engines.Model) *Server {
 	tb.Helper()
 	reg := engines.NewRegistry()
-	if err := cpu.Register(reg); err != nil {
+	if err := builtin.Register(reg); err != nil {
 		tb.Fatal(err)
 	}
 	for _, m := range extra {

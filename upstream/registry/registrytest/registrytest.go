@@ -30,7 +30,7 @@ import (
 	"time"
 
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
-	"github.com/infergate/infergate/store/registry"
+	"github.com/infergate/infergate/upstream/registry"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"

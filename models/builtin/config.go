@@ -1,4 +1,4 @@
-// Package cpu holds infergate's built-in models, pure Go equivalents of Triton's example models
+// Package builtin holds infergate's built-in models, pure Go equivalents of Triton's example models
 // (simple, simple_int8, simple_string, simple_identity, simple_sequence, simple_dyna_sequence,
 // repeat_int32, square_int32) plus identity_fp32 for large-tensor tests. Their configs and
 // semantics follow Triton's so that Triton's own example clients work against them unchanged.
@@ -6,7 +6,7 @@
 // All but simple_dyna_sequence are declared in schema/infergate/builtin/v1/builtin.proto and
 // served through the code protoc-gen-infergate generates from it (builtins implements the
 // generated interface); simple_dyna_sequence is a hand-written engines.Model (sequence.go).
-package cpu
+package builtin
 
 import (
 	"github.com/infergate/infergate/engines"

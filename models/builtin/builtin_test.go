@@ -1,4 +1,4 @@
-package cpu_test
+package builtin_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/infergate/infergate/lib/tensor"
 
 	"github.com/infergate/infergate/engines"
-	"github.com/infergate/infergate/engines/cpu"
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -29,7 +29,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.textproto from the b
 // registration order.
 func TestBuiltinConfigsAndMetadataUnchanged(t *testing.T) {
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	var names []string
 	for _, e := range reg.Entries() {
 		names = append(names, e.Name())
@@ -62,7 +62,7 @@ func TestBuiltinConfigsAndMetadataUnchanged(t *testing.T) {
 func run(t *testing.T, model string, req *engines.Request) ([]*engines.Response, error) {
 	t.Helper()
 	reg := engines.NewRegistry()
-	require.NoError(t, cpu.Register(reg))
+	require.NoError(t, builtin.Register(reg))
 	e, err := reg.Resolve(model, "")
 	require.NoError(t, err)
 	if err := e.Validate(req); err != nil {
@@ -212,7 +212,7 @@ func TestBuiltinResults(t *testing.T) {
 	})
 	t.Run("simple_sequence and simple_dyna_sequence", func(t *testing.T) {
 		reg := engines.NewRegistry()
-		require.NoError(t, cpu.Register(reg))
+		require.NoError(t, builtin.Register(reg))
 		step := func(model string, id uint64, start, end bool, v int32) int32 {
 			e, err := reg.Resolve(model, "")
 			require.NoError(t, err)

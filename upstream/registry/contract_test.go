@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/internal/redistest"
-	"github.com/infergate/infergate/store/registry"
-	"github.com/infergate/infergate/store/registry/registrytest"
+	"github.com/infergate/infergate/upstream/registry"
+	"github.com/infergate/infergate/upstream/registry/registrytest"
 )
 
 // TestContract runs registrytest's suite against both implementations. A replica is the same

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/core/tracing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/propagation"

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/infergate/infergate/stage/tracing"
+	"github.com/infergate/infergate/core/tracing"
 )
 
 // FuzzSettingsJSON: any body of POST /v2/trace/setting or /v2/logging is parsed and applied
