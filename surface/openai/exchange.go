@@ -26,7 +26,7 @@ import (
 // exchange is an upstream response being read: it meters the body as it passes (time to first
 // token, inter-token gaps, usage) and, when finished, releases the endpoint and counts the request.
 type exchange struct {
-	p      *Proxy
+	u      *Upstreams
 	route  *route
 	res    *http.Response
 	ctx    context.Context
@@ -69,31 +69,31 @@ func (x *exchange) tailBytes() []byte {
 // roundTrip routes out to the highest healthy tier, failing over to the next endpoint on a
 // connection error or a 5xx before any byte reached the caller (the last endpoint's 5xx is the
 // answer). Gateway-side failures are *Error; a cancelled ctx returns ctx's error.
-func (p *Proxy) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange, error) {
+func (u *Upstreams) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange, error) {
 	model := out.Model()
-	routes := p.table.Load().routes[model]
+	routes := u.table.Load().routes[model]
 	if len(routes) == 0 {
-		p.m.requests.WithLabelValues("", "", "404").Inc()
+		u.m.requests.WithLabelValues("", "", "404").Inc()
 		return nil, pipeline.ModelNotFound(model)
 	}
 	var x *exchange
-	res := upstream.Failover(ctx, &p.router, routes, nil, func(ctx context.Context, route *route, ticket breaker.Ticket, last bool) (bool, error) {
+	res := upstream.Failover(ctx, &u.router, routes, nil, func(ctx context.Context, route *route, ticket breaker.Ticket, last bool) (bool, error) {
 		var err error
-		x, err = p.attempt(ctx, route, out, ticket, last)
+		x, err = u.attempt(ctx, route, out, ticket, last)
 		return true, err
 	})
 	switch {
 	case res.OK:
 		return x, nil
 	case res.Stopped: // ctx ended
-		p.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, "499").Inc()
+		u.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, "499").Inc()
 		return nil, ctx.Err()
 	case res.Failure != nil:
-		p.m.requests.WithLabelValues(model, "", "502").Inc()
+		u.m.requests.WithLabelValues(model, "", "502").Inc()
 		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_unreachable",
 			fmt.Sprintf("Every endpoint serving model `%s` failed: %v", model, res.Failure))
 	}
-	p.m.requests.WithLabelValues(model, "", "503").Inc()
+	u.m.requests.WithLabelValues(model, "", "503").Inc()
 	return nil, unavailable(model, res)
 }
 
@@ -116,7 +116,7 @@ func unavailable(model string, res upstream.Result[*route]) *pipeline.Error {
 // attempt sends the request to one endpoint, with the breaker's ticket for it. On success the
 // endpoint stays counted as busy, and the ticket open, until the exchange is finished. A 5xx is an
 // error (so the caller tries the next endpoint) unless last.
-func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request, ticket breaker.Ticket, last bool) (*exchange, error) {
+func (u *Upstreams) attempt(ctx context.Context, route *route, out *pipeline.Request, ticket breaker.Ticket, last bool) (*exchange, error) {
 	ep := route.ep
 	ep.AddOutstanding(1)
 	route.inflight.Inc()
@@ -129,23 +129,23 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 	if route.upstream != route.public {
 		body = out.BodyWithModel(route.upstream)
 	}
-	u := ep.urlFor(out.Path)
+	target := ep.urlFor(out.Path)
 	if out.RawQuery != "" {
-		q := *u
+		q := *target
 		q.RawQuery = out.RawQuery
-		u = &q
+		target = &q
 	}
-	h := p.upstreamHeader(ep, out)
+	h := u.upstreamHeader(ep, out)
 	// The upstream call's span, a child of the request's, and its traceparent in h (replacing a
 	// client's, which h copied); nothing when the request carries no trace.
 	ctx, span := tracing.StartUpstream(ctx, ep.cfg.Name, h)
 	// The request is built by hand and sent on the transport itself: http.NewRequest would parse
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
-	x := &exchange{p: p, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket, span: span}
+	x := &exchange{u: u, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket, span: span}
 	x.reqBody.Reset(body)
 	req := &http.Request{
 		Method:     http.MethodPost,
-		URL:        u,
+		URL:        target,
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
@@ -155,7 +155,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 		Body:          io.NopCloser(&x.reqBody),
 		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
 		ContentLength: int64(len(body)),
-		Host:          u.Host,
+		Host:          target.Host,
 	}
 	res, err := ep.rt.roundTrip(ctx, req)
 	if err != nil {
@@ -193,7 +193,7 @@ func (p *Proxy) attempt(ctx context.Context, route *route, out *pipeline.Request
 // X-Forwarded-For (the client's address appended to any it sent), Accept-Encoding: identity unless
 // the client chose one, and last the endpoint's configured headers, which win. An internal call
 // (no client headers) sends Content-Type: application/json.
-func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header {
+func (u *Upstreams) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header {
 	src := out.Header
 	nv := 0
 	for _, vv := range src {
@@ -209,7 +209,7 @@ func (p *Proxy) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header 
 		set("Content-Type", "application/json")
 	}
 	for k, vv := range src {
-		if isHopHeader(k) || k == "Content-Length" || slices.Contains(p.strip, k) ||
+		if isHopHeader(k) || k == "Content-Length" || slices.Contains(u.strip, k) ||
 			(!ep.cfg.ForwardClientAuth && upstream.IsCredentialHeader(k)) {
 			continue
 		}
@@ -309,9 +309,9 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 		status = "499"
 	}
 	if status == "200" {
-		x.route.ok.get(x.p.m.requests, x.route.public, x.route.ep.cfg.Name, status).Inc()
+		x.route.ok.get(x.u.m.requests, x.route.public, x.route.ep.cfg.Name, status).Inc()
 	} else {
-		x.p.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
+		x.u.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
 	}
 	switch {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
@@ -325,7 +325,7 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	}
 	var usage pipeline.Usage
 	if complete && x.res.StatusCode == http.StatusOK {
-		usage = x.p.countUsage(x.route, x.tailBytes())
+		usage = x.u.countUsage(x.route, x.tailBytes())
 	}
 	if x.tail != nil {
 		tails.Put(x.tail)
@@ -366,7 +366,7 @@ var (
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
 // just the two counts, without a JSON decoder: this runs once per request.
-func (p *Proxy) countUsage(route *route, tail []byte) pipeline.Usage {
+func (u *Upstreams) countUsage(route *route, tail []byte) pipeline.Usage {
 	i := bytes.LastIndex(tail, usageKey)
 	if i < 0 {
 		return pipeline.Usage{}
@@ -375,16 +375,16 @@ func (p *Proxy) countUsage(route *route, tail []byte) pipeline.Usage {
 	if end := bytes.IndexByte(obj, '}'); end >= 0 {
 		obj = obj[:end] // usage's counts are plain numbers, before any nested object closes
 	}
-	var u pipeline.Usage
+	var usage pipeline.Usage
 	if n := jsonCount(obj, `"prompt_tokens"`); n > 0 {
-		route.tokIn.get(p.m.tokens, route.public, route.ep.cfg.Name, "in").Add(float64(n))
-		u.PromptTokens = n
+		route.tokIn.get(u.m.tokens, route.public, route.ep.cfg.Name, "in").Add(float64(n))
+		usage.PromptTokens = n
 	}
 	if n := jsonCount(obj, `"completion_tokens"`); n > 0 {
-		route.tokOut.get(p.m.tokens, route.public, route.ep.cfg.Name, "out").Add(float64(n))
-		u.CompletionTokens = n
+		route.tokOut.get(u.m.tokens, route.public, route.ep.cfg.Name, "out").Add(float64(n))
+		usage.CompletionTokens = n
 	}
-	return u
+	return usage
 }
 
 // jsonCount reads the non-negative integer after key and a colon in obj; -1 when absent or not an

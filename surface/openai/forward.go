@@ -115,7 +115,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 // (an unknown model, a refusal, no healthy endpoint), or the context's when the caller went away.
 // The caller reads the response's body and finishes it.
 func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-	h := p.table.Load().chains[req.Model()]
+	h := (*p.chains.Load())[req.Model()]
 	if h == nil {
 		p.m.requests.WithLabelValues("", "", "404").Inc()
 		return nil, pipeline.ModelNotFound(req.Model())
@@ -152,8 +152,8 @@ func (p *Proxy) refusal(err error) error {
 }
 
 // forward is the terminal Handler: the metered exchange with the upstream the routing picks.
-func (p *Proxy) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-	x, err := p.roundTrip(ctx, req)
+func (u *Upstreams) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	x, err := u.roundTrip(ctx, req)
 	if err != nil {
 		return nil, err
 	}

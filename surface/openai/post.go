@@ -30,9 +30,9 @@ const maxPostAnswer = 16 << 20
 // nothing, and nothing is metered. Errors: ErrNotServed, wrapped, when no endpoint of typ serves
 // model; *pipeline.Error for the gateway's own answers (a body naming another model, no healthy
 // endpoint, every endpoint failing, an answer over the bound); the context's when ctx ended.
-func (p *Proxy) Post(ctx context.Context, typ, model, path string, body []byte) (status int, answer []byte, err error) {
+func (u *Upstreams) Post(ctx context.Context, typ, model, path string, body []byte) (status int, answer []byte, err error) {
 	var routes []*route
-	for _, r := range p.table.Load().routes[model] {
+	for _, r := range u.table.Load().routes[model] {
 		if r.ep.cfg.Type == typ {
 			routes = append(routes, r)
 		}
@@ -50,9 +50,9 @@ func (p *Proxy) Post(ctx context.Context, typ, model, path string, body []byte) 
 		return 0, nil, pipeline.InvalidRequest("model", "invalid_value",
 			fmt.Sprintf("The request names model `%s`, not `%s`.", req.Model(), model))
 	}
-	res := upstream.Failover(ctx, &p.router, routes, nil, func(ctx context.Context, r *route, t breaker.Ticket, last bool) (bool, error) {
+	res := upstream.Failover(ctx, &u.router, routes, nil, func(ctx context.Context, r *route, t breaker.Ticket, last bool) (bool, error) {
 		var next bool
-		status, answer, next, err = p.post(ctx, r, req, t, last)
+		status, answer, next, err = u.post(ctx, r, req, t, last)
 		return next, err
 	})
 	switch {
@@ -71,7 +71,7 @@ func (p *Proxy) Post(ctx context.Context, typ, model, path string, body []byte) 
 
 // post is one attempt of Post, on route's endpoint with the breaker's ticket t. next is whether
 // a failure may be tried on another endpoint.
-func (p *Proxy) post(ctx context.Context, r *route, req *pipeline.Request, t breaker.Ticket, last bool) (status int, answer []byte, next bool, err error) {
+func (u *Upstreams) post(ctx context.Context, r *route, req *pipeline.Request, t breaker.Ticket, last bool) (status int, answer []byte, next bool, err error) {
 	ep := r.ep
 	ep.AddOutstanding(1)
 	defer ep.AddOutstanding(-1)
