@@ -87,6 +87,9 @@ type Config struct {
 	LogLevel *slog.LevelVar
 	// SharedMemoryMaxRegions caps the shared memory regions registered at once; default 4096.
 	SharedMemoryMaxRegions int
+	// Readiness, when set, is the gateway's readiness (Ready), created before the gateway so that
+	// what is built first can report it; nil: the gateway makes its own.
+	Readiness *Readiness
 
 	// unhardened drops the per-request checks of issue 17 (decompression bounds, the header
 	// limit), so a benchmark can measure what they cost; set only by tests.
@@ -131,6 +134,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Readiness == nil {
+		cfg.Readiness = new(Readiness)
 	}
 	g := &Gateway{cfg: cfg}
 	inflater := inflate.New(cfg.Decompression)
@@ -270,6 +276,7 @@ func stopped(err error) error {
 // refused, and in-flight requests and streams get until ctx ends (or DrainTimeout, whichever is
 // sooner) to finish before their connections are closed.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.cfg.Readiness.drain()
 	g.svc.Drain()
 	g.health.SetStatus("", grpchealth.StatusNotServing)
 	g.health.SetStatus(inferenceconnect.GRPCInferenceServiceName, grpchealth.StatusNotServing)
@@ -308,4 +315,4 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 func (g *Gateway) SharedMemory() *shm.Manager { return g.svc.SharedMemory() }
 
 // Ready reports whether the gateway accepts new work: true until Shutdown starts.
-func (g *Gateway) Ready() bool { return g.svc.Ready() }
+func (g *Gateway) Ready() bool { return g.cfg.Readiness.Ready() }
