@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
-	"time"
 
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
@@ -94,12 +92,12 @@ func caches(cfg map[string]modelConfig, rdb rueidis.Client, redisPrefix string, 
 type embedPost func(ctx context.Context, model string, body []byte) ([]byte, error)
 
 // proxyEmbeddings is the embedPost of the semantic caches: the embeddings model's upstreams as
-// the OpenAI API routes them (health, breakers, failover), without the guard's admission — the
-// embedding is the gateway's own work for a request already admitted.
-func proxyEmbeddings(proxy func() *openai.Proxy) embedPost {
+// the OpenAI API routes them (health, breakers, failover), without the stages (the guard's
+// admission) — the embedding is the gateway's own work for a request already admitted.
+func proxyEmbeddings(ups *openai.Upstreams) embedPost {
 	return func(ctx context.Context, model string, body []byte) ([]byte, error) {
 		for _, typ := range upstream.Types {
-			status, answer, err := proxy().Post(ctx, typ, model, "/v1/embeddings", body)
+			status, answer, err := ups.Post(ctx, typ, model, "/v1/embeddings", body)
 			if errors.Is(err, openai.ErrNotServed) {
 				continue
 			}
@@ -113,45 +111,6 @@ func proxyEmbeddings(proxy func() *openai.Proxy) embedPost {
 		}
 		return nil, fmt.Errorf("no upstream serves the embeddings model %s", model)
 	}
-}
-
-// cacheRetryAfter is the Retry-After of a flush refused because Redis did not answer: as for the
-// batch state, an outage rarely ends sooner, and retrying sooner only adds load.
-const cacheRetryAfter = 2 * time.Second
-
-// cacheAdmin is DELETE /admin/cache: it empties the cache of the model named by ?model= (every
-// model's without it) and answers how many entries went. The path is admin-only with API keys.
-// Every Redis call of a flush is bounded (2 s each), so a Redis that is down or hangs is a 503
-// with Retry-After within seconds, never a request held until the client gives up.
-func cacheAdmin(all map[string]*respcache.Cache) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		names := slices.Sorted(maps.Keys(all))
-		if m := r.URL.Query().Get("model"); m != "" {
-			if all[m] == nil {
-				pipeline.NotFound("model", "model_not_found", fmt.Sprintf("The model `%s` has no response cache.", m)).Write(w)
-				return
-			}
-			names = []string{m}
-		}
-		type flushed struct {
-			Model   string `json:"model"`
-			Flushed int    `json:"flushed"`
-		}
-		out := struct {
-			Object string    `json:"object"`
-			Data   []flushed `json:"data"`
-		}{Object: "list", Data: []flushed{}}
-		for _, n := range names {
-			k, err := all[n].Flush(r.Context())
-			if err != nil {
-				pipeline.Unavailable("cache_unavailable", cacheRetryAfter, fmt.Sprintf(
-					"Flushing the response cache of `%s` failed: %v; retry in a few seconds.", n, err)).Write(w)
-				return
-			}
-			out.Data = append(out.Data, flushed{Model: n, Flushed: k})
-		}
-		httpapi.WriteJSON(w, http.StatusOK, out)
-	})
 }
 
 // sessionManager serves chat sessions for the models with models.<name>.session (nil when

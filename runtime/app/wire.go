@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/infergate/infergate/stage/disagg"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/stage/prompt"
+	"github.com/infergate/infergate/stage/respcache"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/store/ratelimit"
 	"github.com/infergate/infergate/surface/bridge"
@@ -52,11 +52,16 @@ func (a *App) Close() { a.close() }
 // OpenAI proxy and its KServe bridge, the KServe upstream pool, the backend registry with its
 // store, and the guard (API keys, rate limits, load shedding, circuit breakers) in front of all of
 // it. role is RoleGateway or RoleBatchWorker; gwCfg carries what the command line sets.
+//
+// Each part is built from parts already built, top to bottom: the OpenAI upstream pool
+// (openai.Upstreams: routing without stages) before the stages that call it (the semantic
+// caches' embeddings, vLLM's /tokenize, the sessions' served models), the stages before the
+// OpenAI surface that runs them (openai.Proxy), and the gateway's readiness before the surface
+// that reports it; the gateway last.
 func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if lines := cfg.Batch.validate(role, cfg.Redis.Addr); len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
-	var gw *gateway.Gateway
 	log := gwCfg.Logger
 	gwCfg.Decompression = cfg.Server.decompression()
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
@@ -128,23 +133,6 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var proxy *openai.Proxy // the semantic caches' embeddings go through it, once built
-	cs, err := caches(cfg.Models, rdb, redisPrefix(cfg), proxyEmbeddings(func() *openai.Proxy { return proxy }), &closers, &collectors, log)
-	if err != nil {
-		return nil, err
-	}
-	for name, c := range cs {
-		models[name].cache = c.Interceptor()
-	}
-	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
-	if err != nil {
-		return nil, err
-	}
-	collectors = append(collectors, limCollectors...)
-	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
-		Breaker: br, Logger: log})
-	reg.SetAdmission(g.KServe())
-	collectors = append(collectors, g.Collectors()...)
 
 	// With API keys on, a client's Authorization is the gateway's key: never passed upstream.
 	// A key sees only the models it may use, on every surface.
@@ -163,33 +151,42 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 			return ""
 		}
 	}
-	// /tokenize and /detokenize, over HTTP and as OpenAIService's RPCs alike: the model's own
-	// tokenizer when it has one configured, else its vLLM upstream's endpoints (Forward, below).
-	tokenize := &prompt.Endpoints{Lookup: func(name string) *prompt.Model {
-		if m := models[name]; m != nil {
-			return m.Model // nil without a tokenizer
-		}
-		return nil
-	}, Visible: visible}
-	sm := sessionManager(cfg.Models, models, rdb, redisPrefix(cfg), visible, func(model string) bool {
-		return slices.ContainsFunc(proxy.Models(), func(m openai.ModelInfo) bool { return m.Name == model })
-	}, &collectors, log)
-	proxy, err = openai.New(openai.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br, StripHeaders: strip, Visible: visible,
-		Ready:          func() bool { return gw.Ready() },
-		UpstreamClient: cfg.UpstreamClient,
-		OllaHeaders:    cfg.Compat.OllaHeaders,
-		Stages:         llmStages(tr, g, models, sm),
-		Tokens:         tokenize.Serve})
+	// The OpenAI upstreams' pool: routing, health, breakers and failover, without the stages,
+	// which use it (the semantic caches' embeddings, vLLM's /tokenize, the sessions' models).
+	ups, err := openai.NewUpstreams(openai.UpstreamOptions{Endpoints: cfg.Upstreams, Logger: log, Breaker: br,
+		StripHeaders: strip, UpstreamClient: cfg.UpstreamClient})
 	if err != nil {
 		return nil, err
 	}
-	tokenize.Forward = func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
-		status, answer, err := proxy.Post(ctx, upstream.TypeVLLM, model, path, body)
-		if errors.Is(err, openai.ErrNotServed) {
-			return 0, nil, prompt.ErrNoUpstream // only vLLM has the endpoints among the upstream types
-		}
-		return status, answer, err
+	cs, err := caches(cfg.Models, rdb, redisPrefix(cfg), proxyEmbeddings(ups), &closers, &collectors, log)
+	if err != nil {
+		return nil, err
 	}
+	for name, c := range cs {
+		models[name].cache = c.Interceptor()
+	}
+	limiter, limCollectors, err := newLimiter(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	collectors = append(collectors, limCollectors...)
+	g := guard.New(guard.Options{Shedder: guard.NewShedder(cfg.Shedding), Limiter: limiter, Limits: cfg.Limits.Limits,
+		Breaker: br, Logger: log})
+	reg.SetAdmission(g.KServe())
+	collectors = append(collectors, g.Collectors()...)
+
+	// /tokenize and /detokenize, over HTTP and as OpenAIService's RPCs alike: the model's own
+	// tokenizer when it has one configured, else its vLLM upstream's endpoints.
+	tokenize := &prompt.Endpoints{Lookup: tokenizers(models), Visible: visible, Forward: vllmTokenize(ups)}
+	sm := sessionManager(cfg.Models, models, rdb, redisPrefix(cfg), visible, ups.Serves, &collectors, log)
+	// The gateway's readiness, turned false by its Shutdown: /health reports it.
+	ready := new(gateway.Readiness)
+	gwCfg.Readiness = ready
+	// The OpenAI surface on the pool: each model's requests through its stages.
+	proxy := openai.NewProxy(ups, openai.ProxyOptions{Visible: visible, Ready: ready.Ready,
+		OllaHeaders: cfg.Compat.OllaHeaders,
+		Stages:      llmStages(tr, g, models, sm),
+		Tokens:      tokenize.Serve})
 	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
 	bridged := bridge.New(reg, proxy, bridge.WithLogger(log), bridge.WithChatResult(func(name string) bool {
 		m := models[name]
@@ -205,7 +202,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	messagesMount, messagesOuter, messagesInner := messagesAPI(cfg, models, func() *openai.Proxy { return proxy }, visible, &collectors, log)
+	messagesMount, messagesOuter, messagesInner := messagesAPI(cfg, models, proxy, visible, &collectors, log)
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesOuter)
 	if auth != nil {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
@@ -219,19 +216,13 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		}
 		tokenize.Mount(mux)
 		if len(cs) > 0 {
-			mux.Handle("DELETE /admin/cache", cacheAdmin(cs))
+			mux.Handle("DELETE /admin/cache", respcache.AdminHandler(cs))
 		}
 		if sm != nil {
 			mux.Handle("/v1/sessions", sm.Handler())
 			mux.Handle("/v1/sessions/", sm.Handler())
 		}
-		mux.Handle("GET /admin/guard", g.AdminHandler(func() []string {
-			names := proxy.EndpointNames()
-			for _, s := range kp.Status() {
-				names = append(names, s.Name)
-			}
-			return names
-		}))
+		mux.Handle("GET /admin/guard", g.AdminHandler(endpointNames(ups, kp)))
 	})
 
 	var store registry.Store
@@ -258,20 +249,20 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		collectors = append(collectors, bp.collectors()...)
 	}
 
-	gw = gateway.New(reg, gwCfg)
-	gw.Metrics().MustRegister(proxy.Collectors()...)
+	gw := gateway.New(reg, gwCfg)
+	gw.Metrics().MustRegister(ups.Collectors()...)
 	gw.Metrics().MustRegister(kp.Collectors()...)
 	gw.Metrics().MustRegister(collectors...)
 
 	// Upstreams are checked once before serving, so the first requests find their models.
-	proxy.Start(ctx)
-	closers = append(closers, proxy.Close)
+	ups.Start(ctx)
+	closers = append(closers, ups.Close)
 	kp.Start(ctx)
 	closers = append(closers, kp.Close)
 	bridged.Sync()
 	if store != nil {
 		// Registered tensor backends join the KServe upstream pool, routed like configured ones.
-		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: proxy, Tensors: registry.KServeTensors{Pool: kp}, Logger: log})
+		ap := registry.NewApplier(registry.ApplierOptions{OpenAI: ups, Tensors: registry.KServeTensors{Pool: kp}, Logger: log})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -287,6 +278,40 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		bp.start(ctx, log, &closers)
 	}
 	return &App{Gateway: gw, Models: reg, OpenAI: proxy, Backends: backends, close: stop}, nil
+}
+
+// tokenizers is prompt.Endpoints' Lookup: the configured model's tokenizer, nil without one.
+func tokenizers(models map[string]*llmModel) func(name string) *prompt.Model {
+	return func(name string) *prompt.Model {
+		if m := models[name]; m != nil {
+			return m.Model // nil without a tokenizer
+		}
+		return nil
+	}
+}
+
+// vllmTokenize is prompt.Endpoints' Forward: /tokenize and /detokenize of the model's vLLM
+// upstreams, routed as the OpenAI API routes (health, breakers, failover), without the stages.
+func vllmTokenize(ups *openai.Upstreams) func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
+	return func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
+		status, answer, err := ups.Post(ctx, upstream.TypeVLLM, model, path, body)
+		if errors.Is(err, openai.ErrNotServed) {
+			return 0, nil, prompt.ErrNoUpstream // only vLLM has the endpoints among the upstream types
+		}
+		return status, answer, err
+	}
+}
+
+// endpointNames lists every upstream endpoint, the OpenAI pool's then the KServe pool's, for
+// GET /admin/guard (their breakers' state).
+func endpointNames(ups *openai.Upstreams, kp *kserveproxy.Proxy) func() []string {
+	return func() []string {
+		names := ups.EndpointNames()
+		for _, s := range kp.Status() {
+			names = append(names, s.Name)
+		}
+		return names
+	}
 }
 
 // newAuth returns the API key check, or nil (with a warning) when no keys are configured.
