@@ -105,7 +105,7 @@ func New(opts Options) (*Proxy, error) {
 }
 
 // NewProxy builds the OpenAI surface on u: from then on, each model u routes has its chain of
-// opts.Stages, rebuilt with u's routing table. Build one Proxy per Upstreams.
+// opts.Stages, rebuilt with u's routing table before u publishes it.
 func NewProxy(u *Upstreams, opts ProxyOptions) *Proxy {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 20
