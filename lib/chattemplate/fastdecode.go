@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // decodeFast reads a valid request in one pass over its bytes, without reflection (encoding/json
@@ -16,7 +16,7 @@ import (
 // with escapes, a key repeated in an object it reads, nesting deeper than maxFastDepth. What it
 // does return, decodeChecked reads alike (FuzzDecodeRequest holds it to that).
 func decodeFast(body []byte) *Input {
-	r := &fastReader{b: body, ok: true}
+	r := newFastReader(body)
 	in := &Input{AddGenerationPrompt: true}
 	var msgs []fastMessage
 	var tools []fastTool
@@ -42,14 +42,13 @@ func decodeFast(body []byte) *Input {
 				in.AddGenerationPrompt = *b
 			}
 		default:
-			r.skip()
-			return r.ok
+			return r.skip()
 		}
 		if seen&bit != 0 {
 			r.ok = false
 		}
 		seen |= bit
-		return r.ok
+		return r.good()
 	}, requestKeys) || !r.end() {
 		return nil
 	}
@@ -165,54 +164,44 @@ type fastTool struct {
 	strict            *bool
 }
 
-// maxFastDepth bounds the nesting the fast reader skips through; deeper requests go to
-// encoding/json, which has its own bound.
+// maxFastDepth bounds the nesting the fast reader reads through, counted from the top of the
+// request; deeper requests go to encoding/json, which has its own bound.
 const maxFastDepth = 512
 
-// fastReader checks and reads JSON as encoding/json does. ok turns false for good at the first
-// thing it does not take.
+// fastReader checks and reads JSON as encoding/json does, on jsonwire's scanner. ok turns false
+// for good at the first thing it does not take (the scanner's errors are its own).
 type fastReader struct {
+	sc jsonwire.Scanner
 	b  []byte
-	i  int
 	ok bool
 	// s is b as a string, made at the first string read that needs its own bytes: the strings
 	// without escapes are then slices of it, one allocation for all of them (a chat's dozens
 	// of contents) rather than one each. Only for bodies up to maxShared bytes, so that a big
 	// body with a few short strings is not copied whole.
 	s string
-	// simple: the string scanString last passed has no escape and no byte above 0x7F (it is
-	// its own value, and valid UTF-8).
-	simple bool
+}
+
+func newFastReader(body []byte) *fastReader {
+	return &fastReader{sc: jsonwire.NewScanner(body, jsonwire.Options{MaxDepth: maxFastDepth}), b: body, ok: true}
 }
 
 // maxShared bounds the bodies whose strings share one copy of the body.
 const maxShared = 1 << 20
 
-func (r *fastReader) ws() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
-	}
+// good reports whether all went well so far.
+func (r *fastReader) good() bool { return r.ok && r.sc.Err() == nil }
+
+// fail stops the reader.
+func (r *fastReader) fail() bool {
+	r.ok = false
+	return false
 }
 
 // peek returns the next byte that is not whitespace (0 at the end).
-func (r *fastReader) peek() byte {
-	r.ws()
-	if r.i < len(r.b) {
-		return r.b[r.i]
-	}
-	return 0
-}
+func (r *fastReader) peek() byte { return r.sc.Peek() }
 
 // end reports whether only whitespace is left, and all went well.
-func (r *fastReader) end() bool {
-	r.ws()
-	return r.ok && r.i == len(r.b)
-}
+func (r *fastReader) end() bool { return r.ok && r.sc.Finish() == nil }
 
 // object reads an object, the top of the request.
 func (r *fastReader) object(field func(key string) bool, known []string) bool {
@@ -227,25 +216,21 @@ func (r *fastReader) object(field func(key string) bool, known []string) bool {
 // would take it for that field), or written with an escape, stops the reader; field gets any
 // other key as "" and should skip its value.
 func (r *fastReader) fields(field func(key string) bool, known []string) bool {
-	r.i++ // '{'
-	if r.peek() == '}' {
-		r.i++
-		return true
+	if r.sc.EnterObject() != nil {
+		return r.fail()
 	}
 	for {
-		if r.peek() != '"' {
-			r.ok = false
-			return false
+		tok, more, err := r.sc.NextMember()
+		if err != nil {
+			return r.fail()
 		}
-		start := r.i + 1
-		if !r.scanString() {
-			return false
+		if !more {
+			return true
 		}
-		key := r.b[start : r.i-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			r.ok = false
-			return false
+		if tok.Flags&jsonwire.Escaped != 0 {
+			return r.fail()
 		}
+		key := tok.Contents(r.b)
 		k := ""
 		for _, name := range known {
 			if string(key) == name {
@@ -253,159 +238,74 @@ func (r *fastReader) fields(field func(key string) bool, known []string) bool {
 				break
 			}
 			if strings.EqualFold(string(key), name) {
-				r.ok = false
-				return false
+				return r.fail()
 			}
 		}
-		if r.peek() != ':' {
-			r.ok = false
-			return false
-		}
-		r.i++
-		if !field(k) {
-			r.ok = false
-			return false
-		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			return true
-		default:
-			r.ok = false
-			return false
+		if !field(k) || r.sc.Err() != nil {
+			return r.fail()
 		}
 	}
 }
 
 // array reads an array (the reader must be at its '['), calling elem for each element.
 func (r *fastReader) array(elem func() bool) bool {
-	r.i++ // '['
-	if r.peek() == ']' {
-		r.i++
-		return true
+	if r.sc.EnterArray() != nil {
+		return r.fail()
 	}
 	for {
-		r.ws()
-		if !elem() {
-			r.ok = false
-			return false
+		more, err := r.sc.NextElement()
+		if err != nil {
+			return r.fail()
 		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case ']':
-			r.i++
+		if !more {
 			return true
-		default:
-			r.ok = false
-			return false
+		}
+		if !elem() || r.sc.Err() != nil {
+			return r.fail()
 		}
 	}
 }
 
 // null reads a null if one is next.
-func (r *fastReader) null() bool {
-	if r.peek() == 'n' && bytes.HasPrefix(r.b[r.i:], []byte("null")) {
-		r.i += 4
-		return true
-	}
-	return false
-}
-
-// scanString moves past the string at r.i (its opening quote), checking it as encoding/json's
-// scanner does: no control characters, only JSON's escapes. Invalid UTF-8 is allowed. It skips
-// eight bytes at a time while none of them ends the string, escapes or is a control character,
-// and, until it has seen one, is above 0x7F (r.simple).
-func (r *fastReader) scanString() bool {
-	b := r.b
-	i := r.i + 1
-	r.simple = true
-	for {
-		if r.simple {
-			i = jsonscan.SkipPlainASCII(b, i)
-		} else {
-			i = jsonscan.SkipPlain(b, i) // text outside ASCII: no stop at each such byte
-		}
-		if i >= len(b) {
-			r.ok = false
-			return false
-		}
-		switch c := b[i]; {
-		case c == '"':
-			r.i = i + 1
-			return true
-		case c < 0x20:
-			r.ok = false
-			return false
-		case c == '\\':
-			r.simple = false
-			if i+1 >= len(b) {
-				r.ok = false
-				return false
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if _, ok := hex4(b[i+2:]); !ok {
-					r.ok = false
-					return false
-				}
-				i += 6
-			default:
-				r.ok = false
-				return false
-			}
-		default:
-			if c >= utf8.RuneSelf {
-				r.simple = false
-			}
-			i++
-		}
-	}
-}
+func (r *fastReader) null() bool { return r.sc.ReadNull() }
 
 // str reads a string as encoding/json reads it into a Go string.
 func (r *fastReader) str() (string, bool) {
-	if r.peek() != '"' {
-		r.ok = false
-		return "", false
+	tok, err := r.sc.ReadString()
+	if err != nil {
+		return "", r.fail()
 	}
-	start := r.i
-	if !r.scanString() {
-		return "", false
-	}
-	lit := r.b[start:r.i]
-	if body := lit[1 : len(lit)-1]; r.simple || bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+	return r.text(tok), true
+}
+
+// text is the value of the string tok, which the scanner has checked.
+func (r *fastReader) text(tok jsonwire.Token) string {
+	body := tok.Contents(r.b)
+	if tok.Plain() || tok.Flags&jsonwire.Escaped == 0 && utf8.Valid(body) {
 		switch string(body) { // the strings of every request, without an allocation
 		case "system":
-			return "system", true
+			return "system"
 		case "user":
-			return "user", true
+			return "user"
 		case "assistant":
-			return "assistant", true
+			return "assistant"
 		case "tool":
-			return "tool", true
+			return "tool"
 		case "text":
-			return "text", true
+			return "text"
 		case "function":
-			return "function", true
+			return "function"
 		}
 		if len(r.b) > maxShared {
-			return string(body), true
+			return string(body)
 		}
 		if r.s == "" {
 			r.s = string(r.b)
 		}
-		return r.s[start+1 : r.i-1], true
+		return r.s[tok.Start+1 : tok.End-1]
 	}
-	s, ok := unquote(lit)
-	if !ok {
-		r.ok = false
-	}
-	return s, ok
+	s, _ := jsonwire.UnescapeString(body, jsonwire.ReplaceInvalid) // checked by the scanner
+	return s
 }
 
 // opt reads a string or null into a *string field.
@@ -439,153 +339,32 @@ func (r *fastReader) strField() (string, bool) {
 
 // boolPtr reads true, false or null into a *bool field.
 func (r *fastReader) boolPtr() (*bool, bool) {
-	r.ws()
-	rest := r.b[r.i:]
-	switch {
-	case bytes.HasPrefix(rest, []byte("true")):
-		r.i += 4
-		v := true
-		return &v, true
-	case bytes.HasPrefix(rest, []byte("false")):
-		r.i += 5
-		v := false
-		return &v, true
-	case r.null():
+	if r.null() {
 		return nil, true
 	}
-	r.ok = false
-	return nil, false
+	v, err := r.sc.ReadBool()
+	if err != nil {
+		return nil, r.fail()
+	}
+	return &v, true
 }
 
 // raw reads any value and returns a copy of its bytes, as json.RawMessage does ("null"
 // included).
 func (r *fastReader) raw() json.RawMessage {
-	r.ws()
-	start := r.i
-	if !r.skip() {
+	tok, err := r.sc.ReadValue()
+	if err != nil {
+		r.fail()
 		return nil
 	}
-	return append(json.RawMessage(nil), r.b[start:r.i]...)
+	return append(json.RawMessage(nil), tok.Raw(r.b)...)
 }
 
 // skip moves past one value, checking it.
 func (r *fastReader) skip() bool {
-	var isObject [maxFastDepth / 64]uint64 // per open container: an object (else an array)
-	depth := 0
-value:
-	for {
-		switch c := r.peek(); {
-		case c == '{' || c == '[':
-			if depth == maxFastDepth {
-				r.ok = false
-				return false
-			}
-			closer := byte(']')
-			if c == '{' {
-				isObject[depth/64] |= 1 << (depth % 64)
-				closer = '}'
-			} else {
-				isObject[depth/64] &^= 1 << (depth % 64)
-			}
-			depth++
-			r.i++
-			if r.peek() == closer {
-				r.i++
-				depth--
-				break // an empty container is a value that ended
-			}
-			if c == '{' && !r.key() {
-				return false
-			}
-			continue value
-		case c == '"':
-			if !r.scanString() {
-				return false
-			}
-		case c == 't' && bytes.HasPrefix(r.b[r.i:], []byte("true")):
-			r.i += 4
-		case c == 'f' && bytes.HasPrefix(r.b[r.i:], []byte("false")):
-			r.i += 5
-		case c == 'n' && bytes.HasPrefix(r.b[r.i:], []byte("null")):
-			r.i += 4
-		case c == '-' || c >= '0' && c <= '9':
-			if !r.number() {
-				return false
-			}
-		default:
-			r.ok = false
-			return false
-		}
-		// A value ended: go on to the next one of its container, or close the container.
-		for depth > 0 {
-			object := isObject[(depth-1)/64]&(1<<((depth-1)%64)) != 0
-			switch c := r.peek(); {
-			case c == ',':
-				r.i++
-				if object && !r.key() {
-					return false
-				}
-				continue value
-			case c == '}' && object, c == ']' && !object:
-				r.i++
-				depth--
-			default:
-				r.ok = false
-				return false
-			}
-		}
-		return true
+	if _, err := r.sc.ReadValue(); err != nil {
+		return r.fail()
 	}
-}
-
-// key moves past an object's key and the ':' after it.
-func (r *fastReader) key() bool {
-	if r.peek() != '"' || !r.scanString() || r.peek() != ':' {
-		r.ok = false
-		return false
-	}
-	r.i++
-	return true
-}
-
-// number moves past a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-func (r *fastReader) number() bool {
-	b, i := r.b, r.i
-	digits := func() bool {
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i > j
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case !digits():
-		r.ok = false
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if !digits() {
-			r.ok = false
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if !digits() {
-			r.ok = false
-			return false
-		}
-	}
-	r.i = i
 	return true
 }
 
@@ -601,11 +380,11 @@ func (r *fastReader) messages() []fastMessage {
 	// Room for as many messages as the rest of the body has objects, up to a bound: a hint,
 	// which a body of braces must not turn into memory. A one-byte count is a vector loop;
 	// counting "role" keys was a sixth of the decoding of a 29-message chat.
-	n := bytes.Count(r.b[r.i:], []byte{'{'})
+	n := bytes.Count(r.b[r.sc.Offset():], []byte{'{'})
 	if n > 32 {
 		// Braces in code, schemas or parts: count the "role" keys instead (inside a string
 		// their quotes would be escaped), slower but not misled.
-		n = bytes.Count(r.b[r.i:], []byte(`"role"`))
+		n = bytes.Count(r.b[r.sc.Offset():], []byte(`"role"`))
 	}
 	msgs := make([]fastMessage, 0, min(256, max(1, n)))
 	r.array(func() bool {
@@ -755,7 +534,7 @@ func (r *fastReader) toolCalls() ([]fastToolCall, bool) {
 					case "arguments":
 						bit = 2
 						c.arguments = r.raw()
-						ok = r.ok
+						ok = r.good()
 					default:
 						return r.skip()
 					}
@@ -831,7 +610,7 @@ func (r *fastReader) tools() ([]fastTool, []Tool) {
 					case "parameters":
 						bit = 4
 						t.parameters = r.raw()
-						ok = r.ok
+						ok = r.good()
 					case "strict":
 						bit = 8
 						t.strict, ok = r.boolPtr()
@@ -872,7 +651,7 @@ func (r *fastReader) documents() []json.RawMessage {
 	r.array(func() bool {
 		d := r.raw()
 		docs = append(docs, d)
-		return r.ok
+		return r.good()
 	})
 	return docs
 }
@@ -888,32 +667,24 @@ func (r *fastReader) kwargs() map[string]any {
 		return nil
 	}
 	kw := map[string]any{}
-	r.i++ // '{'
-	if r.peek() == '}' {
-		r.i++
-		return kw
+	if r.sc.EnterObject() != nil {
+		r.fail()
+		return nil
 	}
 	for {
-		k, ok := r.str()
-		if !ok || r.peek() != ':' {
-			r.ok = false
+		tok, more, err := r.sc.NextMember()
+		if err != nil {
+			r.fail()
 			return nil
 		}
-		r.i++
+		if !more {
+			return kw
+		}
+		k := r.text(tok)
 		v := r.raw()
-		if !r.ok {
+		if !r.good() {
 			return nil
 		}
 		kw[k] = v
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			return kw
-		default:
-			r.ok = false
-			return nil
-		}
 	}
 }

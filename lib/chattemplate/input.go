@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // Input is what a chat template renders: an OpenAI chat-completion request's conversation.
@@ -388,7 +388,7 @@ func (t *Template) toolCall(c *ToolCall, i, j int, sm *strMap) (jinja.Value, err
 	if a := strings.TrimSpace(c.Function.Arguments); a != "" {
 		if v, err := jsonValue([]byte(a), t.limits.MaxInputDepth); err == nil {
 			args = mapValue(v, sm)
-		} else if errors.Is(err, errTooDeep) {
+		} else if errors.Is(err, jsonwire.ErrTooDeep) {
 			return jinja.Undefined(), inputErrorf(param()+".function.arguments", "%v", err)
 		}
 	}
@@ -745,85 +745,6 @@ func unquote(b []byte) (string, bool) {
 	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
 		return "", false
 	}
-	b = b[1 : len(b)-1]
-	i := bytes.IndexByte(b, '\\')
-	if i < 0 && utf8.Valid(b) {
-		return string(b), true
-	}
-	out := make([]byte, 0, len(b))
-	for len(b) > 0 {
-		c := b[0]
-		switch {
-		case c == '\\':
-			if len(b) < 2 {
-				return "", false
-			}
-			switch b[1] {
-			case '"', '\\', '/':
-				out = append(out, b[1])
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := hex4(b[2:])
-				if !ok {
-					return "", false
-				}
-				b = b[6:]
-				if utf16.IsSurrogate(r) {
-					r2, ok2 := rune(-1), false
-					if len(b) >= 6 && b[0] == '\\' && b[1] == 'u' {
-						r2, ok2 = hex4(b[2:])
-					}
-					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
-						b = b[6:]
-						r = dec
-					} else {
-						r = utf8.RuneError
-					}
-				}
-				out = utf8.AppendRune(out, r)
-				continue
-			default:
-				return "", false
-			}
-			b = b[2:]
-		case c < utf8.RuneSelf:
-			out = append(out, c)
-			b = b[1:]
-		default:
-			r, size := utf8.DecodeRune(b)
-			out = utf8.AppendRune(out, r) // U+FFFD for an invalid byte, as encoding/json
-			b = b[size:]
-		}
-	}
-	return string(out), true
-}
-
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
+	s, err := jsonwire.UnescapeString(b[1:len(b)-1], jsonwire.ReplaceInvalid)
+	return s, err == nil
 }

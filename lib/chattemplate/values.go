@@ -1,11 +1,9 @@
 package chattemplate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
 	"sort"
@@ -15,80 +13,115 @@ import (
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // jsonValue decodes one JSON value into the engine's values, keeping the order of object keys
 // (Python's json.loads does, and tojson writes them in that order) and telling integers from
-// floats as Python does. depth is how deep containers may nest.
+// floats as Python does. maxDepth is how deep containers may nest: a container deeper is
+// jsonwire.ErrTooDeep ("nested too deeply"), itself.
 func jsonValue(raw []byte, maxDepth int) (jinja.Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeValue(dec, maxDepth)
-	if err != nil {
-		return jinja.Undefined(), err
+	if maxDepth <= 0 { // no container at all (jsonwire's 0 is its default, 10,000)
+		maxDepth = -1
+		if c := firstByte(raw); c == '{' || c == '[' {
+			return jinja.Undefined(), jsonwire.ErrTooDeep
+		}
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return jinja.Undefined(), errors.New("trailing data after the JSON value")
+	s := jsonwire.NewScanner(raw, jsonwire.Options{MaxDepth: maxDepth})
+	v, err := decodeValue(&s)
+	if err == nil && s.Finish() != nil {
+		err = errors.New("trailing data after the JSON value")
+	}
+	if err != nil {
+		if errors.Is(err, jsonwire.ErrTooDeep) {
+			err = jsonwire.ErrTooDeep
+		}
+		return jinja.Undefined(), err
 	}
 	return v, nil
 }
 
-var errTooDeep = errors.New("nested too deeply")
+// firstByte is raw's first byte after white space (0 if none).
+func firstByte(raw []byte) byte {
+	s := jsonwire.NewScanner(raw, jsonwire.Options{})
+	return s.Peek()
+}
 
-func decodeValue(dec *json.Decoder, depth int) (jinja.Value, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return jinja.Undefined(), err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if depth <= 0 {
-			return jinja.Undefined(), errTooDeep
+// decodeValue reads the value the scanner is at.
+func decodeValue(s *jsonwire.Scanner) (jinja.Value, error) {
+	b := s.Input()
+	switch s.Peek() {
+	case '[':
+		if err := s.EnterArray(); err != nil {
+			return jinja.Undefined(), err
 		}
-		if t == '[' {
-			var items []jinja.Value
-			for dec.More() {
-				v, err := decodeValue(dec, depth-1)
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				items = append(items, v)
+		var items []jinja.Value
+		for {
+			more, err := s.NextElement()
+			if err != nil {
+				return jinja.Undefined(), err
 			}
-			_, err := dec.Token()
-			return jinja.NewList(items), err
+			if !more {
+				return jinja.NewList(items), nil
+			}
+			v, err := decodeValue(s)
+			if err != nil {
+				return jinja.Undefined(), err
+			}
+			items = append(items, v)
+		}
+	case '{':
+		if err := s.EnterObject(); err != nil {
+			return jinja.Undefined(), err
 		}
 		d := jinja.NewDict()
 		dict := d.AsDict()
-		for dec.More() {
-			k, err := dec.Token()
+		for {
+			key, more, err := s.NextMember()
 			if err != nil {
 				return jinja.Undefined(), err
 			}
-			v, err := decodeValue(dec, depth-1)
+			if !more {
+				return d, nil
+			}
+			v, err := decodeValue(s)
 			if err != nil {
 				return jinja.Undefined(), err
 			}
-			dict.Set(k.(string), v)
+			dict.Set(stringOf(key, b), v)
 		}
-		_, err := dec.Token()
-		return d, err
-	case nil:
-		return jinja.None(), nil
-	case bool:
-		return jinja.NewBool(t), nil
-	case string:
-		return jinja.NewString(t), nil
-	case json.Number:
-		return numberValue(t), nil
 	}
-	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
+	t, err := s.ReadValue()
+	switch {
+	case err != nil:
+		return jinja.Undefined(), err
+	case t.Kind == jsonwire.String:
+		return jinja.NewString(stringOf(t, b)), nil
+	case t.Kind == jsonwire.Number:
+		return numberToken(string(t.Raw(b)), t.Integer()), nil
+	case t.Kind == jsonwire.Null:
+		return jinja.None(), nil
+	}
+	return jinja.NewBool(t.Kind == jsonwire.True), nil
+}
+
+// stringOf is the value of a string token of b, as encoding/json reads it (invalid UTF-8 and
+// lone surrogates as U+FFFD).
+func stringOf(t jsonwire.Token, b []byte) string {
+	v, _ := jsonwire.UnescapeString(t.Contents(b), jsonwire.ReplaceInvalid) // checked by the scanner
+	return v
 }
 
 // numberValue is a JSON number as Python's json.loads reads it: an int when it has no fraction or
 // exponent (a float when it does not fit 64 bits: Python's ints are unbounded), else a float.
 func numberValue(n json.Number) jinja.Value {
-	s := string(n)
-	if !strings.ContainsAny(s, ".eE") {
+	return numberToken(string(n), !strings.ContainsAny(string(n), ".eE"))
+}
+
+// numberToken is numberValue of s, whose integer says it has no fraction or exponent.
+func numberToken(s string, integer bool) jinja.Value {
+	if integer {
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return jinja.NewInt(i)
 		}
@@ -104,7 +137,7 @@ func numberValue(n json.Number) jinja.Value {
 // json.RawMessage keeps its key order, maps are sorted by key.
 func goValue(v any, depth int) (jinja.Value, error) {
 	if depth < 0 {
-		return jinja.Undefined(), errTooDeep
+		return jinja.Undefined(), jsonwire.ErrTooDeep
 	}
 	switch x := v.(type) {
 	case nil:
@@ -219,7 +252,7 @@ func parseJSONOptions(args []jinja.Value, kwargs map[string]jinja.Value) (jsonOp
 // writeJSON writes v as Python's json.dumps does with o.
 func writeJSON(b *strings.Builder, v jinja.Value, o *jsonOptions, level int) error {
 	if level > 512 {
-		return errTooDeep
+		return jsonwire.ErrTooDeep
 	}
 	switch {
 	case v.IsNone(), v.IsUndefined():

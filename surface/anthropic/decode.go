@@ -1,13 +1,16 @@
 package anthropic
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // The request decoder: one pass of the scanner over the body fills msgRequest, strictly (an
@@ -35,18 +38,17 @@ func decodeRequest(d *decoder, body []byte, req *msgRequest) *apiError {
 	if !utf8.Valid(body) {
 		return invalid("The request body is not valid UTF-8.")
 	}
-	d.s = scanner{b: body}
+	d.s, d.base, d.b = newScanner(body), 0, body
 	// The body as a string without a copy (the copy was as large as the body): translate uses
 	// the strings only until it returns, and nothing it returns points into them (the model's
 	// name is cloned; error messages are built anew).
 	d.body = unsafe.String(unsafe.SliceData(body), len(body))
 	d.request(req)
-	// Anything after the object but white space is refused (a NUL byte too, which peek would
-	// take for the end).
-	if d.s.ws(); d.err == nil && d.s.i < len(d.s.b) {
-		if d.s.bad {
+	// Anything after the object but white space is refused (a NUL byte too).
+	if d.err == nil {
+		if d.s.Peek(); d.s.bad() {
 			d.syntax()
-		} else {
+		} else if d.s.Offset() < len(body) {
 			d.err = invalid("The request body must hold one JSON object.")
 		}
 	}
@@ -69,7 +71,9 @@ const (
 
 type decoder struct {
 	s        scanner
-	body     string // s.b as a string: the strings decoded are its substrings
+	base     int    // the offset in the body of s's input (a list read again from the body)
+	b        []byte // the body
+	body     string // the body as a string: the strings decoded are its substrings
 	err      *apiError
 	path     []pathElem // where the decoder is, for error messages
 	mode     mode
@@ -114,7 +118,7 @@ const maxPooled = 256
 
 // release clears d (nothing of a request stays reachable from the pool) and pools it.
 func (d *decoder) release() {
-	d.s, d.body, d.err, d.path, d.mode, d.stored, d.nblocks = scanner{}, "", nil, nil, modeStore, 0, 0
+	d.s, d.base, d.b, d.body, d.err, d.path, d.mode, d.stored, d.nblocks = scanner{}, 0, nil, "", nil, nil, modeStore, 0, 0
 	clear(d.pathBuf[:])
 	if d.scratch {
 		clear(d.blockScratch[:])
@@ -178,7 +182,7 @@ type walk[T any] struct {
 	read  func(d *decoder, v *T, depth int) bool
 	v     *T // where an element read from the body goes
 	depth int
-	pos   int // where the next element starts in the body
+	sc    scanner // reads the list from the body, between the decoder's reads of its elements
 	i     int
 	cur   *T
 }
@@ -194,19 +198,23 @@ func (w *walk[T]) next() bool {
 	}
 	d := w.d
 	d.scratch = true
-	d.s.i = w.pos
+	// The list was checked when first read: its own scanner takes it up where it left it, and
+	// the decoder reads the element with it (offsets in it count from the list's start).
 	if w.i == 0 {
-		d.s.eat('[')
-	} else {
-		d.s.eat(',')
+		w.sc = newScanner(d.b[w.l.at:])
+		w.sc.EnterArray()
 	}
+	outer, base := d.s, d.base
+	d.s, d.base = w.sc, w.l.at
+	d.s.NextElement()
 	var zero T
 	*w.v = zero
 	m := d.mode
 	d.mode = modeReread
 	w.read(d, w.v, w.depth)
 	d.mode = m
-	w.pos = d.s.i
+	w.sc = d.s
+	d.s, d.base = outer, base
 	w.cur = w.v
 	return true
 }
@@ -221,7 +229,8 @@ func readBlock(d *decoder, bl *block, depth int) bool  { return d.block(bl, dept
 // list's memory does not grow with its length.
 func storedList[T any](d *decoder, l *list[T], pool *[]T, scratch *T, read func(*decoder, *T, int) bool,
 	maxN int, member string) bool {
-	*l = list[T]{at: d.s.i, set: true}
+	d.s.Peek()
+	*l = list[T]{at: d.base + d.s.Offset(), set: true}
 	items := (*pool)[:0]
 	store := true
 	var zero T
@@ -252,16 +261,16 @@ func storedList[T any](d *decoder, l *list[T], pool *[]T, scratch *T, read func(
 }
 
 func (d *decoder) messages(l *list[inMessage]) walk[inMessage] {
-	return walk[inMessage]{d: d, l: l, read: readMessage, v: &d.msgScratch, pos: l.at, i: -1}
+	return walk[inMessage]{d: d, l: l, read: readMessage, v: &d.msgScratch, i: -1}
 }
 
 func (d *decoder) toolList(l *list[toolParam]) walk[toolParam] {
-	return walk[toolParam]{d: d, l: l, read: readTool, v: &d.toolScratch, pos: l.at, i: -1}
+	return walk[toolParam]{d: d, l: l, read: readTool, v: &d.toolScratch, i: -1}
 }
 
 // blocks walks c's blocks (none when c is a string).
 func (d *decoder) blocks(c *content) walk[block] {
-	return walk[block]{d: d, l: &c.blocks, read: readBlock, v: &d.blockScratch[c.depth], depth: c.depth, pos: c.blocks.at, i: -1}
+	return walk[block]{d: d, l: &c.blocks, read: readBlock, v: &d.blockScratch[c.depth], depth: c.depth, i: -1}
 }
 
 type pathElem struct {
@@ -292,13 +301,49 @@ func (d *decoder) where() string {
 }
 
 func (d *decoder) syntax() {
-	switch {
+	switch err := d.s.Err(); {
 	case d.err != nil:
-	case d.s.deep:
-		d.err = invalid("The request body is nested deeper than " + strconv.Itoa(maxDepth) + " levels (at byte " + strconv.Itoa(d.s.i) + ").")
+	case errors.Is(err, jsonwire.ErrTooDeep):
+		d.err = invalid("The request body is nested deeper than " + strconv.Itoa(maxDepth) + " levels (at byte " + strconv.Itoa(d.base+d.s.at(err)) + ").")
 	default:
-		d.err = invalid("The request body is not valid JSON (at byte " + strconv.Itoa(d.s.i) + ").")
+		d.err = invalid("The request body is not valid JSON (at byte " + strconv.Itoa(d.base+d.s.at(err)) + ").")
 	}
+}
+
+// at is where the scanner found err, as this decoder has always named the byte in its message:
+// jsonwire's offset, but for a malformed number its first byte, and for a string cut short
+// just after a backslash that backslash.
+func (s *scanner) at(err error) int {
+	var se *jsonwire.SyntaxError
+	if !errors.As(err, &se) {
+		return s.Offset()
+	}
+	b, i := s.Input(), se.Offset
+	switch se.Msg {
+	case badNumber:
+		for i > 0 && strings.IndexByte("+-.0123456789Ee", b[i-1]) >= 0 {
+			i--
+		}
+	case unterminated:
+		n := 0 // the backslashes that end the input
+		for n < i && b[i-1-n] == '\\' {
+			n++
+		}
+		if i == len(b) && n%2 == 1 {
+			i--
+		}
+	}
+	return i
+}
+
+// badNumber and unterminated are jsonwire's words for a malformed number and a string cut
+// short.
+var badNumber, unterminated = syntaxMsg("-"), syntaxMsg(`"`)
+
+func syntaxMsg(doc string) string {
+	var se *jsonwire.SyntaxError
+	errors.As(jsonwire.Validate([]byte(doc), jsonwire.Options{}), &se)
+	return se.Msg
 }
 
 // typeErr records that the value at the current path is not of kind.
@@ -313,16 +358,30 @@ func (d *decoder) typeErr(kind string) bool {
 // value. A null object is no members. field returns false to stop.
 func (d *decoder) object(field func(key string) bool) bool {
 	s := &d.s
-	if s.peek() != '{' && s.peek() != 'n' {
+	switch s.Peek() {
+	case 'n':
+		if s.ReadNull() {
+			return true
+		}
+	case '{':
+	default:
 		return d.typeErr("object")
 	}
-	ok := s.object(func(s *scanner, raw []byte) bool {
-		key := d.text(raw)
-		d.push(key)
-		ok := field(key)
+	ok := s.EnterObject() == nil
+	for ok {
+		key, more, err := s.NextMember()
+		if err != nil {
+			ok = false
+			break
+		}
+		if !more {
+			break
+		}
+		k := d.text(key)
+		d.push(k)
+		ok = field(k) && !s.bad()
 		d.pop()
-		return ok
-	})
+	}
 	if !ok && d.err == nil {
 		d.syntax()
 	}
@@ -340,15 +399,23 @@ func (d *decoder) unknown() bool {
 // array walks an array, elem called with the scanner at each element.
 func (d *decoder) array(elem func(i int) bool) bool {
 	s := &d.s
-	if s.peek() != '[' {
+	if s.Peek() != '[' {
 		return d.typeErr("list")
 	}
-	ok := s.array(func(s *scanner, i int) bool {
+	ok := s.EnterArray() == nil
+	for i := 0; ok; i++ {
+		more, err := s.NextElement()
+		if err != nil {
+			ok = false
+			break
+		}
+		if !more {
+			break
+		}
 		d.pushIdx(i)
-		ok := elem(i)
+		ok = elem(i) && !s.bad()
 		d.pop()
-		return ok
-	})
+	}
 	if !ok && d.err == nil {
 		d.syntax()
 	}
@@ -356,35 +423,33 @@ func (d *decoder) array(elem func(i int) bool) bool {
 }
 
 // null consumes a null; encoding/json's rule holds: null leaves a field unset.
-func (d *decoder) null() bool { return d.s.lit("null") }
+func (d *decoder) null() bool { return d.s.ReadNull() }
 
 func (d *decoder) str(dst *string) bool {
 	if d.null() {
 		return true
 	}
-	if d.s.peek() != '"' {
+	if d.s.Peek() != '"' {
 		return d.typeErr("string")
 	}
-	raw := d.s.str()
-	if raw == nil {
+	t, err := d.s.ReadString()
+	if err != nil {
 		d.syntax()
 		return false
 	}
 	if d.mode != modeCheck {
-		*dst = d.text(raw)
+		*dst = d.text(t)
 	}
 	return true
 }
 
-// text is the string a literal the scanner returned holds: a substring of d.body unless it has
-// escapes. raw is a slice of d.s.b, so its offset there is told by its capacity.
-func (d *decoder) text(raw []byte) string {
-	start := cap(d.s.b) - cap(raw)
-	in := d.body[start+1 : start+len(raw)-1]
-	if strings.IndexByte(in, '\\') < 0 {
-		return in
+// text is the string a literal the scanner read holds: a substring of d.body unless it has
+// escapes.
+func (d *decoder) text(t jsonwire.Token) string {
+	if t.Flags&jsonwire.Escaped == 0 {
+		return d.body[d.base+t.Start+1 : d.base+t.End-1]
 	}
-	return unquote(raw)
+	return unescape(t.Contents(d.s.Input()))
 }
 
 func (d *decoder) strPtr(dst **string) bool {
@@ -405,16 +470,18 @@ func (d *decoder) strPtr(dst **string) bool {
 }
 
 func (d *decoder) boolean(dst *bool) bool {
-	switch {
-	case d.null():
-	case d.s.lit("true"):
-		*dst = true
-	case d.s.lit("false"):
-		*dst = false
-	default:
-		return d.typeErr("boolean")
+	switch d.s.Peek() {
+	case 'n':
+		if d.null() {
+			return true
+		}
+	case 't', 'f':
+		if v, err := d.s.ReadBool(); err == nil {
+			*dst = v
+			return true
+		}
 	}
-	return true
+	return d.typeErr("boolean")
 }
 
 func (d *decoder) boolPtr(dst **bool) bool {
@@ -433,19 +500,19 @@ func (d *decoder) boolPtr(dst **bool) bool {
 	return true
 }
 
-// number returns the raw number token.
-func (d *decoder) number(kind string) []byte {
-	c := d.s.peek()
+// number returns the number token as a substring of d.body ("" when there is none).
+func (d *decoder) number(kind string) string {
+	c := d.s.Peek()
 	if c != '-' && (c < '0' || c > '9') {
 		d.typeErr(kind)
-		return nil
+		return ""
 	}
-	start := d.s.i
-	if !d.s.skip(0) {
+	t, err := d.s.ReadNumber()
+	if err != nil {
 		d.syntax()
-		return nil
+		return ""
 	}
-	return d.s.b[start:d.s.i]
+	return d.body[d.base+t.Start : d.base+t.End]
 }
 
 func (d *decoder) intPtr(dst **int64) bool {
@@ -453,10 +520,10 @@ func (d *decoder) intPtr(dst **int64) bool {
 		return true
 	}
 	tok := d.number("integer")
-	if tok == nil {
+	if tok == "" {
 		return false
 	}
-	v, err := strconv.ParseInt(d.token(tok), 10, 64)
+	v, err := strconv.ParseInt(tok, 10, 64)
 	if err != nil {
 		return d.typeErr("integer")
 	}
@@ -471,10 +538,10 @@ func (d *decoder) floatPtr(dst **float64) bool {
 		return true
 	}
 	tok := d.number("number")
-	if tok == nil {
+	if tok == "" {
 		return false
 	}
-	v, err := strconv.ParseFloat(d.token(tok), 64)
+	v, err := strconv.ParseFloat(tok, 64)
 	if err != nil {
 		return d.typeErr("number")
 	}
@@ -484,28 +551,22 @@ func (d *decoder) floatPtr(dst **float64) bool {
 	return true
 }
 
-// token is a slice of d.s.b as a substring of d.body.
-func (d *decoder) token(b []byte) string {
-	start := cap(d.s.b) - cap(b)
-	return d.body[start : start+len(b)]
-}
-
 // raw keeps a value as its JSON text (null as nothing).
 func (d *decoder) raw(dst *json.RawMessage) bool {
 	if d.null() {
 		return true
 	}
-	d.s.ws()
-	start := d.s.i
-	// The path is as long as the value is deep in the request: the objects and arrays around it.
-	if !d.s.skip(len(d.path)) {
-		if d.s.deep && d.err == nil {
+	// The scanner counts the value's depth from the top of the request: the objects and arrays
+	// around it (as many as the path is long) and its own.
+	t, err := d.s.ReadValue()
+	if err != nil {
+		if errors.Is(err, jsonwire.ErrTooDeep) && d.err == nil {
 			d.err = invalid(d.where() + ": nested deeper than " + strconv.Itoa(maxDepth) + " levels")
 		}
 		d.syntax()
 		return false
 	}
-	*dst = d.s.b[start:d.s.i]
+	*dst = t.Raw(d.s.Input())
 	return true
 }
 
@@ -694,7 +755,7 @@ func (d *decoder) content(c *content, depth int) bool {
 		return false
 	}
 	*c = content{set: true, depth: depth}
-	switch d.s.peek() {
+	switch d.s.Peek() {
 	case '"':
 		c.isText = true
 		return d.str(&c.text)
@@ -703,13 +764,16 @@ func (d *decoder) content(c *content, depth int) bool {
 		return d.typeErr("list")
 	}
 	l := &c.blocks
-	l.at, l.set = d.s.i, true
+	l.at, l.set = d.base+d.s.Offset(), true
 	if d.mode == modeReread {
 		// Checked when first read: only counted, for the walks to come.
-		return d.s.array(func(s *scanner, _ int) bool {
-			l.n++
-			return s.skip(0)
-		})
+		if d.s.enterArray() {
+			for d.s.element() {
+				l.n++
+				d.s.skip()
+			}
+		}
+		return !d.s.bad()
 	}
 	store := d.mode == modeStore
 	var items []block
@@ -867,75 +931,22 @@ var interned = func() map[string]string {
 	return m
 }()
 
-// unquote is the string a valid JSON string literal (as the scanner returns it) holds; invalid
-// surrogates become U+FFFD, as encoding/json has them.
+// unquote is the string a valid JSON string literal (as the scanner returns it, quotes
+// included) holds: the interned constant for the strings requests repeat; invalid surrogates
+// become U+FFFD, as encoding/json has them, and other bytes stay as they are.
 func unquote(raw []byte) string {
 	in := raw[1 : len(raw)-1]
-	i := 0
-	for i < len(in) && in[i] != '\\' {
-		i++
-	}
-	if i == len(in) {
+	if bytes.IndexByte(in, '\\') < 0 {
 		if s, ok := interned[string(in)]; ok {
 			return s
 		}
 		return string(in)
 	}
-	out := make([]byte, i, len(in))
-	copy(out, in[:i])
-	for i < len(in) {
-		c := in[i]
-		if c != '\\' {
-			out = append(out, c)
-			i++
-			continue
-		}
-		e := in[i+1]
-		i += 2
-		switch e {
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r := rune(hex4(in[i : i+4]))
-			i += 4
-			if utf16.IsSurrogate(r) {
-				r2 := utf8.RuneError
-				if i+6 <= len(in) && in[i] == '\\' && in[i+1] == 'u' {
-					if dec := utf16.DecodeRune(r, rune(hex4(in[i+2:i+6]))); dec != utf8.RuneError {
-						r2 = dec
-						i += 6
-					}
-				}
-				r = r2
-			}
-			out = utf8.AppendRune(out, r)
-		default: // " \ /
-			out = append(out, e)
-		}
-	}
-	return string(out)
+	return unescape(in)
 }
 
-func hex4(b []byte) int {
-	n := 0
-	for _, c := range b {
-		n <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			n |= int(c - '0')
-		case c >= 'a' && c <= 'f':
-			n |= int(c - 'a' + 10)
-		default:
-			n |= int(c - 'A' + 10)
-		}
-	}
-	return n
+// unescape is the value of a string literal's contents that hold an escape.
+func unescape(in []byte) string {
+	s, _ := jsonwire.UnescapeString(in, jsonwire.KeepInvalid) // checked by the scanner
+	return s
 }

@@ -163,7 +163,7 @@ func FuzzCompletion(f *testing.F) {
 }
 
 // TestWordAtATime: the string writer's 8-bytes-at-a-time path writes what the byte-at-a-time one
-// would, for every byte at every offset of a word (the scanner's is jsonscan's, tested there).
+// would, for every byte at every offset of a word (it is jsonwire's AppendContents, Minimal).
 func TestWordAtATime(t *testing.T) {
 	for c := range 256 {
 		for at := range 20 {

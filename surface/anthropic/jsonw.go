@@ -2,63 +2,21 @@ package anthropic
 
 import (
 	"strconv"
-	"unicode/utf8"
 
-	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // The translators write JSON by appending to a byte slice: a request or a streamed chunk is
 // translated in a few microseconds only if nothing goes through reflection on the way out.
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string: quotes, backslashes and control characters escaped,
-// invalid UTF-8 replaced by U+FFFD (as encoding/json does), so the output is always valid JSON.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	b = appendStringInner(b, s)
-	return append(b, '"')
-}
+// appendString appends s as a JSON string: quotes, backslashes and control characters escaped
+// (\n, \r and \t short, the others \u00XX), invalid UTF-8 replaced by U+FFFD (as encoding/json
+// does), so the output is always valid JSON: jsonwire's Minimal escaping, which is this writer's.
+func appendString(b []byte, s string) []byte { return jsonwire.AppendString(b, s, jsonwire.Minimal) }
 
 // appendStringInner appends s escaped as appendString does, without the quotes.
 func appendStringInner(b []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		// Printable ASCII other than the quote and backslash goes as it is, 8 bytes at a time:
-		// most text is nothing else.
-		if i = jsonscan.SkipPlainASCII(s, i); i >= len(s) {
-			break
-		}
-		c := s[i]
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(b, s[start:]...)
+	return jsonwire.AppendContents(b, s, jsonwire.Minimal)
 }
 
 func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }

@@ -3,6 +3,7 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/metrics"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // What one request may cost (issue 35): lists too long for the decoder's storage are read from
@@ -276,8 +279,9 @@ func TestManyToolResults(t *testing.T) {
 	assert.Equal(t, n, bytes.Count(out.body, []byte(`"role":"tool"`)), "every result is a tool message")
 }
 
-// TestSkip: the scanner's skip, a loop since it takes 10,000 levels, passes over exactly what
-// encoding/json calls one valid value, at any depth it starts from.
+// TestSkip: the scanner's skip (jsonwire's, a loop since it takes 10,000 levels) passes over
+// exactly what encoding/json calls one valid value, its depth counted from the top of the
+// document.
 func TestSkip(t *testing.T) {
 	values := []string{`0`, `-1.5e+3`, `"a\"\\\/\b\f\n\r\t\u00e9"`, `true`, `false`, `null`, `{}`, `[]`, ` { "a" : [ 1 , { } , [ ] , "x" ] , "b" : null } `,
 		`[[],[[]],{"a":{"b":{}}}]`, `{"a":1,}`, `[1,]`, `[1 2]`, `{"a" 1}`, `{1:2}`, `{"a":}`, `[`, `]`, `{`, `"\x"`, `"` + "\x01" + `"`, `01`, `1.`, `.5`, `-`, `tru`, `nul`,
@@ -287,17 +291,22 @@ func TestSkip(t *testing.T) {
 			strings.Repeat(`[{"a":`, depth)+"[]"+strings.Repeat("}]", depth), strings.Repeat("[", depth)+strings.Repeat("]", depth-1))
 	}
 	for _, v := range values {
-		s := scanner{b: []byte(v)}
-		ok := s.skip(0) && s.peek() == 0 && !s.bad
+		s := newScanner([]byte(v))
+		ok := s.skip() && s.end() && !s.bad()
 		require.Equal(t, json.Valid([]byte(v)), ok, "%.80q", v)
 	}
 	for _, depth := range []int{maxDepth - 1, maxDepth, maxDepth + 1} {
 		v := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
-		s := scanner{b: v}
-		ok := s.skip(0) && s.peek() == 0
+		s := newScanner(v)
+		ok := s.skip() && s.end()
 		require.Equal(t, json.Valid(v), ok, "%d levels", depth)
-		require.Equal(t, !ok, s.deep, "%d levels", depth)
-		s = scanner{b: v[2 : len(v)-2]} // two levels less, inside two
-		require.Equal(t, ok, s.skip(2) && s.peek() == 0, "%d levels, from 2 deep", depth)
+		require.Equal(t, !ok, errors.Is(s.Err(), jsonwire.ErrTooDeep), "%d levels", depth)
+		s = newScanner(v) // the value two levels less, inside two
+		for range 2 {
+			require.NoError(t, s.EnterArray())
+			more, err := s.NextElement()
+			require.True(t, more && err == nil)
+		}
+		require.Equal(t, ok, s.skip(), "%d levels, from 2 deep", depth)
 	}
 }

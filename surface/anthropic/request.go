@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // The Anthropic request, decoded strictly (decode.go): a field this package does not know is
@@ -831,37 +833,29 @@ func (t *tr) assistant(c *content, field path) (awaited, *apiError) {
 func isObject(raw json.RawMessage) bool { return len(raw) > 0 && raw[0] == '{' }
 
 // appendCompactString appends raw JSON without insignificant spaces, as a JSON string (OpenAI's
-// arguments are one): what json.Compact then appendString write, in one pass. raw is valid JSON
-// (the decoder checked it) in a valid UTF-8 body: outside strings there is nothing to escape
-// but the spaces dropped, and inside them only quotes and backslashes.
+// arguments are one): what json.Compact then appendString write. raw is valid JSON (the decoder
+// checked it) in a valid UTF-8 body: outside its string literals there is nothing to escape but
+// the spaces dropped, and each literal is written as jsonwire's contents of a string (its quotes
+// and backslashes escaped).
 func appendCompactString(b []byte, raw json.RawMessage) []byte {
 	b = append(b, '"')
-	in := false // in a string literal
-	start := 0
-	for i := 0; i < len(raw); i++ {
-		switch c := raw[i]; c {
+	start := 0 // the start of the bytes not yet appended
+	for i := 0; i < len(raw); {
+		switch raw[i] {
 		case '"':
-			in = !in
-			b = append(b, raw[start:i]...)
-			b = append(b, '\\', '"')
-			start = i + 1
-		case '\\':
-			// An escape: its backslash and the next byte (an escaped quote does not end the
-			// literal).
-			b = append(b, raw[start:i]...)
-			b = append(b, '\\', '\\')
-			i++
-			if raw[i] == '"' || raw[i] == '\\' {
-				b = append(b, '\\', raw[i])
-				start = i + 1
-			} else {
-				start = i
+			end, err := jsonwire.SkipValue(raw, i, jsonwire.Options{MaxDepth: -1})
+			if err != nil { // not valid JSON after all: the rest as one string's contents
+				end = len(raw)
 			}
+			b = append(b, raw[start:i]...)
+			b = jsonwire.AppendContents(b, raw[i:end], jsonwire.Minimal)
+			i, start = end, end
 		case ' ', '\t', '\n', '\r':
-			if !in {
-				b = append(b, raw[start:i]...)
-				start = i + 1
-			}
+			b = append(b, raw[start:i]...)
+			i++
+			start = i
+		default:
+			i++
 		}
 	}
 	b = append(b, raw[start:]...)

@@ -94,19 +94,32 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 		choices                 int
 		badArgs                 string
 	)
-	sc := scanner{b: body}
-	ok := sc.peek() == '{' && sc.object(func(sc *scanner, key []byte) bool {
+	sc := newScanner(body)
+	if sc.Peek() != '{' {
+		return nil, badUpstream("The upstream's answer is not a chat completion: " + httpapi.Truncate(string(body), 200))
+	}
+	sc.enterObject()
+	for key, ok := sc.member(); ok; key, ok = sc.member() {
 		switch string(key) {
 		case `"choices"`:
-			return sc.array(func(sc *scanner, _ int) bool {
-				choices++
-				if choices > 1 { // n > 1 is never asked for: the first choice is the answer
-					return sc.skip(0)
+			if !sc.enterArray() {
+				break
+			}
+			for sc.element() {
+				if choices++; choices > 1 { // n > 1 is never asked for: the first choice is the answer
+					sc.skip()
+					continue
 				}
-				return sc.object(func(sc *scanner, key []byte) bool {
+				if !sc.enterObject() {
+					continue
+				}
+				for key, ok := sc.member(); ok; key, ok = sc.member() {
 					switch string(key) {
 					case `"message"`:
-						return sc.object(func(sc *scanner, key []byte) bool {
+						if !sc.enterObject() {
+							break
+						}
+						for key, ok := sc.member(); ok; key, ok = sc.member() {
 							switch string(key) {
 							case `"content"`:
 								text = sc.strOrNull()
@@ -117,43 +130,40 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 							case `"refusal"`:
 								refusal = sc.strOrNull()
 							case `"tool_calls"`:
-								return sc.array(func(sc *scanner, i int) bool {
-									tc, ok := toolCallOf(sc, i)
-									if ok && tc.input == nil && badArgs == "" {
+								if !sc.enterArray() {
+									break
+								}
+								for i := 0; sc.element(); i++ {
+									tc, ok := toolCallOf(&sc, i)
+									if !ok {
+										break
+									}
+									if tc.input == nil && badArgs == "" {
 										badArgs = fmt.Sprintf("The upstream's tool call %d (%s) has arguments that are not a JSON object.", i, tc.name)
 									}
 									calls = append(calls, tc)
-									return ok
-								})
+								}
 							default:
-								return sc.skip(0)
+								sc.skip()
 							}
-							return !sc.bad
-						})
+						}
 					case `"finish_reason"`:
 						finish = sc.strOrNull()
 					case `"stop_reason"`:
-						sc.ws()
-						start := sc.i
-						if !sc.skip(0) {
-							return false
-						}
-						vllmStop = sc.b[start:sc.i]
+						vllmStop = sc.raw()
 					default:
-						return sc.skip(0)
+						sc.skip()
 					}
-					return !sc.bad
-				})
-			})
+				}
+			}
 		case `"usage"`:
-			var ok bool
-			u, _, ok = readUsage(sc)
-			return ok
+			u, _, _ = readUsage(&sc)
+		default:
+			sc.skip()
 		}
-		return sc.skip(0)
-	})
+	}
 	switch {
-	case !ok || sc.peek() != 0:
+	case sc.bad() || !sc.end():
 		return nil, badUpstream("The upstream's answer is not a chat completion: " + httpapi.Truncate(string(body), 200))
 	case choices == 0:
 		return nil, badUpstream("The upstream's chat completion has no choices.")
@@ -181,30 +191,34 @@ func decodeCompletion(body []byte) (*message, *apiError) {
 }
 
 // readUsage reads an OpenAI usage object (a whole answer's, or a stream's last chunk's); seen is
-// whether it had any field.
+// whether it had any field; ok is false when the JSON is malformed.
 func readUsage(sc *scanner) (u usage, seen, ok bool) {
 	var prompt, completion, cached int64
-	ok = sc.object(func(sc *scanner, key []byte) bool {
-		seen = true
-		switch string(key) {
-		case `"prompt_tokens"`:
-			prompt = sc.int()
-		case `"completion_tokens"`:
-			completion = sc.int()
-		case `"prompt_tokens_details"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				if string(key) == `"cached_tokens"` {
-					cached = sc.int()
-					return !sc.bad
+	if sc.enterObject() {
+		for key, more := sc.member(); more; key, more = sc.member() {
+			seen = true
+			switch string(key) {
+			case `"prompt_tokens"`:
+				prompt = sc.int()
+			case `"completion_tokens"`:
+				completion = sc.int()
+			case `"prompt_tokens_details"`:
+				if !sc.enterObject() {
+					break
 				}
-				return sc.skip(0)
-			})
-		default:
-			return sc.skip(0)
+				for key, more := sc.member(); more; key, more = sc.member() {
+					if string(key) == `"cached_tokens"` {
+						cached = sc.int()
+					} else {
+						sc.skip()
+					}
+				}
+			default:
+				sc.skip()
+			}
 		}
-		return !sc.bad
-	})
-	return fromOpenAI(prompt, completion, cached), seen, ok
+	}
+	return fromOpenAI(prompt, completion, cached), seen, !sc.bad()
 }
 
 // toolCallOf reads one of a completion's tool calls; its input is nil when the arguments are not
@@ -225,8 +239,10 @@ func toolCallOf(sc *scanner, i int) (outBlock, bool) {
 	tc.input = []byte("{}")
 	if args != nil {
 		if a := bytes.TrimSpace([]byte(unquote(args))); len(a) > 0 {
-			as := scanner{b: a}
-			if as.peek() != '{' || !as.skip(0) || as.peek() != 0 {
+			// One object and nothing else: a NUL byte after it is not the end (arguments written
+			// as they are into the message must be JSON).
+			as := newScanner(a)
+			if as.Peek() != '{' || !as.skip() || as.Finish() != nil {
 				tc.input = nil
 			} else {
 				tc.input = a
@@ -387,31 +403,35 @@ type toolCallFields struct {
 	id, name, args []byte
 }
 
-// readToolCall reads a tool call object; index is pos unless the object has its own.
+// readToolCall reads a tool call object; index is pos unless the object has its own. ok is
+// false when the JSON is malformed.
 func readToolCall(sc *scanner, pos int64) (toolCallFields, bool) {
 	f := toolCallFields{index: pos}
-	ok := sc.object(func(sc *scanner, key []byte) bool {
-		switch string(key) {
-		case `"index"`:
-			f.index = sc.int()
-		case `"id"`:
-			f.id = sc.strOrNull()
-		case `"function"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
-				switch string(key) {
-				case `"name"`:
-					f.name = sc.strOrNull()
-				case `"arguments"`:
-					f.args = sc.strOrNull()
-				default:
-					return sc.skip(0)
+	if sc.enterObject() {
+		for key, ok := sc.member(); ok; key, ok = sc.member() {
+			switch string(key) {
+			case `"index"`:
+				f.index = sc.int()
+			case `"id"`:
+				f.id = sc.strOrNull()
+			case `"function"`:
+				if !sc.enterObject() {
+					break
 				}
-				return !sc.bad
-			})
-		default:
-			return sc.skip(0)
+				for key, ok := sc.member(); ok; key, ok = sc.member() {
+					switch string(key) {
+					case `"name"`:
+						f.name = sc.strOrNull()
+					case `"arguments"`:
+						f.args = sc.strOrNull()
+					default:
+						sc.skip()
+					}
+				}
+			default:
+				sc.skip()
+			}
 		}
-		return !sc.bad
-	})
-	return f, ok
+	}
+	return f, !sc.bad()
 }

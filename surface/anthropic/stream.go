@@ -49,9 +49,6 @@ type streamer struct {
 	hasUsage bool
 	deltas   int64 // content events, the output's size when the upstream reports no usage
 
-	// sc and tc scan a chunk and its tool calls; kept here so they are not allocated per chunk
-	// (the scanner's recursion makes the compiler move one on the stack to the heap).
-	sc, tc scanner
 	tap    *pipeline.EventTap
 	failed bool
 	ended  bool
@@ -137,19 +134,26 @@ type delta struct {
 
 // chunk handles one chunk; false when it is malformed.
 func (s *streamer) chunk(data []byte) bool {
-	s.sc = scanner{b: data}
-	sc := &s.sc
+	sc0 := newScanner(data) // on the stack: the walks are loops, not callbacks
+	sc := &sc0
 	var d delta
-	ok := sc.object(func(sc *scanner, key []byte) bool {
-		switch string(key) {
-		case `"choices"`:
-			return sc.array(func(sc *scanner, _ int) bool { return s.choice(sc, &d) })
-		case `"usage"`:
-			return s.readUsage(sc)
+	if sc.enterObject() {
+		for key, ok := sc.member(); ok; key, ok = sc.member() {
+			switch string(key) {
+			case `"choices"`:
+				if sc.enterArray() {
+					for sc.element() {
+						s.choice(sc, &d)
+					}
+				}
+			case `"usage"`:
+				s.readUsage(sc)
+			default:
+				sc.skip()
+			}
 		}
-		return sc.skip(0)
-	})
-	if !ok || sc.peek() != 0 {
+	}
+	if sc.bad() || !sc.end() {
 		return false
 	}
 	if len(d.thinking) > 2 {
@@ -163,20 +167,31 @@ func (s *streamer) chunk(data []byte) bool {
 		s.content(kindText, "text_delta", "text", d.refusal)
 	}
 	if d.toolCalls != nil {
-		s.tc = scanner{b: d.toolCalls}
-		tc := &s.tc
-		if !tc.array(func(tc *scanner, i int) bool { return s.toolCall(tc, i) }) {
-			return false
+		sc0 = newScanner(d.toolCalls) // the chunk is read: d holds slices of data, not of sc
+		if sc.enterArray() {
+			for i := 0; sc.element(); i++ {
+				if !s.toolCall(sc, i) {
+					return false
+				}
+			}
 		}
+		return !sc.bad()
 	}
 	return true
 }
 
-func (s *streamer) choice(sc *scanner, d *delta) bool {
-	return sc.object(func(sc *scanner, key []byte) bool {
+// choice reads one of a chunk's choices into d (a malformed one leaves sc bad).
+func (s *streamer) choice(sc *scanner, d *delta) {
+	if !sc.enterObject() {
+		return
+	}
+	for key, ok := sc.member(); ok; key, ok = sc.member() {
 		switch string(key) {
 		case `"delta"`:
-			return sc.object(func(sc *scanner, key []byte) bool {
+			if !sc.enterObject() {
+				break
+			}
+			for key, ok := sc.member(); ok; key, ok = sc.member() {
 				switch string(key) {
 				case `"content"`:
 					d.text = sc.strOrNull()
@@ -187,35 +202,23 @@ func (s *streamer) choice(sc *scanner, d *delta) bool {
 				case `"refusal"`:
 					d.refusal = sc.strOrNull()
 				case `"tool_calls"`:
-					sc.ws()
-					start := sc.i
-					if !sc.skip(0) {
-						return false
-					}
-					d.toolCalls = sc.b[start:sc.i]
+					d.toolCalls = sc.raw()
 				default:
-					return sc.skip(0)
+					sc.skip()
 				}
-				return !sc.bad
-			})
+			}
 		case `"finish_reason"`:
 			if f := sc.strOrNull(); len(f) > 2 && string(f[1:len(f)-1]) != s.finish {
 				s.finish = unquote(f)
 			}
-			return !sc.bad
 		case `"stop_reason"`:
-			sc.ws()
-			start := sc.i
-			if !sc.skip(0) {
-				return false
-			}
-			if v := sc.b[start:sc.i]; v[0] == '"' {
+			if v := sc.raw(); v != nil && v[0] == '"' {
 				s.vllmStop = append(s.vllmStop[:0], v...)
 			}
-			return true
+		default:
+			sc.skip()
 		}
-		return sc.skip(0)
-	})
+	}
 }
 
 func (s *streamer) readUsage(sc *scanner) bool {
