@@ -1,21 +1,20 @@
 package pipeline
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
-	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 var errNotObject = errors.New("request body must be a JSON object")
 
 // scanRouting reads the top-level "model" and "stream" members of a JSON object without decoding
-// anything else: every other value is skipped, string contents eight bytes at a time. Like
-// encoding/json, a duplicate key's last value wins, escaped keys match, and null leaves a field
-// unset. It rejects malformed JSON it walks over, so a bad body is a 400 from the gateway, not a
-// round trip to the upstream.
+// anything else: every other value is skipped (and checked) by jsonwire's scanner, string
+// contents eight bytes at a time. Like encoding/json, a duplicate key's last value wins, escaped
+// keys match, and null leaves a field unset. It rejects malformed JSON it walks over, so a bad
+// body is a 400 from the gateway, not a round trip to the upstream.
 func scanRouting(b []byte) (Routing, error) {
 	r, err := scanTop(b)
 	r.MaxTokens = r.maxCompl
@@ -25,307 +24,99 @@ func scanRouting(b []byte) (Routing, error) {
 	return r, err
 }
 
-// scanTop walks the body's top level for scanRouting.
+// The top-level members scanTop reads.
+const (
+	otherKey = iota
+	modelKey
+	streamKey
+	maxTokensKey
+	maxComplKey
+)
+
+// scanTop walks the body's top level for scanRouting. Any error is worded by explain.
 func scanTop(b []byte) (Routing, error) {
 	r := Routing{MaxTokens: -1, maxTokens: -1, maxCompl: -1}
-	s := scanner{b: b}
-	s.ws()
-	if !s.eat('{') {
+	s := jsonwire.NewScanner(b, jsonwire.Options{})
+	if s.Peek() != '{' {
 		return r, errNotObject
 	}
-	s.ws()
-	if s.eat('}') {
-		return r, s.end()
+	if err := s.EnterObject(); err != nil {
+		return r, explain(b, err)
 	}
 	for {
-		s.ws()
-		ks := s.i
-		if err := s.str(); err != nil {
-			return r, err
+		key, more, err := s.NextMember()
+		if err != nil {
+			return r, explain(b, err)
 		}
-		key := b[ks:s.i]
-		s.ws()
-		if !s.eat(':') {
-			return r, s.errorf("expected ':' after object key")
+		if !more {
+			break
 		}
-		s.ws()
-		vs := s.i
-		switch keyIs(key, "model", "stream", "max_tokens", "max_completion_tokens") {
-		case 0:
-			if s.lit("null") {
+		switch k := whichKey(b, key); k {
+		case modelKey:
+			if s.ReadNull() {
 				r.Model, r.ModelStart, r.ModelEnd = "", 0, 0
-				break
+				continue
 			}
-			if s.i >= len(b) || b[s.i] != '"' {
-				return r, s.errorf("\"model\" must be a string")
-			}
-			if err := s.str(); err != nil {
-				return r, err
-			}
-			m, err := unquote(b[vs:s.i])
+			t, err := s.ReadString()
 			if err != nil {
-				return r, err
+				return r, explain(b, err)
 			}
-			r.Model, r.ModelStart, r.ModelEnd = m, vs, s.i
-		case 1:
-			switch {
-			case s.lit("true"):
-				r.Stream = true
-			case s.lit("false"), s.lit("null"):
+			m, err := jsonwire.UnescapeString(t.Contents(b), jsonwire.ReplaceInvalid)
+			if err != nil { // the scanner checked the string: not reached
+				return r, fmt.Errorf("bad JSON string: %w", err)
+			}
+			r.Model, r.ModelStart, r.ModelEnd = m, t.Start, t.End
+		case streamKey:
+			if s.ReadNull() {
 				r.Stream = false
-			default:
-				return r, s.errorf("\"stream\" must be a boolean")
+				continue
 			}
-		case 2, 3:
-			if err := s.value(0); err != nil {
-				return r, err
+			v, err := s.ReadBool()
+			if err != nil {
+				return r, explain(b, err)
 			}
-			n := wholeNumber(b[vs:s.i])
-			if keyIs(key, "max_tokens") == 0 {
+			r.Stream = v
+		case maxTokensKey, maxComplKey:
+			t, err := s.ReadValue()
+			if err != nil {
+				return r, explain(b, err)
+			}
+			if n := wholeNumber(t.Raw(b)); k == maxTokensKey {
 				r.maxTokens = n
 			} else {
 				r.maxCompl = n
 			}
 		default:
-			if err := s.value(0); err != nil {
-				return r, err
+			if _, err := s.ReadValue(); err != nil {
+				return r, explain(b, err)
 			}
 		}
-		s.ws()
-		if s.eat(',') {
-			continue
-		}
-		if s.eat('}') {
-			return r, s.end()
-		}
-		return r, s.errorf("expected ',' or '}' in object")
 	}
+	if err := s.Finish(); err != nil {
+		return r, explain(b, err)
+	}
+	return r, nil
 }
 
-// keyIs returns which of names the raw (quoted) key equals, or -1. Escaped keys take the slow path.
-func keyIs(raw []byte, names ...string) int {
-	inner := raw[1 : len(raw)-1]
-	for _, c := range inner {
-		if c == '\\' {
-			k, err := unquote(raw)
-			if err != nil {
-				return -1
-			}
-			for i, n := range names {
-				if k == n {
-					return i
-				}
-			}
-			return -1
-		}
+// whichKey says which of the members scanTop reads key names. An escaped key matches its value,
+// as encoding/json has it.
+func whichKey(b []byte, key jsonwire.Token) int {
+	k := key.Contents(b)
+	if key.Flags&jsonwire.Escaped != 0 {
+		var buf [32]byte
+		k, _ = jsonwire.Unescape(buf[:0], k, jsonwire.ReplaceInvalid)
 	}
-	for i, n := range names {
-		if string(inner) == n {
-			return i
-		}
+	switch string(k) {
+	case "model":
+		return modelKey
+	case "stream":
+		return streamKey
+	case "max_tokens":
+		return maxTokensKey
+	case "max_completion_tokens":
+		return maxComplKey
 	}
-	return -1
-}
-
-// unquote decodes a JSON string token that scanner.str accepted.
-func unquote(raw []byte) (string, error) {
-	inner := raw[1 : len(raw)-1]
-	plain := true
-	for _, c := range inner {
-		if c == '\\' || c >= utf8.RuneSelf {
-			plain = false
-			break
-		}
-	}
-	if plain || (utf8.Valid(inner) && !containsByte(inner, '\\')) {
-		return string(inner), nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("bad JSON string: %w", err)
-	}
-	return s, nil
-}
-
-func containsByte(b []byte, c byte) bool {
-	for _, x := range b {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
-
-// maxDepth bounds nesting so a hostile body cannot run the recursion away.
-const maxDepth = 10000 // encoding/json's limit, so both agree on what is valid
-
-type scanner struct {
-	b []byte
-	i int
-}
-
-func (s *scanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("malformed JSON at byte %d: %s", s.i, fmt.Sprintf(format, args...))
-}
-
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func (s *scanner) eat(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-func (s *scanner) lit(l string) bool {
-	if len(s.b)-s.i >= len(l) && string(s.b[s.i:s.i+len(l)]) == l {
-		s.i += len(l)
-		return true
-	}
-	return false
-}
-
-func (s *scanner) end() error {
-	s.ws()
-	if s.i != len(s.b) {
-		return s.errorf("unexpected data after the top-level object")
-	}
-	return nil
-}
-
-// str skips a string token, checking escapes and rejecting control characters.
-func (s *scanner) str() error {
-	if !s.eat('"') {
-		return s.errorf("expected a string")
-	}
-	for {
-		if s.i = jsonscan.SkipPlain(s.b, s.i); s.i >= len(s.b) {
-			break
-		}
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return nil
-		case c == '\\':
-			if s.i+1 >= len(s.b) {
-				return s.errorf("unterminated string")
-			}
-			switch s.b[s.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
-			case 'u':
-				if s.i+6 > len(s.b) {
-					return s.errorf("short \\u escape")
-				}
-				for _, h := range s.b[s.i+2 : s.i+6] {
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return s.errorf("bad \\u escape")
-					}
-				}
-				s.i += 6
-			default:
-				return s.errorf("bad escape")
-			}
-		default: // below 0x20: SkipPlain stops at nothing else
-			return s.errorf("control character in string")
-		}
-	}
-	return s.errorf("unterminated string")
-}
-
-// value skips any JSON value.
-func (s *scanner) value(depth int) error {
-	if depth > maxDepth {
-		return s.errorf("nesting deeper than %d", maxDepth)
-	}
-	if s.i >= len(s.b) {
-		return s.errorf("unexpected end of input")
-	}
-	switch c := s.b[s.i]; {
-	case c == '"':
-		return s.str()
-	case c == '{' || c == '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		s.i++
-		s.ws()
-		if s.eat(closer) {
-			return nil
-		}
-		for {
-			s.ws()
-			if c == '{' {
-				if err := s.str(); err != nil {
-					return err
-				}
-				s.ws()
-				if !s.eat(':') {
-					return s.errorf("expected ':' after object key")
-				}
-				s.ws()
-			}
-			if err := s.value(depth + 1); err != nil {
-				return err
-			}
-			s.ws()
-			if s.eat(',') {
-				continue
-			}
-			if s.eat(closer) {
-				return nil
-			}
-			return s.errorf("expected ',' or '%c'", closer)
-		}
-	case c == '-' || c >= '0' && c <= '9':
-		return s.number()
-	case s.lit("true"), s.lit("false"), s.lit("null"):
-		return nil
-	default:
-		return s.errorf("unexpected character %q", c)
-	}
-}
-
-// number skips a number with JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *scanner) number() error {
-	s.eat('-')
-	digits := func() int {
-		n := 0
-		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-			s.i++
-			n++
-		}
-		return n
-	}
-	if s.eat('0') {
-		// no leading zeros
-	} else if digits() == 0 {
-		return s.errorf("bad number")
-	}
-	if s.eat('.') && digits() == 0 {
-		return s.errorf("bad number fraction")
-	}
-	if s.eat('e') || s.eat('E') {
-		if !s.eat('+') {
-			s.eat('-')
-		}
-		if digits() == 0 {
-			return s.errorf("bad number exponent")
-		}
-	}
-	return nil
+	return otherKey
 }
 
 // wholeNumber is the value of a JSON number token that is a non-negative integer that fits an
@@ -342,4 +133,201 @@ func wholeNumber(tok []byte) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// explain reads a body the scan refused again, a token at a time, to say what is wrong in the
+// router's own words: clients see them in the 400 ("We could not parse the JSON body of your
+// request: malformed JSON at byte N: ..."), and jsonwire words some faults otherwise and, at the
+// end of the input, cannot tell which of several things was expected. Only refused bodies take
+// this road; scanErr, the scan's own error, is the answer should this walk find no fault. Nesting
+// is bounded as encoding/json bounds it (jsonwire's DefaultMaxDepth, the top object counted), the
+// fault at the bracket that goes too deep.
+func explain(b []byte, scanErr error) error {
+	x := explainer{b: b, s: jsonwire.NewScanner(b, jsonwire.Options{})}
+	if x.s.Peek() != '{' {
+		return errNotObject
+	}
+	if err := x.s.EnterObject(); err != nil {
+		return x.token(err)
+	}
+	for first := true; ; first = false {
+		c, at := x.s.Peek(), x.s.Offset()
+		if c == '}' {
+			_, _, _ = x.s.NextMember() // the object's end
+			if err := x.s.Finish(); err != nil {
+				return x.at(x.offset(err), "unexpected data after the top-level object")
+			}
+			return scanErr // not reached: the scan found a fault
+		}
+		if !first && c != ',' {
+			return x.at(at, "expected ',' or '}' in object")
+		}
+		key, _, err := x.s.NextMember()
+		if err != nil {
+			return x.member(err, first, at)
+		}
+		switch whichKey(b, key) {
+		case modelKey:
+			if x.s.ReadNull() {
+				continue
+			}
+			if x.s.Peek() != '"' {
+				return x.at(x.s.Offset(), `"model" must be a string`)
+			}
+			if _, err := x.s.ReadString(); err != nil {
+				return x.token(err)
+			}
+		case streamKey:
+			if x.s.ReadNull() {
+				continue
+			}
+			x.s.Peek()
+			at := x.s.Offset()
+			if _, err := x.s.ReadBool(); err != nil {
+				return x.at(at, `"stream" must be a boolean`)
+			}
+		default:
+			if err := x.value(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+type explainer struct {
+	b []byte
+	s jsonwire.Scanner
+}
+
+func (x *explainer) at(off int, msg string) error {
+	return fmt.Errorf("malformed JSON at byte %d: %s", off, msg)
+}
+
+func (x *explainer) offset(err error) int {
+	var se *jsonwire.SyntaxError
+	if errors.As(err, &se) {
+		return se.Offset
+	}
+	return x.s.Offset()
+}
+
+// value explains the value that comes next, of any kind, as the router's scanner read it.
+func (x *explainer) value() error {
+	c, at := x.s.Peek(), x.s.Offset()
+	if x.s.Err() != nil {
+		return x.token(x.s.Err())
+	}
+	switch jsonwire.KindOf(c) {
+	case jsonwire.String:
+		if _, err := x.s.ReadString(); err != nil {
+			return x.token(err)
+		}
+		return nil
+	case jsonwire.Number:
+		if _, err := x.s.ReadNumber(); err != nil {
+			return x.token(err)
+		}
+		return nil
+	case jsonwire.True, jsonwire.False, jsonwire.Null:
+		if _, err := x.s.ReadValue(); err != nil {
+			return x.at(at, fmt.Sprintf("unexpected character %q", c))
+		}
+		return nil
+	case jsonwire.Object, jsonwire.Array:
+	default:
+		if c == 0 && at == len(x.b) {
+			return x.at(at, "unexpected end of input")
+		}
+		return x.at(at, fmt.Sprintf("unexpected character %q", c))
+	}
+	object := c == '{'
+	closer := byte(']')
+	enter, next := x.s.EnterArray, func() error { _, err := x.s.NextElement(); return err }
+	if object {
+		closer = '}'
+		enter = x.s.EnterObject
+		next = func() error { _, _, err := x.s.NextMember(); return err }
+	}
+	if err := enter(); err != nil {
+		return x.token(err) // nested too deeply
+	}
+	for first := true; ; first = false {
+		c, at := x.s.Peek(), x.s.Offset()
+		if c == closer {
+			_ = next() // the container's end
+			return nil
+		}
+		if !first && c != ',' {
+			return x.at(at, fmt.Sprintf("expected ',' or '%c'", closer))
+		}
+		if err := next(); err != nil {
+			return x.member(err, first, at)
+		}
+		if err := x.value(); err != nil {
+			return err
+		}
+	}
+}
+
+// member explains NextMember's error: before it the scanner was at, at the object's first
+// member (first) or at the ',' before the next. It failed at the key or at the ':' after it.
+func (x *explainer) member(err error, first bool, at int) error {
+	var se *jsonwire.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Msg {
+	case "unexpected end of input":
+		// The end came where the key should start, or after it, where the ':' should be.
+		keyAt := at
+		if !first {
+			keyAt = len(x.b) - len(bytes.TrimLeft(x.b[at+1:], " \t\n\r"))
+		}
+		if keyAt == len(x.b) {
+			return x.at(se.Offset, "expected a string")
+		}
+		return x.at(se.Offset, "expected ':' after object key")
+	case "a string expected":
+		return x.at(se.Offset, "expected a string")
+	case "':' expected after an object key":
+		return x.at(se.Offset, "expected ':' after object key")
+	}
+	return x.token(err)
+}
+
+// token words the error of a string, a number or a nesting bound as the router's scanner did.
+func (x *explainer) token(err error) error {
+	var se *jsonwire.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	b, off := x.b, se.Offset
+	msg := se.Msg
+	switch msg { // jsonwire's "nesting deeper than 10000" is the router's already
+	case "unterminated string":
+		// A backslash as the last byte is an escape cut short: the router pointed at it.
+		n := len(b) - len(bytes.TrimRight(b, `\`))
+		if off == len(b) && n%2 == 1 {
+			off--
+		}
+	case "control character in string (it must be escaped)":
+		msg = "control character in string"
+	case "invalid escape in string":
+		msg = "bad escape"
+	case `invalid \u escape in string (four hex digits expected)`:
+		msg = `bad \u escape`
+		if off+6 > len(b) {
+			msg = `short \u escape`
+		}
+	case "invalid number":
+		// Where a digit was wanted: in the fraction, the exponent, or the integer part.
+		msg = "bad number"
+		switch before := b[off-1]; {
+		case before == '.':
+			msg = "bad number fraction"
+		case before == 'e' || before == 'E' || (before == '+' || before == '-') && off >= 2 && (b[off-2] == 'e' || b[off-2] == 'E'):
+			msg = "bad number exponent"
+		}
+	}
+	return x.at(off, msg)
 }

@@ -55,6 +55,80 @@ func TestScanRouting(t *testing.T) {
 	assert.Equal(t, "deep", r.Model)
 }
 
+// TestScanRoutingErrors pins what a client is told of a malformed body (the 400's message is
+// "We could not parse the JSON body of your request: " and this), word for word and offset for
+// offset, at every kind of fault: in a key, a value, a nested value, at the end of the input.
+func TestScanRoutingErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"", "request body must be a JSON object"},
+		{"[]", "request body must be a JSON object"},
+		{" x", "request body must be a JSON object"},
+		{"{", "malformed JSON at byte 1: expected a string"},
+		{"{\"a\"", "malformed JSON at byte 4: expected ':' after object key"},
+		{"{\"a\" 1}", "malformed JSON at byte 5: expected ':' after object key"},
+		{"{\"a\":", "malformed JSON at byte 5: unexpected end of input"},
+		{"{\"a\":1", "malformed JSON at byte 6: expected ',' or '}' in object"},
+		{"{\"a\":1 \"b\":2}", "malformed JSON at byte 7: expected ',' or '}' in object"},
+		{"{\"a\":1,", "malformed JSON at byte 7: expected a string"},
+		{"{\"a\":1,}", "malformed JSON at byte 7: expected a string"},
+		{"{1:2}", "malformed JSON at byte 1: expected a string"},
+		{"{\"model\":1}", "malformed JSON at byte 9: \"model\" must be a string"},
+		{"{\"model\":", "malformed JSON at byte 9: \"model\" must be a string"},
+		{"{\"model\":\"m", "malformed JSON at byte 11: unterminated string"},
+		{"{\"stream\":\"yes\"}", "malformed JSON at byte 10: \"stream\" must be a boolean"},
+		{"{\"stream\":", "malformed JSON at byte 10: \"stream\" must be a boolean"},
+		{"{\"stream\":tru}", "malformed JSON at byte 10: \"stream\" must be a boolean"},
+		{"{\"a\":1} x", "malformed JSON at byte 8: unexpected data after the top-level object"},
+		{"{\"a\":[1,", "malformed JSON at byte 8: unexpected end of input"},
+		{"{\"a\":[1 2]}", "malformed JSON at byte 8: expected ',' or ']'"},
+		{"{\"a\":[1,]}", "malformed JSON at byte 8: unexpected character ']'"},
+		{"{\"a\":{", "malformed JSON at byte 6: expected a string"},
+		{"{\"a\":{\"b\"", "malformed JSON at byte 9: expected ':' after object key"},
+		{"{\"a\":{\"b\" 1}}", "malformed JSON at byte 10: expected ':' after object key"},
+		{"{\"a\":{\"b\":1,}}", "malformed JSON at byte 12: expected a string"},
+		{"{\"a\":{\"b\":1 \"c\"}}", "malformed JSON at byte 12: expected ',' or '}'"},
+		{"{\"a\":{\"b\":1", "malformed JSON at byte 11: expected ',' or '}'"},
+		{"{\"a\":\"x\\", "malformed JSON at byte 7: unterminated string"},
+		{"{\"a\":\"x\\\\", "malformed JSON at byte 9: unterminated string"},
+		{"{\"a\":\"\\q\"}", "malformed JSON at byte 6: bad escape"},
+		{"{\"a\":\"\\u12\"}", "malformed JSON at byte 6: bad \\u escape"},
+		{"{\"a\":\"\\u12", "malformed JSON at byte 6: short \\u escape"},
+		{"{\"a\":\"\x01\"}", "malformed JSON at byte 6: control character in string"},
+		{"{\"a\":nul}", "malformed JSON at byte 5: unexpected character 'n'"},
+		{"{\"a\":-}", "malformed JSON at byte 6: bad number"},
+		{"{\"a\":1.}", "malformed JSON at byte 7: bad number fraction"},
+		{"{\"a\":1e}", "malformed JSON at byte 7: bad number exponent"},
+		{"{\"a\":1e+}", "malformed JSON at byte 8: bad number exponent"},
+		{"{\"a\":01}", "malformed JSON at byte 6: expected ',' or '}' in object"},
+		{"{\"a\":]}", "malformed JSON at byte 5: unexpected character ']'"},
+		{"{\"a\":\x00}", "malformed JSON at byte 5: unexpected character '\\x00'"},
+		{"{\"a\":\xff}", "malformed JSON at byte 5: unexpected character 'ÿ'"},
+	} {
+		_, err := scanRouting([]byte(tc.body))
+		require.Error(t, err, "%q", tc.body)
+		assert.Equal(t, tc.want, err.Error(), "%q", tc.body)
+	}
+	_, err := NewRequest("/v1/chat/completions", []byte(`{"model":"m","a":[1,]}`))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, "We could not parse the JSON body of your request: malformed JSON at byte 20: unexpected character ']'", e.Message)
+}
+
+// TestScanRoutingDepth: nesting is bounded where encoding/json bounds it, 10,000 levels with
+// the top object, the fault at the bracket that goes deeper.
+func TestScanRoutingDepth(t *testing.T) {
+	body := func(n int) []byte { // the top object and n arrays in it
+		return []byte(`{"model":"m","x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`)
+	}
+	r, err := scanRouting(body(9999))
+	require.NoError(t, err)
+	assert.Equal(t, "m", r.Model)
+	assert.True(t, json.Valid(body(9999)))
+	_, err = scanRouting(body(10000))
+	require.EqualError(t, err, "malformed JSON at byte 10016: nesting deeper than 10000")
+	assert.False(t, json.Valid(body(10000)))
+}
+
 // oracle decodes what scanRouting should find with encoding/json: exact (case-sensitive) keys,
 // last duplicate wins, null leaves the field unset.
 func oracle(b []byte) (model string, stream bool, ok bool) {

@@ -2,20 +2,20 @@ package tensor
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // The KServe v2 REST protocol carries tensor data as JSON: an array of numbers, booleans or strings
-// in row-major order, flat or nested. This file converts between that form and raw bytes. It is a
-// hand-written scanner over the data bytes rather than a decode into []any, which would allocate a
-// boxed value per element and make a large tensor cost many times its size.
+// in row-major order, flat or nested. This file converts between that form and raw bytes. It
+// walks the data with jsonwire's pull scanner rather than decoding into []any, which would
+// allocate a boxed value per element and make a large tensor cost many times its size.
 
 // JSONError describes tensor data that is not valid JSON for its datatype.
 type JSONError struct {
@@ -45,7 +45,13 @@ func AppendFromJSON(dst []byte, dt inference.DataType, data []byte) ([]byte, int
 	if dt == inference.DataType_TYPE_FP16 || dt == inference.DataType_TYPE_BF16 || !Valid(dt) {
 		return dst, 0, &JSONError{Offset: -1, Msg: fmt.Sprintf("%s data cannot be carried in JSON", Name(dt))}
 	}
-	d := jsonDecoder{data: data, dt: dt, size: ElementSize(dt), dst: dst}
+	lo, hi := intRange(dt)
+	var maxNeg uint64
+	if lo < 0 {
+		// The magnitude of the most negative value: 0 for unsigned types, so only -0 passes.
+		maxNeg = uint64(-(lo + 1)) + 1
+	}
+	d := jsonDecoder{data: data, dt: dt, size: ElementSize(dt), dst: dst, hi: hi, maxNeg: maxNeg}
 	err := d.run()
 	return d.dst, d.count, err
 }
@@ -56,118 +62,207 @@ type jsonDecoder struct {
 	size  int
 	dst   []byte
 	count int
+	// hi and maxNeg bound an integer datatype's elements: the largest value, and the magnitude
+	// of the most negative one.
+	hi, maxNeg uint64
 }
 
 func (d *jsonDecoder) fail(off int, format string, args ...any) error {
 	return &JSONError{Offset: off, Msg: fmt.Sprintf(format, args...)}
 }
 
-// run walks the array structure iteratively (a depth counter, no recursion), so deeply nested
-// brackets cost nothing but the bytes they take.
+// offset is where the scanner found the fault err reports.
+func offset(err error) int {
+	var se *jsonwire.SyntaxError
+	if errors.As(err, &se) {
+		return se.Offset
+	}
+	return -1
+}
+
+// run walks the array structure iteratively (the scanner counts the open arrays, no recursion),
+// so deeply nested brackets cost nothing but the bytes they take.
 func (d *jsonDecoder) run() error {
 	data := d.data
-	i := skipSpace(data, 0)
-	depth := 0
+	// No bound on nesting: the scanner keeps a bit per open array, and no stack.
+	scanner := jsonwire.NewScanner(data, jsonwire.Options{MaxDepth: -1})
+	s := &scanner
 	for {
 		// A value is expected: an element or a nested array.
-		if i >= len(data) {
+		c := s.Peek()
+		i := s.Offset()
+		switch {
+		case i >= len(data):
 			return d.fail(i, "unexpected end of JSON data")
-		}
-		if data[i] == '[' {
-			depth++
-			i = skipSpace(data, i+1)
-			if i < len(data) && data[i] == ']' {
-				depth--
-				i++
-			} else {
-				continue
-			}
-		} else {
-			end, err := d.element(i)
+		case c == '[':
+			_ = s.EnterArray() // no depth bound: cannot fail
+		default:
+			t, err := d.read(s, i, c)
 			if err != nil {
 				return err
 			}
-			i = end
+			if err := d.element(t); err != nil {
+				return err
+			}
 		}
 		// After a value: a separator, the end of an array, or the end of the data.
 		for {
-			i = skipSpace(data, i)
-			if depth == 0 {
-				if i != len(data) {
+			if s.Depth() == 0 {
+				if err := s.Finish(); err != nil {
+					i := offset(err)
 					return d.fail(i, "unexpected %s after the end of the JSON data", describe(data, i))
 				}
 				return nil
 			}
-			if i >= len(data) {
-				return d.fail(i, "unexpected end of JSON data: %d array(s) not closed", depth)
-			}
-			switch data[i] {
-			case ',':
-				i = skipSpace(data, i+1)
-			case ']':
-				depth--
-				i++
+			// The common case, a ',' and the next element (or an array's first), in one call;
+			// anything else, or anything wrong with it, the general way.
+			if t, ok := s.NextScalar(); ok {
+				// element's commonest cases here, a call saved per element.
+				var err error
+				switch {
+				case t.Kind == jsonwire.Number && d.delimited(t.End):
+					if err = d.number(t.Raw(data), t.Integer(), t.Start); err == nil {
+						d.count++
+					}
+				case t.Kind == jsonwire.True && d.dt == inference.DataType_TYPE_BOOL && d.delimited(t.End):
+					d.dst = append(d.dst, 1)
+					d.count++
+				case t.Kind == jsonwire.False && d.dt == inference.DataType_TYPE_BOOL && d.delimited(t.End):
+					d.dst = append(d.dst, 0)
+					d.count++
+				default:
+					err = d.element(t)
+				}
+				if err != nil {
+					return err
+				}
 				continue
-			default:
-				return d.fail(i, "expected ',' or ']' after element %d, got %s", d.count-1, describe(data, i))
 			}
-			break
+			more, err := s.NextElement()
+			if err != nil {
+				if i := offset(err); i < len(data) {
+					return d.fail(i, "expected ',' or ']' after element %d, got %s", d.count-1, describe(data, i))
+				}
+				return d.fail(len(data), "unexpected end of JSON data: %d array(s) not closed", s.Depth())
+			}
+			if more {
+				break
+			}
 		}
 	}
 }
 
-// element decodes the scalar at data[i:] and returns the offset just after it.
-func (d *jsonDecoder) element(i int) (int, error) {
+// read reads with s the scalar at data[i:], whose first byte is c, saying what is wrong with it as
+// the element it is to be.
+func (d *jsonDecoder) read(s *jsonwire.Scanner, i int, c byte) (jsonwire.Token, error) {
 	data := d.data
-	switch c := data[i]; {
-	case c == '"':
+	var t jsonwire.Token
+	var err error
+	switch jsonwire.KindOf(c) {
+	case jsonwire.String:
+		if d.dt != inference.DataType_TYPE_STRING { // said before the string is looked at
+			return t, d.wrongType(i, "a string")
+		}
+		if t, err = s.ReadString(); err != nil {
+			return t, d.stringError(i, err)
+		}
+		return t, nil
+	case jsonwire.Number:
+		if t, err = s.ReadNumber(); err != nil {
+			return t, d.fail(i, "invalid JSON number %s in element %d", describe(data, i), d.count)
+		}
+		return t, nil
+	case jsonwire.True, jsonwire.False, jsonwire.Null:
+		if t, err = s.ReadValue(); err == nil {
+			return t, nil
+		}
+	case jsonwire.Object:
+		return t, d.wrongType(i, "an object")
+	}
+	return t, d.fail(i, "invalid JSON value %s in element %d", describe(data, i), d.count)
+}
+
+// element decodes the scalar t as the next element.
+func (d *jsonDecoder) element(t jsonwire.Token) error {
+	switch t.Kind {
+	case jsonwire.Number:
+		if !d.delimited(t.End) { // "12abc" is not 12
+			return d.fail(t.Start, "invalid JSON number %s in element %d", describe(d.data, t.Start), d.count)
+		}
+		if err := d.number(t.Raw(d.data), t.Integer(), t.Start); err != nil {
+			return err
+		}
+	case jsonwire.String:
 		if d.dt != inference.DataType_TYPE_STRING {
-			return 0, d.fail(i, "element %d is a string, but %s data must be %s", d.count, Name(d.dt), kindOf(d.dt))
+			return d.wrongType(t.Start, "a string")
 		}
 		at := len(d.dst)
 		d.dst = append(d.dst, 0, 0, 0, 0)
-		end, err := d.appendString(i)
-		if err != nil {
-			return 0, err
+		// Bytes that are not valid UTF-8 are kept as they are: a BYTES element is bytes, not
+		// text. The scanner checked the escapes; without any, the contents are the value.
+		if t.Flags&jsonwire.Escaped == 0 {
+			d.dst = append(d.dst, t.Contents(d.data)...)
+		} else {
+			d.dst, _ = jsonwire.Unescape(d.dst, t.Contents(d.data), jsonwire.KeepInvalid)
 		}
 		n := len(d.dst) - at - 4
 		if uint64(n) > math.MaxUint32 {
-			return 0, d.fail(i, "element %d is longer than a BYTES element can be (4 GiB)", d.count)
+			return d.fail(t.Start, "element %d is longer than a BYTES element can be (4 GiB)", d.count)
 		}
 		binary.LittleEndian.PutUint32(d.dst[at:], uint32(n))
-		d.count++
-		return end, nil
-	case c == 't' || c == 'f':
-		v, end, ok := literalBool(data, i)
-		if !ok {
-			return 0, d.fail(i, "invalid JSON value %s in element %d", describe(data, i), d.count)
+	case jsonwire.True, jsonwire.False:
+		if !d.delimited(t.End) { // "truex" is not true
+			return d.fail(t.Start, "invalid JSON value %s in element %d", describe(d.data, t.Start), d.count)
 		}
 		if d.dt != inference.DataType_TYPE_BOOL {
-			return 0, d.fail(i, "element %d is a boolean, but %s data must be %s", d.count, Name(d.dt), kindOf(d.dt))
+			return d.wrongType(t.Start, "a boolean")
 		}
 		var b byte
-		if v {
+		if t.Kind == jsonwire.True {
 			b = 1
 		}
 		d.dst = append(d.dst, b)
-		d.count++
-		return end, nil
-	case c == '-' || (c >= '0' && c <= '9'):
-		end, integer, ok := scanNumber(data, i)
-		if !ok {
-			return 0, d.fail(i, "invalid JSON number %s in element %d", describe(data, i), d.count)
-		}
-		if err := d.number(data[i:end], integer, i); err != nil {
-			return 0, err
-		}
-		d.count++
-		return end, nil
-	case c == 'n' && hasPrefix(data[i:], "null"):
-		return 0, d.fail(i, "element %d is null, but %s data must be %s", d.count, Name(d.dt), kindOf(d.dt))
-	case c == '{':
-		return 0, d.fail(i, "element %d is an object, but %s data must be %s", d.count, Name(d.dt), kindOf(d.dt))
+	default: // null ("nullx" too, as it always was)
+		return d.wrongType(t.Start, "null")
 	}
-	return 0, d.fail(i, "invalid JSON value %s in element %d", describe(data, i), d.count)
+	d.count++
+	return nil
+}
+
+// wrongType is the error for an element at off of the wrong kind (what) for d.dt.
+func (d *jsonDecoder) wrongType(off int, what string) error {
+	return d.fail(off, "element %d is %s, but %s data must be %s", d.count, what, Name(d.dt), kindOf(d.dt))
+}
+
+// delimited reports whether a literal or a number that ends at end is followed by what may
+// follow an element, or by nothing.
+func (d *jsonDecoder) delimited(end int) bool {
+	if end >= len(d.data) {
+		return true
+	}
+	switch d.data[end] {
+	case ',', ']', '}', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+// stringError words the scanner's error err in the string of the element at data[i].
+func (d *jsonDecoder) stringError(i int, err error) error {
+	var se *jsonwire.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	j := se.Offset
+	switch se.Msg {
+	case "control character in string (it must be escaped)":
+		return d.fail(j, "control character 0x%02x inside the string of element %d must be escaped", d.data[j], d.count)
+	case `invalid \u escape in string (four hex digits expected)`:
+		return d.fail(j, "invalid \\u escape in the string of element %d", d.count)
+	case "invalid escape in string":
+		return d.fail(j, "invalid escape '\\%c' in the string of element %d", d.data[j+1], d.count)
+	}
+	return d.fail(i, "unterminated string in element %d", d.count) // the one other fault
 }
 
 // number appends one JSON number token as an element of d.dt.
@@ -204,24 +299,20 @@ func (d *jsonDecoder) number(tok []byte, integer bool, off int) error {
 		digits = tok[1:]
 	}
 	var u uint64
-	for _, c := range digits {
-		digit := uint64(c - '0')
-		if u > (math.MaxUint64-digit)/10 {
-			return d.rangeErr(off, tok)
+	if len(digits) <= 19 { // at most 9,999,999,999,999,999,999: no uint64 overflows
+		for _, c := range digits {
+			u = u*10 + uint64(c-'0')
 		}
-		u = u*10 + digit
+	} else {
+		for _, c := range digits {
+			digit := uint64(c - '0')
+			if u > (math.MaxUint64-digit)/10 {
+				return d.rangeErr(off, tok)
+			}
+			u = u*10 + digit
+		}
 	}
-	lo, hi := intRange(d.dt)
-	if neg {
-		// The magnitude of the most negative value: 0 for unsigned types, so only -0 passes.
-		var maxNeg uint64
-		if lo < 0 {
-			maxNeg = uint64(-(lo + 1)) + 1
-		}
-		if u > maxNeg {
-			return d.rangeErr(off, tok)
-		}
-	} else if u > hi {
+	if neg && u > d.maxNeg || !neg && u > d.hi {
 		return d.rangeErr(off, tok)
 	}
 	v := u
@@ -275,180 +366,6 @@ func kindOf(dt inference.DataType) string {
 		return "strings"
 	}
 	return "numbers"
-}
-
-// appendString decodes the JSON string starting at the quote at data[i] onto d.dst and returns
-// the offset after the closing quote. Bytes that are not valid UTF-8 are kept as they are: a BYTES
-// element is bytes, not text.
-func (d *jsonDecoder) appendString(i int) (int, error) {
-	data := d.data
-	start := i
-	i++
-	for {
-		// Copy the run of plain bytes in one append.
-		j := i
-		for j < len(data) && data[j] != '"' && data[j] != '\\' && data[j] >= 0x20 {
-			j++
-		}
-		d.dst = append(d.dst, data[i:j]...)
-		i = j
-		if i >= len(data) {
-			return 0, d.fail(start, "unterminated string in element %d", d.count)
-		}
-		switch c := data[i]; {
-		case c == '"':
-			return i + 1, nil
-		case c < 0x20:
-			return 0, d.fail(i, "control character 0x%02x inside the string of element %d must be escaped", c, d.count)
-		}
-		// An escape.
-		if i+1 >= len(data) {
-			return 0, d.fail(start, "unterminated string in element %d", d.count)
-		}
-		switch e := data[i+1]; e {
-		case '"', '\\', '/':
-			d.dst = append(d.dst, e)
-			i += 2
-		case 'b':
-			d.dst = append(d.dst, '\b')
-			i += 2
-		case 'f':
-			d.dst = append(d.dst, '\f')
-			i += 2
-		case 'n':
-			d.dst = append(d.dst, '\n')
-			i += 2
-		case 'r':
-			d.dst = append(d.dst, '\r')
-			i += 2
-		case 't':
-			d.dst = append(d.dst, '\t')
-			i += 2
-		case 'u':
-			r, ok := hex4(data, i+2)
-			if !ok {
-				return 0, d.fail(i, "invalid \\u escape in the string of element %d", d.count)
-			}
-			i += 6
-			if utf16.IsSurrogate(r) {
-				// A high surrogate followed by an escaped low one is one code point; a lone
-				// surrogate becomes U+FFFD, as Go's encoding/json decodes it.
-				r2, ok := rune(-1), false
-				if i+1 < len(data) && data[i] == '\\' && data[i+1] == 'u' {
-					r2, ok = hex4(data, i+2)
-				}
-				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-					r = dec
-					i += 6
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			d.dst = utf8.AppendRune(d.dst, r)
-		default:
-			return 0, d.fail(i, "invalid escape '\\%c' in the string of element %d", e, d.count)
-		}
-	}
-}
-
-func hex4(data []byte, i int) (rune, bool) {
-	if i+4 > len(data) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range data[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-// scanNumber checks the JSON number grammar at data[i:] and returns where it ends and whether it
-// is an integer (no fraction or exponent).
-func scanNumber(data []byte, i int) (end int, integer, ok bool) {
-	if i < len(data) && data[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= len(data):
-		return i, false, false
-	case data[i] == '0':
-		i++
-	case data[i] >= '1' && data[i] <= '9':
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-	default:
-		return i, false, false
-	}
-	integer = true
-	if i < len(data) && data[i] == '.' {
-		integer = false
-		i++
-		n := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == n {
-			return i, false, false
-		}
-	}
-	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
-		integer = false
-		i++
-		if i < len(data) && (data[i] == '+' || data[i] == '-') {
-			i++
-		}
-		n := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == n {
-			return i, false, false
-		}
-	}
-	// A number must end at a delimiter, so "12abc" is not read as 12.
-	if i < len(data) && !isDelimiter(data[i]) {
-		return i, false, false
-	}
-	return i, integer, true
-}
-
-func literalBool(data []byte, i int) (v bool, end int, ok bool) {
-	switch {
-	case hasPrefix(data[i:], "true"):
-		v, end = true, i+4
-	case hasPrefix(data[i:], "false"):
-		v, end = false, i+5
-	default:
-		return false, i, false
-	}
-	if end < len(data) && !isDelimiter(data[end]) {
-		return false, i, false
-	}
-	return v, end, true
-}
-
-func isDelimiter(c byte) bool {
-	return c == ',' || c == ']' || c == '}' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
-}
-
-func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // describe quotes a short stretch of data at i for an error message.
@@ -557,51 +474,9 @@ func appendFloat(dst []byte, f float64, bits int) []byte {
 }
 
 // AppendJSONString appends s to dst as a JSON string. Quotes, backslashes and control characters
-// are escaped; bytes that are not valid UTF-8 become U+FFFD, because a JSON document must be
-// UTF-8 and strict parsers reject the whole response otherwise (arbitrary bytes travel intact as
-// binary data).
+// are escaped (\b, \f, \n, \r and \t short, others \u00XX); bytes that are not valid UTF-8 become
+// U+FFFD, because a JSON document must be UTF-8 and strict parsers reject the whole response
+// otherwise (arbitrary bytes travel intact as binary data).
 func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
-		if r == utf8.RuneError && n == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += n
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonwire.AppendString(dst, s, jsonwire.MinimalShort)
 }

@@ -209,6 +209,34 @@ func TestJSONDecodeErrors(t *testing.T) {
 	}
 }
 
+// TestJSONDecodeErrorMessages pins whole messages and offsets, as a client reads them in a 400,
+// for faults in strings, in the array structure, and in literals and numbers cut short.
+func TestJSONDecodeErrorMessages(t *testing.T) {
+	for _, c := range []struct {
+		dt       inference.DataType
+		in, want string
+	}{
+		{inference.DataType_TYPE_STRING, "[\"ok\",\"a", "unterminated string in element 1 (at offset 6)"},
+		{inference.DataType_TYPE_STRING, "[\"ok\",\"a\\", "unterminated string in element 1 (at offset 6)"},
+		{inference.DataType_TYPE_STRING, "[\"ok\",\"a\x1fb\"]", "control character 0x1f inside the string of element 1 must be escaped (at offset 8)"},
+		{inference.DataType_TYPE_STRING, "[\"ok\", \"\\x\"]", "invalid escape '\\x' in the string of element 1 (at offset 8)"},
+		{inference.DataType_TYPE_STRING, "[\"ok\", \"\\u12x4\"]", "invalid \\u escape in the string of element 1 (at offset 8)"},
+		{inference.DataType_TYPE_STRING, "[\"\\u12", "invalid \\u escape in the string of element 0 (at offset 2)"},
+		{inference.DataType_TYPE_INT32, "[\"a\\q\"]", "element 0 is a string, but INT32 data must be numbers (at offset 1)"},
+		{inference.DataType_TYPE_INT32, "[[1,2],[3 4]]", "expected ',' or ']' after element 2, got \"4]]\" (at offset 10)"},
+		{inference.DataType_TYPE_INT32, "[[1,2],[3,", "unexpected end of JSON data (at offset 10)"},
+		{inference.DataType_TYPE_INT32, "[[1,2],[3,4]", "unexpected end of JSON data: 1 array(s) not closed (at offset 12)"},
+		{inference.DataType_TYPE_INT32, "[[] 1]", "expected ',' or ']' after element -1, got \"1]\" (at offset 4)"},
+		{inference.DataType_TYPE_INT32, "[1,12abc]", "invalid JSON number \"12abc]\" in element 1 (at offset 3)"},
+		{inference.DataType_TYPE_BOOL, "[true, truex]", "invalid JSON value \"truex]\" in element 1 (at offset 7)"},
+		{inference.DataType_TYPE_BOOL, "[true, nullx]", "element 1 is null, but BOOL data must be true or false (at offset 7)"},
+		{inference.DataType_TYPE_UINT8, "[1, {\"a\":1}]", "element 1 is an object, but UINT8 data must be numbers (at offset 4)"},
+	} {
+		_, _, err := AppendFromJSON(nil, c.dt, []byte(c.in))
+		assert.EqualError(t, err, c.want, "%s %q", Name(c.dt), c.in)
+	}
+}
+
 func TestJSONEncodeErrors(t *testing.T) {
 	for _, c := range []struct {
 		dt   inference.DataType

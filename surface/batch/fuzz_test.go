@@ -100,8 +100,8 @@ func FuzzScanInput(f *testing.F) {
 	})
 }
 
-// FuzzQuickLine: whatever line quickLine reads, encoding/json reads the same custom_id and body
-// from it.
+// FuzzQuickLine: whatever line quickLine reads is valid JSON (readLines checks no other way), and
+// encoding/json reads the same custom_id and body from it.
 func FuzzQuickLine(f *testing.F) {
 	f.Add(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}`)
 	f.Add(` { "body" : {"a":"}\"{"} , "custom_id" : "x y" , "n": -1.5e3, "t": [true, null, {}] } `)
@@ -116,10 +116,13 @@ func FuzzQuickLine(f *testing.F) {
 	f.Add(`[{"custom_id":"a","body":{}}]`)
 	f.Fuzz(func(t *testing.T, line string) {
 		raw := []byte(line)
-		if !json.Valid(raw) {
-			return // readLines checks that first
-		}
 		id, body, ok := quickLine(raw)
+		if !json.Valid(raw) {
+			if ok {
+				t.Fatalf("quickLine read %q, %s from %q, which is not valid JSON", id, body, raw)
+			}
+			return
+		}
 		if !ok {
 			return
 		}

@@ -8,10 +8,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/internal/jsonwire"
 	"github.com/infergate/infergate/store/batchstate"
 )
 
@@ -198,15 +197,15 @@ func readLines(r io.Reader, want input, maxLineBytes int, each func(Line) error)
 		if count++; count > want.n {
 			return changed(n, fmt.Sprintf("is past the %d requests the file held", want.n))
 		}
-		// json.Valid first: encoding/json's own judgment, and what lets quickLine skip values
-		// without checking them.
-		if !json.Valid(raw) {
-			return changed(n, "is not valid JSON")
-		}
+		// A line quickLine takes is valid JSON: it walks all of it with jsonwire's scanner, which
+		// accepts exactly what json.Valid does. Any other line is judged by encoding/json.
 		id, body, ok := quickLine(raw)
 		if ok {
 			body = bytes.Clone(body) // raw is the scanner's buffer
 		} else {
+			if !json.Valid(raw) {
+				return changed(n, "is not valid JSON")
+			}
 			var l inputLine
 			if err := json.Unmarshal(raw, &l); err != nil || l.CustomID == nil {
 				return changed(n, "has no custom_id")
@@ -232,123 +231,53 @@ func readLines(r io.Reader, want input, maxLineBytes int, each func(Line) error)
 	return nil
 }
 
-// quickLine finds the custom_id and the body of raw, a valid JSON line, without decoding
-// anything else; body is raw's bytes. ok is false, and the caller decodes raw with encoding/json,
-// wherever encoding/json could read it differently from a plain byte match: a key that is escaped
-// or not ASCII (encoding/json matches keys case-insensitively, Unicode folding included), a key
-// that differs from custom_id or body only in case, either field twice (the last one wins), a
+// quickLine finds the custom_id and the body of raw, a JSON line, without decoding anything
+// else, checking all of it as json.Valid does; body is raw's bytes. ok is false, and the caller
+// judges and decodes raw with encoding/json, where raw is not valid JSON and wherever
+// encoding/json could read it differently from a plain byte match: a key that is escaped or not
+// ASCII (encoding/json matches keys case-insensitively, Unicode folding included), a key that
+// differs from custom_id or body only in case, either field twice (the last one wins), a
 // custom_id that is not a plain ASCII string (escapes, invalid UTF-8), anything but an object.
 func quickLine(raw []byte) (id string, body []byte, ok bool) {
-	i := skipWS(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+	s := jsonwire.NewScanner(raw, jsonwire.Options{})
+	if s.EnterObject() != nil {
 		return "", nil, false
 	}
 	haveID, haveBody := false, false
-	for i = skipWS(raw, i+1); i < len(raw) && raw[i] != '}'; {
-		if raw[i] != '"' {
+	for {
+		key, more, err := s.NextMember()
+		if err != nil {
 			return "", nil, false
 		}
-		ke := i + 1
-		for ke < len(raw) && raw[ke] != '"' {
-			if c := raw[ke]; c == '\\' || c >= utf8.RuneSelf {
+		if !more {
+			break
+		}
+		if !key.Plain() {
+			return "", nil, false
+		}
+		v, err := s.ReadValue()
+		if err != nil {
+			return "", nil, false
+		}
+		switch k := key.Contents(raw); {
+		case string(k) == "custom_id":
+			if haveID || v.Kind != jsonwire.String || !v.Plain() {
 				return "", nil, false
 			}
-			ke++
-		}
-		if ke >= len(raw) {
-			return "", nil, false
-		}
-		key := raw[i+1 : ke]
-		i = skipWS(raw, ke+1)
-		if i >= len(raw) || raw[i] != ':' {
-			return "", nil, false
-		}
-		vs := skipWS(raw, i+1)
-		ve := skipValue(raw, vs)
-		if ve < 0 {
-			return "", nil, false
-		}
-		switch {
-		case string(key) == "custom_id":
-			if haveID || raw[vs] != '"' {
-				return "", nil, false
-			}
-			for _, c := range raw[vs+1 : ve-1] {
-				if c == '\\' || c >= utf8.RuneSelf {
-					return "", nil, false
-				}
-			}
-			id, haveID = string(raw[vs+1:ve-1]), true
-		case string(key) == "body":
+			id, haveID = string(v.Contents(raw)), true
+		case string(k) == "body":
 			if haveBody {
 				return "", nil, false
 			}
-			body, haveBody = raw[vs:ve], true
-		case bytes.EqualFold(key, []byte("custom_id")) || bytes.EqualFold(key, []byte("body")):
+			body, haveBody = v.Raw(raw), true
+		case bytes.EqualFold(k, []byte("custom_id")) || bytes.EqualFold(k, []byte("body")):
 			return "", nil, false
 		}
-		i = skipWS(raw, ve)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipWS(raw, i+1)
-		}
 	}
-	if i >= len(raw) || skipWS(raw, i+1) != len(raw) {
+	if s.Finish() != nil {
 		return "", nil, false
 	}
 	return id, body, haveID && haveBody
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the JSON value at b[i:], which json.Valid accepted with the rest
-// of b, or -1 if there is no value there.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	depth := 0
-	for ; i < len(b); i++ {
-		switch c := b[i]; c {
-		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-			if i >= len(b) {
-				return -1
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth--; depth < 0 {
-				return -1
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ':', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return -1
-			}
-		default: // a number or a literal: up to the next delimiter
-			if depth == 0 {
-				for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) {
-					i++
-				}
-				return i
-			}
-		}
-	}
-	return -1
 }
 
 // jsonProblem words a JSON error without Go type names.
