@@ -290,3 +290,23 @@ func TestPythonJSONGolden(t *testing.T) {
 		}
 	}
 }
+
+// Lone surrogate escapes in the tools JSON: each is U+FFFD (Python keeps them as they are, which
+// a Go string cannot), and the escape after one is read on its own, as encoding/json and
+// Python read it. Before the writer moved onto internal/jsonwire it swallowed that escape:
+// "\ud800\ud800\udc00" came out as three \ufffd, not \ufffd and U+10000.
+func TestPythonJSONSurrogates(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`"\ud800\ud800\udc00"`: `"\ufffd\ud800\udc00"`,
+		`"\udc00\ud800\udc00"`: `"\ufffd\ud800\udc00"`,
+		`"\ud800\u0041"`:       `"\ufffdA"`,
+		`"\ud83d\ude00\ud800"`: `"\ud83d\ude00\ufffd"`,
+		`"\udc00x"`:            `"\ufffdx"`,
+	} {
+		var b strings.Builder
+		if err := pyIndentJSON(&b, json.RawMessage(in), 0); err != nil || b.String() != want {
+			t.Errorf("%s: %s, %v; want %s", in, b.String(), err, want)
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf16"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // The prompt must hold the tools exactly as Python's json.dumps(tools, indent=4) writes them:
@@ -22,200 +24,147 @@ var errJSONDepth = errors.New("tool definition nested too deeply")
 // pyIndentJSON appends v (JSON that json.Valid accepted) to b in Python's indent=4 form at the
 // given depth. It walks the bytes once, without building values.
 func pyIndentJSON(b *strings.Builder, v json.RawMessage, depth int) error {
-	sc := pyScanner{s: v, b: b}
-	if err := sc.value(depth); err != nil {
-		return err
-	}
-	if sc.skipWS(); sc.i != len(sc.s) {
+	// The bound is the walk's own (value's depth check, counted from the indent depth); the
+	// scanner's, one more, is never the first to be reached.
+	w := getPyWriter()
+	defer putPyWriter(w)
+	sc := pyScanner{Scanner: jsonwire.NewScanner(v, jsonwire.Options{MaxDepth: maxJSONDepth + 1}), w: w}
+	err := sc.value(b, depth)
+	switch {
+	case err == nil && sc.Finish() != nil:
 		return errors.New("trailing data after JSON value")
-	}
-	return nil
-}
-
-var errBadJSON = errors.New("malformed JSON")
-
-type pyScanner struct {
-	s []byte
-	i int
-	b *strings.Builder
-}
-
-func (sc *pyScanner) skipWS() {
-	for sc.i < len(sc.s) && (sc.s[sc.i] == ' ' || sc.s[sc.i] == '\t' || sc.s[sc.i] == '\n' || sc.s[sc.i] == '\r') {
-		sc.i++
-	}
-}
-
-func (sc *pyScanner) value(depth int) error {
-	if depth > maxJSONDepth {
-		return errJSONDepth
-	}
-	sc.skipWS()
-	if sc.i >= len(sc.s) {
-		return errBadJSON
-	}
-	switch c := sc.s[sc.i]; c {
-	case '{', '[':
-		closing := byte(']')
-		if c == '{' {
-			closing = '}'
-		}
-		sc.i++
-		sc.b.WriteByte(c)
-		sc.skipWS()
-		if sc.i < len(sc.s) && sc.s[sc.i] == closing {
-			sc.i++
-			sc.b.WriteByte(closing)
-			return nil
-		}
-		for {
-			sc.b.WriteByte('\n')
-			writeIndent(sc.b, depth+1)
-			if c == '{' {
-				sc.skipWS()
-				if err := sc.str(); err != nil {
-					return err
-				}
-				sc.skipWS()
-				if sc.i >= len(sc.s) || sc.s[sc.i] != ':' {
-					return errBadJSON
-				}
-				sc.i++
-				sc.b.WriteString(": ")
-			}
-			if err := sc.value(depth + 1); err != nil {
-				return err
-			}
-			sc.skipWS()
-			if sc.i >= len(sc.s) {
-				return errBadJSON
-			}
-			if sc.s[sc.i] == ',' {
-				sc.i++
-				sc.b.WriteByte(',')
-				continue
-			}
-			if sc.s[sc.i] != closing {
-				return errBadJSON
-			}
-			sc.i++
-			sc.b.WriteByte('\n')
-			writeIndent(sc.b, depth)
-			sc.b.WriteByte(closing)
-			return nil
-		}
-	case '"':
-		return sc.str()
-	default:
-		j := sc.i
-		for j < len(sc.s) && strings.IndexByte(",]} \t\n\r", sc.s[j]) < 0 {
-			j++
-		}
-		if j == sc.i {
-			return errBadJSON
-		}
-		lit := string(sc.s[sc.i:j])
-		sc.i = j
-		switch {
-		case lit == "true" || lit == "false" || lit == "null":
-			sc.b.WriteString(lit)
-		case strings.ContainsAny(lit, ".eE"):
-			f, err := strconv.ParseFloat(lit, 64)
-			if err != nil && !errors.Is(err, strconv.ErrRange) {
-				return errBadJSON
-			}
-			sc.b.WriteString(pyFloat(f))
-		case lit == "-0":
-			sc.b.WriteByte('0') // Python reads -0 as the integer 0
-		default:
-			sc.b.WriteString(lit) // integers are exact in Python, any size
-		}
+	case err == nil:
 		return nil
-	}
-}
-
-// str re-encodes the JSON string at sc.i the way Python's json.dumps writes it.
-func (sc *pyScanner) str() error {
-	if sc.i >= len(sc.s) || sc.s[sc.i] != '"' {
-		return errBadJSON
-	}
-	sc.i++
-	sc.b.WriteByte('"')
-	for sc.i < len(sc.s) {
-		c := sc.s[sc.i]
-		switch {
-		case c == '"':
-			sc.i++
-			sc.b.WriteByte('"')
-			return nil
-		case c == '\\':
-			if sc.i+1 >= len(sc.s) {
-				return errBadJSON
-			}
-			e := sc.s[sc.i+1]
-			sc.i += 2
-			switch e {
-			case '"', '\\', 'b', 'f', 'n', 'r', 't':
-				sc.b.WriteByte('\\')
-				sc.b.WriteByte(e)
-			case '/':
-				sc.b.WriteByte('/')
-			case 'u':
-				r, ok := sc.hex4()
-				if !ok {
-					return errBadJSON
-				}
-				if utf16.IsSurrogate(r) && sc.i+6 <= len(sc.s) && sc.s[sc.i] == '\\' && sc.s[sc.i+1] == 'u' {
-					sc.i += 2
-					r2, ok := sc.hex4()
-					if !ok {
-						return errBadJSON
-					}
-					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-						writeRunePy(sc.b, dec)
-						continue
-					}
-					writeRunePy(sc.b, utf8.RuneError)
-					r = r2
-				}
-				if utf16.IsSurrogate(r) {
-					r = utf8.RuneError // Go's decoder does the same with a lone surrogate
-				}
-				writeRunePy(sc.b, r)
-			default:
-				return errBadJSON
-			}
-		case c < utf8.RuneSelf:
-			sc.i++
-			writeRunePy(sc.b, rune(c))
-		default:
-			r, n := utf8.DecodeRune(sc.s[sc.i:])
-			sc.i += n
-			writeRunePy(sc.b, r)
-		}
+	case errors.Is(err, errJSONDepth) || errors.Is(err, jsonwire.ErrTooDeep):
+		return errJSONDepth
 	}
 	return errBadJSON
 }
 
-func (sc *pyScanner) hex4() (rune, bool) {
-	if sc.i+4 > len(sc.s) {
-		return 0, false
+var errBadJSON = errors.New("malformed JSON")
+
+// pyScanner walks a document with jsonwire's Scanner, writing it in Python's form. (The
+// Builder is an argument, not a field: as a field it would escape to the heap with the
+// Scanner's contents.)
+type pyScanner struct {
+	jsonwire.Scanner
+	w *pyWriter
+}
+
+func (sc *pyScanner) value(b *strings.Builder, depth int) error {
+	if depth > maxJSONDepth {
+		return errJSONDepth
 	}
-	var r rune
-	for _, c := range sc.s[sc.i : sc.i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
+	switch k := jsonwire.KindOf(sc.Peek()); k {
+	case jsonwire.Object, jsonwire.Array:
+		var err error
+		if k == jsonwire.Object {
+			err = sc.EnterObject()
+		} else {
+			err = sc.EnterArray()
 		}
+		if err != nil {
+			return err
+		}
+		b.WriteByte("{["[k-jsonwire.Object])
+		for n := 0; ; n++ {
+			var more bool
+			var key jsonwire.Token
+			if k == jsonwire.Object {
+				key, more, err = sc.NextMember()
+			} else {
+				more, err = sc.NextElement()
+			}
+			if err != nil {
+				return err
+			}
+			if !more {
+				if n > 0 {
+					b.WriteByte('\n')
+					writeIndent(b, depth)
+				}
+				b.WriteByte("}]"[k-jsonwire.Object])
+				return nil
+			}
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('\n')
+			writeIndent(b, depth+1)
+			if k == jsonwire.Object {
+				if err := sc.str(b, key); err != nil {
+					return err
+				}
+				b.WriteString(": ")
+			}
+			if err := sc.value(b, depth+1); err != nil {
+				return err
+			}
+		}
+	case jsonwire.String:
+		t, err := sc.ReadString()
+		if err != nil {
+			return err
+		}
+		return sc.str(b, t)
+	case jsonwire.Number:
+		t, err := sc.ReadNumber()
+		if err != nil {
+			return err
+		}
+		lit := t.Raw(sc.Input())
+		switch {
+		case t.Flags&(jsonwire.Fraction|jsonwire.Exponent) != 0:
+			f, err := strconv.ParseFloat(string(lit), 64)
+			if err != nil && !errors.Is(err, strconv.ErrRange) {
+				return errBadJSON
+			}
+			b.WriteString(pyFloat(f))
+		case string(lit) == "-0":
+			b.WriteByte('0') // Python reads -0 as the integer 0
+		default:
+			b.Write(lit) // integers are exact in Python, any size
+		}
+		return nil
 	}
-	sc.i += 4
-	return r, true
+	// true, false, null, or the scanner's error.
+	t, err := sc.ReadValue()
+	if err != nil {
+		return err
+	}
+	b.Write(t.Raw(sc.Input()))
+	return nil
+}
+
+// str writes the string t the way Python's json.dumps writes it: its value (invalid UTF-8 and
+// lone surrogates as U+FFFD) with ensure_ascii's escaping.
+func (sc *pyScanner) str(b *strings.Builder, t jsonwire.Token) error {
+	s := t.Contents(sc.Input())
+	if t.Flags&jsonwire.Escaped != 0 {
+		var err error
+		if sc.w.value, err = jsonwire.Unescape(sc.w.value[:0], s, jsonwire.ReplaceInvalid); err != nil {
+			return err
+		}
+		s = sc.w.value
+	}
+	sc.w.out = jsonwire.AppendString(sc.w.out[:0], s, jsonwire.PythonASCII)
+	b.Write(sc.w.out)
+	return nil
+}
+
+// pyWriter holds the buffers a string goes through on its way into the prompt's
+// strings.Builder, which cannot be appended to in place. They are pooled: the prompt writers
+// had allocated nothing of their own.
+type pyWriter struct{ out, value []byte }
+
+var pyWriters = sync.Pool{New: func() any { return new(pyWriter) }}
+
+func getPyWriter() *pyWriter { return pyWriters.Get().(*pyWriter) }
+
+func putPyWriter(w *pyWriter) {
+	if cap(w.out) <= 64<<10 && cap(w.value) <= 64<<10 {
+		pyWriters.Put(w)
+	}
 }
 
 func writeIndent(b *strings.Builder, depth int) {
@@ -224,50 +173,12 @@ func writeIndent(b *strings.Builder, depth int) {
 	}
 }
 
-const hexDigits = "0123456789abcdef"
-
 // pyString writes s as Python's json.dumps does with ensure_ascii=True.
 func pyString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		writeRunePy(b, r)
-	}
-	b.WriteByte('"')
-}
-
-func writeRunePy(b *strings.Builder, r rune) {
-	switch {
-	case r == '"':
-		b.WriteString(`\"`)
-	case r == '\\':
-		b.WriteString(`\\`)
-	case r == '\n':
-		b.WriteString(`\n`)
-	case r == '\r':
-		b.WriteString(`\r`)
-	case r == '\t':
-		b.WriteString(`\t`)
-	case r == '\b':
-		b.WriteString(`\b`)
-	case r == '\f':
-		b.WriteString(`\f`)
-	case r < 0x20 || (r >= 0x7f && r <= 0xffff):
-		writeU(b, r)
-	case r > 0xffff:
-		r1, r2 := utf16.EncodeRune(r)
-		writeU(b, r1)
-		writeU(b, r2)
-	default:
-		b.WriteByte(byte(r))
-	}
-}
-
-func writeU(b *strings.Builder, r rune) {
-	b.WriteString(`\u`)
-	b.WriteByte(hexDigits[r>>12&0xf])
-	b.WriteByte(hexDigits[r>>8&0xf])
-	b.WriteByte(hexDigits[r>>4&0xf])
-	b.WriteByte(hexDigits[r&0xf])
+	w := getPyWriter()
+	w.out = jsonwire.AppendString(w.out[:0], s, jsonwire.PythonASCII)
+	b.Write(w.out)
+	putPyWriter(w)
 }
 
 // runeIndex converts a byte offset in s to a character offset, as Python counts.

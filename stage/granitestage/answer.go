@@ -7,12 +7,10 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // completionAnswer is what the stage reads of an upstream's whole /v1/completions answer.
@@ -56,206 +54,52 @@ func decodeCompletion(data []byte, c *completionAnswer) error {
 // maxScanDepth is the nesting the fast path follows; deeper answers go to encoding/json.
 const maxScanDepth = 256
 
-// jscan is a validating JSON reader over one document. Its methods return false at anything
-// that is not JSON, and at what the fast path leaves to encoding/json.
-type jscan struct {
-	b []byte
-	i int
+// jscan is the stage's reader: jsonwire's validating Scanner, with the walks its fast paths
+// share. Its methods return false at anything that is not JSON, and at what the fast path leaves
+// to encoding/json.
+type jscan struct{ jsonwire.Scanner }
+
+func newScan(b []byte) jscan {
+	return jscan{jsonwire.NewScanner(b, jsonwire.Options{MaxDepth: maxScanDepth})}
 }
 
-func (s *jscan) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
+// skip reads one value of any kind.
+func (s *jscan) skip() bool {
+	_, err := s.ReadValue()
+	return err == nil
 }
 
-// next skips whitespace and returns the next byte (0 at the end).
-func (s *jscan) next() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-// str reads a string at s.i (its opening quote), returning its contents' bounds and whether
-// they hold an escape or a byte outside ASCII (then it needs unquoting).
-func (s *jscan) str() (start, end int, plain, ok bool) {
-	b := s.b
-	i := s.i + 1
-	start = i
-	plain = true
-	for {
-		if plain {
-			i = jsonscan.SkipPlainASCII(b, i)
-		} else {
-			i = jsonscan.SkipPlain(b, i) // plain or not is known: no stop at each byte above 0x7F
-		}
-		if i >= len(b) {
-			break
-		}
-		c := b[i]
-		switch {
-		case c == '"':
-			s.i = i + 1
-			return start, i, plain, true
-		case c < 0x20:
-			return 0, 0, false, false
-		case c == '\\':
-			plain = false
-			if i+1 >= len(b) {
-				return 0, 0, false, false
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return 0, 0, false, false
-				}
-				i += 6
-			default:
-				return 0, 0, false, false
-			}
-		case c >= utf8.RuneSelf:
-			plain = false
-			i++
-		default:
-			i++
-		}
-	}
-	return 0, 0, false, false
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// number reads a number at s.i, as JSON's grammar has it.
-func (s *jscan) number() bool {
-	b, i := s.b, s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
-	}
-	s.i = i
-	return true
-}
-
-func (s *jscan) lit(l string) bool {
-	if !bytes.HasPrefix(s.b[s.i:], []byte(l)) {
-		return false
-	}
-	s.i += len(l)
-	return true
-}
-
-// skip reads one value of any kind at s.i (whitespace skipped first).
-func (s *jscan) skip(depth int) bool {
-	switch s.next() {
-	case '"':
-		_, _, _, ok := s.str()
-		return ok
-	case '{':
-		if depth >= maxScanDepth {
-			return false
-		}
-		return s.members(func(int, int, bool) bool { return s.skip(depth + 1) })
-	case '[':
-		if depth >= maxScanDepth {
-			return false
-		}
-		return s.array(func() bool { return s.skip(depth + 1) })
-	case 't':
-		return s.lit("true")
-	case 'f':
-		return s.lit("false")
-	case 'n':
-		return s.lit("null")
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return s.number()
-	}
-	return false
-}
-
-// object reads an object at s.i member by member: member gets each name (unescaped names go to
-// encoding/json) with s.i at its value, and reads the value.
+// object reads an object member by member: member gets each name (escaped names go to
+// encoding/json) with the scanner at its value, and reads the value.
 func (s *jscan) object(member func(name []byte) bool) bool {
-	return s.members(func(start, end int, plain bool) bool {
-		if !plain && bytes.IndexByte(s.b[start:end], '\\') >= 0 {
+	if s.EnterObject() != nil {
+		return false
+	}
+	for {
+		key, more, err := s.NextMember()
+		if err != nil || !more {
+			return err == nil
+		}
+		if key.Flags&jsonwire.Escaped != 0 {
 			return false // an escaped name: encoding/json matches its unescaped form
 		}
-		return member(s.b[start:end])
-	})
+		if !member(key.Contents(s.Input())) {
+			return false
+		}
+	}
 }
 
-// members reads an object at s.i member by member: member gets the bounds of each name in s.b
-// (plain: it holds no escape) with s.i at its value, and reads the value.
-func (s *jscan) members(member func(start, end int, plain bool) bool) bool {
-	if s.next() != '{' {
+// array reads an array, elem reading each element.
+func (s *jscan) array(elem func() bool) bool {
+	if s.EnterArray() != nil {
 		return false
 	}
-	s.i++
-	if s.next() == '}' {
-		s.i++
-		return true
-	}
 	for {
-		if s.next() != '"' {
-			return false
+		more, err := s.NextElement()
+		if err != nil || !more {
+			return err == nil
 		}
-		start, end, plain, ok := s.str()
-		if !ok || s.next() != ':' {
-			return false
-		}
-		s.i++
-		if !member(start, end, plain) {
-			return false
-		}
-		switch s.next() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
+		if !elem() {
 			return false
 		}
 	}
@@ -295,28 +139,27 @@ func once(seen *uint32, i int) bool {
 	return true
 }
 
-// known reads an object at s.i whose members named in names are read by read, given the name's
-// index, each once; other members are skipped (nested at most depth deeper than the bound skip
-// keeps). A name met twice, escaped, or one of names in another case is false: encoding/json
-// treats those in its own way.
-func (s *jscan) known(names []string, depth int, read func(f int) bool) bool {
+// known reads an object whose members named in names are read by read, given the name's index,
+// each once; other members are skipped. A name met twice, escaped, or one of names in another
+// case is false: encoding/json treats those in its own way.
+func (s *jscan) known(names []string, read func(f int) bool) bool {
 	var seen uint32
 	return s.object(func(name []byte) bool {
 		f := field(name, names...)
 		if f == -1 {
-			return s.skip(depth)
+			return s.skip()
 		}
 		return f >= 0 && once(&seen, f) && read(f)
 	})
 }
 
-// objects reads an array of objects at s.i (a null element is a zero T), appending each to
+// objects reads an array of objects (a null element is a zero T), appending each to
 // *dst: read reads member f (of names, as known reads them) into the element being built.
 func objects[T any](s *jscan, dst *[]T, names []string, read func(e *T, f int) bool) bool {
 	return s.array(func() bool {
 		var e T
 		if !s.nullOr(func() bool {
-			return s.known(names, 2, func(f int) bool { return read(&e, f) })
+			return s.known(names, func(f int) bool { return read(&e, f) })
 		}) {
 			return false
 		}
@@ -325,194 +168,89 @@ func objects[T any](s *jscan, dst *[]T, names []string, read func(e *T, f int) b
 	})
 }
 
-// end says whether only whitespace is left: a document is one value.
-func (s *jscan) end() bool {
-	s.ws()
-	return s.i == len(s.b)
-}
+// end says whether only white space is left: a document is one value.
+func (s *jscan) end() bool { return s.Finish() == nil }
 
-// rawCopy reads one value of any kind into *dst as rawValue does, copied (as encoding/json
-// copies a json.RawMessage): the document's buffer may be reused.
-func (s *jscan) rawCopy(depth int, dst *json.RawMessage) bool {
-	v, ok := s.rawValue(depth)
+// rawCopy reads one value of any kind into *dst, copied (as encoding/json copies a
+// json.RawMessage): the document's buffer may be reused.
+func (s *jscan) rawCopy(dst *json.RawMessage) bool {
+	v, ok := s.rawValue()
 	*dst = append(json.RawMessage(nil), v...)
 	return ok
 }
 
 // stringValue reads a string or null into *dst (null leaves it, as encoding/json does).
 func (s *jscan) stringValue(dst *string) bool {
-	switch s.next() {
-	case 'n':
-		return s.lit("null")
-	case '"':
-		v, ok := s.strDecode()
-		if ok {
-			*dst = v
-		}
-		return ok
+	if s.ReadNull() {
+		return true
 	}
-	return false
+	v, ok := s.str()
+	if ok {
+		*dst = v
+	}
+	return ok
 }
 
 // stringPtr reads a string into a new *dst, or null (which leaves *dst nil, as encoding/json
 // does for a member it meets once).
 func (s *jscan) stringPtr(dst **string) bool {
-	return s.nullOr(func() bool {
-		var v string
-		if !s.stringValue(&v) {
-			return false
-		}
-		*dst = &v
+	if s.ReadNull() {
 		return true
-	})
+	}
+	v, ok := s.str()
+	if ok {
+		*dst = &v
+	}
+	return ok
 }
 
 // nullOr reads null, or else the value read reads.
 func (s *jscan) nullOr(read func() bool) bool {
-	if s.next() == 'n' {
-		return s.lit("null")
+	if s.Peek() == 'n' {
+		return s.ReadNull()
 	}
 	return read()
 }
 
-// rawValue reads one value of any kind (nested at most depth levels deeper than the bound
-// skip keeps) and returns its bytes, capped: appending to them cannot write past them.
-func (s *jscan) rawValue(depth int) ([]byte, bool) {
-	s.ws()
-	from := s.i
-	if !s.skip(depth) {
+// rawValue reads one value of any kind and returns its bytes, capped: appending to them cannot
+// write past them.
+func (s *jscan) rawValue() ([]byte, bool) {
+	t, err := s.ReadValue()
+	if err != nil {
 		return nil, false
 	}
-	return s.b[from:s.i:s.i], true
+	return t.Raw(s.Input()), true
 }
 
-// strDecode reads a string at s.i (its opening quote) and decodes it as encoding/json does, in
-// the one pass that validates it: escapes resolved, a lone or broken surrogate and each byte of
-// invalid UTF-8 as U+FFFD.
-func (s *jscan) strDecode() (string, bool) {
-	b := s.b
-	i := s.i + 1
-	start := i
-	i = jsonscan.SkipPlainASCII(b, i)
-	if i < len(b) && b[i] == '"' {
-		s.i = i + 1
-		return string(b[start:i]), true
+// str reads a string and decodes it as encoding/json does: escapes resolved, a lone or broken
+// surrogate and each byte of invalid UTF-8 as U+FFFD.
+func (s *jscan) str() (string, bool) {
+	t, err := s.ReadString()
+	if err != nil {
+		return "", false
 	}
-	var out strings.Builder
-	out.Grow(len(b) - start)
-	lit := start // the start of the bytes not yet written
-	for {
-		if i = jsonscan.SkipPlainASCII(b, i); i >= len(b) {
-			return "", false
-		}
-		switch c := b[i]; {
-		case c == '"':
-			out.Write(b[lit:i])
-			s.i = i + 1
-			return out.String(), true
-		case c < 0x20:
-			return "", false
-		case c == '\\':
-			out.Write(b[lit:i])
-			if i+1 >= len(b) {
-				return "", false
-			}
-			switch b[i+1] {
-			case '"', '\\', '/':
-				out.WriteByte(b[i+1])
-			case 'b':
-				out.WriteByte('\b')
-			case 'f':
-				out.WriteByte('\f')
-			case 'n':
-				out.WriteByte('\n')
-			case 'r':
-				out.WriteByte('\r')
-			case 't':
-				out.WriteByte('\t')
-			case 'u':
-				r, ok := u4(b[i:])
-				if !ok {
-					return "", false
-				}
-				if r < utf8.RuneSelf { // encoding/json's \u003c for '<', and the like
-					out.WriteByte(byte(r))
-					i += 6
-					lit = i
-					continue
-				}
-				if utf16.IsSurrogate(r) {
-					if r2, ok := u4(b[i+6:]); ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							out.WriteRune(d)
-							i += 12
-							lit = i
-							continue
-						}
-					}
-					r = utf8.RuneError
-				}
-				out.WriteRune(r)
-				i += 6
-				lit = i
-				continue
-			default:
-				return "", false
-			}
-			i += 2
-			lit = i
-		default: // outside ASCII
-			r, n := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && n == 1 {
-				out.Write(b[lit:i])
-				out.WriteString("\uFFFD")
-				lit = i + 1
-			}
-			i += n
-		}
+	if t.Plain() {
+		return string(t.Contents(s.Input())), true
 	}
-}
-
-// u4 reads a \uXXXX escape at the start of b.
-func u4(b []byte) (rune, bool) {
-	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[2:6] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
+	v, err := jsonwire.UnescapeString(t.Contents(s.Input()), jsonwire.ReplaceInvalid)
+	return v, err == nil
 }
 
 // intValue reads an integer or null into *dst, as encoding/json reads an int64.
 func (s *jscan) intValue(dst *int64) bool {
-	switch c := s.next(); {
-	case c == 'n':
-		return s.lit("null")
-	case c == '-' || '0' <= c && c <= '9':
-		start := s.i
-		if !s.number() {
-			return false
-		}
-		n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
-		if err != nil {
-			return false
-		}
-		*dst = n
+	if s.ReadNull() {
 		return true
 	}
-	return false
+	t, err := s.ReadNumber()
+	if err != nil || !t.Integer() {
+		return false
+	}
+	n, err := strconv.ParseInt(string(t.Raw(s.Input())), 10, 64)
+	if err != nil {
+		return false
+	}
+	*dst = n
+	return true
 }
 
 var (
@@ -524,15 +262,15 @@ var (
 // scanCompletion is decodeCompletion's fast path: true when it read data whole, as
 // encoding/json would have.
 func scanCompletion(data []byte, c *completionAnswer) bool {
-	s := jscan{b: data}
-	return s.known(answerNames, 1, func(f int) bool {
+	s := newScan(data)
+	return s.known(answerNames, func(f int) bool {
 		switch f {
 		case 0:
 			return s.stringValue(&c.ID)
 		case 1:
 			return s.stringValue(&c.Model)
 		case 2:
-			return s.rawCopy(1, &c.SystemFingerprint)
+			return s.rawCopy(&c.SystemFingerprint)
 		case 3:
 			return s.choices(c)
 		default:
@@ -542,8 +280,8 @@ func scanCompletion(data []byte, c *completionAnswer) bool {
 }
 
 func (s *jscan) choices(c *completionAnswer) bool {
-	if s.next() == 'n' {
-		return s.lit("null")
+	if s.ReadNull() {
+		return true
 	}
 	c.Choices = make([]completionChoice, 0, 1)
 	return objects(s, &c.Choices, choiceNames, func(ch *completionChoice, f int) bool {
@@ -555,11 +293,11 @@ func (s *jscan) choices(c *completionAnswer) bool {
 }
 
 func (s *jscan) usage(c *completionAnswer) bool {
-	if s.next() == 'n' {
-		return s.lit("null") // c.Usage stays nil
+	if s.ReadNull() {
+		return true // c.Usage stays nil
 	}
 	u := &usage{}
-	if !s.known(usageNames, 2, func(f int) bool {
+	if !s.known(usageNames, func(f int) bool {
 		return s.intValue([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[f])
 	}) {
 		return false
@@ -592,26 +330,26 @@ var (
 // scanChunk is decodeChunk's fast path: true when it read data whole, as encoding/json would
 // have. Raw values are copies: data is the event reader's buffer, reused for the next event.
 func scanChunk(data []byte, c *completionChunk) bool {
-	s := jscan{b: data}
-	return s.known(chunkNames, 1, func(f int) bool {
+	s := newScan(data)
+	return s.known(chunkNames, func(f int) bool {
 		switch f {
 		case 0:
 			return s.stringValue(&c.Model)
 		case 1:
-			return s.rawCopy(1, &c.SystemFingerprint)
+			return s.rawCopy(&c.SystemFingerprint)
 		case 2:
 			return s.chunkChoices(c)
 		case 3:
-			return s.rawCopy(1, &c.Usage)
+			return s.rawCopy(&c.Usage)
 		default:
-			return s.rawCopy(1, &c.Error)
+			return s.rawCopy(&c.Error)
 		}
 	}) && s.end()
 }
 
 func (s *jscan) chunkChoices(c *completionChunk) bool {
-	if s.next() == 'n' {
-		return s.lit("null")
+	if s.ReadNull() {
+		return true
 	}
 	if c.Choices == nil {
 		c.Choices = make([]chunkChoiceIn, 0, 1)
@@ -628,7 +366,7 @@ func (s *jscan) chunkChoices(c *completionChunk) bool {
 		case 2:
 			return s.stringPtr(&ch.FinishReason)
 		}
-		return s.rawCopy(2, &ch.StopReason)
+		return s.rawCopy(&ch.StopReason)
 	})
 }
 

@@ -223,8 +223,8 @@ func text(raw json.RawMessage) (string, error) {
 		return "", nil
 	}
 	if raw[0] == '"' {
-		sc := jscan{b: raw}
-		if s, ok := sc.strDecode(); ok && sc.i == len(raw) {
+		sc := newScan(raw)
+		if s, ok := sc.str(); ok && sc.end() {
 			return s, nil
 		}
 		var s string

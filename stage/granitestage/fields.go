@@ -21,7 +21,7 @@ func requestFields(req *pipeline.Request) (map[string]json.RawMessage, error) {
 }
 
 func scanFields(body []byte) (map[string]json.RawMessage, bool) {
-	s := jscan{b: body}
+	s := newScan(body)
 	f := make(map[string]json.RawMessage, 8)
 	ok := s.object(func(name []byte) bool {
 		for _, c := range name {
@@ -29,7 +29,7 @@ func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 				return false // encoding/json's keys replace invalid UTF-8
 			}
 		}
-		v, ok := s.rawValue(1)
+		v, ok := s.rawValue()
 		f[string(name)] = v
 		return ok
 	})
@@ -48,9 +48,9 @@ var (
 // scanControls reads a request's controls object as json.Unmarshal into granite.Controls
 // would; anything unusual is false (left to encoding/json).
 func scanControls(raw []byte) (*granite.Controls, bool) {
-	s := jscan{b: raw}
+	s := newScan(raw)
 	c := &granite.Controls{}
-	ok := s.known(controlNames, 1, func(f int) bool {
+	ok := s.known(controlNames, func(f int) bool {
 		if f == 2 {
 			return s.stringPtr(&c.Length)
 		}
@@ -61,17 +61,12 @@ func scanControls(raw []byte) (*granite.Controls, bool) {
 		if f == 1 {
 			b = &c.Hallucinations
 		}
-		switch s.next() {
-		case 't':
-			*b = true
-			return s.lit("true")
-		case 'f':
-			*b = false
-			return s.lit("false")
-		case 'n':
-			return s.lit("null")
+		if s.ReadNull() {
+			return true
 		}
-		return false
+		v, err := s.ReadBool()
+		*b = v
+		return err == nil
 	})
 	if !ok || !s.end() {
 		return nil, false
@@ -79,38 +74,11 @@ func scanControls(raw []byte) (*granite.Controls, bool) {
 	return c, true
 }
 
-// array reads a JSON array at s.i, elem reading each element (whitespace skipped).
-func (s *jscan) array(elem func() bool) bool {
-	if s.next() != '[' {
-		return false
-	}
-	s.i++
-	if s.next() == ']' {
-		s.i++
-		return true
-	}
-	for {
-		s.ws()
-		if !elem() {
-			return false
-		}
-		switch s.next() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 // scanMessages reads a request's messages as json.Unmarshal into []wireMessage would, for the
 // common shapes: a message with tool calls, or anything unusual, is false (left to
 // encoding/json).
 func scanMessages(raw []byte) ([]wireMessage, bool) {
-	s := jscan{b: raw}
+	s := newScan(raw)
 	out := make([]wireMessage, 0, 4)
 	ok := objects(&s, &out, messageNames, func(m *wireMessage, f int) bool {
 		switch f {
@@ -118,10 +86,10 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 			return s.stringValue(&m.Role)
 		case 1:
 			var ok bool
-			m.Content, ok = s.rawValue(2)
+			m.Content, ok = s.rawValue()
 			return ok
 		case 2:
-			return s.next() == 'n' && s.lit("null")
+			return s.ReadNull()
 		}
 		return s.stringValue(&m.ToolCallID)
 	})
@@ -134,35 +102,34 @@ func scanMessages(raw []byte) ([]wireMessage, bool) {
 // scanDocuments reads a request's documents as json.Unmarshal into []granite.Document would,
 // for the common shapes; anything unusual is false (left to encoding/json).
 func scanDocuments(raw []byte) ([]granite.Document, bool) {
-	s := jscan{b: raw}
+	s := newScan(raw)
 	out := make([]granite.Document, 0, 4)
 	ok := objects(&s, &out, documentNames, func(d *granite.Document, f int) bool {
 		if f == 0 {
 			return s.stringValue(&d.Text)
 		}
-		return s.nullOr(func() bool {
-			v, ok := s.rawValue(2)
-			if !ok {
-				return false
-			}
-			if f == 1 {
-				id := &granite.DocID{}
-				if id.UnmarshalJSON(v) != nil {
-					return false
-				}
-				d.DocID = id
-				return true
-			}
-			if c := v[0]; c != '-' && (c < '0' || c > '9') {
-				return false
-			}
-			x, err := strconv.ParseFloat(string(v), 64)
-			if err != nil {
-				return false
-			}
-			d.Score = &x
+		if s.ReadNull() {
 			return true
-		})
+		}
+		if f == 1 {
+			v, ok := s.rawValue()
+			id := &granite.DocID{}
+			if !ok || id.UnmarshalJSON(v) != nil {
+				return false
+			}
+			d.DocID = id
+			return true
+		}
+		t, err := s.ReadNumber()
+		if err != nil {
+			return false
+		}
+		x, err := strconv.ParseFloat(string(t.Raw(s.Input())), 64)
+		if err != nil {
+			return false
+		}
+		d.Score = &x
+		return true
 	})
 	if !ok || !s.end() {
 		return nil, false

@@ -11,10 +11,9 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/internal/jsonscan"
+	"github.com/infergate/infergate/internal/jsonwire"
 	"github.com/infergate/infergate/lib/granite"
 )
 
@@ -290,57 +289,7 @@ func (c *chatStream) emitText(i int, member, text string) {
 // appendJSONString appends s as a JSON string as encoding/json writes it (HTML characters and
 // U+2028/U+2029 escaped, invalid UTF-8 as U+FFFD).
 func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; ; {
-		// The bytes encoding/json writes as they are (ASCII but control characters, the quote,
-		// the backslash and HTML's < > &), eight at a time.
-		if i = jsonscan.SkipPlainHTML(s, i); i >= len(s) {
-			break
-		}
-		b := s[i]
-		if b < utf8.RuneSelf {
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b': // as encoding/json writes them since Go 1.22
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonwire.AppendString(dst, s, jsonwire.EncodingJSON)
 }
 
 // finish parses choice i's whole text and sends what the stream had not yet let out, its tool

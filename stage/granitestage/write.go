@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/infergate/infergate/internal/jsonwire"
 	"github.com/infergate/infergate/lib/granite"
 )
 
@@ -280,8 +281,12 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 // isPlainNumber says whether raw is a bare JSON number (its own compact form); the commonest
 // completion parameters (max_tokens, temperature, n) are.
 func isPlainNumber(raw []byte) bool {
-	s := jscan{b: raw}
-	return len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') && s.number() && s.i == len(raw)
+	if len(raw) == 0 || jsonwire.KindOf(raw[0]) != jsonwire.Number {
+		return false // not a number (a failed ReadNumber would allocate its error)
+	}
+	s := newScan(raw)
+	t, err := s.ReadNumber()
+	return err == nil && t.End == len(raw)
 }
 
 // isPlainString says whether raw is a JSON string of printable ASCII that encoding/json writes

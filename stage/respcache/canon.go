@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"slices"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 var (
@@ -21,259 +20,152 @@ var (
 // have the same form. Nesting is bounded by maxDepth. It reads the bytes directly, about ten
 // times faster than decoding into interfaces and encoding again.
 func canonicalJSON(dst, src []byte) ([]byte, error) {
-	p := canonParser{src: src}
-	dst, err := p.value(dst, 0)
-	if err != nil {
-		return nil, err
-	}
-	p.space()
-	if p.i != len(p.src) {
-		return nil, errSyntax
-	}
-	return dst, nil
+	var p canonParser
+	return p.canonical(dst, src)
 }
 
+// canonParser walks a document with jsonwire's Scanner, writing its canonical form. One parser
+// may write several documents in turn (canonicalMembers: a request's members), keeping its
+// buffers.
 type canonParser struct {
-	src []byte
-	i   int
+	jsonwire.Scanner
+	buf []byte // a string's value, unescaped
+	// objects holds, for each depth, the buffers of the object being read at that depth (one
+	// at a time: its members are deeper); the next object at that depth reuses them.
+	objects []objectBuffers
 }
 
-func (p *canonParser) space() {
-	for p.i < len(p.src) {
-		switch p.src[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
+// objectBuffers are an object's members, and their values in canonical form, before sorting.
+type objectBuffers struct {
+	members []member
+	values  []byte
+}
+
+// canonical is canonicalJSON with p's buffers.
+func (p *canonParser) canonical(dst, src []byte) ([]byte, error) {
+	// The bound is the walk's own (value's depth check, as the cache has always counted it);
+	// the scanner's, one more, is never the first to be reached.
+	p.Scanner = jsonwire.NewScanner(src, jsonwire.Options{MaxDepth: maxDepth + 1})
+	dst, err := p.value(dst, 0)
+	if err == nil {
+		err = p.Finish()
 	}
+	switch {
+	case err == nil:
+		return dst, nil
+	case errors.Is(err, errTooDeep) || errors.Is(err, jsonwire.ErrTooDeep):
+		return nil, errTooDeep
+	}
+	return nil, errSyntax
 }
 
+// value appends the canonical form of the value that comes next, depth values deep (the
+// document's own value is 0; a member or an element is one deeper than its object or array).
 func (p *canonParser) value(dst []byte, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
-	p.space()
-	if p.i >= len(p.src) {
-		return nil, errSyntax
-	}
-	switch c := p.src[p.i]; {
-	case c == '{':
+	switch jsonwire.KindOf(p.Peek()) {
+	case jsonwire.Object:
 		return p.object(dst, depth)
-	case c == '[':
-		p.i++
-		dst = append(dst, '[')
-		p.space()
-		if p.i < len(p.src) && p.src[p.i] == ']' {
-			p.i++
-			return append(dst, ']'), nil
+	case jsonwire.Array:
+		if err := p.EnterArray(); err != nil {
+			return nil, err
 		}
-		for {
-			var err error
+		dst = append(dst, '[')
+		for n := 0; ; n++ {
+			more, err := p.NextElement()
+			if err != nil {
+				return nil, err
+			}
+			if !more {
+				return append(dst, ']'), nil
+			}
+			if n > 0 {
+				dst = append(dst, ',')
+			}
 			if dst, err = p.value(dst, depth+1); err != nil {
 				return nil, err
 			}
-			p.space()
-			if p.i >= len(p.src) {
-				return nil, errSyntax
-			}
-			switch p.src[p.i] {
-			case ',':
-				p.i++
-				dst = append(dst, ',')
-			case ']':
-				p.i++
-				return append(dst, ']'), nil
-			default:
-				return nil, errSyntax
-			}
 		}
-	case c == '"':
-		s, err := p.str()
+	case jsonwire.String:
+		t, err := p.ReadString()
 		if err != nil {
 			return nil, err
 		}
-		return appendString(dst, s), nil
-	case c == '-' || c >= '0' && c <= '9':
-		start := p.i
-		for p.i < len(p.src) && bytes.IndexByte([]byte("+-.0123456789eE"), p.src[p.i]) >= 0 {
-			p.i++
-		}
-		return appendNumber(dst, string(p.src[start:p.i])), nil
-	default:
-		for _, lit := range []string{"true", "false", "null"} {
-			if bytes.HasPrefix(p.src[p.i:], []byte(lit)) {
-				p.i += len(lit)
-				return append(dst, lit...), nil
+		s := t.Contents(p.Input())
+		if t.Flags&jsonwire.Escaped != 0 {
+			if p.buf, err = jsonwire.Unescape(p.buf[:0], s, jsonwire.KeepInvalid); err != nil {
+				return nil, err
 			}
+			s = p.buf
 		}
-		return nil, errSyntax
+		return jsonwire.AppendString(dst, s, jsonwire.Canonical), nil
+	case jsonwire.Number:
+		t, err := p.ReadNumber()
+		if err != nil {
+			return nil, err
+		}
+		return appendNumber(dst, string(t.Raw(p.Input())), t.Integer()), nil
 	}
+	// true, false, null, or the scanner's error.
+	t, err := p.ReadValue()
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, t.Raw(p.Input())...), nil
 }
 
 type member struct {
-	key        string
-	start, end int // the canonical value in the scratch buffer
+	key        []byte // unescaped
+	start, end int    // the canonical value in the scratch buffer
 }
 
 func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
-	p.i++ // '{'
-	var (
-		members []member
-		scratch []byte
-	)
-	p.space()
-	if p.i < len(p.src) && p.src[p.i] == '}' {
-		p.i++
-		return append(dst, '{', '}'), nil
+	if err := p.EnterObject(); err != nil {
+		return nil, err
 	}
+	for len(p.objects) <= depth {
+		p.objects = append(p.objects, objectBuffers{})
+	}
+	members, values := p.objects[depth].members[:0], p.objects[depth].values[:0]
 	for {
-		p.space()
-		if p.i >= len(p.src) || p.src[p.i] != '"' {
-			return nil, errSyntax
-		}
-		key, err := p.str()
+		t, more, err := p.NextMember()
 		if err != nil {
 			return nil, err
 		}
-		p.space()
-		if p.i >= len(p.src) || p.src[p.i] != ':' {
-			return nil, errSyntax
-		}
-		p.i++
-		start := len(scratch)
-		if scratch, err = p.value(scratch, depth+1); err != nil {
-			return nil, err
-		}
-		members = append(members, member{key: key, start: start, end: len(scratch)})
-		p.space()
-		if p.i >= len(p.src) {
-			return nil, errSyntax
-		}
-		if p.src[p.i] == '}' {
-			p.i++
+		if !more {
 			break
 		}
-		if p.src[p.i] != ',' {
-			return nil, errSyntax
+		key := t.Contents(p.Input())
+		if t.Flags&jsonwire.Escaped != 0 {
+			// A key of its own: p.buf is reused for the strings in the member's value.
+			if key, err = jsonwire.Unescape(nil, key, jsonwire.KeepInvalid); err != nil {
+				return nil, err
+			}
 		}
-		p.i++
+		start := len(values)
+		if values, err = p.value(values, depth+1); err != nil {
+			return nil, err
+		}
+		members = append(members, member{key: key, start: start, end: len(values)})
 	}
+	p.objects[depth] = objectBuffers{members: members, values: values}
 	// Sorted by key, stably: of a repeated key the last stays.
-	slices.SortStableFunc(members, func(a, b member) int {
-		switch {
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	dst = append(dst, '{')
 	first := true
 	for i, m := range members {
-		if i+1 < len(members) && members[i+1].key == m.key {
+		if i+1 < len(members) && bytes.Equal(members[i+1].key, m.key) {
 			continue
 		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendString(dst, m.key)
+		dst = jsonwire.AppendString(dst, m.key, jsonwire.Canonical)
 		dst = append(dst, ':')
-		dst = append(dst, scratch[m.start:m.end]...)
+		dst = append(dst, values[m.start:m.end]...)
 	}
 	return append(dst, '}'), nil
-}
-
-// str reads a JSON string at p.i, unescaped (invalid UTF-8 and lone surrogates become U+FFFD,
-// as encoding/json decodes them).
-func (p *canonParser) str() (string, error) {
-	p.i++ // '"'
-	start := p.i
-	// The common case: no escapes.
-	for p.i < len(p.src) {
-		c := p.src[p.i]
-		if c == '"' {
-			s := string(p.src[start:p.i])
-			p.i++
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-		p.i++
-	}
-	b := append([]byte(nil), p.src[start:p.i]...)
-	for p.i < len(p.src) {
-		c := p.src[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			return string(b), nil
-		case c < 0x20:
-			return "", errSyntax
-		case c != '\\':
-			b = append(b, c)
-			p.i++
-			continue
-		}
-		if p.i+1 >= len(p.src) {
-			return "", errSyntax
-		}
-		e := p.src[p.i+1]
-		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			b = append(b, e)
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return "", errSyntax
-			}
-			if utf16.IsSurrogate(r) {
-				r2 := utf8.RuneError
-				if p.i+1 < len(p.src) && p.src[p.i] == '\\' && p.src[p.i+1] == 'u' {
-					save := p.i
-					p.i += 2
-					if lo, ok := p.hex4(); ok {
-						if d := utf16.DecodeRune(r, lo); d != utf8.RuneError {
-							r2 = d
-						} else {
-							p.i = save // not a pair: the next escape stands alone
-						}
-					} else {
-						return "", errSyntax
-					}
-				}
-				r = r2
-			}
-			b = utf8.AppendRune(b, r)
-		default:
-			return "", errSyntax
-		}
-	}
-	return "", errSyntax
-}
-
-func (p *canonParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.src) {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(p.src[p.i:p.i+4]), 16, 32)
-	if err != nil {
-		return 0, false
-	}
-	p.i += 4
-	return rune(n), true
 }

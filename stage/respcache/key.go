@@ -10,7 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/infergate/infergate/internal/jsonwire"
 )
 
 // lookup is what the stage derived from one request: its keys and whether it may be cached.
@@ -109,6 +110,7 @@ func bypassFor(err error) string {
 // canonicalMembers appends the canonical object of fields' members names (sorted), with the
 // member named swap replaced by the canonical value with.
 func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMessage, swap string, with []byte) ([]byte, error) {
+	var p canonParser
 	dst = append(dst, '{')
 	for i, name := range names {
 		if i > 0 {
@@ -121,7 +123,7 @@ func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMess
 			continue
 		}
 		var err error
-		if dst, err = canonicalJSON(dst, fields[name]); err != nil {
+		if dst, err = p.canonical(dst, fields[name]); err != nil {
 			return nil, err
 		}
 	}
@@ -229,9 +231,10 @@ func isOne(v json.RawMessage) bool {
 }
 
 // appendNumber writes a JSON number in one spelling: integers as integers, others as the
-// shortest decimal that reads back the same float64.
-func appendNumber(dst []byte, s string) []byte {
-	if !strings.ContainsAny(s, ".eE") {
+// shortest decimal that reads back the same float64. integer: s has neither a fraction nor an
+// exponent.
+func appendNumber(dst []byte, s string, integer bool) []byte {
+	if integer {
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return strconv.AppendInt(dst, i, 10)
 		}
@@ -247,31 +250,8 @@ func appendNumber(dst []byte, s string) []byte {
 	return strconv.AppendFloat(dst, f, 'g', -1, 64)
 }
 
-// appendString writes s as a JSON string, escaping only what JSON requires.
+// appendString writes s as a JSON string, escaping only what JSON requires (every control
+// character as \u00XX), invalid UTF-8 as U+FFFD: the keys' one spelling of a string.
 func appendString(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				dst = append(dst, '\\', c)
-			case c < 0x20:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				dst = append(dst, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, "\uFFFD"...) // as a decoder reads it
-		} else {
-			dst = append(dst, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(dst, '"')
+	return jsonwire.AppendString(dst, s, jsonwire.Canonical)
 }
