@@ -13,8 +13,7 @@
 //   - AppendString and AppendContents: a string as JSON, with the escaping each former writer
 //     used (Escaping, and its presets).
 //   - SkipPlain, SkipPlainASCII, SkipPlainHTML: the eight-bytes-at-a-time skips over string
-//     contents that the scanner and the writer run on. internal/jsonscan has the same three;
-//     it should become a thin wrapper of these once its callers have moved here.
+//     contents that the scanner and the writer run on.
 //
 // # What it accepts
 //

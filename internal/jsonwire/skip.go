@@ -4,8 +4,7 @@ import "math/bits"
 
 // The skips below find where a run of bytes that needs no attention ends. Most of a request or an
 // answer is string contents, and a loop that looks at one byte at a time runs at a few hundred
-// MB/s; these look at eight at a time (SWAR: SIMD within a register). They are the
-// implementation internal/jsonscan's functions of the same names should forward to.
+// MB/s; these look at eight at a time (SWAR: SIMD within a register).
 
 // Text is what the skips and the writer read: a document's bytes, or a string being written.
 type Text interface{ ~string | ~[]byte }
