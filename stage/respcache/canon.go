@@ -31,8 +31,21 @@ type canonParser struct {
 	jsonwire.Scanner
 	buf []byte // a string's value, unescaped
 	// objects holds, for each depth, the buffers of the object being read at that depth (one
-	// at a time: its members are deeper); the next object at that depth reuses them.
-	objects []objectBuffers
+	// at a time: its members are deeper); the next object at that depth reuses them. Requests
+	// nest a few levels: those are in the parser itself, deeper ones in deeper.
+	objects [8]objectBuffers
+	deeper  []objectBuffers
+}
+
+// buffers are the object buffers of depth.
+func (p *canonParser) buffers(depth int) *objectBuffers {
+	if depth < len(p.objects) {
+		return &p.objects[depth]
+	}
+	for len(p.deeper) <= depth-len(p.objects) {
+		p.deeper = append(p.deeper, objectBuffers{})
+	}
+	return &p.deeper[depth-len(p.objects)]
 }
 
 // objectBuffers are an object's members, and their values in canonical form, before sorting.
@@ -125,10 +138,7 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 	if err := p.EnterObject(); err != nil {
 		return nil, err
 	}
-	for len(p.objects) <= depth {
-		p.objects = append(p.objects, objectBuffers{})
-	}
-	members, values := p.objects[depth].members[:0], p.objects[depth].values[:0]
+	members, values := p.buffers(depth).members[:0], p.buffers(depth).values[:0]
 	for {
 		t, more, err := p.NextMember()
 		if err != nil {
@@ -150,7 +160,7 @@ func (p *canonParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		members = append(members, member{key: key, start: start, end: len(values)})
 	}
-	p.objects[depth] = objectBuffers{members: members, values: values}
+	*p.buffers(depth) = objectBuffers{members: members, values: values}
 	// Sorted by key, stably: of a repeated key the last stays.
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	dst = append(dst, '{')
