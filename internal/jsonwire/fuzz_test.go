@@ -20,7 +20,10 @@ import (
 //     RejectInvalid: the same, or an error if there was anything to replace);
 //   - as text to write: every Escaping's output is valid JSON that json.Unmarshal reads back as
 //     the text (invalid bytes as U+FFFD), EncodingJSON's is json.Marshal's, PythonASCII's is
-//     printable ASCII, and a string and its bytes write the same.
+//     printable ASCII, and a string and its bytes write the same;
+//   - as a value to pass through: AppendCompact fails exactly when encoding/json does, and
+//     writes what json.Marshal writes for a json.RawMessage (EncodingJSON) or json.Compact
+//     (Minimal).
 //
 // Its seeds are the corpora of the readers it replaces (testdata/fuzz/FuzzWire: the chat
 // template's FuzzDecodeRequest, the response cache's FuzzStorable and the Granite stage's
@@ -46,6 +49,7 @@ func FuzzWire(f *testing.F) {
 		checkDocument(t, data)
 		checkContents(t, data)
 		checkWriters(t, data)
+		checkCompact(t, data)
 	})
 }
 
