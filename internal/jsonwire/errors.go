@@ -18,6 +18,9 @@ type SyntaxError struct {
 	Offset int
 	// Msg says what was expected or found there.
 	Msg string
+	// Fault is the kind of fault, for a caller that words its own message (Msg is for people,
+	// Fault for code: compare it with the Fault constants).
+	Fault Fault
 	// err is ErrTooDeep for a nesting error, else nil.
 	err error
 }
@@ -29,10 +32,25 @@ func (e *SyntaxError) Error() string {
 // Unwrap returns ErrTooDeep for a nesting error.
 func (e *SyntaxError) Unwrap() error { return e.err }
 
-// problem names what went wrong in the hot loops without building an error there: the loops
-// return one of these and an offset, and the error (with its allocation) is made only on the
-// way out of a failed scan.
-type problem uint8
+// Fault names what went wrong. The hot loops return one and an offset without building an
+// error there; the error (with its allocation) is made only on the way out of a failed scan.
+type Fault uint8
+
+// problem is Fault under the name the scanner's loops use.
+type problem = Fault
+
+// The faults a caller may tell apart to word its own error (the others are all "malformed").
+const (
+	FaultEOF                = eof                // the input ended where more was expected
+	FaultUnterminatedString = unterminatedString // a string without its closing quote
+	FaultControlInString    = controlInString    // an unescaped control character in a string
+	FaultBadEscape          = badEscape          // a backslash followed by a byte no escape starts with
+	FaultBadUnicodeEscape   = badUnicodeEscape   // \u not followed by four hex digits
+	FaultBadNumber          = badNumber          // a number that does not follow JSON's grammar
+	FaultExpectedString     = expectedString     // an object key (or a string) was expected
+	FaultExpectedColon      = expectedColon      // the ':' after an object key is missing
+	FaultTooDeep            = tooDeep            // nested deeper than Options.MaxDepth
+)
 
 const (
 	okay problem = iota
@@ -59,8 +77,8 @@ const (
 	unclosed
 )
 
-// String says what the problem is, for SyntaxError.Msg.
-func (p problem) String() string {
+// String says what the fault is, for SyntaxError.Msg.
+func (p Fault) String() string {
 	switch p {
 	case eof:
 		return "unexpected end of input"
@@ -109,14 +127,14 @@ func (p problem) String() string {
 }
 
 // at is p found at byte off; limit is the nesting limit in force, for tooDeep.
-func (p problem) at(off, limit int) *SyntaxError {
+func (p Fault) at(off, limit int) *SyntaxError {
 	if p == tooDeep {
 		return deepAt(off, limit)
 	}
-	return &SyntaxError{Offset: off, Msg: p.String()}
+	return &SyntaxError{Offset: off, Msg: p.String(), Fault: p}
 }
 
 // deepAt is the nesting error, naming the limit.
 func deepAt(off, limit int) *SyntaxError {
-	return &SyntaxError{Offset: off, Msg: "nesting deeper than " + strconv.Itoa(limit), err: ErrTooDeep}
+	return &SyntaxError{Offset: off, Msg: "nesting deeper than " + strconv.Itoa(limit), Fault: tooDeep, err: ErrTooDeep}
 }

@@ -9,7 +9,7 @@ package jsonwire
 // what it expects), which reads it or says what is wrong. Called anywhere but in an array, it
 // reads nothing.
 func (s *Scanner) NextScalar() (t Token, ok bool) {
-	if s.err != nil || !s.scalarInArray() {
+	if s.err != nil || s.depth == 0 || s.isObject(s.depth-1) {
 		return Token{}, false
 	}
 	b := s.b
@@ -30,12 +30,12 @@ func (s *Scanner) NextScalar() (t Token, ok bool) {
 		end, t.Flags, p = scanString(b, i, s.strict)
 	case Number:
 		end, t.Flags, p = scanNumber(b, i)
-	case True:
-		end, p = scalarLiteral(b, i, "true")
+	case True: // literal, inlined with each constant (not scanLiteral's call): BOOL tensors
+		end, p = literal(b, i, "true")
 	case False:
-		end, p = scalarLiteral(b, i, "false")
+		end, p = literal(b, i, "false")
 	case Null:
-		end, p = scalarLiteral(b, i, "null")
+		end, p = literal(b, i, "null")
 	default:
 		return Token{}, false
 	}
@@ -45,24 +45,4 @@ func (s *Scanner) NextScalar() (t Token, ok bool) {
 	s.i, s.first = end, false
 	t.Start, t.End = i, end
 	return t, true
-}
-
-// scalarInArray reports whether the container entered last, still open, is an array: isObject's
-// test in unsigned arithmetic (a shift and a mask) for the levels it keeps inline.
-func (s *Scanner) scalarInArray() bool {
-	if s.depth == 0 {
-		return false
-	}
-	if d := uint(s.depth - 1); d < 256 {
-		return s.objects[d/64]>>(d%64)&1 == 0
-	}
-	return !s.isObject(s.depth - 1)
-}
-
-// scalarLiteral is scanLiteral for a constant lit, which the compiler compares in one load.
-func scalarLiteral(b []byte, i int, lit string) (int, problem) {
-	if !hasLiteral(b, i, lit) {
-		return i, badLiteral
-	}
-	return i + len(lit), okay
 }

@@ -189,10 +189,11 @@ func (s *Scanner) setObject(d int, object bool) {
 	}
 }
 
-// isObject says whether the container at depth d is an object.
+// isObject says whether the container at depth d is an object. The inline levels are tested in
+// unsigned arithmetic (a shift and a mask), for NextScalar's loop.
 func (s *Scanner) isObject(d int) bool {
-	if d < 256 {
-		return s.objects[d/64]>>(d%64)&1 != 0
+	if u := uint(d); u < 256 {
+		return s.objects[u/64]>>(u%64)&1 != 0
 	}
 	return s.more[(d-256)/64]>>(d%64)&1 != 0
 }
@@ -594,15 +595,19 @@ func hasLiteral(b []byte, i int, lit string) bool {
 	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
 }
 
-// scanLiteral scans true, false or null (k says which must be) at b[i].
+// scanLiteral scans true, false or null (k says which must be) at b[i]. Each case passes a
+// constant, which the compiler compares with b in one load.
 func scanLiteral(b []byte, i int, k Kind) (int, problem) {
-	lit := "null"
 	switch k {
 	case True:
-		lit = "true"
+		return literal(b, i, "true")
 	case False:
-		lit = "false"
+		return literal(b, i, "false")
 	}
+	return literal(b, i, "null")
+}
+
+func literal(b []byte, i int, lit string) (int, problem) {
 	if !hasLiteral(b, i, lit) {
 		return i, badLiteral
 	}

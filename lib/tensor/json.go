@@ -254,12 +254,12 @@ func (d *jsonDecoder) stringError(i int, err error) error {
 		return err
 	}
 	j := se.Offset
-	switch se.Msg {
-	case "control character in string (it must be escaped)":
+	switch se.Fault {
+	case jsonwire.FaultControlInString:
 		return d.fail(j, "control character 0x%02x inside the string of element %d must be escaped", d.data[j], d.count)
-	case `invalid \u escape in string (four hex digits expected)`:
+	case jsonwire.FaultBadUnicodeEscape:
 		return d.fail(j, "invalid \\u escape in the string of element %d", d.count)
-	case "invalid escape in string":
+	case jsonwire.FaultBadEscape:
 		return d.fail(j, "invalid escape '\\%c' in the string of element %d", d.data[j+1], d.count)
 	}
 	return d.fail(i, "unterminated string in element %d", d.count) // the one other fault

@@ -319,12 +319,12 @@ func (s *scanner) at(err error) int {
 		return s.Offset()
 	}
 	b, i := s.Input(), se.Offset
-	switch se.Msg {
-	case badNumber:
+	switch se.Fault {
+	case jsonwire.FaultBadNumber:
 		for i > 0 && strings.IndexByte("+-.0123456789Ee", b[i-1]) >= 0 {
 			i--
 		}
-	case unterminated:
+	case jsonwire.FaultUnterminatedString:
 		n := 0 // the backslashes that end the input
 		for n < i && b[i-1-n] == '\\' {
 			n++
@@ -334,16 +334,6 @@ func (s *scanner) at(err error) int {
 		}
 	}
 	return i
-}
-
-// badNumber and unterminated are jsonwire's words for a malformed number and a string cut
-// short.
-var badNumber, unterminated = syntaxMsg("-"), syntaxMsg(`"`)
-
-func syntaxMsg(doc string) string {
-	var se *jsonwire.SyntaxError
-	errors.As(jsonwire.Validate([]byte(doc), jsonwire.Options{}), &se)
-	return se.Msg
 }
 
 // typeErr records that the value at the current path is not of kind.

@@ -89,6 +89,9 @@ var requestPairs = []struct{ name, in, out string }{
 
 var refusals = []struct{ name, in, msg string }{
 	{"not json", `{`, "not valid JSON"},
+	// The byte named is the malformed number's first, and the backslash that cuts a string short.
+	{"bad number", `{"model":"m","max_tokens":12.}`, "not valid JSON (at byte 26)"},
+	{"cut escape", `{"model":"m\`, "not valid JSON (at byte 11)"},
 	{"two objects", `{` + head + `,"messages":[{"role":"user","content":"q"}]} {}`, "one JSON object"},
 	{"a NUL after the object", `{` + head + `,"messages":[{"role":"user","content":"q"}]}` + "\x00", "one JSON object"},
 	{"no model", `{"max_tokens":1,"messages":[{"role":"user","content":"q"}]}`, "model: Field required"},
