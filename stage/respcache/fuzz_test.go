@@ -179,7 +179,7 @@ func FuzzStorable(f *testing.F) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, resp []byte, tools bool) {
-		tmpl, skip := storable(resp, tools)
+		tmpl, skip := storable(pathChat, resp, tools)
 		if skip != "" {
 			if tmpl != nil {
 				t.Fatal("a template with a reason not to store")

@@ -37,6 +37,7 @@ const (
 	reasonBody        = "body"        // a body the stage could not read
 	reasonStore       = "store"       // the store failed (Redis unreachable)
 	reasonTooDeep     = "too-deep"    // a request nested beyond maxDepth
+	reasonStored      = "stored"      // a stored answer that does not replay as a stream (asked upstream)
 )
 
 // skipped are the body members that do not change the answer: how it is delivered (stream,

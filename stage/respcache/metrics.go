@@ -26,7 +26,7 @@ func NewMetrics() *Metrics {
 			Help: "Chat completion and completion requests by cache result: hit (exact), semantic_hit, miss (asked upstream), bypass (not looked up; see infergate_respcache_bypass_total)."},
 			[]string{"model", "result"}),
 		bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_respcache_bypass_total",
-			Help: "Requests that bypassed the cache, by reason: temperature, n, no-cache, store (the store failed), path, body, too-deep."},
+			Help: "Requests that bypassed the cache, by reason: temperature, n, no-cache, store (the store failed), path, body, too-deep, stored (a stored answer that does not replay as a stream; it also counted as a hit)."},
 			[]string{"model", "reason"}),
 		stores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_respcache_answers_total",
 			Help: "Upstream answers of cacheable requests by outcome: stored, or why not (status, partial, too_large, finish_reason, tool_calls, invalid, store_error, no_store)."},

@@ -275,7 +275,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 	}
 	if resp != nil {
 		c.m.hit.Inc()
-		return c.hit(req, fields, resp, valueHit)
+		return c.hit(ctx, req, next, fields, resp, valueHit)
 	}
 	var vec []float32
 	if lk.text != "" {
@@ -292,7 +292,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 			}
 			if match.Response != nil {
 				c.m.semanticHit.Inc()
-				return c.hit(req, fields, match.Response,
+				return c.hit(ctx, req, next, fields, match.Response,
 					"semantic; similarity="+strconv.FormatFloat(float64(match.Similarity), 'f', 3, 32))
 			}
 		}
@@ -319,7 +319,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 		}
 		if f.resp != nil {
 			c.m.hit.Inc()
-			return c.hit(req, fields, f.resp, valueHit)
+			return c.hit(ctx, req, next, fields, f.resp, valueHit)
 		}
 		f = nil // the leader got nothing to share: ask on our own
 	}
@@ -365,8 +365,9 @@ func setHeader(res *pipeline.Response, value string) {
 	res.GatewayHeader[Header] = []string{value}
 }
 
-// hit answers req with a stored template.
-func (c *Cache) hit(req *pipeline.Request, fields map[string]json.RawMessage, template []byte, value string) (*pipeline.Response, error) {
+// hit answers req with a stored template. A template a stream request cannot replay (stored by an
+// older version, or altered in a shared store) is not an answer: the request goes upstream.
+func (c *Cache) hit(ctx context.Context, req *pipeline.Request, next pipeline.Handler, fields map[string]json.RawMessage, template []byte, value string) (*pipeline.Response, error) {
 	id := idPrefix(req.Path) + pipeline.NewRequestID()[:24]
 	created := c.opts.Now().Unix()
 	full, err := fullAnswer(template, id, created)
@@ -388,7 +389,9 @@ func (c *Cache) hit(req *pipeline.Request, fields map[string]json.RawMessage, te
 	}
 	chunks, err := replay(req.Path, full, replayOptions{ID: id, Created: created, IncludeUsage: so.IncludeUsage})
 	if err != nil {
-		return nil, fmt.Errorf("respcache: model %s: replaying a stored answer: %w", c.opts.Model, err)
+		c.warn.Warn("respcache replay failed", "response cache: a stored answer does not replay as a stream: asking the upstream",
+			"model", c.opts.Model, "err", err)
+		return c.bypass(ctx, req, next, reasonStored)
 	}
 	res.Header = http.Header{"Content-Type": {"text/event-stream"}, "Cache-Control": {"no-cache"}}
 	res.Stream = true
@@ -428,7 +431,7 @@ func (c *Cache) miss(ctx context.Context, req *pipeline.Request, next pipeline.H
 		return res, err
 	}
 	setHeader(res, value)
-	key, partition, text := lk.key, lk.partition, lk.text
+	path, key, partition, text := req.Path, lk.key, lk.partition, lk.text
 	res.Body = newRecorder(res.Body, res.Stream, req.Path, c.opts.MaxEntryBytes, func(resp []byte, skip string) {
 		if skip != "" {
 			c.m.answer(skip)
@@ -438,15 +441,15 @@ func (c *Cache) miss(ctx context.Context, req *pipeline.Request, next pipeline.H
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.store(ctx, key, partition, text, vec, resp, f)
+			c.store(ctx, path, key, partition, text, vec, resp, f)
 		}()
 	})
 	return res, nil
 }
 
 // store checks and stores an answer, off the request's path: the client has its last byte.
-func (c *Cache) store(ctx context.Context, key, partition, text string, vec []float32, resp []byte, f *flight) {
-	template, skip := storable(resp, c.opts.ToolCalls)
+func (c *Cache) store(ctx context.Context, path, key, partition, text string, vec []float32, resp []byte, f *flight) {
+	template, skip := storable(path, resp, c.opts.ToolCalls)
 	if skip != "" {
 		c.m.answer(skip)
 		c.land(f, key, nil)

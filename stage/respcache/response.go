@@ -24,8 +24,10 @@ var errNotObject = errors.New("respcache: answer is not a JSON object")
 // storable checks a complete non-streamed answer and returns what the store keeps: the answer
 // without its id and created (a hit gets fresh ones), as compact JSON with sorted members.
 // reason says why it may not be stored. Members are matched exactly, as a client reads them
-// (encoding/json's struct decoding would also take "Finish_Reason").
-func storable(resp []byte, toolCalls bool) (template []byte, reason string) {
+// (encoding/json's struct decoding would also take "Finish_Reason"). A stream request may hit the
+// entry too, so the answer must also replay as chunks for path: a case variant of a member that
+// the replay reads ("messAge" beside "message") passes the exact checks but not the replay's.
+func storable(path string, resp []byte, toolCalls bool) (template []byte, reason string) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(resp, &m); err != nil || m == nil {
 		return nil, skipInvalid
@@ -86,6 +88,9 @@ func storable(resp []byte, toolCalls bool) (template []byte, reason string) {
 	delete(m, "created")
 	t, err := json.Marshal(m)
 	if err != nil {
+		return nil, skipInvalid
+	}
+	if _, err := replay(path, resp, replayOptions{}); err != nil {
 		return nil, skipInvalid
 	}
 	return t, ""

@@ -1,6 +1,7 @@
 package respcache_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -279,4 +280,27 @@ func TestOwnerScope(t *testing.T) {
 	shared := startGateway(t, up, respcache.Options{Scope: respcache.ScopeShared})
 	assert.Equal(t, "miss", shared.chat(t, q, "X-Test-Key", "alice").cache())
 	assert.Equal(t, "hit", shared.chat(t, q, "X-Test-Key", "bob").cache())
+}
+
+// alteredStore answers every Get with a template that is a valid JSON object but not an answer a
+// stream can replay, as an entry written by another version, or altered in a shared Redis, can be.
+type alteredStore struct{ respcache.Store }
+
+func (alteredStore) Get(context.Context, string) ([]byte, error) {
+	return []byte(`{"choices":[{"messAge":{"role":[]},"finish_reason":"stop"}]}`), nil
+}
+
+// A stored answer that does not replay as a stream is not an answer: the stream request goes
+// upstream and gets the upstream's answer, not a 500 (a cache prefers a miss to a failure).
+func TestUnreplayableEntryGoesUpstream(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	g := startGateway(t, up, respcache.Options{Store: alteredStore{respcache.NewMemory(respcache.MemoryOptions{})}})
+	res := g.chat(t, chatReq("Tell me about the sea", `"stream":true`))
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.Equal(t, "bypass; reason=stored", res.cache())
+	text, _, done := streamed(t, res.body)
+	assert.Equal(t, "Answer to: Tell me about the sea", text)
+	assert.True(t, done)
+	assert.EqualValues(t, 1, up.calls.Load())
 }
