@@ -80,8 +80,26 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 	var dst []byte
 	for b.Loop() {
 		var err error
-		if dst, err = canonicalMembers(dst[:0], names, f, "", nil); err != nil {
+		if dst, err = canonicalMembers(dst[:0], names, f, -1, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A member named "" is a member like any other: two requests that differ only in its value are
+// two keys (it was once taken for "no member to swap" and dropped from the exact key).
+func TestEmptyNameInKey(t *testing.T) {
+	k := &keyer{model: "m", semantic: true, skip: skipped}
+	key := func(body string) lookup {
+		var f map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(body), &f); err != nil {
+			t.Fatal(err)
+		}
+		return k.derive(pathChat, "o", f)
+	}
+	a := key(`{"model":"m","temperature":0,"":1,"messages":[{"role":"user","content":"q"}]}`)
+	b := key(`{"model":"m","temperature":0,"":2,"messages":[{"role":"user","content":"q"}]}`)
+	if a.key == b.key || a.partition == b.partition {
+		t.Errorf("one key for two requests: %+v %+v", a, b)
 	}
 }

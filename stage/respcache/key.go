@@ -80,7 +80,7 @@ func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lo
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	full, err := canonicalMembers(nil, names, fields, "", nil)
+	full, err := canonicalMembers(nil, names, fields, -1, nil)
 	if err != nil {
 		return lookup{bypass: bypassFor(err)}
 	}
@@ -93,7 +93,7 @@ func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lo
 	if !ok {
 		return l
 	}
-	part, err := canonicalMembers(full[:0], names, fields, name, value)
+	part, err := canonicalMembers(full[:0], names, fields, slices.Index(names, name), value)
 	if err != nil {
 		return lookup{bypass: bypassFor(err)}
 	}
@@ -109,8 +109,9 @@ func bypassFor(err error) string {
 }
 
 // canonicalMembers appends the canonical object of fields' members names (sorted), with the
-// member named swap replaced by the canonical value with.
-func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMessage, swap string, with []byte) ([]byte, error) {
+// value of names[swap] replaced by the canonical value with (swap -1: none; an index, not a name,
+// because "" is a member name too).
+func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMessage, swap int, with []byte) ([]byte, error) {
 	var p canonParser
 	dst = append(dst, '{')
 	for i, name := range names {
@@ -119,7 +120,7 @@ func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMess
 		}
 		dst = appendString(dst, name)
 		dst = append(dst, ':')
-		if name == swap {
+		if i == swap {
 			dst = append(dst, with...)
 			continue
 		}
