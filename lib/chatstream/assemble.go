@@ -13,6 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/infergate/infergate/internal/jsonwire"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // Path names the two APIs.
@@ -216,18 +219,18 @@ func (a *Assembler) Result() (resp []byte, ok bool) {
 		return nil, false
 	}
 	ok = a.failed == nil
-	var usage json.RawMessage
+	head := openaiwire.Header{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model,
+		SystemFingerprint: fingerprint(a.fingerprint)}
 	if len(a.usage) > 0 {
-		usage = a.usage
+		head.Usage = &openaiwire.Usage{Raw: a.usage}
 	}
 	if a.chat {
-		out := chatResponse{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model,
-			SystemFingerprint: a.fingerprint, Usage: usage}
+		out := openaiwire.ChatCompletion{Header: head}
 		for i, ch := range a.choices {
 			if !ch.seen || ch.finish == "" {
 				ok = false
 			}
-			m := message{Role: ch.role}
+			m := openaiwire.Message{Role: ch.role}
 			if m.Role == "" {
 				m.Role = "assistant"
 			}
@@ -247,22 +250,20 @@ func (a *Assembler) Result() (resp []byte, ok bool) {
 				}
 				m.ToolCalls = append(m.ToolCalls, t)
 			}
-			out.Choices = append(out.Choices, chatChoice{Index: i, Message: m, FinishReason: finishOrNil(ch.finish), StopReason: ch.stop})
+			out.Choices = append(out.Choices, openaiwire.ChatChoice{Index: i, Message: m, FinishReason: finishOrNil(ch.finish), StopReason: ch.stop})
 		}
-		b, err := json.Marshal(out)
-		return b, ok && err == nil
+		return out.AppendJSON(nil, openaiwire.Options{}), ok
 	}
-	out := completionResponse{ID: a.id, Object: "text_completion", Created: a.created, Model: a.model,
-		SystemFingerprint: a.fingerprint, Usage: usage}
+	head.Object = "text_completion"
+	out := openaiwire.Completion{Header: head}
 	for i, ch := range a.choices {
 		if !ch.seen || ch.finish == "" {
 			ok = false
 		}
-		out.Choices = append(out.Choices, completionChoice{Index: i, Text: ch.content.String(),
+		out.Choices = append(out.Choices, openaiwire.CompletionChoice{Index: i, Text: ch.content.String(),
 			FinishReason: finishOrNil(ch.finish), StopReason: ch.stop})
 	}
-	b, err := json.Marshal(out)
-	return b, ok && err == nil
+	return out.AppendJSON(nil, openaiwire.Options{}), ok
 }
 
 func finishOrNil(s string) *string {
@@ -272,75 +273,18 @@ func finishOrNil(s string) *string {
 	return &s
 }
 
-// The whole responses, field for field as OpenAI's (and vLLM's) non-streamed answers.
-type chatResponse struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint string          `json:"system_fingerprint,omitempty"`
-	Choices           []chatChoice    `json:"choices"`
-	Usage             json.RawMessage `json:"usage,omitempty"`
+// fingerprint is a system_fingerprint the chat stream has as a string, as the writers want it:
+// nil (left out) when empty, else the string as JSON.
+func fingerprint(s string) openaiwire.Raw {
+	if s == "" {
+		return nil
+	}
+	return jsonwire.AppendString(nil, s, jsonwire.EncodingJSON)
 }
 
-type chatChoice struct {
-	Index        int             `json:"index"`
-	Message      message         `json:"message"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-type message struct {
-	Role             string     `json:"role"`
-	Content          *string    `json:"content"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
-}
-
-// ToolCall is one tool call of an assistant message.
-type ToolCall struct {
-	ID       string   `json:"id"`
-	Type     string   `json:"type"`
-	Function Function `json:"function"`
-}
+// ToolCall is one tool call of an assistant message: openaiwire's, named here too because the
+// Granite stage builds its answers' tool calls as chatstream's.
+type ToolCall = openaiwire.ToolCall
 
 // Function is a tool call's function and its arguments (a JSON text).
-type Function struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-type completionResponse struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"`
-	Created           int64              `json:"created"`
-	Model             string             `json:"model"`
-	SystemFingerprint string             `json:"system_fingerprint,omitempty"`
-	Choices           []completionChoice `json:"choices"`
-	Usage             json.RawMessage    `json:"usage,omitempty"`
-}
-
-type completionChoice struct {
-	Index        int             `json:"index"`
-	Text         string          `json:"text"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-func (c chatChoice) MarshalJSON() ([]byte, error) {
-	type plain chatChoice
-	if c.Logprobs == nil {
-		c.Logprobs = json.RawMessage("null")
-	}
-	return json.Marshal(plain(c))
-}
-
-func (c completionChoice) MarshalJSON() ([]byte, error) {
-	type plain completionChoice
-	if c.Logprobs == nil {
-		c.Logprobs = json.RawMessage("null")
-	}
-	return json.Marshal(plain(c))
-}
+type Function = openaiwire.Function

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // ReplayOptions are what a replayed stream carries that the stored response does not decide.
@@ -58,17 +60,12 @@ func Replay(path string, resp []byte, o ReplayOptions) ([][]byte, error) {
 	if !chat {
 		object = "text_completion"
 	}
-	head := replayChunk{ID: o.ID, Object: object, Created: o.Created, Model: w.Model, SystemFingerprint: w.SystemFingerprint}
+	c := openaiwire.Chunk{Header: openaiwire.Header{ID: o.ID, Object: object, Created: o.Created, Model: w.Model,
+		SystemFingerprint: fingerprint(w.SystemFingerprint)}}
 	var out [][]byte
-	emit := func(cs ...replayChoice) error {
-		c := head
+	emit := func(cs ...openaiwire.ChunkChoice) {
 		c.Choices = cs
-		b, err := json.Marshal(c)
-		if err != nil {
-			return fmt.Errorf("chatstream: %w", err)
-		}
-		out = append(out, b)
-		return nil
+		out = append(out, c.AppendJSON(nil, openaiwire.Options{}))
 	}
 	for _, wc := range w.Choices {
 		if chat {
@@ -77,90 +74,36 @@ func Replay(path string, resp []byte, o ReplayOptions) ([][]byte, error) {
 				role = "assistant"
 			}
 			empty := ""
-			if err := emit(replayChoice{Index: wc.Index, Delta: &replayDelta{Role: role, Content: &empty}}); err != nil {
-				return nil, err
-			}
+			emit(openaiwire.ChunkChoice{Index: wc.Index, Delta: &openaiwire.Delta{Role: role, Content: &empty}})
 			if r := wc.Message.ReasoningContent; r != nil {
 				for _, p := range pieces(*r) {
-					if err := emit(replayChoice{Index: wc.Index, Delta: &replayDelta{ReasoningContent: &p}}); err != nil {
-						return nil, err
-					}
+					emit(openaiwire.ChunkChoice{Index: wc.Index, Delta: &openaiwire.Delta{ReasoningContent: &p}})
 				}
 			}
-			if c := wc.Message.Content; c != nil {
-				for _, p := range pieces(*c) {
-					if err := emit(replayChoice{Index: wc.Index, Delta: &replayDelta{Content: &p}}); err != nil {
-						return nil, err
-					}
+			if content := wc.Message.Content; content != nil {
+				for _, p := range pieces(*content) {
+					emit(openaiwire.ChunkChoice{Index: wc.Index, Delta: &openaiwire.Delta{Content: &p}})
 				}
 			}
 			for i, tc := range wc.Message.ToolCalls {
-				d := &replayDelta{ToolCalls: []replayToolCall{{Index: i, ID: tc.ID, Type: tc.Type, Function: tc.Function}}}
-				if err := emit(replayChoice{Index: wc.Index, Delta: d}); err != nil {
-					return nil, err
-				}
+				d := &openaiwire.Delta{ToolCalls: []openaiwire.ToolCallDelta{{Index: i, ID: tc.ID, Type: tc.Type, Function: tc.Function}}}
+				emit(openaiwire.ChunkChoice{Index: wc.Index, Delta: d})
 			}
 			finish := wc.FinishReason
-			if err := emit(replayChoice{Index: wc.Index, Delta: &replayDelta{}, FinishReason: &finish, StopReason: stopReason(wc.StopReason)}); err != nil {
-				return nil, err
-			}
+			emit(openaiwire.ChunkChoice{Index: wc.Index, Delta: &openaiwire.Delta{}, FinishReason: &finish, StopReason: stopReason(wc.StopReason)})
 			continue
 		}
 		for _, p := range pieces(wc.Text) {
-			if err := emit(replayChoice{Index: wc.Index, Text: &p}); err != nil {
-				return nil, err
-			}
+			emit(openaiwire.ChunkChoice{Index: wc.Index, Text: &p})
 		}
 		finish, empty := wc.FinishReason, ""
-		if err := emit(replayChoice{Index: wc.Index, Text: &empty, FinishReason: &finish, StopReason: stopReason(wc.StopReason)}); err != nil {
-			return nil, err
-		}
+		emit(openaiwire.ChunkChoice{Index: wc.Index, Text: &empty, FinishReason: &finish, StopReason: stopReason(wc.StopReason)})
 	}
 	if o.IncludeUsage && len(w.Usage) > 0 && string(w.Usage) != "null" {
-		c := head
-		c.Choices = []replayChoice{}
-		c.Usage = w.Usage
-		b, err := json.Marshal(c)
-		if err != nil {
-			return nil, fmt.Errorf("chatstream: %w", err)
-		}
-		out = append(out, b)
+		c.Choices, c.Usage = []openaiwire.ChunkChoice{}, &openaiwire.Usage{Raw: w.Usage}
+		out = append(out, c.AppendJSON(nil, openaiwire.Options{}))
 	}
 	return out, nil
-}
-
-type replayChunk struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint string          `json:"system_fingerprint,omitempty"`
-	Choices           []replayChoice  `json:"choices"`
-	Usage             json.RawMessage `json:"usage,omitempty"`
-}
-
-type replayChoice struct {
-	Index        int          `json:"index"`
-	Text         *string      `json:"text,omitempty"`
-	Delta        *replayDelta `json:"delta,omitempty"`
-	Logprobs     *struct{}    `json:"logprobs"`
-	FinishReason *string      `json:"finish_reason"`
-	// StopReason is vLLM's (the stop string or token that ended the choice), on the last chunk.
-	StopReason json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-type replayDelta struct {
-	Role             string           `json:"role,omitempty"`
-	Content          *string          `json:"content,omitempty"`
-	ReasoningContent *string          `json:"reasoning_content,omitempty"`
-	ToolCalls        []replayToolCall `json:"tool_calls,omitempty"`
-}
-
-type replayToolCall struct {
-	Index    int      `json:"index"`
-	ID       string   `json:"id,omitempty"`
-	Type     string   `json:"type,omitempty"`
-	Function Function `json:"function"`
 }
 
 // maxPiece bounds a replayed piece: a long run without whitespace (code, a URL, CJK text) is
