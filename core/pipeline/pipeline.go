@@ -12,8 +12,9 @@
 // A Request is an OpenAI API request body (chat completion, completion, embedding): every surface
 // speaks it, or converts to it. Only its routing fields are read up front (model, stream, the
 // completion length), by a scanner that skips everything else without decoding it; the full body
-// is decoded only when a stage asks for it (Fields), so a model without interceptors keeps the
-// zero-parse byte-forwarding path.
+// is parsed only when a stage asks for it (Wire, Edit), once, into a view every later stage reads
+// and edits; an edited body is encoded once, when it goes upstream (Body). A model without
+// interceptors keeps the zero-parse byte-forwarding path.
 package pipeline
 
 import (
@@ -24,9 +25,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/internal/jsonwire"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // Handler answers one request. It returns a Response (whose body the caller reads and finishes)
@@ -70,9 +73,15 @@ type Request struct {
 	// fills in, an upstream that takes token ids, routing on prefix caches.
 	PromptTokens []int
 
+	// body is the body as it goes upstream; nil while wire holds edits not encoded yet.
 	body   []byte
 	scan   Routing
 	fields map[string]json.RawMessage // Fields' result, until the body changes
+	// wire is the parsed view of the body, made on the first Wire, Edit, Fields or EditBody and
+	// kept until SetBody. Edit replaces it with an edited clone and never changes it in place,
+	// so a struct copy of the request (out := *req) shares it safely: an edit of either copy
+	// leaves the other's view as it was.
+	wire *openaiwire.Body
 }
 
 // GatewayHeader reports whether name, in any case (a canonical HTTP header, or grpc-go's lower-case
@@ -92,8 +101,8 @@ type Routing struct {
 	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
 	// non-negative integer; -1 otherwise.
 	MaxTokens int
-	// ModelStart and ModelEnd delimit the model's JSON string, quotes included, so a model name
-	// can be replaced in place without re-encoding the body.
+	// ModelStart and ModelEnd delimit the model's JSON string in Body's bytes, quotes included,
+	// so a model name can be replaced in place without re-encoding the body.
 	ModelStart, ModelEnd int
 	maxTokens, maxCompl  int // each key's value, -1 when absent
 }
@@ -108,8 +117,14 @@ func NewRequest(path string, body []byte) (*Request, error) {
 	return r, nil
 }
 
-// Body is the request body as it goes upstream. The caller must not modify it.
-func (r *Request) Body() []byte { return r.body }
+// Body is the request body as it goes upstream. The caller must not modify it. After an Edit
+// it is the edited view, encoded on the first call and kept.
+func (r *Request) Body() []byte {
+	if r.body == nil && r.wire != nil {
+		r.body = r.wire.AppendJSON(make([]byte, 0, r.wire.Len()))
+	}
+	return r.body
+}
 
 // Routing is what the gateway routes the request on.
 func (r *Request) Routing() Routing { return r.scan }
@@ -121,7 +136,8 @@ func (r *Request) Model() string { return r.scan.Model }
 func (r *Request) Stream() bool { return r.scan.Stream }
 
 // SetBody replaces the body (a stage that rewrote the request) and reads its routing fields
-// again; on error the request is unchanged. The body must name a model.
+// again; on error the request is unchanged. The body must name a model. The parsed view, if
+// any, is dropped: the next Wire parses the new body.
 func (r *Request) SetBody(body []byte) error {
 	rt, err := scanRouting(body)
 	if err != nil {
@@ -130,20 +146,108 @@ func (r *Request) SetBody(body []byte) error {
 	if rt.Model == "" {
 		return MissingModel()
 	}
-	r.body, r.scan, r.fields = body, rt, nil
+	r.body, r.scan, r.fields, r.wire = body, rt, nil, nil
 	return nil
 }
 
-// Fields decodes the body's top-level members, once: later calls return the same map until the
-// body changes. The map and its values are the request's: a stage that changes the request
-// builds a new body and calls SetBody.
+// Wire is the parsed view of the body: made on the first call (the one parse of the body past
+// its routing scan) and returned by later ones until SetBody. It is for reading: a stage
+// changes the request through Edit, which keeps a struct copy of the request independent. The
+// error is an *Error for the client (not reached for a body NewRequest accepted).
+func (r *Request) Wire() (*openaiwire.Body, error) {
+	w, err := r.view()
+	if err != nil {
+		return nil, InvalidJSON(err)
+	}
+	return w, nil
+}
+
+// view is Wire with the parser's error.
+func (r *Request) view() (*openaiwire.Body, error) {
+	if r.wire == nil {
+		w, err := openaiwire.Parse(r.body)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the request body: %w", err)
+		}
+		r.wire = w
+	}
+	return r.wire, nil
+}
+
+// Edit changes the body through its view: fn edits a clone of it (Set, Drop), which replaces
+// the view if fn returns nil; on an error, fn's or the check's, the request is unchanged.
+//
+// The edited body is encoded once, when Body is next called, in the sorted layout of EditBody
+// (an Edit that sets or drops nothing changes nothing). An edit of model, stream, max_tokens or
+// max_completion_tokens, or one that sets a value that is not JSON, is encoded and checked at
+// once, as SetBody checks a body, so that its *Error (InvalidJSON, MissingModel) comes from the
+// stage that made it and Routing reads the new values.
+func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
+	w, err := r.Wire()
+	if err != nil {
+		return err
+	}
+	nb := w.Clone()
+	if err := fn(nb); err != nil {
+		return err
+	}
+	edited, check := false, false
+	for name := range nb.EditedSince(w) {
+		edited = true
+		switch name {
+		case "model", "stream", "max_tokens", "max_completion_tokens":
+			check = true
+		default:
+			if v, ok := nb.Get(name); ok && !jsonwire.Valid(v) {
+				check = true
+			}
+		}
+	}
+	switch {
+	case !edited:
+		return nil
+	case check:
+		b := nb.AppendJSON(make([]byte, 0, nb.Len()))
+		rt, err := scanRouting(b)
+		if err != nil {
+			return InvalidJSON(err)
+		}
+		if rt.Model == "" {
+			return MissingModel()
+		}
+		r.body, r.scan, r.fields, r.wire = b, rt, nil, nb
+		return nil
+	}
+	// The routing members are as they were, and every value is JSON: the scan of the encoded
+	// body would read what it read before, bar where the model's string lands.
+	r.scan.ModelStart, r.scan.ModelEnd, _ = nb.ValueSpan("model")
+	r.body, r.fields, r.wire = nil, nil, nb
+	return nil
+}
+
+// Clone is a copy of the request for one leg of several (a prefill and a decode): an Edit of
+// either leaves the other as it was. Header and PromptTokens are shared, as a struct copy
+// shares them: a stage that changes them replaces them.
+func (r *Request) Clone() *Request {
+	c := *r
+	c.fields = nil // Fields' map is its caller's to change: the clone builds its own
+	return &c
+}
+
+// Fields is the body's top-level members as a map, built from the view once: later calls
+// return the same map until the body changes. The map and its values are the request's: a stage
+// that changes the request edits it (Edit). The values are the body's bytes, not copies.
 func (r *Request) Fields() (map[string]json.RawMessage, error) {
 	if r.fields != nil {
 		return r.fields, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		return nil, fmt.Errorf("decoding the request body: %w", err)
+	w, err := r.view()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]json.RawMessage)
+	for name, v := range w.All() {
+		m[name] = v
 	}
 	r.fields = m
 	return m, nil
@@ -152,52 +256,30 @@ func (r *Request) Fields() (map[string]json.RawMessage, error) {
 // EditBody returns the body with set's members set (added or replaced) and the members named in
 // drop removed; every other member keeps its bytes. Members come out sorted by name, compact
 // between them. The request is unchanged: a stage passes the result to SetBody (of the
-// request, or of a copy for one leg of several).
+// request, or of a copy for one leg of several). Edit does the same without the copies.
 func (r *Request) EditBody(set map[string]json.RawMessage, drop ...string) ([]byte, error) {
-	f, err := r.Fields()
+	w, err := r.view()
 	if err != nil {
 		return nil, InvalidJSON(err)
 	}
-	keys := make([]string, 0, len(f)+len(set))
-	for k := range f {
-		if _, ok := set[k]; !ok && !slices.Contains(drop, k) {
-			keys = append(keys, k)
-		}
+	nb := w.Clone()
+	for k, v := range set {
+		nb.Set(k, v)
 	}
-	for k := range set {
-		if !slices.Contains(drop, k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	out := make([]byte, 0, len(r.body)+64)
-	out = append(out, '{')
-	for i, k := range keys {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		v, ok := set[k]
-		if !ok {
-			v = f[k]
-		}
-		kb, err := json.Marshal(k)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the request body: %w", err)
-		}
-		out = append(append(append(out, kb...), ':'), v...)
-	}
-	return append(out, '}'), nil
+	nb.Drop(drop...) // after the sets: drop wins
+	return nb.AppendSorted(make([]byte, 0, nb.Len()+64)), nil
 }
 
 // BodyWithModel is the body with the model's name replaced by name and every other byte as it
 // was (a copy: the request's own body is kept, for a retry on an endpoint that names the model
 // otherwise).
 func (r *Request) BodyWithModel(name string) []byte {
+	body := r.Body()
 	q, _ := json.Marshal(name)
-	out := make([]byte, 0, len(r.body)-(r.scan.ModelEnd-r.scan.ModelStart)+len(q))
-	out = append(out, r.body[:r.scan.ModelStart]...)
+	out := make([]byte, 0, len(body)-(r.scan.ModelEnd-r.scan.ModelStart)+len(q))
+	out = append(out, body[:r.scan.ModelStart]...)
 	out = append(out, q...)
-	return append(out, r.body[r.scan.ModelEnd:]...)
+	return append(out, body[r.scan.ModelEnd:]...)
 }
 
 // Response is an answer to a Request: an upstream's, or one a stage made. The caller reads the

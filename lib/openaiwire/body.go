@@ -133,7 +133,9 @@ func (b *Body) find(name string) (int, bool) {
 }
 
 // Set adds member name, or replaces its value, with value: JSON the caller vouches for, written
-// as it is. The Body keeps value: the caller must not change it afterwards.
+// as it is. The Body keeps value: the caller must not change it afterwards. A name that is not
+// UTF-8 is written with U+FFFD for each invalid byte, as json.Marshal writes it, so it reads
+// back as another name than the one Set.
 func (b *Body) Set(name string, value []byte) {
 	b.edits = append(b.edits, edit{name: name, value: value})
 }
@@ -260,6 +262,22 @@ func (b *Body) ValueSpan(name string) (start, end int, ok bool) {
 		}
 		return b.members[i].start, b.members[i].end, true
 	}
+	_, start, end, ok = b.layout(name, true)
+	return start, end, ok
+}
+
+// Len is the length of what AppendJSON writes, found without writing it.
+func (b *Body) Len() int {
+	if !b.Dirty() {
+		return len(b.src)
+	}
+	n, _, _, _ := b.layout("", false)
+	return n
+}
+
+// layout walks the sorted layout without writing it: its length, or, when find is set and the
+// body has member name, where its value is (size is then where the walk stopped).
+func (b *Body) layout(name string, find bool) (size, start, end int, ok bool) {
 	off := 1 // '{'
 	first := true
 	var buf [8]edit
@@ -270,12 +288,15 @@ func (b *Body) ValueSpan(name string) (start, end int, ok bool) {
 		}
 		first = false
 		off += len(jsonwire.AppendString(scratch[:0], n, jsonwire.EncodingJSON)) + 1 // name and ':'
-		if n == name {
+		if find && n == name {
 			start, end, ok = off, off+len(value), true
 			return false
 		}
 		off += len(value)
 		return true
 	})
-	return start, end, ok
+	if ok {
+		return off, start, end, true
+	}
+	return off + 1, 0, 0, false // '}'
 }

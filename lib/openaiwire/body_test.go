@@ -1,51 +1,24 @@
 package openaiwire_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infergate/infergate/internal/bodyref"
 	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // sortedLayout is the reference for an edited body's bytes: the sorted layout as
-// pipeline.Request.EditBody wrote it before the view existed (keys sorted, json.Marshal(key),
-// values verbatim, set members replace, dropped ones go, drop wins over set).
+// pipeline.Request.EditBody wrote it before the view existed.
 func sortedLayout(t testing.TB, f map[string]json.RawMessage, set map[string]json.RawMessage, drop ...string) []byte {
-	keys := make([]string, 0, len(f)+len(set))
-	for k := range f {
-		if _, ok := set[k]; !ok && !slices.Contains(drop, k) {
-			keys = append(keys, k)
-		}
-	}
-	for k := range set {
-		if !slices.Contains(drop, k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	out := []byte{'{'}
-	for i, k := range keys {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		v, ok := set[k]
-		if !ok {
-			v = f[k]
-		}
-		kb, err := json.Marshal(k)
-		require.NoError(t, err)
-		out = append(append(append(out, kb...), ':'), v...)
-	}
-	return append(out, '}')
+	b, err := bodyref.EditBody(f, set, drop...)
+	require.NoError(t, err)
+	return b
 }
 
 // members is the body's members as All yields them, checked to come sorted and once each.
@@ -64,8 +37,7 @@ func members(t testing.TB, b *openaiwire.Body) map[string]json.RawMessage {
 // checkBody holds Parse to encoding/json's Unmarshal into a map[string]json.RawMessage (what
 // pipeline.Request.Fields used), and an edited body's bytes to the sorted layout's.
 func checkBody(t testing.TB, src []byte, setName string, setValue []byte, dropName string) {
-	var want map[string]json.RawMessage
-	wantErr := json.Unmarshal(src, &want)
+	want, wantErr := bodyref.Fields(src)
 	if wantErr == nil && want == nil {
 		wantErr = errNull // a JSON null: Unmarshal leaves the map nil; Parse takes objects only
 	}
@@ -121,9 +93,11 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// checkSpans: ValueSpan locates each member's value in AppendJSON's bytes.
+// checkSpans: ValueSpan locates each member's value in AppendJSON's bytes, and Len is their
+// length.
 func checkSpans(t testing.TB, b *openaiwire.Body) {
 	out := b.AppendJSON(nil)
+	require.Equal(t, len(out), b.Len())
 	for name, v := range b.All() {
 		start, end, ok := b.ValueSpan(name)
 		require.True(t, ok, name)
@@ -176,35 +150,9 @@ func TestBodyNames(t *testing.T) {
 		"json.Marshal's key escaping; both U+FFFD keys are one member, the last wins")
 }
 
-// bodySeeds are request bodies from the tree's corpora: jsonwire's benchmark bodies and fuzz
-// corpus, the chat template decoder's, and a few written for the edge cases.
 func bodySeeds(t testing.TB) [][]byte {
-	seeds := [][]byte{
-		[]byte(`{}`), []byte(` { } `), []byte(`{"":1}`), []byte(`{"a":null,"a":{"b":[1,2]}}`),
-		[]byte(`{"model":"m","stream":true,"max_tokens":9}`),
-		[]byte("{\"k\\\"\":\"\u2028\",\"\\u00e9\":[ 1 , 2 ] ,\"z\": \"x\" }"),
-		[]byte(`null`), []byte(`[1]`), []byte(`{"a":1`), []byte(`{"a":1}}`),
-	}
-	root := filepath.Join("..", "..")
-	for _, dir := range []string{"internal/jsonwire/testdata/bench", "internal/jsonwire/testdata/fuzz/FuzzWire", "lib/chattemplate/testdata/fuzz/FuzzDecodeRequest"} {
-		files, err := os.ReadDir(filepath.Join(root, dir))
-		require.NoError(t, err)
-		for _, f := range files {
-			b, err := os.ReadFile(filepath.Join(root, dir, f.Name()))
-			require.NoError(t, err)
-			if !bytes.HasPrefix(b, []byte("go test fuzz v1\n")) {
-				seeds = append(seeds, b)
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n")[1:] {
-				if s, ok := strings.CutPrefix(line, "[]byte("); ok {
-					if v, err := strconv.Unquote(strings.TrimSuffix(s, ")")); err == nil {
-						seeds = append(seeds, []byte(v))
-					}
-				}
-			}
-		}
-	}
+	seeds, err := bodyref.Seeds(filepath.Join("..", ".."))
+	require.NoError(t, err)
 	return seeds
 }
 
