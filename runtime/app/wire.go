@@ -22,6 +22,7 @@ import (
 	"github.com/infergate/infergate/store/ratelimit"
 	"github.com/infergate/infergate/surface/bridge"
 	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/olla"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
 	"github.com/infergate/infergate/upstream/kserveproxy"
@@ -212,7 +213,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		if cfg.Compat.ollaRoutes() {
-			proxy.MountOlla(mux, "/olla")
+			olla.Mount(mux, "/olla", proxy)
 		}
 		tokenize.Mount(mux)
 		if len(cs) > 0 {

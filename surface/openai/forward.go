@@ -126,7 +126,7 @@ func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if req.ID == "" {
 		req.ID = pipeline.RequestID(ctx)
 	}
-	ctx, err := p.scopeToProvider(ctx, req.Model())
+	ctx, err := p.scopeToType(ctx, req.Model())
 	if err != nil {
 		p.m.requests.WithLabelValues("", "", "404").Inc()
 		return nil, err

@@ -1,4 +1,4 @@
-package openai_test
+package olla_test
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/gateway/gatewaytest"
+	"github.com/infergate/infergate/surface/olla"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/infergate/infergate/upstream"
@@ -33,7 +34,7 @@ func startOlla(tb testing.TB, opts openai.Options, eps ...upstream.Endpoint) *en
 	p.Start(context.Background())
 	tb.Cleanup(p.Close)
 	srv := gatewaytest.Start(tb, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){
-		p.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) { p.MountOlla(mux, "/olla") }}})
+		p.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) { olla.Mount(mux, "/olla", p) }}})
 	return &env{srv: srv, proxy: p, URL: srv.URL}
 }
 

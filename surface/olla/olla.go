@@ -1,10 +1,17 @@
-package openai
+// Package olla serves Olla's routes (github.com/thushan/olla) beside the OpenAI surface, so that
+// Olla's users keep their base URLs: /olla/{provider}/v1/... (one provider's endpoints, with that
+// provider's native paths), /olla/proxy/v1/... (every endpoint, OpenAI's shape), Ollama's native
+// API, the providers' health and vLLM's load, and /olla/models.
+//
+// It holds no routing table of its own: it reads the OpenAI surface's (openai.Proxy's Routes and
+// Endpoints) and forwards through its Forwarder, so a provider-scoped request differs from its /v1
+// twin only in the endpoints it may go to (openai.WithEndpointType). Olla's sticky sessions and
+// X-Olla-* response headers apply on every route and live with the forwarding, in surface/openai.
+package olla
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -13,16 +20,10 @@ import (
 
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
 	"github.com/infergate/infergate/upstream/vllmmetrics"
 )
-
-// Olla's routes: its clients are configured with base URLs such as /olla/vllm/v1 (one provider's
-// endpoints, with that provider's native paths) or /olla/proxy/v1 (every endpoint, OpenAI's
-// shape). MountOlla serves them from the same routing table as /v1, so a provider-scoped request
-// differs from its /v1 twin only in the endpoints it may go to: a filter in its context, which
-// Handle turns into a 404 for a model no endpoint of the provider serves, and into the routing's
-// endpoint filter for the rest.
 
 // providers maps Olla's provider names, aliases included, to infergate's endpoint types.
 var providers = map[string]string{
@@ -42,10 +43,7 @@ var providers = map[string]string{
 // providerAny is Olla's universal route: every endpoint, OpenAI's shape.
 const providerAny = "proxy"
 
-// providerKey carries a provider-scoped request's endpoint type in its context.
-type providerKey struct{}
-
-// MountOlla serves Olla's routes under prefix (Olla's is /olla) on mux:
+// Mount serves Olla's routes under prefix (Olla's is /olla) on mux, from p's pool:
 //
 //   - {prefix}/{provider}/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models[/{model}]
 //     for each provider (vllm, sglang, llamacpp, lm-studio, openai, ollama, with Olla's aliases),
@@ -55,7 +53,8 @@ type providerKey struct{}
 //   - {prefix}/models: every model with the providers and endpoints serving it.
 //
 // {prefix}/anthropic/ is not served here: the Anthropic Messages API mounts it.
-func (p *Proxy) MountOlla(mux *http.ServeMux, prefix string) {
+func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
+	o := &routes{p: p, forward: p.Forwarder()}
 	scoped := func(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			name := r.PathValue("provider")
@@ -69,7 +68,7 @@ func (p *Proxy) MountOlla(mux *http.ServeMux, prefix string) {
 			rest := r.URL.Path[len(prefix)+1+len(name):]
 			r2 := r
 			if typ != "" {
-				r2 = r.WithContext(context.WithValue(r.Context(), providerKey{}, typ))
+				r2 = r.WithContext(openai.WithEndpointType(r.Context(), typ))
 			} else {
 				r2 = new(http.Request)
 				*r2 = *r
@@ -80,30 +79,31 @@ func (p *Proxy) MountOlla(mux *http.ServeMux, prefix string) {
 			h(w, r2, typ)
 		}
 	}
-	forward := scoped(func(w http.ResponseWriter, r *http.Request, _ string) { p.proxy(w, r) })
+	forward := scoped(func(w http.ResponseWriter, r *http.Request, _ string) { o.forward.ServeHTTP(w, r) })
 	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
 		mux.HandleFunc("POST "+prefix+"/{provider}"+path, forward)
 	}
-	mux.HandleFunc("GET "+prefix+"/{provider}/v1/models", scoped(p.listProviderModels))
+	mux.HandleFunc("GET "+prefix+"/{provider}/v1/models", scoped(o.listProviderModels))
 	mux.HandleFunc("GET "+prefix+"/{provider}/v1/models/{model...}", scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
 		name := r.PathValue("model")
-		rt, ok := healthyOfType(p.table.Load().routes[name], typ)
-		if !ok || !p.visible(r.Context(), name) {
-			pipeline.ModelNotFound(name).Write(w)
-			return
+		for _, m := range p.Routes(r.Context()) {
+			if rt, ok := healthyOfType(m.Routes, typ); ok && m.Name == name {
+				httpapi.WriteJSON(w, http.StatusOK, rt.Entry)
+				return
+			}
 		}
-		httpapi.WriteJSON(w, http.StatusOK, entryJSON(rt))
+		pipeline.ModelNotFound(name).Write(w)
 	}))
 	mux.HandleFunc("GET "+prefix+"/{provider}/health", scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
 		if typ == upstream.TypeVLLM {
-			p.vllmHealth(w)
+			o.vllmHealth(w)
 			return
 		}
-		p.writeHealth(w, typ)
+		p.WriteHealth(w, typ)
 	}))
-	mux.HandleFunc("GET "+prefix+"/vllm/metrics", p.vllmMetrics)
-	mux.HandleFunc(prefix+"/{provider}/api/", scoped(p.ollamaNative))
-	mux.HandleFunc("GET "+prefix+"/models", p.ollaModels)
+	mux.HandleFunc("GET "+prefix+"/vllm/metrics", o.vllmMetrics)
+	mux.HandleFunc(prefix+"/{provider}/api/", scoped(o.ollamaNative))
+	mux.HandleFunc("GET "+prefix+"/models", o.ollaModels)
 	mux.HandleFunc(prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, prefix+"/"), "/")
 		if _, ok := providers[strings.ToLower(name)]; !ok && name != providerAny {
@@ -121,50 +121,31 @@ func unknownProvider(name string) *pipeline.Error {
 		name, strings.Join(known, ", "), providerAny))
 }
 
-// scopeToProvider applies a provider-scoped request's endpoint type: a model no endpoint of the
-// type serves is not found, and the routing considers only the type's endpoints.
-func (p *Proxy) scopeToProvider(ctx context.Context, model string) (context.Context, error) {
-	typ, ok := ctx.Value(providerKey{}).(string)
-	if !ok {
-		return ctx, nil
-	}
-	routes := p.table.Load().routes[model]
-	if !slices.ContainsFunc(routes, func(r *route) bool { return r.ep.cfg.Type == typ }) {
-		return ctx, pipeline.NotFound("model", "model_not_found",
-			fmt.Sprintf("The model `%s` is not served by any %s endpoint.", model, typ))
-	}
-	return upstream.WithFilter(ctx, func(endpoint string) bool {
-		for _, r := range routes {
-			if r.ep.cfg.Name == endpoint {
-				return r.ep.cfg.Type == typ
-			}
-		}
-		return false
-	}), nil
+// routes are Olla's handlers over one OpenAI surface.
+type routes struct {
+	p       *openai.Proxy
+	forward http.Handler
 }
 
-// healthyOfType is healthyEntry among the endpoints of type typ ("": any).
-func healthyOfType(rs []*route, typ string) (*route, bool) {
+// healthyOfType is the first healthy route among those of type typ ("": any).
+func healthyOfType(rs []openai.Route, typ string) (openai.Route, bool) {
 	for _, r := range rs {
-		if r.ep.Healthy() && (typ == "" || r.ep.cfg.Type == typ) {
+		if r.Healthy && (typ == "" || r.Type == typ) {
 			return r, true
 		}
 	}
-	return nil, false
+	return openai.Route{}, false
 }
 
-func (p *Proxy) listProviderModels(w http.ResponseWriter, r *http.Request, typ string) {
+// listProviderModels is /v1/models of the endpoints of type typ ("": all).
+func (o *routes) listProviderModels(w http.ResponseWriter, r *http.Request, typ string) {
 	list := struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
-	t := p.table.Load()
-	for _, name := range t.names {
-		if !p.visible(r.Context(), name) {
-			continue
-		}
-		if rt, ok := healthyOfType(t.routes[name], typ); ok {
-			list.Data = append(list.Data, entryJSON(rt))
+	for _, m := range o.p.Routes(r.Context()) {
+		if rt, ok := healthyOfType(m.Routes, typ); ok {
+			list.Data = append(list.Data, rt.Entry)
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, list)
@@ -172,7 +153,7 @@ func (p *Proxy) listProviderModels(w http.ResponseWriter, r *http.Request, typ s
 
 // ollaModels lists every model a healthy endpoint serves, with the providers (endpoint types) and
 // endpoints serving it: which base URL reaches it.
-func (p *Proxy) ollaModels(w http.ResponseWriter, r *http.Request) {
+func (o *routes) ollaModels(w http.ResponseWriter, r *http.Request) {
 	type model struct {
 		ID        string   `json:"id"`
 		Object    string   `json:"object"`
@@ -183,19 +164,15 @@ func (p *Proxy) ollaModels(w http.ResponseWriter, r *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	t := p.table.Load()
-	for _, name := range t.names {
-		if !p.visible(r.Context(), name) {
-			continue
-		}
-		m := model{ID: name, Object: "model"}
-		for _, rt := range t.routes[name] {
-			if !rt.ep.Healthy() {
+	for _, mr := range o.p.Routes(r.Context()) {
+		m := model{ID: mr.Name, Object: "model"}
+		for _, rt := range mr.Routes {
+			if !rt.Healthy {
 				continue
 			}
-			m.Endpoints = append(m.Endpoints, rt.ep.cfg.Name)
-			if !slices.Contains(m.Providers, rt.ep.cfg.Type) {
-				m.Providers = append(m.Providers, rt.ep.cfg.Type)
+			m.Endpoints = append(m.Endpoints, rt.Endpoint)
+			if !slices.Contains(m.Providers, rt.Type) {
+				m.Providers = append(m.Providers, rt.Type)
 			}
 		}
 		if len(m.Endpoints) > 0 {
@@ -212,16 +189,16 @@ func (p *Proxy) ollaModels(w http.ResponseWriter, r *http.Request) {
 // streams newline-delimited JSON (and does by default), which passes chunk by chunk. GET
 // /api/tags and /api/ps merge the healthy Ollama endpoints' lists; other GETs (/api/version) go
 // to one of them.
-func (p *Proxy) ollamaNative(w http.ResponseWriter, r *http.Request, typ string) {
+func (o *routes) ollamaNative(w http.ResponseWriter, r *http.Request, typ string) {
 	if typ != upstream.TypeOllama {
 		pipeline.NotFound("", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the /api/ routes are Ollama's", r.Method, r.URL.Path)).Write(w)
 		return
 	}
 	switch r.Method {
 	case http.MethodPost:
-		p.proxy(w, r)
+		o.forward.ServeHTTP(w, r)
 	case http.MethodGet, http.MethodHead:
-		p.ollamaGet(w, r)
+		o.ollamaGet(w, r)
 	default:
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		(&pipeline.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
@@ -235,14 +212,14 @@ const maxOllamaList = 8 << 20
 // ollamaGet answers a GET of Ollama's API from the healthy Ollama endpoints: the model lists
 // (/api/tags, /api/ps) merged (first endpoint wins for a name, in priority order, and only the
 // models the caller may see), anything else from the first endpoint that answers.
-func (p *Proxy) ollamaGet(w http.ResponseWriter, r *http.Request) {
-	var eps []*endpoint
-	for _, e := range p.endpoints() {
-		if e.cfg.Type == upstream.TypeOllama && e.Healthy() {
+func (o *routes) ollamaGet(w http.ResponseWriter, r *http.Request) {
+	var eps []openai.Endpoint
+	for _, e := range o.p.Endpoints() {
+		if e.Type == upstream.TypeOllama && e.Healthy {
 			eps = append(eps, e)
 		}
 	}
-	sort.SliceStable(eps, func(i, j int) bool { return eps[i].cfg.Priority > eps[j].cfg.Priority })
+	sort.SliceStable(eps, func(i, j int) bool { return eps[i].Priority > eps[j].Priority })
 	if len(eps) == 0 {
 		pipeline.Unavailable("no_healthy_upstream", 0, "No healthy Ollama endpoint right now.").Write(w)
 		return
@@ -256,7 +233,7 @@ func (p *Proxy) ollamaGet(w http.ResponseWriter, r *http.Request) {
 	seen := map[string]bool{}
 	var lastErr error
 	for _, e := range eps {
-		status, body, err := p.getFrom(r.Context(), e, r.URL.Path)
+		status, body, err := o.p.Get(r.Context(), e.Name, r.URL.Path, maxOllamaList)
 		if err != nil {
 			lastErr = err
 			continue
@@ -271,7 +248,7 @@ func (p *Proxy) ollamaGet(w http.ResponseWriter, r *http.Request) {
 			Models []json.RawMessage `json:"models"`
 		}
 		if err := json.Unmarshal(body, &list); err != nil {
-			lastErr = fmt.Errorf("%s: %s is not a model list: %w", e.cfg.Name, r.URL.Path, err)
+			lastErr = fmt.Errorf("%s: %s is not a model list: %w", e.Name, r.URL.Path, err)
 			continue
 		}
 		for _, m := range list.Models {
@@ -280,7 +257,7 @@ func (p *Proxy) ollamaGet(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			name := cmpOr(id.Name, id.Model)
-			if name == "" || seen[name] || !p.visible(r.Context(), p.publicName(e, name)) {
+			if name == "" || seen[name] || !o.p.Visible(r.Context(), publicName(e, name)) {
 				continue
 			}
 			seen[name] = true
@@ -307,8 +284,8 @@ func cmpOr(a, b string) string {
 
 // publicName is the name clients use for the model endpoint e knows as name: its alias, if one
 // maps to it.
-func (p *Proxy) publicName(e *endpoint, name string) string {
-	for public, served := range e.cfg.Aliases {
+func publicName(e openai.Endpoint, name string) string {
+	for public, served := range e.Aliases {
 		if served == name {
 			return public
 		}
@@ -316,33 +293,11 @@ func (p *Proxy) publicName(e *endpoint, name string) string {
 	return name
 }
 
-// getFrom GETs path from endpoint e, reading at most maxOllamaList bytes of the answer.
-func (p *Proxy) getFrom(ctx context.Context, e *endpoint, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.urlFor(path).String(), nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	}
-	e.setHeaders(req.Header)
-	res, err := e.client.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxOllamaList+1))
-	switch {
-	case err != nil:
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	case len(body) > maxOllamaList:
-		return 0, nil, fmt.Errorf("%s: answer over %d bytes", e.cfg.Name, maxOllamaList)
-	}
-	return res.StatusCode, body, nil
-}
-
 // vllmHealth is /olla/vllm/health as Olla answers it, over the healthy vLLM endpoints whose
 // /metrics their last health check read: requests running and waiting summed, the KV cache's
 // usage averaged (vLLM's gpu_cache_usage_perc, now kv_cache_usage_perc: a fraction), the model
 // loaded when any reports it; and each endpoint's own. 503 when no vLLM endpoint is healthy.
-func (p *Proxy) vllmHealth(w http.ResponseWriter) {
+func (o *routes) vllmHealth(w http.ResponseWriter) {
 	type epLoad struct {
 		Name           string   `json:"name"`
 		Healthy        bool     `json:"healthy"`
@@ -362,14 +317,14 @@ func (p *Proxy) vllmHealth(w http.ResponseWriter) {
 		Endpoints   []epLoad `json:"endpoints"`
 	}{Status: "unhealthy", Endpoints: []epLoad{}}
 	healthy, scraped := 0, 0
-	for _, e := range p.endpoints() {
-		if e.cfg.Type != upstream.TypeVLLM {
+	for _, e := range o.p.Endpoints() {
+		if e.Type != upstream.TypeVLLM {
 			continue
 		}
-		l := epLoad{Name: e.cfg.Name, Healthy: e.Healthy(), Outstanding: e.Outstanding()}
-		if pg := e.vllm.Load(); pg != nil && l.Healthy {
-			u := pg.load.KVCacheUsage
-			l.ModelLoaded, l.KVCacheUsage, l.Running, l.Waiting, l.MetricsScraped = pg.load.ModelLoaded, &u, pg.load.Running, pg.load.Waiting, true
+		l := epLoad{Name: e.Name, Healthy: e.Healthy, Outstanding: e.Outstanding}
+		if pg := e.VLLM; pg != nil && l.Healthy {
+			u := pg.Load.KVCacheUsage
+			l.ModelLoaded, l.KVCacheUsage, l.Running, l.Waiting, l.MetricsScraped = pg.Load.ModelLoaded, &u, pg.Load.Running, pg.Load.Waiting, true
 			out.ModelLoaded = out.ModelLoaded || l.ModelLoaded
 			out.GPUMemory += u
 			out.Running += l.Running
@@ -393,18 +348,13 @@ func (p *Proxy) vllmHealth(w http.ResponseWriter) {
 
 // vllmMetrics is /olla/vllm/metrics: the vllm: series of every healthy vLLM endpoint's last
 // scraped page, in Prometheus's text format, each sample labelled with its endpoint.
-func (p *Proxy) vllmMetrics(w http.ResponseWriter, _ *http.Request) {
+func (o *routes) vllmMetrics(w http.ResponseWriter, _ *http.Request) {
 	var pages []vllmmetrics.Page
-	for _, e := range p.endpoints() {
-		if pg := e.vllm.Load(); pg != nil && e.cfg.Type == upstream.TypeVLLM && e.Healthy() {
-			pages = append(pages, vllmmetrics.Page{Endpoint: e.cfg.Name, Metrics: pg.metrics})
+	for _, e := range o.p.Endpoints() {
+		if e.VLLM != nil && e.Type == upstream.TypeVLLM && e.Healthy {
+			pages = append(pages, vllmmetrics.Page{Endpoint: e.Name, Metrics: e.VLLM.Metrics})
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_ = vllmmetrics.Expose(w, pages)
 }
-
-// Forwarder is the handler that passes a POST to the upstreams as the OpenAI API's routes do,
-// at the request's own path: the model's pipeline, routing, failover, the response streamed
-// back. The Anthropic Messages API's native path uses it for /v1/messages.
-func (p *Proxy) Forwarder() http.Handler { return http.HandlerFunc(p.proxy) }
