@@ -18,6 +18,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -160,6 +161,36 @@ func (r *Request) Wire() (*openaiwire.Body, error) {
 		return nil, InvalidJSON(err)
 	}
 	return w, nil
+}
+
+// Has reports whether the body has the top-level member name: a stage's test before it reads or
+// edits one. A body no stage has edited is first searched for the name's bytes, quoted, and is
+// parsed only if they are there, so a request without the member costs no parse (and, as the
+// byte search always did, it misses a name spelled with escapes); an edited body, whose names
+// are written as json.Marshal writes them, is asked through its view without an encode.
+func (r *Request) Has(name string) (bool, error) {
+	if r.body != nil && !r.mentions(name) {
+		return false, nil
+	}
+	w, err := r.Wire()
+	if err != nil {
+		return false, err
+	}
+	return w.Has(name), nil
+}
+
+// mentions reports whether the body's bytes hold name as a JSON string with no escape.
+func (r *Request) mentions(name string) bool {
+	for b := r.body; ; {
+		i := bytes.Index(b, []byte(name))
+		if i < 0 {
+			return false
+		}
+		if i > 0 && b[i-1] == '"' && i+len(name) < len(b) && b[i+len(name)] == '"' {
+			return true
+		}
+		b = b[i+1:]
+	}
 }
 
 // view is Wire with the parser's error.

@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 	"path/filepath"
 	"testing"
 	"unicode/utf8"
@@ -29,6 +32,14 @@ func checkView(t *testing.T, body []byte, setName string, setValue []byte, dropN
 	require.Equal(t, len(wantFields), len(f))
 	for k, v := range wantFields {
 		require.Equal(t, string(v), string(f[k]), "member %q", k)
+	}
+
+	// Has is the stages' old test: the quoted name in the bytes, then the member in Fields.
+	for _, name := range append(slices.Collect(maps.Keys(wantFields)), setName, dropName, "model") {
+		_, in := wantFields[name]
+		has, err := req.Has(name)
+		require.NoError(t, err)
+		require.Equal(t, in && bytes.Contains(body, []byte(`"`+name+`"`)), has, "Has(%q)", name)
 	}
 
 	set := map[string]json.RawMessage{setName: setValue}
@@ -91,6 +102,10 @@ func checkView(t *testing.T, body []byte, setName string, setValue []byte, dropN
 	require.NoError(t, err)
 	want2, err := bodyref.EditBody(wantFields2, map[string]json.RawMessage{"zz": json.RawMessage(`[]`)})
 	require.NoError(t, err)
+	has, err := r3.Has("zz")
+	require.NoError(t, err)
+	require.True(t, has)
+	require.Nil(t, r3.body, "Has on an edited body asks the view, without an encode")
 	require.Equal(t, string(want2), string(r3.Body()))
 	ref2, _ := NewRequest(req.Path, want2)
 	require.Equal(t, ref2.Routing(), r3.Routing())

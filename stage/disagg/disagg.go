@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/lib/openaiwire"
 	"github.com/infergate/infergate/store/ratelimit"
 	"github.com/infergate/infergate/upstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,12 +203,8 @@ var errNoParams = errors.New("no prefill endpoint answered with kv_transfer_para
 // returns the params and the endpoint that made them; or res, a 4xx answer for the client; or
 // err: the caller's context's, or errNoParams wrapping the last failure.
 func (s *Stage) prefillLeg(ctx context.Context, next pipeline.Handler, req *pipeline.Request, tried []string) (params json.RawMessage, endpoint string, res *pipeline.Response, err error) {
-	body, err := prefillBody(req)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	out := *req
-	if err := out.SetBody(body); err != nil {
+	out := req.Clone()
+	if err := out.Edit(prefillEdit); err != nil {
 		return nil, "", nil, err
 	}
 	tried = slices.Clone(tried)
@@ -215,7 +212,7 @@ func (s *Stage) prefillLeg(ctx context.Context, next pipeline.Handler, req *pipe
 	for range len(s.opts.Prefill) {
 		s.inflight.Add(1)
 		start := time.Now()
-		params, name, res, err := s.prefillOnce(ctx, next, &out, tried)
+		params, name, res, err := s.prefillOnce(ctx, next, out, tried)
 		s.inflight.Add(-1)
 		switch {
 		case ctx.Err() != nil:
@@ -271,31 +268,29 @@ func (s *Stage) prefillOnce(ctx context.Context, next pipeline.Handler, out *pip
 
 // decodeLeg sends the client's request with the transfer's params to the decode pool.
 func (s *Stage) decodeLeg(ctx context.Context, next pipeline.Handler, req *pipeline.Request, params json.RawMessage, tried []string) (*pipeline.Response, error) {
-	body, err := req.EditBody(map[string]json.RawMessage{"kv_transfer_params": params})
-	if err != nil {
+	out := req.Clone()
+	if err := out.Edit(func(b *openaiwire.Body) error {
+		b.Set("kv_transfer_params", params)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	out := *req
-	if err := out.SetBody(body); err != nil {
-		return nil, err
-	}
-	return s.leg(ctx, next, &out, s.decode, tried, "decode")
+	return s.leg(ctx, next, out, s.decode, tried, "decode")
 }
 
 // remoteDecode is the prefill leg's kv_transfer_params.
 var remoteDecode = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
-// prefillBody is leg 1's body: the client's, asking for a remote decode of one token.
-func prefillBody(req *pipeline.Request) ([]byte, error) {
-	f, err := req.Fields()
-	if err != nil {
-		return nil, pipeline.InvalidJSON(err)
+// prefillEdit makes leg 1's body of the client's: a remote decode of one token.
+func prefillEdit(b *openaiwire.Body) error {
+	b.Set("kv_transfer_params", remoteDecode)
+	b.Set("stream", []byte("false"))
+	b.Set("max_tokens", []byte("1"))
+	if b.Has("max_completion_tokens") {
+		b.Set("max_completion_tokens", []byte("1"))
 	}
-	set := map[string]json.RawMessage{"kv_transfer_params": remoteDecode, "stream": json.RawMessage("false"), "max_tokens": json.RawMessage("1")}
-	if _, ok := f["max_completion_tokens"]; ok {
-		set["max_completion_tokens"] = json.RawMessage("1")
-	}
-	return req.EditBody(set, "stream_options", "min_tokens", "min_completion_tokens")
+	b.Drop("stream_options", "min_tokens", "min_completion_tokens")
+	return nil
 }
 
 // clientHeaders are the request headers disaggregating proxies route by (llm-d's sidecar, the
@@ -317,19 +312,16 @@ func DropClientParams(next pipeline.Handler) pipeline.Handler {
 				break
 			}
 		}
-		if bytes.Contains(req.Body(), []byte("kv_transfer_params")) {
-			f, err := req.Fields()
-			if err != nil {
-				return nil, pipeline.InvalidJSON(err)
-			}
-			if _, ok := f["kv_transfer_params"]; ok {
-				body, err := req.EditBody(nil, "kv_transfer_params")
-				if err != nil {
-					return nil, err
-				}
-				if err := req.SetBody(body); err != nil {
-					return nil, err
-				}
+		has, err := req.Has("kv_transfer_params")
+		if err != nil {
+			return nil, err
+		}
+		if has {
+			if err := req.Edit(func(b *openaiwire.Body) error {
+				b.Drop("kv_transfer_params")
+				return nil
+			}); err != nil {
+				return nil, err
 			}
 		}
 		return next(ctx, req)
