@@ -116,17 +116,20 @@ func (x *Index) hashes(ctx context.Context, m *prompt.Model, req *pipeline.Reque
 			return x.TokenHashes(req.PromptTokens), nil
 		}
 	}
-	f, err := req.Fields()
+	w, err := req.Wire()
 	if err != nil {
-		return nil, pipeline.InvalidJSON(err)
+		return nil, err
 	}
+	var text []byte
 	switch req.Path {
 	case "/v1/chat/completions":
-		return x.TextHashes(f["messages"]), nil
+		text, _ = w.Get("messages")
 	case "/v1/completions":
-		return x.TextHashes(f["prompt"]), nil
+		text, _ = w.Get("prompt")
+	default:
+		return nil, nil
 	}
-	return nil, nil
+	return x.TextHashes(text), nil
 }
 
 // TokenHashes are the chained hashes of ids' full blocks.
