@@ -134,11 +134,12 @@ func (m *Model) PromptLen(ctx context.Context, req *pipeline.Request) (n int, ok
 	case "/v1/chat/completions":
 		return m.chatLenOrFits(ctx, req, -1) // no room: always counted
 	case "/v1/completions":
-		f, err := req.Fields()
+		w, err := req.Wire()
 		if err != nil {
-			return 0, false, pipeline.InvalidJSON(err)
+			return 0, false, err
 		}
-		prompts, err := m.CompletionPrompts(f["prompt"])
+		prompt, _ := w.Get("prompt")
+		prompts, err := m.CompletionPrompts(prompt)
 		if err != nil {
 			return 0, false, err
 		}
@@ -345,11 +346,12 @@ func (m *Model) promptTotal(ctx context.Context, req *pipeline.Request) int64 {
 	case "/v1/embeddings":
 		field = "input"
 	}
-	f, err := req.Fields()
+	w, err := req.Wire()
 	if err != nil {
 		return 0
 	}
-	prompts, err := m.CompletionPrompts(f[field])
+	raw, _ := w.Get(field)
+	prompts, err := m.CompletionPrompts(raw)
 	if err != nil {
 		return 0
 	}
