@@ -39,11 +39,15 @@ func (o Options) esc() jsonwire.Escaping {
 // Usage is an answer's token counts. It has both forms the gateway writes: the upstream's
 // object passed through (Raw, in the upstream's member order and with its details, as the chat
 // stream assembler and a replay keep it), or counts the gateway computed or re-encoded
-// (prompt, completion, total, in that order, as the token-input stage writes them).
+// (prompt, completion, total, in that order, as the token-input stage writes them). The tags
+// are for reading: encoding/json decodes the counts as the stages' own usage structs did
+// (details ignored); AppendJSON is the writer.
 type Usage struct {
-	PromptTokens, CompletionTokens, TotalTokens int64
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
 	// Raw, when not nil, is written instead of the counts.
-	Raw Raw
+	Raw Raw `json:"-"`
 }
 
 // AppendJSON appends u as a JSON object.

@@ -44,7 +44,13 @@ func FuzzChatStream(f *testing.F) {
 			if stop == "" {
 				continue
 			}
-			var c chunk
+			var c struct {
+				Choices []struct {
+					Delta struct {
+						Content *string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
 			if json.Unmarshal([]byte(data), &c) == nil {
 				for _, ch := range c.Choices {
 					if ch.Delta.Content != nil && strings.Contains(*ch.Delta.Content, stop) {

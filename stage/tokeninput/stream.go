@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/lib/openaiwire"
 	"github.com/infergate/infergate/lib/tokenizer"
 )
 
@@ -24,7 +25,7 @@ type chatStream struct {
 	choices   map[int]*streamChoice
 	done      int  // choices ended
 	cut       bool // a choice ended at a stop string the upstream went past
-	upUsage   *usage
+	upUsage   *openaiwire.Usage
 
 	out      []byte // converted events not yet read
 	end      error  // what ends the body once out is drained
@@ -147,7 +148,7 @@ func (s *chatStream) convert(data []byte) {
 		if !st.started {
 			st.started = true
 			empty := ""
-			s.chunk(ch.Index, delta{Role: "assistant", Content: &empty}, nil, nil)
+			s.chunk(ch.Index, openaiwire.Delta{Role: "assistant", Content: &empty}, nil, nil)
 		}
 		st.pending += text
 		if cut, which, ok := cutStop(st.pending, s.p.stop); ok {
@@ -179,7 +180,7 @@ func (s *chatStream) convert(data []byte) {
 // end1 ends one choice with its last text and finish reason.
 func (s *chatStream) end1(i int, st *streamChoice, text string, reason *string, stopReason json.RawMessage) {
 	st.emitted.WriteString(text)
-	d := delta{}
+	d := openaiwire.Delta{}
 	if text != "" {
 		d.Content = &text
 	}
@@ -190,7 +191,7 @@ func (s *chatStream) end1(i int, st *streamChoice, text string, reason *string, 
 
 func (s *chatStream) content(i int, st *streamChoice, text string) {
 	st.emitted.WriteString(text)
-	s.chunk(i, delta{Content: &text}, nil, nil)
+	s.chunk(i, openaiwire.Delta{Content: &text}, nil, nil)
 }
 
 // close ends the stream: the text still held back, the usage chunk when the client asked for it,
@@ -205,50 +206,26 @@ func (s *chatStream) close() {
 	if s.p.includeUsage {
 		u := s.upUsage
 		if u == nil {
-			u = &usage{PromptTokens: int64(s.p.promptLen), CompletionTokens: s.completionTokens()}
+			u = &openaiwire.Usage{PromptTokens: int64(s.p.promptLen), CompletionTokens: s.completionTokens()}
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		}
-		s.encode(chunk{Choices: []chunkChoice{}, Usage: u})
+		s.encode(openaiwire.Chunk{Header: openaiwire.Header{Usage: u}, Choices: []openaiwire.ChunkChoice{}})
 	}
 	s.out = append(s.out, "data: [DONE]\n\n"...)
 	s.end = io.EOF
 }
 
-type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+func (s *chatStream) chunk(i int, d openaiwire.Delta, reason *string, stopReason json.RawMessage) {
+	s.encode(openaiwire.Chunk{Choices: []openaiwire.ChunkChoice{{Index: i, Delta: &d, FinishReason: reason, StopReason: stopReason}}})
 }
 
-type chunkChoice struct {
-	Index        int             `json:"index"`
-	Delta        delta           `json:"delta"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-type chunk struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	Choices           []chunkChoice   `json:"choices"`
-	Usage             *usage          `json:"usage,omitempty"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-}
-
-func (s *chatStream) chunk(i int, d delta, reason *string, stopReason json.RawMessage) {
-	s.encode(chunk{Choices: []chunkChoice{{Index: i, Delta: d, Logprobs: null, FinishReason: reason, StopReason: stopReason}}})
-}
-
-func (s *chatStream) encode(c chunk) {
+// encode sends c with the stream's id, model and fingerprint, the fingerprint last and the
+// usage as counts: the bytes this stage's clients have always had.
+func (s *chatStream) encode(c openaiwire.Chunk) {
 	c.ID, c.Object, c.Created, c.Model, c.SystemFingerprint = s.id, "chat.completion.chunk", s.created, s.model, s.fp
-	b, err := json.Marshal(c)
-	if err != nil {
-		s.end = err
-		return
-	}
-	s.event(b)
+	s.out = append(s.out, "data: "...)
+	s.out = c.AppendJSON(s.out, openaiwire.Options{FingerprintLast: true})
+	s.out = append(s.out, "\n\n"...)
 }
 
 func (s *chatStream) event(data []byte) {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chattemplate"
+	"github.com/infergate/infergate/lib/openaiwire"
 	"github.com/infergate/infergate/lib/tokenizer"
 	"github.com/infergate/infergate/stage/prompt"
 )
@@ -257,44 +258,13 @@ type choice struct {
 
 // completionAnswer is a completion (or one chunk of a stream of them) as the upstream sends it.
 type completionAnswer struct {
-	ID                string          `json:"id"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-	Choices           []choice        `json:"choices"`
-	Usage             *usage          `json:"usage"`
+	ID                string            `json:"id"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint json.RawMessage   `json:"system_fingerprint,omitempty"`
+	Choices           []choice          `json:"choices"`
+	Usage             *openaiwire.Usage `json:"usage"`
 }
-
-type usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
-}
-
-type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatChoice struct {
-	Index        int             `json:"index"`
-	Message      message         `json:"message"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-type chatAnswer struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	Choices           []chatChoice    `json:"choices"`
-	Usage             *usage          `json:"usage,omitempty"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-}
-
-var null = json.RawMessage("null")
 
 // chatID is the chat completion's id for a completion's: OpenAI's prefixes.
 func chatID(id string) string {
@@ -343,20 +313,20 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 	if json.Unmarshal(raw, &c) != nil {
 		return nil, errBadAnswer
 	}
-	out := chatAnswer{ID: chatID(c.ID), Object: "chat.completion", Created: c.Created, Model: c.Model,
-		Choices: make([]chatChoice, len(c.Choices)), SystemFingerprint: c.SystemFingerprint}
+	out := openaiwire.ChatCompletion{Header: openaiwire.Header{ID: chatID(c.ID), Object: "chat.completion", Created: c.Created,
+		Model: c.Model, SystemFingerprint: c.SystemFingerprint}, Choices: make([]openaiwire.ChatChoice, len(c.Choices))}
 	var completionTokens int64
 	for i, ch := range c.Choices {
 		text := ch.Text
 		if text == "" && len(ch.TokenIDs) > 0 {
 			text = decodeOutput(p.tok, ch.TokenIDs)
 		}
-		cc := chatChoice{Index: ch.Index, Logprobs: null, FinishReason: ch.FinishReason, StopReason: ch.StopReason}
+		cc := openaiwire.ChatChoice{Index: ch.Index, FinishReason: ch.FinishReason, StopReason: ch.StopReason}
 		if cut, which, ok := cutStop(text, p.stop); ok {
 			text, cc.FinishReason = cut, &reasonStop
 			cc.StopReason, _ = json.Marshal(which)
 		}
-		cc.Message = message{Role: "assistant", Content: text}
+		cc.Message = openaiwire.Message{Role: "assistant", Content: &text}
 		out.Choices[i] = cc
 		if len(ch.TokenIDs) > 0 {
 			completionTokens += int64(len(ch.TokenIDs)) // what was generated, special tokens too
@@ -366,13 +336,12 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 	}
 	out.Usage = c.Usage
 	if out.Usage == nil {
-		out.Usage = &usage{PromptTokens: int64(p.promptLen), CompletionTokens: completionTokens}
+		out.Usage = &openaiwire.Usage{PromptTokens: int64(p.promptLen), CompletionTokens: completionTokens}
 		out.Usage.TotalTokens = out.Usage.PromptTokens + out.Usage.CompletionTokens
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the chat completion: %w", err)
-	}
+	// The upstream's usage is written as counts (its details dropped), the fingerprint last:
+	// the bytes this stage's clients have always had.
+	b := out.AppendJSON(nil, openaiwire.Options{FingerprintLast: true})
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		u.PromptTokens, u.CompletionTokens = out.Usage.PromptTokens, out.Usage.CompletionTokens
 	}
