@@ -116,6 +116,7 @@ func FuzzTurnRequest(f *testing.F) {
 		json.RawMessage(`{"role":"user","content":"q0"}`), json.RawMessage(`{"role":"assistant","content":"a0"}`)}
 	mgr := New(Options{Store: NewMemory(MemoryOptions{})})
 	f.Fuzz(func(t *testing.T, body string) {
+		checkTurnBody(t, mgr, []byte(body))
 		req, err := pipeline.NewRequest("/v1/chat/completions", []byte(body))
 		if err != nil || req.Model() != "m" {
 			return

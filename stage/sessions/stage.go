@@ -1,7 +1,6 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chatstream"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // Headers the stage reads and answers.
@@ -212,18 +211,19 @@ func sessionID(req *pipeline.Request) (id string, ok bool, err error) {
 	if req.Header != nil {
 		id = req.Header.Get(HeaderSessionID)
 	}
-	// A body names a session only if its bytes hold the key: most requests are not decoded.
-	if !bytes.Contains(req.Body(), []byte(`"session_id"`)) {
-		return id, id != "", nil
+	// A body names a session only if its bytes hold the key: most requests are not parsed.
+	has, err := req.Has("session_id")
+	if err != nil {
+		return "", false, err
 	}
-	fields, ferr := req.Fields()
-	if ferr != nil {
-		return "", false, pipeline.InvalidJSON(ferr)
-	}
-	raw, has := fields["session_id"]
 	if !has {
 		return id, id != "", nil
 	}
+	w, err := req.Wire()
+	if err != nil {
+		return "", false, err
+	}
+	raw, _ := w.Get("session_id")
 	var bodyID string
 	if json.Unmarshal(raw, &bodyID) != nil {
 		return "", false, pipeline.InvalidRequest("session_id", "invalid_type", "session_id must be a string.")
@@ -315,12 +315,13 @@ func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session
 		return nil, 0, pipeline.InvalidRequest("model", "session_model_mismatch", fmt.Sprintf(
 			"Session `%s` is a conversation with model `%s`, not `%s`.", s.ID, s.Model, httpapi.Truncate(req.Model(), 256)))
 	}
-	fields, err := req.Fields()
+	w, err := req.Wire()
 	if err != nil {
-		return nil, 0, pipeline.InvalidJSON(err)
+		return nil, 0, err
 	}
+	raw, _ := w.Get("messages")
 	var msgs []json.RawMessage
-	if err := json.Unmarshal(fields["messages"], &msgs); err != nil || len(msgs) == 0 {
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) == 0 {
 		return nil, 0, pipeline.InvalidRequest("messages", "invalid_type", "messages must be a non-empty array of message objects.")
 	}
 	for i, msg := range msgs {
@@ -350,11 +351,13 @@ func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session
 		}
 	}
 	sent := conv.flatten(drop, tail)
-	b, err := rewriteBody(fields, sent)
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := req.SetBody(b); err != nil {
+	// The edit is encoded once, with any later stage's, when the body goes upstream: members
+	// sorted, so the same turn makes the same body (the response cache's key).
+	if err := req.Edit(func(b *openaiwire.Body) error {
+		b.Set("messages", joinMessages(sent))
+		b.Drop("session_id")
+		return nil
+	}); err != nil {
 		return nil, 0, err
 	}
 	if req.Header != nil && req.Header.Get(HeaderSessionID) != "" {
@@ -364,51 +367,23 @@ func (m *Manager) prepare(ctx context.Context, req *pipeline.Request, s *Session
 	return sent, trimmed, nil
 }
 
-// rewriteBody is the request body with messages replaced by msgs and no session_id, every
-// other member's value as it was. The members are in sorted order, so the same turn makes the
-// same body (the response cache's key). The values are written as they are: they are valid
+// joinMessages is msgs as one JSON array. The messages are written as they are: they are valid
 // JSON, decoded from the request or the store, and re-encoding them would cost more than the
 // rest of the turn.
-func rewriteBody(fields map[string]json.RawMessage, msgs []json.RawMessage) ([]byte, error) {
-	keys := make([]string, 0, len(fields)+1)
+func joinMessages(msgs []json.RawMessage) []byte {
 	n := 2
-	for k, v := range fields {
-		if k != "session_id" && k != "messages" {
-			keys = append(keys, k)
-			n += len(k) + len(v) + 8
-		}
-	}
-	keys = append(keys, "messages")
-	slices.Sort(keys)
 	for _, m := range msgs {
 		n += len(m) + 1
 	}
-	b := make([]byte, 0, n+16)
-	b = append(b, '{')
-	for i, k := range keys {
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, m := range msgs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		q, err := json.Marshal(k)
-		if err != nil {
-			return nil, fmt.Errorf("sessions: encode the request: %w", err)
-		}
-		b = append(b, q...)
-		b = append(b, ':')
-		if k != "messages" {
-			b = append(b, fields[k]...)
-			continue
-		}
-		b = append(b, '[')
-		for j, m := range msgs {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, m...)
-		}
-		b = append(b, ']')
+		b = append(b, m...)
 	}
-	return append(b, '}'), nil
+	return append(b, ']')
 }
 
 // turnState is a turn between its lock and its end.
