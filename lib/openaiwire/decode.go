@@ -1,0 +1,480 @@
+package openaiwire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/infergate/infergate/internal/jsonwire"
+)
+
+// The decoders read what the gateway's readers of answers read, with the results encoding/json
+// gave them: each has a mirror struct (the reader's former struct, with its tags and field
+// types) that json.Unmarshal fills, and a fast path on jsonwire that takes the usual answer (exact
+// member names, each once, values of the expected kinds) and gives up on anything else, which
+// then goes to the mirror. The result is encoding/json's by construction; FuzzDecoders holds the
+// fast path to the mirror on any input. A decoder reads only its reader's members: a member it
+// does not read may hold anything, as before.
+
+// DecodeChunk reads one streamed event of either API as the chat stream assembler reads it: id,
+// model, created, system_fingerprint, choices (index, text, delta, finish_reason, stop_reason)
+// and usage. The fingerprint must be a string (or null): it is stored as the JSON string
+// jsonwire.AppendString writes under EncodingJSON, nil when empty. A delta's reasoning is
+// reasoning_content, or vLLM's newer reasoning when that is absent. Usage is kept raw (Raw),
+// nil when absent or null; logprobs are not read.
+func DecodeChunk(data []byte) (*Chunk, error) {
+	if c, ok := decodeChunkFast(data); ok {
+		return c, nil
+	}
+	var m mirrorChunk
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("openaiwire: not a completion chunk: %w", err)
+	}
+	return m.chunk(), nil
+}
+
+// DecodeCompletion reads a whole text completion, or one chunk of a stream of them, as the
+// token-input stage reads it: id, created, model, system_fingerprint (raw, any value), choices
+// (index, text, token_ids, finish_reason, stop_reason) and usage as counts (Raw nil; a usage
+// repeated in the object merges, as encoding/json merges into one pointer).
+func DecodeCompletion(data []byte) (*Completion, error) {
+	if c, ok := decodeCompletionFast(data); ok {
+		return c, nil
+	}
+	var m mirrorCompletion
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("openaiwire: not a completion: %w", err)
+	}
+	return m.completion(), nil
+}
+
+// mirrorChunk is lib/chatstream's chunk, as it read one.
+type mirrorChunk struct {
+	ID                string              `json:"id"`
+	Model             string              `json:"model"`
+	Created           int64               `json:"created"`
+	SystemFingerprint string              `json:"system_fingerprint"`
+	Choices           []mirrorChunkChoice `json:"choices"`
+	Usage             json.RawMessage     `json:"usage"`
+}
+
+type mirrorChunkChoice struct {
+	Index        int             `json:"index"`
+	Text         *string         `json:"text"`
+	Delta        *mirrorDelta    `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`
+}
+
+type mirrorDelta struct {
+	Role             string  `json:"role"`
+	Content          *string `json:"content"`
+	ReasoningContent *string `json:"reasoning_content"`
+	Reasoning        *string `json:"reasoning"`
+	ToolCalls        []struct {
+		Index    int      `json:"index"`
+		ID       string   `json:"id"`
+		Type     string   `json:"type"`
+		Function Function `json:"function"`
+	} `json:"tool_calls"`
+}
+
+func (m *mirrorChunk) chunk() *Chunk {
+	c := &Chunk{Header: Header{ID: m.ID, Model: m.Model, Created: m.Created, SystemFingerprint: stringRaw(m.SystemFingerprint),
+		Usage: rawUsage(m.Usage)}}
+	if m.Choices != nil {
+		c.Choices = make([]ChunkChoice, len(m.Choices))
+	}
+	for i, mc := range m.Choices {
+		cc := ChunkChoice{Index: mc.Index, Text: mc.Text, FinishReason: mc.FinishReason, StopReason: mc.StopReason}
+		if d := mc.Delta; d != nil {
+			cc.Delta = &Delta{Role: d.Role, Content: d.Content, ReasoningContent: d.ReasoningContent}
+			if cc.Delta.ReasoningContent == nil {
+				cc.Delta.ReasoningContent = d.Reasoning
+			}
+			if d.ToolCalls != nil {
+				cc.Delta.ToolCalls = make([]ToolCallDelta, len(d.ToolCalls))
+			}
+			for j, t := range d.ToolCalls {
+				cc.Delta.ToolCalls[j] = ToolCallDelta{Index: t.Index, ID: t.ID, Type: t.Type, Function: t.Function}
+			}
+		}
+		c.Choices[i] = cc
+	}
+	return c
+}
+
+// mirrorCompletion is stage/tokeninput's completionAnswer, as it read one.
+type mirrorCompletion struct {
+	ID                string          `json:"id"`
+	Created           int64           `json:"created"`
+	Model             string          `json:"model"`
+	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
+	Choices           []struct {
+		Index        int             `json:"index"`
+		Text         string          `json:"text"`
+		TokenIDs     []int           `json:"token_ids"`
+		FinishReason *string         `json:"finish_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+}
+
+func (m *mirrorCompletion) completion() *Completion {
+	c := &Completion{Header: Header{ID: m.ID, Created: m.Created, Model: m.Model, SystemFingerprint: m.SystemFingerprint, Usage: m.Usage}}
+	if m.Choices != nil {
+		c.Choices = make([]CompletionChoice, len(m.Choices))
+	}
+	for i, mc := range m.Choices {
+		c.Choices[i] = CompletionChoice{Index: mc.Index, Text: mc.Text, TokenIDs: mc.TokenIDs, FinishReason: mc.FinishReason, StopReason: mc.StopReason}
+	}
+	return c
+}
+
+// stringRaw is a fingerprint read as a string, as the writers want it (see DecodeChunk).
+func stringRaw(s string) Raw {
+	if s == "" {
+		return nil
+	}
+	return jsonwire.AppendString(nil, s, jsonwire.EncodingJSON)
+}
+
+// rawUsage is a usage kept raw; absent and null are none.
+func rawUsage(r json.RawMessage) *Usage {
+	if len(r) == 0 || string(r) == "null" {
+		return nil
+	}
+	return &Usage{Raw: r}
+}
+
+// errUnusual stops the fast path: the input goes to the mirror. It is never returned.
+var errUnusual = errors.New("openaiwire: left to encoding/json")
+
+// reader is the fast path's walk over one document. Its methods return errUnusual, or the
+// Scanner's error, for anything they do not take; the caller then gives up.
+type reader struct {
+	s    jsonwire.Scanner
+	data []byte
+}
+
+// object walks the object that must come next, calling member with the index in names of each
+// member it holds: a member named otherwise is skipped, unless encoding/json would match it to
+// one of names (a case variant; an escaped or non-ASCII name, not looked into), and a member
+// named twice gives up, since encoding/json's merging of repeats is the mirror's to do.
+func (r *reader) object(names []string, member func(i int) error) error {
+	if err := r.s.EnterObject(); err != nil {
+		return errUnusual
+	}
+	var seen uint64
+	for {
+		key, more, err := r.s.NextMember()
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if !key.Plain() {
+			return errUnusual
+		}
+		k := key.Contents(r.data)
+		i := 0
+		for i < len(names) && string(k) != names[i] {
+			i++
+		}
+		if i == len(names) {
+			for _, n := range names {
+				if bytes.EqualFold(k, []byte(n)) {
+					return errUnusual
+				}
+			}
+			if _, err := r.s.ReadValue(); err != nil {
+				return err
+			}
+			continue
+		}
+		if seen&(1<<i) != 0 {
+			return errUnusual
+		}
+		seen |= 1 << i
+		if err := member(i); err != nil {
+			return err
+		}
+	}
+}
+
+// array walks the array that must come next (null: none, and no call), calling element for
+// each; it reports whether there was an array, for a caller that tells [] from null.
+func (r *reader) array(element func() error) (bool, error) {
+	if r.s.ReadNull() {
+		return false, nil
+	}
+	if err := r.s.EnterArray(); err != nil {
+		return false, errUnusual
+	}
+	for {
+		more, err := r.s.NextElement()
+		if err != nil || !more {
+			return true, err
+		}
+		if err := element(); err != nil {
+			return true, err
+		}
+	}
+}
+
+// str reads a string into *dst; null leaves it.
+func (r *reader) str(dst *string) error {
+	if r.s.ReadNull() {
+		return nil
+	}
+	t, err := r.s.ReadString()
+	if err != nil {
+		return errUnusual
+	}
+	*dst, err = jsonwire.UnescapeString(t.Contents(r.data), jsonwire.ReplaceInvalid)
+	return err
+}
+
+// strPtr reads a string or null into *dst.
+func (r *reader) strPtr(dst **string) error {
+	if r.s.ReadNull() {
+		*dst = nil
+		return nil
+	}
+	var s string
+	if err := r.str(&s); err != nil {
+		return err
+	}
+	*dst = &s
+	return nil
+}
+
+// int64 reads an integer into *dst; null leaves it. A number encoding/json would refuse for an
+// integer (a fraction, an exponent, out of range) gives up.
+func (r *reader) int64(dst *int64) error {
+	if r.s.ReadNull() {
+		return nil
+	}
+	t, err := r.s.ReadNumber()
+	if err != nil || !t.Integer() {
+		return errUnusual
+	}
+	n, err := strconv.ParseInt(string(t.Raw(r.data)), 10, 64)
+	if err != nil {
+		return errUnusual
+	}
+	*dst = n
+	return nil
+}
+
+func (r *reader) int(dst *int) error {
+	n := int64(*dst)
+	if err := r.int64(&n); err != nil {
+		return err
+	}
+	*dst = int(n)
+	return nil
+}
+
+// raw reads any value as its bytes, copied (null too, as json.RawMessage has it).
+func (r *reader) raw(dst *Raw) error {
+	t, err := r.s.ReadValue()
+	if err != nil {
+		return err
+	}
+	*dst = append(Raw(nil), t.Raw(r.data)...)
+	return nil
+}
+
+// finish ends the walk: the document must end here.
+func (r *reader) finish(err error) bool {
+	return err == nil && r.s.Finish() == nil
+}
+
+var (
+	chunkNames       = []string{"id", "model", "created", "system_fingerprint", "choices", "usage"}
+	chunkChoiceNames = []string{"index", "text", "delta", "finish_reason", "stop_reason"}
+	deltaNames       = []string{"role", "content", "reasoning_content", "reasoning", "tool_calls"}
+	toolCallNames    = []string{"index", "id", "type", "function"}
+	functionNames    = []string{"name", "arguments"}
+)
+
+func decodeChunkFast(data []byte) (*Chunk, bool) {
+	r := reader{s: jsonwire.NewScanner(data, jsonwire.Options{}), data: data}
+	c := &Chunk{}
+	var fp string
+	var usage Raw
+	err := r.object(chunkNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.str(&c.ID)
+		case 1:
+			return r.str(&c.Model)
+		case 2:
+			return r.int64(&c.Created)
+		case 3:
+			return r.str(&fp)
+		case 4:
+			c.Choices = []ChunkChoice{}
+			ok, err := r.array(func() error {
+				c.Choices = append(c.Choices, ChunkChoice{})
+				return r.chunkChoice(&c.Choices[len(c.Choices)-1])
+			})
+			if !ok {
+				c.Choices = nil
+			}
+			return err
+		}
+		return r.raw(&usage)
+	})
+	if !r.finish(err) {
+		return nil, false
+	}
+	c.SystemFingerprint, c.Usage = stringRaw(fp), rawUsage(usage)
+	return c, true
+}
+
+func (r *reader) chunkChoice(c *ChunkChoice) error {
+	return r.object(chunkChoiceNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.int(&c.Index)
+		case 1:
+			return r.strPtr(&c.Text)
+		case 2:
+			if r.s.ReadNull() {
+				return nil
+			}
+			c.Delta = &Delta{}
+			return r.delta(c.Delta)
+		case 3:
+			return r.strPtr(&c.FinishReason)
+		}
+		return r.raw(&c.StopReason)
+	})
+}
+
+func (r *reader) delta(d *Delta) error {
+	var reasoning *string
+	err := r.object(deltaNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.str(&d.Role)
+		case 1:
+			return r.strPtr(&d.Content)
+		case 2:
+			return r.strPtr(&d.ReasoningContent)
+		case 3:
+			return r.strPtr(&reasoning)
+		}
+		d.ToolCalls = []ToolCallDelta{}
+		ok, err := r.array(func() error {
+			d.ToolCalls = append(d.ToolCalls, ToolCallDelta{})
+			return r.toolCall(&d.ToolCalls[len(d.ToolCalls)-1])
+		})
+		if !ok {
+			d.ToolCalls = nil
+		}
+		return err
+	})
+	if d.ReasoningContent == nil {
+		d.ReasoningContent = reasoning
+	}
+	return err
+}
+
+func (r *reader) toolCall(t *ToolCallDelta) error {
+	return r.object(toolCallNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.int(&t.Index)
+		case 1:
+			return r.str(&t.ID)
+		case 2:
+			return r.str(&t.Type)
+		}
+		if r.s.ReadNull() {
+			return nil
+		}
+		return r.object(functionNames, func(i int) error {
+			if i == 0 {
+				return r.str(&t.Function.Name)
+			}
+			return r.str(&t.Function.Arguments)
+		})
+	})
+}
+
+var (
+	completionNames       = []string{"id", "created", "model", "system_fingerprint", "choices", "usage"}
+	completionChoiceNames = []string{"index", "text", "token_ids", "finish_reason", "stop_reason"}
+	usageNames            = []string{"prompt_tokens", "completion_tokens", "total_tokens"}
+)
+
+func decodeCompletionFast(data []byte) (*Completion, bool) {
+	r := reader{s: jsonwire.NewScanner(data, jsonwire.Options{}), data: data}
+	c := &Completion{}
+	err := r.object(completionNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.str(&c.ID)
+		case 1:
+			return r.int64(&c.Created)
+		case 2:
+			return r.str(&c.Model)
+		case 3:
+			return r.raw(&c.SystemFingerprint)
+		case 4:
+			c.Choices = []CompletionChoice{}
+			ok, err := r.array(func() error {
+				c.Choices = append(c.Choices, CompletionChoice{})
+				return r.completionChoice(&c.Choices[len(c.Choices)-1])
+			})
+			if !ok {
+				c.Choices = nil
+			}
+			return err
+		}
+		if r.s.ReadNull() {
+			return nil
+		}
+		c.Usage = &Usage{}
+		u := c.Usage
+		return r.object(usageNames, func(i int) error {
+			return r.int64([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[i])
+		})
+	})
+	if !r.finish(err) {
+		return nil, false
+	}
+	return c, true
+}
+
+func (r *reader) completionChoice(c *CompletionChoice) error {
+	return r.object(completionChoiceNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.int(&c.Index)
+		case 1:
+			return r.str(&c.Text)
+		case 2:
+			c.TokenIDs = []int{}
+			ok, err := r.array(func() error {
+				var id int
+				err := r.int(&id)
+				c.TokenIDs = append(c.TokenIDs, id)
+				return err
+			})
+			if !ok {
+				c.TokenIDs = nil
+			}
+			return err
+		case 3:
+			return r.strPtr(&c.FinishReason)
+		}
+		return r.raw(&c.StopReason)
+	})
+}
