@@ -127,6 +127,15 @@ func (r *Request) Body() []byte {
 	return r.body
 }
 
+// BodyLen is len(Body()), without encoding an edited body: for a stage that sizes the request
+// (a token estimate) between another's edit and the upstream call.
+func (r *Request) BodyLen() int {
+	if r.body == nil && r.wire != nil {
+		return r.wire.Len()
+	}
+	return len(r.body)
+}
+
 // Routing is what the gateway routes the request on.
 func (r *Request) Routing() Routing { return r.scan }
 

@@ -105,7 +105,7 @@ func (s *Stage) Interceptor() pipeline.Interceptor {
 			}
 			n := len(req.PromptTokens)
 			if req.PromptTokens == nil { // no tokenizer: the guard's estimate of the prompt
-				n = int(ratelimit.EstimateTokens(len(req.Body()), 0))
+				n = int(ratelimit.EstimateTokens(req.BodyLen(), 0))
 			}
 			switch {
 			case n < s.opts.MinPromptTokens:
