@@ -148,7 +148,10 @@ func (r *Request) Stream() bool { return r.scan.Stream }
 // SetBody replaces the body (a stage that rewrote the request) and reads its routing fields
 // again; on error the request is unchanged. The body must name a model. The parsed view, if
 // any, is dropped: the next Wire parses the new body.
-func (r *Request) SetBody(body []byte) error {
+func (r *Request) SetBody(body []byte) error { return r.setBody(body, nil) }
+
+// setBody is SetBody keeping wire as the body's view: nil, or the view body was encoded from.
+func (r *Request) setBody(body []byte, wire *openaiwire.Body) error {
 	rt, err := scanRouting(body)
 	if err != nil {
 		return InvalidJSON(err)
@@ -156,7 +159,7 @@ func (r *Request) SetBody(body []byte) error {
 	if rt.Model == "" {
 		return MissingModel()
 	}
-	r.body, r.scan, r.fields, r.wire = body, rt, nil, nil
+	r.body, r.scan, r.fields, r.wire = body, rt, nil, wire
 	return nil
 }
 
@@ -247,16 +250,7 @@ func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
 	case !edited:
 		return nil
 	case check:
-		b := nb.AppendJSON(make([]byte, 0, nb.Len()))
-		rt, err := scanRouting(b)
-		if err != nil {
-			return InvalidJSON(err)
-		}
-		if rt.Model == "" {
-			return MissingModel()
-		}
-		r.body, r.scan, r.fields, r.wire = b, rt, nil, nb
-		return nil
+		return r.setBody(nb.AppendJSON(make([]byte, 0, nb.Len())), nb)
 	}
 	// The routing members are as they were, and every value is JSON: the scan of the encoded
 	// body would read what it read before, bar where the model's string lands.

@@ -79,17 +79,23 @@ func Parse(src []byte) (*Body, error) {
 	if err := s.Finish(); err != nil {
 		return nil, fmt.Errorf("openaiwire: reading the request body: %w", err)
 	}
-	// Stable, so that of duplicates the one last in src is last in its run and wins.
-	slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	ms = lastByName(ms, func(m member) string { return m.name })
+	return &Body{src: src, members: slices.Clone(ms)}, nil
+}
+
+// lastByName sorts s by name and keeps, of each run of one name, its last element in s: the
+// member that wins among duplicates, the edit that wins among a name's edits.
+func lastByName[T any](s []T, name func(T) string) []T {
+	slices.SortStableFunc(s, func(a, b T) int { return strings.Compare(name(a), name(b)) })
 	n := 0
-	for i := range ms {
-		if i+1 < len(ms) && ms[i+1].name == ms[i].name {
+	for i := range s {
+		if i+1 < len(s) && name(s[i+1]) == name(s[i]) {
 			continue
 		}
-		ms[n] = ms[i]
+		s[n] = s[i]
 		n++
 	}
-	return &Body{src: src, members: slices.Clone(ms[:n])}, nil
+	return s[:n]
 }
 
 // memberName is a key's value: its bytes in src when they need no decoding, else unescaped
@@ -210,17 +216,7 @@ func (b *Body) each(buf []edit, yield func(string, []byte) bool) {
 
 // finalEdits is the last edit of each name, sorted by name, appended to buf.
 func (b *Body) finalEdits(buf []edit) []edit {
-	es := append(buf[:0], b.edits...)
-	slices.SortStableFunc(es, func(x, y edit) int { return strings.Compare(x.name, y.name) })
-	n := 0
-	for i := range es {
-		if i+1 < len(es) && es[i+1].name == es[i].name {
-			continue
-		}
-		es[n] = es[i]
-		n++
-	}
-	return es[:n]
+	return lastByName(append(buf[:0], b.edits...), func(e edit) string { return e.name })
 }
 
 // AppendJSON appends the body to dst: an unedited body's source as it is; an edited body in the
