@@ -42,10 +42,11 @@ type Assembler struct {
 	size     int // text bytes kept so far
 	failed   error
 
-	id, model, fingerprint string
-	created                int64
-	choices                []*choice
-	usage                  json.RawMessage
+	id, model   string
+	fingerprint openaiwire.Raw
+	created     int64
+	choices     []*choice
+	usage       json.RawMessage
 }
 
 type choice struct {
@@ -73,58 +74,22 @@ func NewAssembler(path string, maxBytes int) *Assembler {
 	return &Assembler{chat: path != CompletionPath, maxBytes: maxBytes}
 }
 
-// chunk is one streamed event of either API.
-type chunk struct {
-	ID                string          `json:"id"`
-	Model             string          `json:"model"`
-	Created           int64           `json:"created"`
-	SystemFingerprint string          `json:"system_fingerprint"`
-	Choices           []chunkChoice   `json:"choices"`
-	Usage             json.RawMessage `json:"usage"`
-}
-
-type chunkChoice struct {
-	Index        int             `json:"index"`
-	Text         *string         `json:"text"`
-	Delta        *delta          `json:"delta"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason"`
-}
-
-type delta struct {
-	Role             string          `json:"role"`
-	Content          *string         `json:"content"`
-	ReasoningContent *string         `json:"reasoning_content"`
-	Reasoning        *string         `json:"reasoning"`
-	ToolCalls        []toolCallDelta `json:"tool_calls"`
-}
-
-type toolCallDelta struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
 // Add takes one event's data: the JSON after "data: " (not the closing [DONE]). An event that
 // is not such a chunk, or one past the bound, is an error, and the Assembler keeps failing.
 func (a *Assembler) Add(data []byte) error {
 	if a.failed != nil {
 		return a.failed
 	}
-	var c chunk
-	if err := json.Unmarshal(data, &c); err != nil {
+	c, err := openaiwire.DecodeChunk(data)
+	if err != nil {
 		a.failed = fmt.Errorf("chatstream: an event is not a completion chunk: %w", err)
 		return a.failed
 	}
 	if a.id == "" {
 		a.id, a.model, a.created, a.fingerprint = c.ID, c.Model, c.Created, c.SystemFingerprint
 	}
-	if len(c.Usage) > 0 && string(c.Usage) != "null" {
-		a.usage = append(a.usage[:0], c.Usage...)
+	if c.Usage != nil {
+		a.usage = append(a.usage[:0], c.Usage.Raw...)
 	}
 	for i := range c.Choices {
 		if err := a.addChoice(&c.Choices[i]); err != nil {
@@ -135,7 +100,7 @@ func (a *Assembler) Add(data []byte) error {
 	return nil
 }
 
-func (a *Assembler) addChoice(cc *chunkChoice) error {
+func (a *Assembler) addChoice(cc *openaiwire.ChunkChoice) error {
 	if cc.Index < 0 || cc.Index >= maxChoices {
 		return fmt.Errorf("chatstream: choice index %d out of range", cc.Index)
 	}
@@ -168,12 +133,9 @@ func (a *Assembler) addChoice(cc *chunkChoice) error {
 			return err
 		}
 	}
-	for _, r := range []*string{d.ReasoningContent, d.Reasoning} {
-		if r != nil {
-			if err := a.grow(&ch.reasoning, *r); err != nil {
-				return err
-			}
-			break
+	if r := d.ReasoningContent; r != nil { // or vLLM's reasoning (DecodeChunk)
+		if err := a.grow(&ch.reasoning, *r); err != nil {
+			return err
 		}
 	}
 	for i := range d.ToolCalls {
@@ -220,7 +182,7 @@ func (a *Assembler) Result() (resp []byte, ok bool) {
 	}
 	ok = a.failed == nil
 	head := openaiwire.Header{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model,
-		SystemFingerprint: fingerprint(a.fingerprint)}
+		SystemFingerprint: a.fingerprint}
 	if len(a.usage) > 0 {
 		head.Usage = &openaiwire.Usage{Raw: a.usage}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/infergate/infergate/internal/jsonwire"
@@ -16,7 +15,8 @@ import (
 // member names, each once, values of the expected kinds) and gives up on anything else, which
 // then goes to the mirror. The result is encoding/json's by construction; FuzzDecoders holds the
 // fast path to the mirror on any input. A decoder reads only its reader's members: a member it
-// does not read may hold anything, as before.
+// does not read may hold anything, as before. An error is encoding/json's as it is, so that the
+// callers' messages read as they did; they add what was being read.
 
 // DecodeChunk reads one streamed event of either API as the chat stream assembler reads it: id,
 // model, created, system_fingerprint, choices (index, text, delta, finish_reason, stop_reason)
@@ -28,9 +28,9 @@ func DecodeChunk(data []byte) (*Chunk, error) {
 	if c, ok := decodeChunkFast(data); ok {
 		return c, nil
 	}
-	var m mirrorChunk
+	var m chunk
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("openaiwire: not a completion chunk: %w", err)
+		return nil, err
 	}
 	return m.chunk(), nil
 }
@@ -43,45 +43,47 @@ func DecodeCompletion(data []byte) (*Completion, error) {
 	if c, ok := decodeCompletionFast(data); ok {
 		return c, nil
 	}
-	var m mirrorCompletion
+	var m completionAnswer
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("openaiwire: not a completion: %w", err)
+		return nil, err
 	}
 	return m.completion(), nil
 }
 
-// mirrorChunk is lib/chatstream's chunk, as it read one.
-type mirrorChunk struct {
+// chunk is lib/chatstream's chunk, as it read one.
+type chunk struct {
 	ID                string              `json:"id"`
 	Model             string              `json:"model"`
 	Created           int64               `json:"created"`
 	SystemFingerprint string              `json:"system_fingerprint"`
-	Choices           []mirrorChunkChoice `json:"choices"`
+	Choices           []chunkChoice `json:"choices"`
 	Usage             json.RawMessage     `json:"usage"`
 }
 
-type mirrorChunkChoice struct {
+type chunkChoice struct {
 	Index        int             `json:"index"`
 	Text         *string         `json:"text"`
-	Delta        *mirrorDelta    `json:"delta"`
+	Delta        *delta    `json:"delta"`
 	FinishReason *string         `json:"finish_reason"`
 	StopReason   json.RawMessage `json:"stop_reason"`
 }
 
-type mirrorDelta struct {
-	Role             string  `json:"role"`
-	Content          *string `json:"content"`
-	ReasoningContent *string `json:"reasoning_content"`
-	Reasoning        *string `json:"reasoning"`
-	ToolCalls        []struct {
-		Index    int      `json:"index"`
-		ID       string   `json:"id"`
-		Type     string   `json:"type"`
-		Function Function `json:"function"`
-	} `json:"tool_calls"`
+type delta struct {
+	Role             string          `json:"role"`
+	Content          *string         `json:"content"`
+	ReasoningContent *string         `json:"reasoning_content"`
+	Reasoning        *string         `json:"reasoning"`
+	ToolCalls        []toolCallDelta `json:"tool_calls"`
 }
 
-func (m *mirrorChunk) chunk() *Chunk {
+type toolCallDelta struct {
+	Index    int      `json:"index"`
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Function Function `json:"function"`
+}
+
+func (m *chunk) chunk() *Chunk {
 	c := &Chunk{Header: Header{ID: m.ID, Model: m.Model, Created: m.Created, SystemFingerprint: stringRaw(m.SystemFingerprint),
 		Usage: rawUsage(m.Usage)}}
 	if m.Choices != nil {
@@ -106,23 +108,25 @@ func (m *mirrorChunk) chunk() *Chunk {
 	return c
 }
 
-// mirrorCompletion is stage/tokeninput's completionAnswer, as it read one.
-type mirrorCompletion struct {
+// completionAnswer is stage/tokeninput's completionAnswer, as it read one.
+type completionAnswer struct {
 	ID                string          `json:"id"`
 	Created           int64           `json:"created"`
 	Model             string          `json:"model"`
 	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
-	Choices           []struct {
-		Index        int             `json:"index"`
-		Text         string          `json:"text"`
-		TokenIDs     []int           `json:"token_ids"`
-		FinishReason *string         `json:"finish_reason"`
-		StopReason   json.RawMessage `json:"stop_reason"`
-	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	Choices           []choice        `json:"choices"`
+	Usage             *Usage          `json:"usage"`
 }
 
-func (m *mirrorCompletion) completion() *Completion {
+type choice struct {
+	Index        int             `json:"index"`
+	Text         string          `json:"text"`
+	TokenIDs     []int           `json:"token_ids"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`
+}
+
+func (m *completionAnswer) completion() *Completion {
 	c := &Completion{Header: Header{ID: m.ID, Created: m.Created, Model: m.Model, SystemFingerprint: m.SystemFingerprint, Usage: m.Usage}}
 	if m.Choices != nil {
 		c.Choices = make([]CompletionChoice, len(m.Choices))

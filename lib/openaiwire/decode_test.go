@@ -59,7 +59,7 @@ func TestDecoders(t *testing.T) {
 
 func checkDecoders(t *testing.T, data []byte) {
 	t.Helper()
-	var mc mirrorChunk
+	var mc chunk
 	cerr := json.Unmarshal(data, &mc)
 	got, err := DecodeChunk(data)
 	if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(got, mc.chunk()) {
@@ -68,7 +68,7 @@ func checkDecoders(t *testing.T, data []byte) {
 	if fast, ok := decodeChunkFast(data); ok && (cerr != nil || !reflect.DeepEqual(fast, mc.chunk())) {
 		t.Fatalf("decodeChunkFast(%q) = %s; encoding/json %s, %v", data, show(fast), show(mc.chunk()), cerr)
 	}
-	var mp mirrorCompletion
+	var mp completionAnswer
 	perr := json.Unmarshal(data, &mp)
 	gotp, err := DecodeCompletion(data)
 	if (err == nil) != (perr == nil) || err == nil && !reflect.DeepEqual(gotp, mp.completion()) {
@@ -82,4 +82,29 @@ func checkDecoders(t *testing.T, data []byte) {
 func show(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// BenchmarkDecodeChunk: a vLLM content chunk and a tool-call chunk, on the fast path and through
+// the mirror (what the assembler did before: json.Unmarshal).
+func BenchmarkDecodeChunk(b *testing.B) {
+	for _, bc := range []struct{ name, data string }{{"content", decodeSeeds[1]}, {"tool", decodeSeeds[3]}} {
+		data := []byte(bc.data)
+		b.Run(bc.name+"/jsonwire", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeChunk(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(bc.name+"/encoding-json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var m chunk
+				if err := json.Unmarshal(data, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
