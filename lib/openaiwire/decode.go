@@ -50,20 +50,21 @@ func DecodeCompletion(data []byte) (*Completion, error) {
 	return m.completion(), nil
 }
 
-// chunk is lib/chatstream's chunk, as it read one.
+// chunk is lib/chatstream's chunk, as it read one. The mirrors keep their readers' type names,
+// which encoding/json's errors name (the chat stream assembler passes its errors on).
 type chunk struct {
-	ID                string              `json:"id"`
-	Model             string              `json:"model"`
-	Created           int64               `json:"created"`
-	SystemFingerprint string              `json:"system_fingerprint"`
-	Choices           []chunkChoice `json:"choices"`
-	Usage             json.RawMessage     `json:"usage"`
+	ID                string          `json:"id"`
+	Model             string          `json:"model"`
+	Created           int64           `json:"created"`
+	SystemFingerprint string          `json:"system_fingerprint"`
+	Choices           []chunkChoice   `json:"choices"`
+	Usage             json.RawMessage `json:"usage"`
 }
 
 type chunkChoice struct {
 	Index        int             `json:"index"`
 	Text         *string         `json:"text"`
-	Delta        *delta    `json:"delta"`
+	Delta        *delta          `json:"delta"`
 	FinishReason *string         `json:"finish_reason"`
 	StopReason   json.RawMessage `json:"stop_reason"`
 }
