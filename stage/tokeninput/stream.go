@@ -115,8 +115,8 @@ func (s *chatStream) convert(data []byte) {
 		s.event(data) // an error event reads the same in both APIs
 		return
 	}
-	var c completionAnswer
-	if json.Unmarshal(data, &c) != nil {
+	c, err := openaiwire.DecodeCompletion(data)
+	if err != nil {
 		s.end = errBadChunk
 		return
 	}

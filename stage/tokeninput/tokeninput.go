@@ -247,25 +247,6 @@ func appendIDs(b []byte, ids any) []byte {
 	return append(b, "null"...)
 }
 
-// choice is one choice of a completion, whole or a stream's chunk of it.
-type choice struct {
-	Index        int             `json:"index"`
-	Text         string          `json:"text"`
-	TokenIDs     []int           `json:"token_ids"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-// completionAnswer is a completion (or one chunk of a stream of them) as the upstream sends it.
-type completionAnswer struct {
-	ID                string            `json:"id"`
-	Created           int64             `json:"created"`
-	Model             string            `json:"model"`
-	SystemFingerprint json.RawMessage   `json:"system_fingerprint,omitempty"`
-	Choices           []choice          `json:"choices"`
-	Usage             *openaiwire.Usage `json:"usage"`
-}
-
 // chatID is the chat completion's id for a completion's: OpenAI's prefixes.
 func chatID(id string) string {
 	if rest, ok := strings.CutPrefix(id, "cmpl-"); ok {
@@ -309,8 +290,8 @@ func wholeAnswer(res *pipeline.Response, p *params) (*pipeline.Response, error) 
 		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_failed", "Reading the upstream's answer failed: "+err.Error())
 	}
 	u := res.Body.Finish(nil)
-	var c completionAnswer
-	if json.Unmarshal(raw, &c) != nil {
+	c, err := openaiwire.DecodeCompletion(raw)
+	if err != nil {
 		return nil, errBadAnswer
 	}
 	out := openaiwire.ChatCompletion{Header: openaiwire.Header{ID: chatID(c.ID), Object: "chat.completion", Created: c.Created,
