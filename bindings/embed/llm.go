@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 )
 
 // LLMRequest is one OpenAI request for an embedded LLM, as the gateway forwarded it.
@@ -106,7 +106,7 @@ func (g *Gateway) RegisterLLM(name string, fn LLMFunc) error {
 	}
 	s := g.llms
 	g.mu.Unlock()
-	if g.app.Models.Lookup(name) != nil || slices.ContainsFunc(g.app.OpenAI.Models(), func(m openai.ModelInfo) bool { return m.Name == name }) {
+	if g.app.Models.Lookup(name) != nil || slices.ContainsFunc(g.app.OpenAI.Models(), func(m openaipool.ModelInfo) bool { return m.Name == name }) {
 		return fmt.Errorf("model '%s' is already registered", name)
 	}
 	s.mu.Lock()

@@ -69,3 +69,33 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 }
+
+// hopHeaders are connection-scoped and never forwarded (RFC 9110 §7.6.1), in canonical form.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// RemoveHopHeaders deletes from h the connection-scoped headers, including those src's
+// Connection header names: what a proxy passing src's headers on must not pass.
+func RemoveHopHeaders(h, src http.Header) {
+	for _, f := range src["Connection"] {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k) // already canonical: no need for Del's canonicalization
+	}
+}
+
+// IsHopHeader reports whether a canonical header name is a connection-scoped one.
+func IsHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// HeaderRequestID carries a request's id: the client's, passed upstream, or one the gateway made.
+const HeaderRequestID = "X-Request-Id"

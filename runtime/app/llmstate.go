@@ -16,8 +16,8 @@ import (
 	"github.com/infergate/infergate/stage/prompt"
 	"github.com/infergate/infergate/stage/respcache"
 	"github.com/infergate/infergate/stage/sessions"
-	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )
@@ -94,11 +94,11 @@ type embedPost func(ctx context.Context, model string, body []byte) ([]byte, err
 // proxyEmbeddings is the embedPost of the semantic caches: the embeddings model's upstreams as
 // the OpenAI API routes them (health, breakers, failover), without the stages (the guard's
 // admission) — the embedding is the gateway's own work for a request already admitted.
-func proxyEmbeddings(ups *openai.Upstreams) embedPost {
+func proxyEmbeddings(ups *openaipool.Pool) embedPost {
 	return func(ctx context.Context, model string, body []byte) ([]byte, error) {
 		for _, typ := range upstream.Types {
 			status, answer, err := ups.Post(ctx, typ, model, "/v1/embeddings", body)
-			if errors.Is(err, openai.ErrNotServed) {
+			if errors.Is(err, openaipool.ErrNotServed) {
 				continue
 			}
 			if err != nil {

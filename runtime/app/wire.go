@@ -26,6 +26,7 @@ import (
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
 	"github.com/infergate/infergate/upstream/kserveproxy"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/infergate/infergate/upstream/registry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -55,7 +56,7 @@ func (a *App) Close() { a.close() }
 // it. role is RoleGateway or RoleBatchWorker; gwCfg carries what the command line sets.
 //
 // Each part is built from parts already built, top to bottom: the OpenAI upstream pool
-// (openai.Upstreams: routing without stages) before the stages that call it (the semantic
+// (openaipool.Pool: routing without stages) before the stages that call it (the semantic
 // caches' embeddings, vLLM's /tokenize, the sessions' served models), the stages before the
 // OpenAI surface that runs them (openai.Proxy), and the gateway's readiness before the surface
 // that reports it; the gateway last.
@@ -154,7 +155,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	}
 	// The OpenAI upstreams' pool: routing, health, breakers and failover, without the stages,
 	// which use it (the semantic caches' embeddings, vLLM's /tokenize, the sessions' models).
-	ups, err := openai.NewUpstreams(openai.UpstreamOptions{Endpoints: cfg.Upstreams, Logger: log, Breaker: br,
+	ups, err := openaipool.New(openaipool.Options{Endpoints: cfg.Upstreams, Logger: log, Breaker: br,
 		StripHeaders: strip, UpstreamClient: cfg.UpstreamClient})
 	if err != nil {
 		return nil, err
@@ -293,10 +294,10 @@ func tokenizers(models map[string]*llmModel) func(name string) *prompt.Model {
 
 // vllmTokenize is prompt.Endpoints' Forward: /tokenize and /detokenize of the model's vLLM
 // upstreams, routed as the OpenAI API routes (health, breakers, failover), without the stages.
-func vllmTokenize(ups *openai.Upstreams) func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
+func vllmTokenize(ups *openaipool.Pool) func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
 	return func(ctx context.Context, model, path string, body []byte) (int, []byte, error) {
 		status, answer, err := ups.Post(ctx, upstream.TypeVLLM, model, path, body)
-		if errors.Is(err, openai.ErrNotServed) {
+		if errors.Is(err, openaipool.ErrNotServed) {
 			return 0, nil, prompt.ErrNoUpstream // only vLLM has the endpoints among the upstream types
 		}
 		return status, answer, err
@@ -305,7 +306,7 @@ func vllmTokenize(ups *openai.Upstreams) func(ctx context.Context, model, path s
 
 // endpointNames lists every upstream endpoint, the OpenAI pool's then the KServe pool's, for
 // GET /admin/guard (their breakers' state).
-func endpointNames(ups *openai.Upstreams, kp *kserveproxy.Proxy) func() []string {
+func endpointNames(ups *openaipool.Pool, kp *kserveproxy.Proxy) func() []string {
 	return func() []string {
 		names := ups.EndpointNames()
 		for _, s := range kp.Status() {

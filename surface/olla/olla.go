@@ -5,7 +5,7 @@
 //
 // It holds no routing table of its own: it reads the OpenAI surface's (openai.Proxy's Routes and
 // Endpoints) and forwards through its Forwarder, so a provider-scoped request differs from its /v1
-// twin only in the endpoints it may go to (openai.WithEndpointType). Olla's sticky sessions and
+// twin only in the endpoints it may go to (openaipool.WithEndpointType). Olla's sticky sessions and
 // X-Olla-* response headers apply on every route and live with the forwarding, in surface/openai.
 package olla
 
@@ -22,6 +22,7 @@ import (
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/infergate/infergate/upstream/vllmmetrics"
 )
 
@@ -68,7 +69,7 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 			rest := r.URL.Path[len(prefix)+1+len(name):]
 			r2 := r
 			if typ != "" {
-				r2 = r.WithContext(openai.WithEndpointType(r.Context(), typ))
+				r2 = r.WithContext(openaipool.WithEndpointType(r.Context(), typ))
 			} else {
 				r2 = new(http.Request)
 				*r2 = *r
@@ -87,8 +88,8 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 	mux.HandleFunc("GET "+prefix+"/{provider}/v1/models/{model...}", scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
 		name := r.PathValue("model")
 		for _, m := range p.Routes(r.Context()) {
-			if rt, ok := healthyOfType(m.Routes, typ); ok && m.Name == name {
-				httpapi.WriteJSON(w, http.StatusOK, rt.Entry)
+			if e, ok := openai.HealthyEntry(m.Routes, typ); ok && m.Name == name {
+				httpapi.WriteJSON(w, http.StatusOK, e)
 				return
 			}
 		}
@@ -127,16 +128,6 @@ type routes struct {
 	forward http.Handler
 }
 
-// healthyOfType is the first healthy route among those of type typ ("": any).
-func healthyOfType(rs []openai.Route, typ string) (openai.Route, bool) {
-	for _, r := range rs {
-		if r.Healthy && (typ == "" || r.Type == typ) {
-			return r, true
-		}
-	}
-	return openai.Route{}, false
-}
-
 // listProviderModels is /v1/models of the endpoints of type typ ("": all).
 func (o *routes) listProviderModels(w http.ResponseWriter, r *http.Request, typ string) {
 	list := struct {
@@ -144,8 +135,8 @@ func (o *routes) listProviderModels(w http.ResponseWriter, r *http.Request, typ 
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
 	for _, m := range o.p.Routes(r.Context()) {
-		if rt, ok := healthyOfType(m.Routes, typ); ok {
-			list.Data = append(list.Data, rt.Entry)
+		if e, ok := openai.HealthyEntry(m.Routes, typ); ok {
+			list.Data = append(list.Data, e)
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, list)
@@ -213,7 +204,7 @@ const maxOllamaList = 8 << 20
 // (/api/tags, /api/ps) merged (first endpoint wins for a name, in priority order, and only the
 // models the caller may see), anything else from the first endpoint that answers.
 func (o *routes) ollamaGet(w http.ResponseWriter, r *http.Request) {
-	var eps []openai.Endpoint
+	var eps []openaipool.Endpoint
 	for _, e := range o.p.Endpoints() {
 		if e.Type == upstream.TypeOllama && e.Healthy {
 			eps = append(eps, e)
@@ -284,7 +275,7 @@ func cmpOr(a, b string) string {
 
 // publicName is the name clients use for the model endpoint e knows as name: its alias, if one
 // maps to it.
-func publicName(e openai.Endpoint, name string) string {
+func publicName(e openaipool.Endpoint, name string) string {
 	for public, served := range e.Aliases {
 		if served == name {
 			return public

@@ -3,6 +3,7 @@ package openai_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"maps"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/internal/h1client"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 )
 
@@ -69,7 +70,7 @@ func BenchmarkProxyChat(b *testing.B) {
 // directly (BenchmarkProxyChat's baseline) bounds what BenchmarkProxyChat/c=64 can reach.
 func BenchmarkProxyFloor(b *testing.B) {
 	up := openaitest.Start(b, "bench", "llama")
-	send := openai.NewUpstreamClient(strings.TrimPrefix(up.URL, "http://"))
+	send := upstreamClient(strings.TrimPrefix(up.URL, "http://"))
 	target, err := url.Parse(up.URL + "/v1/chat/completions")
 	if err != nil {
 		b.Fatal(err)
@@ -207,4 +208,15 @@ func itoa(n int) string {
 		return "1"
 	}
 	return "64"
+}
+
+// upstreamClient is how the pool sends a request to a cleartext upstream at addr (host:port), for
+// the floor: h1client where it is supported, else net/http's Transport.
+func upstreamClient(addr string) func(context.Context, *http.Request) (*http.Response, error) {
+	if !h1client.Supported {
+		return func(ctx context.Context, req *http.Request) (*http.Response, error) {
+			return http.DefaultTransport.RoundTrip(req.WithContext(ctx))
+		}
+	}
+	return h1client.New(addr, http.DefaultTransport).RoundTrip
 }

@@ -22,7 +22,7 @@ func (p *Proxy) Call(ctx context.Context, path string, body []byte) (*pipeline.R
 		req.Header, err = IncomingHeader(ctx)
 	}
 	if err != nil {
-		p.m.requests.WithLabelValues("", "", codeLabel(err.(*pipeline.Error).Status)).Inc()
+		p.CountRejected(err.(*pipeline.Error).Status)
 		return nil, err
 	}
 	req.ID = pipeline.RequestID(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -92,14 +93,14 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	p.Watch(func() { changes.Add(1) })
 	p.Start(context.Background())
 	defer p.Close()
-	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())
+	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}}, p.Models())
 	before := changes.Load()
 
 	added := upstream.Endpoint{Name: "reg", URL: reg.URL, Type: upstream.TypeVLLM, Priority: 20, Kind: upstream.KindChat,
 		SkipDiscovery: true, Models: []string{"llama", "mistral", "unlisted"}, CheckInterval: time.Hour}
 	require.NoError(t, p.AddEndpoint(added))
 	require.Eventually(t, func() bool { return len(p.Models()) > 1 }, 5*time.Second, 5*time.Millisecond)
-	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}, {Name: "mistral", Kind: "chat"}, {Name: "unlisted", Kind: "chat"}}, p.Models(),
+	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}, {Name: "mistral", Kind: "chat"}, {Name: "unlisted", Kind: "chat"}}, p.Models(),
 		"exactly the registered models, whatever the upstream lists; llama's kinds differ")
 	assert.Greater(t, changes.Load(), before)
 
@@ -119,7 +120,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 
 	require.True(t, p.RemoveEndpoint("reg"))
 	require.False(t, p.RemoveEndpoint("reg"))
-	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, p.Models())
+	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}}, p.Models())
 	res, err = p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody("llama")))
 	require.NoError(t, err)
 	res.Close()

@@ -20,12 +20,8 @@ const (
 	HeaderModel        = "X-Infergate-Model"
 	HeaderBackendType  = "X-Infergate-Backend-Type"
 	HeaderResponseTime = "X-Infergate-Response-Time"
-	HeaderRequestID    = "X-Request-Id"
+	HeaderRequestID    = httpapi.HeaderRequestID
 )
-
-// hopHeaders are connection-scoped and never forwarded (RFC 9110 §7.6.1).
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -68,7 +64,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	for k, vv := range res.Header {
 		h[k] = vv // the upstream response is ours alone: share its values
 	}
-	removeHopHeaders(h, res.Header)
+	httpapi.RemoveHopHeaders(h, res.Header)
 	// The gateway's own headers share one backing array (keys already canonical).
 	vals := []string{req.ID, res.Endpoint, res.Model, res.BackendType, durationHeader(time.Since(start))}
 	h[HeaderRequestID] = vals[0:1:1]
@@ -117,7 +113,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 	h := (*p.chains.Load())[req.Model()]
 	if h == nil {
-		p.m.requests.WithLabelValues("", "", "404").Inc()
+		p.CountRejected(http.StatusNotFound)
 		return nil, pipeline.ModelNotFound(req.Model())
 	}
 	if req.Start.IsZero() {
@@ -126,9 +122,9 @@ func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 	if req.ID == "" {
 		req.ID = pipeline.RequestID(ctx)
 	}
-	ctx, err := p.scopeToType(ctx, req.Model())
+	ctx, err := p.Scope(ctx, req.Model())
 	if err != nil {
-		p.m.requests.WithLabelValues("", "", "404").Inc()
+		p.CountRejected(http.StatusNotFound)
 		return nil, err
 	}
 	res, err := h(ctx, req)
@@ -145,22 +141,10 @@ func (p *Proxy) Handle(ctx context.Context, req *pipeline.Request) (*pipeline.Re
 func (p *Proxy) refusal(err error) error {
 	var refused *pipeline.Refused
 	if errors.As(err, &refused) {
-		p.m.requests.WithLabelValues("", "", codeLabel(refused.Err.Status)).Inc()
+		p.CountRejected(refused.Err.Status)
 		return refused.Err
 	}
 	return err
-}
-
-// forward is the terminal Handler: the metered exchange with the upstream the routing picks.
-func (u *Upstreams) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
-	x, err := u.roundTrip(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	ep := x.route.ep
-	x.resp = pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
-		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}
-	return &x.resp, nil
 }
 
 // durationHeader writes d as Duration.String does, but in ASCII ("412us", not "412µs"): a
@@ -176,7 +160,7 @@ func durationHeader(d time.Duration) string {
 
 // reject answers a request refused before routing.
 func (p *Proxy) reject(w http.ResponseWriter, e *pipeline.Error) {
-	p.m.requests.WithLabelValues("", "", codeLabel(e.Status)).Inc()
+	p.CountRejected(e.Status)
 	e.Write(w)
 }
 
@@ -208,33 +192,6 @@ func copyBody(w http.ResponseWriter, x *pipeline.Response) error {
 	}
 }
 
-// warnMidResponse is logged, per endpoint, once per interval however many responses it cuts
-// short: the lines name the first request of each interval and count the others.
-const warnMidResponse = "upstream failed mid-response"
-
 func midStreamError(endpoint string, err error) string {
 	return string(pipeline.ServerError(0, "upstream_stream_error", fmt.Sprintf("upstream %s failed mid-stream: %v", endpoint, err)).JSON())
-}
-
-// removeHopHeaders deletes from h the connection-scoped headers, including those src's
-// Connection header names.
-func removeHopHeaders(h, src http.Header) {
-	for _, f := range src["Connection"] {
-		for _, k := range strings.Split(f, ",") {
-			h.Del(strings.TrimSpace(k))
-		}
-	}
-	for _, k := range hopHeaders {
-		delete(h, k) // already canonical: no need for Del's canonicalization
-	}
-}
-
-// isHopHeader reports whether a canonical header name is one of hopHeaders.
-func isHopHeader(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
 }

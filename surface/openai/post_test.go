@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -58,7 +58,7 @@ func TestPost(t *testing.T) {
 		{upstream.TypeOpenAI, "llama"},
 	} {
 		_, _, err = e.proxy.Post(ctx, tc.typ, tc.model, "/tokenize", []byte(`{"model":"`+tc.model+`","prompt":"hi"}`))
-		assert.ErrorIs(t, err, openai.ErrNotServed, "%+v", tc)
+		assert.ErrorIs(t, err, openaipool.ErrNotServed, "%+v", tc)
 	}
 	assert.Zero(t, o.Tokenizes())
 

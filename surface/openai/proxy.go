@@ -9,7 +9,7 @@
 // The same API is served as infergate.openai.v1.OpenAIService to gRPC, gRPC-Web and Connect
 // clients (service.go): requests become OpenAI JSON bodies and go through the same routing.
 //
-// It is built in two steps, along the line between routing and the stages: NewUpstreams builds
+// It is built in two steps, along the line between routing and the stages: openaipool.New builds
 // the pool (endpoints, health checks, discovery, the routing table, Post), which stages may use
 // (the response cache's embeddings, vLLM's /tokenize); NewProxy builds the surface on it, with the
 // stages each model's requests pass through. New does both at once.
@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -28,13 +29,14 @@ import (
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"google.golang.org/grpc"
 )
 
-// Options configures New, which builds the Upstreams and the Proxy on them in one step: the
-// fields of UpstreamOptions and of ProxyOptions, documented there.
+// Options configures New, which builds the pool and the Proxy on it in one step: the fields of
+// openaipool.Options and of ProxyOptions, documented there.
 type Options struct {
-	// Upstreams' (UpstreamOptions).
+	// The pool's (openaipool.Options).
 	Endpoints         []upstream.Endpoint
 	Logger            *slog.Logger
 	DiscoveryInterval time.Duration
@@ -51,7 +53,7 @@ type Options struct {
 	OllaHeaders  bool
 }
 
-// ProxyOptions configures the surface NewProxy builds on Upstreams.
+// ProxyOptions configures the surface NewProxy builds on a pool.
 type ProxyOptions struct {
 	// MaxBodyBytes limits a request body; default 64 MiB (multimodal requests carry base64 images).
 	MaxBodyBytes int64
@@ -77,13 +79,13 @@ type ProxyOptions struct {
 	OllaHeaders bool
 }
 
-// Proxy is the OpenAI surface over an Upstreams pool: OpenAI's HTTP API, OpenAIService and Olla's
-// routes, each request through its model's stages to the pool's routing. The pool's methods
-// (Start, Close, Models, Post, AddEndpoint, ...) are the Proxy's too. Create it with NewProxy (or
-// New, for both at once), call Start, mount it with Mount, and register Collectors on the
-// gateway's metrics registry.
+// Proxy is the OpenAI surface over an openaipool.Pool: OpenAI's HTTP API and OpenAIService, each
+// request through its model's stages to the pool's routing. The pool's methods (Start, Close,
+// Models, Post, AddEndpoint, ...) are the Proxy's too. Create it with NewProxy (or New, for both
+// at once), call Start, mount it with Mount, and register Collectors on the gateway's metrics
+// registry.
 type Proxy struct {
-	*Upstreams
+	*openaipool.Pool
 	opts ProxyOptions
 	// chains holds each served model's pipeline: its Stages around the pool's upstream exchange,
 	// rebuilt with the pool's routing table (before the table is published).
@@ -95,7 +97,7 @@ type Proxy struct {
 // New validates the endpoints and builds the pool and the proxy on it: NewUpstreams, then
 // NewProxy. It does no I/O; Start begins health checks.
 func New(opts Options) (*Proxy, error) {
-	u, err := NewUpstreams(UpstreamOptions{Endpoints: opts.Endpoints, Logger: opts.Logger, DiscoveryInterval: opts.DiscoveryInterval,
+	u, err := openaipool.New(openaipool.Options{Endpoints: opts.Endpoints, Logger: opts.Logger, DiscoveryInterval: opts.DiscoveryInterval,
 		StripHeaders: opts.StripHeaders, Breaker: opts.Breaker, UpstreamClient: opts.UpstreamClient})
 	if err != nil {
 		return nil, err
@@ -106,22 +108,23 @@ func New(opts Options) (*Proxy, error) {
 
 // NewProxy builds the OpenAI surface on u: from then on, each model u routes has its chain of
 // opts.Stages, rebuilt with u's routing table before u publishes it.
-func NewProxy(u *Upstreams, opts ProxyOptions) *Proxy {
+func NewProxy(u *openaipool.Pool, opts ProxyOptions) *Proxy {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 20
 	}
-	p := &Proxy{Upstreams: u, opts: opts, affinity: newAffinity()}
-	u.chain(p.rechain)
+	p := &Proxy{Pool: u, opts: opts, affinity: newAffinity()}
+	u.OnRebuild(p.rechain)
 	return p
 }
 
 // rechain builds the pipeline of each model name: its Stages around the pool's terminal handler.
 func (p *Proxy) rechain(names []string) {
 	chains := make(map[string]pipeline.Handler, len(names))
+	terminal := p.Terminal()
 	for _, name := range names {
-		chains[name] = p.terminal
+		chains[name] = terminal
 		if p.opts.Stages != nil {
-			chains[name] = pipeline.Chain(p.terminal, p.opts.Stages(name)...)
+			chains[name] = pipeline.Chain(terminal, p.opts.Stages(name)...)
 		}
 	}
 	p.chains.Store(&chains)
@@ -142,65 +145,29 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	})
 }
 
-// healthyEntry returns the /v1/models entry of the first healthy endpoint serving a public name.
-func healthyEntry(rs []*route) (*route, bool) {
-	for _, r := range rs {
-		if r.ep.Healthy() {
-			return r, true
-		}
-	}
-	return nil, false
-}
-
-type modelEntry struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-	Root    string `json:"root,omitempty"`
-}
-
-// entryJSON is the model's entry as the endpoint reported it, or, for an alias, a fresh one
-// naming the alias (with root pointing at the served model).
-func entryJSON(r *route) json.RawMessage {
-	if r.public == r.upstream {
-		return r.entry
-	}
-	var e struct {
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
-	_ = json.Unmarshal(r.entry, &e)
-	b, _ := json.Marshal(modelEntry{ID: r.public, Object: "model", Created: e.Created, OwnedBy: e.OwnedBy, Root: r.upstream})
-	return b
-}
-
-// healthyRoutes returns, for each model name a healthy endpoint serves, the route whose entry
-// lists it, sorted by name, less those the caller of ctx may not see.
-func (p *Proxy) healthyRoutes(ctx context.Context) []*route {
-	t := p.table.Load()
-	var out []*route
-	for _, name := range t.names {
-		if !p.visible(ctx, name) {
-			continue
-		}
-		if rt, ok := healthyEntry(t.routes[name]); ok {
-			out = append(out, rt)
-		}
-	}
-	return out
-}
-
 // listModels answers with the union of the healthy endpoints' models, in OpenAI's list shape.
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
 	list := struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{Object: "list", Data: []json.RawMessage{}}
-	for _, rt := range p.healthyRoutes(r.Context()) {
-		list.Data = append(list.Data, entryJSON(rt))
+	for _, m := range p.Routes(r.Context()) {
+		if e, ok := HealthyEntry(m.Routes, ""); ok {
+			list.Data = append(list.Data, e)
+		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, list)
+}
+
+// HealthyEntry is the /v1/models entry of the first healthy route among routes of type typ ("":
+// any): the model as a client of that route would list it.
+func HealthyEntry(routes []openaipool.Route, typ string) (json.RawMessage, bool) {
+	for _, r := range routes {
+		if r.Healthy && (typ == "" || r.Type == typ) {
+			return r.Entry, true
+		}
+	}
+	return nil, false
 }
 
 // visible reports whether the caller of ctx may see model.
@@ -210,12 +177,15 @@ func (p *Proxy) visible(ctx context.Context, model string) bool {
 
 func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
-	rt, ok := healthyEntry(p.table.Load().routes[name])
-	if !ok || !p.visible(r.Context(), name) {
-		pipeline.ModelNotFound(name).Write(w)
-		return
+	if p.visible(r.Context(), name) {
+		for _, m := range p.Table(func(n string) bool { return n == name }) {
+			if e, ok := HealthyEntry(m.Routes, ""); ok {
+				httpapi.WriteJSON(w, http.StatusOK, e)
+				return
+			}
+		}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, entryJSON(rt))
+	pipeline.ModelNotFound(name).Write(w)
 }
 
 // health reports the gateway's state and each endpoint's. It is 200 while the gateway accepts
@@ -238,27 +208,15 @@ func (p *Proxy) writeHealth(w http.ResponseWriter, typ string) {
 		Endpoints []epState `json:"endpoints"`
 	}{Status: "ok", Endpoints: []epState{}}
 	healthy := 0
-	eps := p.endpoints()
+	eps := p.Endpoints()
 	if typ != "" {
-		// A filtered copy: eps is the Set's own slice.
-		var only []*endpoint
-		for _, e := range eps {
-			if e.cfg.Type == typ {
-				only = append(only, e)
-			}
-		}
-		eps = only
+		eps = slices.DeleteFunc(eps, func(e openaipool.Endpoint) bool { return e.Type != typ })
 	}
 	for _, e := range eps {
-		n := 0
-		if m := e.models.Load(); m != nil {
-			n = len(*m)
-		}
-		h := e.Healthy()
-		if h {
+		if e.Healthy {
 			healthy++
 		}
-		out.Endpoints = append(out.Endpoints, epState{e.cfg.Name, e.cfg.Type, e.cfg.Priority, h, e.Outstanding(), n})
+		out.Endpoints = append(out.Endpoints, epState{e.Name, e.Type, e.Priority, e.Healthy, e.Outstanding, e.Models})
 	}
 	code := http.StatusOK
 	switch {

@@ -42,12 +42,16 @@ func (s *service) mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 
 func (s *service) listModels(ctx context.Context) *openaiv1.ListModelsResponse {
 	out := &openaiv1.ListModelsResponse{Object: "list"}
-	for _, rt := range s.p.healthyRoutes(ctx) {
+	for _, mr := range s.p.Routes(ctx) {
+		e, ok := HealthyEntry(mr.Routes, "")
+		if !ok {
+			continue
+		}
 		m := new(openaiv1.Model)
-		if fromJSON.Unmarshal(entryJSON(rt), m) != nil {
+		if fromJSON.Unmarshal(e, m) != nil {
 			m = &openaiv1.Model{Object: "model"} // an entry of unexpected shape: its name at least
 		}
-		m.Id = rt.public
+		m.Id = mr.Name
 		out.Data = append(out.Data, m)
 	}
 	return out

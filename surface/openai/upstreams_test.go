@@ -13,6 +13,7 @@ import (
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,14 +24,14 @@ import (
 // with the routing table as models come and go.
 func TestUpstreamsThenProxy(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama")
-	u, err := openai.NewUpstreams(openai.UpstreamOptions{Endpoints: []upstream.Endpoint{ep(up, 0)}, Logger: quiet()})
+	u, err := openaipool.New(openaipool.Options{Endpoints: []upstream.Endpoint{ep(up, 0)}, Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(u.Close)
 	assert.False(t, u.Serves("llama"), "nothing routed before Start")
 	u.Start(context.Background())
 	require.True(t, u.Serves("llama"))
 	assert.False(t, u.Serves("qwen"))
-	assert.Equal(t, []openai.ModelInfo{{Name: "llama"}}, u.Models())
+	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}}, u.Models())
 	status, _, err := u.Post(context.Background(), upstream.TypeVLLM, "llama", "/v1/chat/completions", []byte(chatBody("llama")))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, status, "Post routes without a surface")

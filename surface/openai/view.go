@@ -2,162 +2,28 @@ package openai
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"slices"
 
-	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/upstream"
-	"github.com/infergate/infergate/upstream/vllmmetrics"
+	"github.com/infergate/infergate/upstream/openaipool"
 )
 
-// The read-only view of the pool that other surfaces built on this one use (Olla's routes in
-// surface/olla): they answer from the same routing table and endpoints, and forward through
-// Forwarder, so they never hold a second copy of either.
+// What other surfaces built beside this one (Olla's routes in surface/olla) read and use: the
+// pool's table as this surface's callers may see it, its health answer, and its forwarding.
 
-// Endpoint is what another surface may read of one upstream endpoint, as of the call.
-type Endpoint struct {
-	Name, Type  string
-	Priority    int
-	Healthy     bool
-	Outstanding int64
-	// Models counts the models its last discovery found.
-	Models int
-	// Aliases maps public model names to the names the endpoint serves them as.
-	Aliases map[string]string
-	// VLLM is a vLLM endpoint's load and metrics page as its last health check scraped them;
-	// nil when unknown (another type, not scraped yet, or the last scrape failed).
-	VLLM *VLLMPage
-}
-
-// VLLMPage is one vLLM endpoint's scraped /metrics.
-type VLLMPage struct {
-	Load    vllmmetrics.Load
-	Metrics *vllmmetrics.Metrics
-}
-
-// Route is one endpoint serving one public model name.
-type Route struct {
-	Endpoint, Type string
-	Healthy        bool
-	// Entry is the model's /v1/models entry as the endpoint reported it, or for an alias one
-	// naming the alias (root: the served model).
-	Entry json.RawMessage
-}
-
-// ModelRoutes is one public model name and the endpoints serving it, highest priority first.
-type ModelRoutes struct {
-	Name   string
-	Routes []Route
-}
-
-// Endpoints returns every endpoint of the pool, in its order.
-func (p *Proxy) Endpoints() []Endpoint {
-	eps := p.endpoints()
-	out := make([]Endpoint, 0, len(eps))
-	for _, e := range eps {
-		n := 0
-		if m := e.models.Load(); m != nil {
-			n = len(*m)
-		}
-		v := Endpoint{Name: e.cfg.Name, Type: e.cfg.Type, Priority: e.cfg.Priority, Healthy: e.Healthy(),
-			Outstanding: e.Outstanding(), Models: n, Aliases: e.cfg.Aliases}
-		if pg := e.vllm.Load(); pg != nil {
-			v.VLLM = &VLLMPage{Load: pg.load, Metrics: pg.metrics}
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// Routes returns the routing table's models that the caller of ctx may see, sorted by name.
-func (p *Proxy) Routes(ctx context.Context) []ModelRoutes {
-	t := p.table.Load()
-	out := make([]ModelRoutes, 0, len(t.names))
-	for _, name := range t.names {
-		if !p.visible(ctx, name) {
-			continue
-		}
-		rs := t.routes[name]
-		m := ModelRoutes{Name: name, Routes: make([]Route, len(rs))}
-		for i, r := range rs {
-			m.Routes[i] = Route{Endpoint: r.ep.cfg.Name, Type: r.ep.cfg.Type, Healthy: r.ep.Healthy(), Entry: entryJSON(r)}
-		}
-		out = append(out, m)
-	}
-	return out
+// Routes returns the pool's routing table less the models the caller of ctx may not see
+// (ProxyOptions.Visible), sorted by name.
+func (p *Proxy) Routes(ctx context.Context) []openaipool.ModelRoutes {
+	return p.Table(func(model string) bool { return p.visible(ctx, model) })
 }
 
 // Visible reports whether the caller of ctx may see the public model name.
 func (p *Proxy) Visible(ctx context.Context, model string) bool { return p.visible(ctx, model) }
 
-// Get GETs path from the named endpoint, as the pool's health checks do (its headers, its
-// client), reading at most limit bytes of the answer: for a surface that merges the endpoints'
-// own lists.
-func (p *Proxy) Get(ctx context.Context, name, path string, limit int) (status int, body []byte, err error) {
-	eps := p.endpoints()
-	i := slices.IndexFunc(eps, func(e *endpoint) bool { return e.cfg.Name == name })
-	if i < 0 {
-		return 0, nil, fmt.Errorf("no endpoint %q", name)
-	}
-	e := eps[i]
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.urlFor(path).String(), nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	}
-	e.setHeaders(req.Header)
-	res, err := e.client.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	}
-	defer res.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(res.Body, int64(limit)+1))
-	switch {
-	case err != nil:
-		return 0, nil, fmt.Errorf("%s: %w", e.cfg.Name, err)
-	case len(body) > limit:
-		return 0, nil, fmt.Errorf("%s: answer over %d bytes", e.cfg.Name, limit)
-	}
-	return res.StatusCode, body, nil
-}
-
 // WriteHealth writes /health's answer for the endpoints of type typ ("": all of them).
 func (p *Proxy) WriteHealth(w http.ResponseWriter, typ string) { p.writeHealth(w, typ) }
 
-// endpointTypeKey carries a request's endpoint type scope in its context.
-type endpointTypeKey struct{}
-
-// WithEndpointType scopes the requests Handle (and Forwarder) serves under ctx to the endpoints of
-// type typ: a model no endpoint of the type serves is a 404, and routing considers only the
-// type's endpoints. Olla's provider routes (/olla/vllm/v1/...) are built on it.
-func WithEndpointType(ctx context.Context, typ string) context.Context {
-	return context.WithValue(ctx, endpointTypeKey{}, typ)
-}
-
-// scopeToType applies WithEndpointType's scope for model.
-func (p *Proxy) scopeToType(ctx context.Context, model string) (context.Context, error) {
-	typ, ok := ctx.Value(endpointTypeKey{}).(string)
-	if !ok {
-		return ctx, nil
-	}
-	routes := p.table.Load().routes[model]
-	if !slices.ContainsFunc(routes, func(r *route) bool { return r.ep.cfg.Type == typ }) {
-		return ctx, pipeline.NotFound("model", "model_not_found",
-			fmt.Sprintf("The model `%s` is not served by any %s endpoint.", model, typ))
-	}
-	return upstream.WithFilter(ctx, func(endpoint string) bool {
-		for _, r := range routes {
-			if r.ep.cfg.Name == endpoint {
-				return r.ep.cfg.Type == typ
-			}
-		}
-		return false
-	}), nil
-}
-
 // Forwarder is the handler that passes a POST to the upstreams as the OpenAI API's routes do,
 // at the request's own path: the model's pipeline, routing, failover, the response streamed
-// back. The Anthropic Messages API's native path uses it for /v1/messages.
+// back. The Anthropic Messages API's native path and Olla's routes use it; a request whose
+// context carries openaipool.WithEndpointType goes only to endpoints of that type.
 func (p *Proxy) Forwarder() http.Handler { return http.HandlerFunc(p.proxy) }

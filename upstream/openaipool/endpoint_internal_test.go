@@ -1,4 +1,4 @@
-package openai
+package openaipool
 
 import (
 	"context"

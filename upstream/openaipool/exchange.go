@@ -1,4 +1,4 @@
-package openai
+package openaipool
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 // exchange is an upstream response being read: it meters the body as it passes (time to first
 // token, inter-token gaps, usage) and, when finished, releases the endpoint and counts the request.
 type exchange struct {
-	u      *Upstreams
+	u      *Pool
 	route  *route
 	res    *http.Response
 	ctx    context.Context
@@ -69,7 +69,7 @@ func (x *exchange) tailBytes() []byte {
 // roundTrip routes out to the highest healthy tier, failing over to the next endpoint on a
 // connection error or a 5xx before any byte reached the caller (the last endpoint's 5xx is the
 // answer). Gateway-side failures are *Error; a cancelled ctx returns ctx's error.
-func (u *Upstreams) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange, error) {
+func (u *Pool) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange, error) {
 	model := out.Model()
 	routes := u.table.Load().routes[model]
 	if len(routes) == 0 {
@@ -116,7 +116,7 @@ func unavailable(model string, res upstream.Result[*route]) *pipeline.Error {
 // attempt sends the request to one endpoint, with the breaker's ticket for it. On success the
 // endpoint stays counted as busy, and the ticket open, until the exchange is finished. A 5xx is an
 // error (so the caller tries the next endpoint) unless last.
-func (u *Upstreams) attempt(ctx context.Context, route *route, out *pipeline.Request, ticket breaker.Ticket, last bool) (*exchange, error) {
+func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request, ticket breaker.Ticket, last bool) (*exchange, error) {
 	ep := route.ep
 	ep.AddOutstanding(1)
 	route.inflight.Inc()
@@ -193,7 +193,7 @@ func (u *Upstreams) attempt(ctx context.Context, route *route, out *pipeline.Req
 // X-Forwarded-For (the client's address appended to any it sent), Accept-Encoding: identity unless
 // the client chose one, and last the endpoint's configured headers, which win. An internal call
 // (no client headers) sends Content-Type: application/json.
-func (u *Upstreams) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header {
+func (u *Pool) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Header {
 	src := out.Header
 	nv := 0
 	for _, vv := range src {
@@ -209,7 +209,7 @@ func (u *Upstreams) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Hea
 		set("Content-Type", "application/json")
 	}
 	for k, vv := range src {
-		if isHopHeader(k) || k == "Content-Length" || slices.Contains(u.strip, k) ||
+		if httpapi.IsHopHeader(k) || k == "Content-Length" || slices.Contains(u.strip, k) ||
 			(!ep.cfg.ForwardClientAuth && upstream.IsCredentialHeader(k)) {
 			continue
 		}
@@ -221,7 +221,7 @@ func (u *Upstreams) upstreamHeader(ep *endpoint, out *pipeline.Request) http.Hea
 			h.Del(strings.TrimSpace(k))
 		}
 	}
-	set(HeaderRequestID, out.ID)
+	set(httpapi.HeaderRequestID, out.ID)
 	if ip, _, err := net.SplitHostPort(out.RemoteAddr); err == nil {
 		if prior := src["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
@@ -366,7 +366,7 @@ var (
 // countUsage adds the tokens of the last usage object in the body's tail: a response's own, or a
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
 // just the two counts, without a JSON decoder: this runs once per request.
-func (u *Upstreams) countUsage(route *route, tail []byte) pipeline.Usage {
+func (u *Pool) countUsage(route *route, tail []byte) pipeline.Usage {
 	i := bytes.LastIndex(tail, usageKey)
 	if i < 0 {
 		return pipeline.Usage{}
@@ -424,3 +424,19 @@ func (x *exchange) Err() error {
 }
 
 var errClosed = errors.New("openai: response already closed")
+
+// forward is the terminal Handler: the metered exchange with the upstream the routing picks.
+func (u *Pool) forward(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+	x, err := u.roundTrip(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ep := x.route.ep
+	x.resp = pipeline.Response{StatusCode: x.res.StatusCode, Header: x.res.Header, Stream: x.stream,
+		Endpoint: ep.cfg.Name, Model: x.route.upstream, BackendType: ep.cfg.Type, Body: x}
+	return &x.resp, nil
+}
+
+// warnMidResponse is logged, per endpoint, once per interval however many responses it cuts
+// short: the lines name the first request of each interval and count the others.
+const warnMidResponse = "upstream failed mid-response"

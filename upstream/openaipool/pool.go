@@ -1,4 +1,11 @@
-package openai
+// Package openaipool is the pool of OpenAI-compatible upstreams (vLLM, SGLang, llama.cpp, LM
+// Studio, OpenAI, Ollama): the endpoints with their health checks, model discovery and vLLM
+// metrics scrapes, the routing table (the highest healthy priority tier, the least outstanding
+// endpoint, breakers, failover), and the metered exchange with an upstream (usage counted from
+// the answer, latency, time to first token). It is not a surface: the OpenAI surface
+// (surface/openai) serves OpenAI's API through each model's stages on top of it, Olla's routes
+// (surface/olla) read its table, and the gateway's own stages reach it directly with Post.
+package openaipool
 
 import (
 	"context"
@@ -18,8 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// UpstreamOptions configures Upstreams.
-type UpstreamOptions struct {
+// Options configures a Pool.
+type Options struct {
 	Endpoints []upstream.Endpoint
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -41,14 +48,12 @@ type UpstreamOptions struct {
 	UpstreamClient string
 }
 
-// Upstreams is the OpenAI-compatible upstream pool without a surface: the endpoints with their
-// health checks and model discovery, the routing table (the highest healthy priority tier, the
-// least outstanding endpoint, breakers, failover) and the metered exchange with an upstream. It
-// runs no stages: Post reaches the upstreams directly, and a Proxy (NewProxy) serves OpenAI's API
-// through each model's stages on top of it. Create it with NewUpstreams, build the Proxy on it,
-// call Start, and register Collectors on the gateway's metrics registry.
-type Upstreams struct {
-	opts  UpstreamOptions
+// Pool is the OpenAI-compatible upstream pool. It runs no stages: Post reaches the upstreams
+// directly, and a surface (surface/openai's Proxy) runs each model's stages around Terminal.
+// Create it with New, build the surfaces on it, call Start, and register Collectors on the
+// gateway's metrics registry.
+type Pool struct {
+	opts  Options
 	log   *slog.Logger
 	strip []string // StripHeaders, canonical
 	// set holds the endpoints, configured and added, and drives their health checks.
@@ -56,13 +61,13 @@ type Upstreams struct {
 	table atomic.Pointer[table]
 	m     *metrics
 	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
-	// fails over; its breaker is UpstreamOptions.Breaker.
+	// fails over; its breaker is Options.Breaker.
 	router upstream.Router
 	// watchers are Watch's callbacks; copy-on-write under mu.
 	watchers atomic.Pointer[[]func()]
 	// terminal is the last Handler of every model's pipeline: u.forward, as one func value.
 	terminal pipeline.Handler
-	// rechain are the surfaces' (NewProxy) builders of their per-model chains: called under mu
+	// rechain are the surfaces' builders of their per-model chains (OnRebuild): called under mu
 	// with each rebuilt table's names, before the table is published.
 	rechain []func(names []string)
 
@@ -107,9 +112,9 @@ func (l *lazyCounter) get(vec *prometheus.CounterVec, a, b, c string) prometheus
 	return ctr
 }
 
-// NewUpstreams validates the endpoints and builds the pool. It does no I/O; Start begins health
+// New validates the endpoints and builds the pool. It does no I/O; Start begins health
 // checks.
-func NewUpstreams(opts UpstreamOptions) (*Upstreams, error) {
+func New(opts Options) (*Pool, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -127,7 +132,7 @@ func NewUpstreams(opts UpstreamOptions) (*Upstreams, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &Upstreams{opts: opts, log: opts.Logger, m: newMetrics(), router: upstream.Router{Breaker: opts.Breaker, Last: true}}
+	u := &Pool{opts: opts, log: opts.Logger, m: newMetrics(), router: upstream.Router{Breaker: opts.Breaker, Last: true}}
 	u.terminal = u.forward
 	u.watchers.Store(&[]func(){})
 	for _, k := range opts.StripHeaders {
@@ -161,12 +166,12 @@ func NewUpstreams(opts UpstreamOptions) (*Upstreams, error) {
 	return u, nil
 }
 
-func (u *Upstreams) endpoints() []*endpoint { return u.set.All() }
+func (u *Pool) endpoints() []*endpoint { return u.set.All() }
 
 // AddEndpoint adds an endpoint at run time (a backend that registered itself): it is checked at
 // once, then like the configured ones, and its models become routable as soon as it is healthy.
 // Names are unique across configured and added endpoints.
-func (u *Upstreams) AddEndpoint(ep upstream.Endpoint) error {
+func (u *Pool) AddEndpoint(ep upstream.Endpoint) error {
 	cfg, err := upstream.Resolve(ep)
 	if err != nil {
 		return err
@@ -184,7 +189,7 @@ func (u *Upstreams) AddEndpoint(ep upstream.Endpoint) error {
 
 // RemoveEndpoint stops routing to the named endpoint and stops its health checks; requests in
 // flight on it finish. It reports whether the endpoint existed.
-func (u *Upstreams) RemoveEndpoint(name string) bool {
+func (u *Pool) RemoveEndpoint(name string) bool {
 	ok := u.set.Remove(name, func(e *endpoint) {
 		e.stop()
 		u.router.Forget(e.cfg.Name)
@@ -199,7 +204,7 @@ func (u *Upstreams) RemoveEndpoint(name string) bool {
 	return ok
 }
 
-func (u *Upstreams) newEndpoint(cfg upstream.Resolved) *endpoint {
+func (u *Pool) newEndpoint(cfg upstream.Resolved) *endpoint {
 	e := newEndpoint(cfg, u.log, u.opts.UpstreamClient == "fast")
 	e.ctx, e.stop = context.WithCancel(u.set.Context())
 	e.scrapes = func(result string) { u.m.scrapes.WithLabelValues(cfg.Name, result).Inc() }
@@ -214,7 +219,7 @@ type ModelInfo struct {
 }
 
 // Models lists the model names the pool routes (whatever their endpoints' health), sorted.
-func (u *Upstreams) Models() []ModelInfo {
+func (u *Pool) Models() []ModelInfo {
 	t := u.table.Load()
 	out := make([]ModelInfo, 0, len(t.names))
 	for _, name := range t.names {
@@ -232,22 +237,22 @@ func (u *Upstreams) Models() []ModelInfo {
 
 // Serves reports whether the pool routes model now (whatever its endpoints' health): whether
 // Models lists it.
-func (u *Upstreams) Serves(model string) bool {
+func (u *Pool) Serves(model string) bool {
 	_, ok := u.table.Load().routes[model]
 	return ok
 }
 
 // Collectors are the pool's Prometheus metrics, for the gateway's registry: its endpoints' health
 // and scrapes, and the requests routed through it (a Proxy's refusals included).
-func (u *Upstreams) Collectors() []prometheus.Collector { return u.m.collectors() }
+func (u *Pool) Collectors() []prometheus.Collector { return u.m.collectors() }
 
 // Start checks every endpoint once (concurrently, bounded by their check timeouts) so the first
 // requests can be routed, then keeps checking in the background until Close or ctx ends.
-func (u *Upstreams) Start(ctx context.Context) { u.set.Start(ctx) }
+func (u *Pool) Start(ctx context.Context) { u.set.Start(ctx) }
 
 // Close stops health checks and closes idle upstream connections. In-flight requests are not
 // touched: the gateway's drain finishes them first.
-func (u *Upstreams) Close() {
+func (u *Pool) Close() {
 	u.set.Close()
 	for _, e := range u.endpoints() {
 		e.client.CloseIdleConnections()
@@ -257,7 +262,7 @@ func (u *Upstreams) Close() {
 
 // rebuild recomputes the routing table from every endpoint's last discovered models; the
 // surfaces' chains for its names are built before it is published.
-func (u *Upstreams) rebuild() {
+func (u *Pool) rebuild() {
 	u.mu.Lock()
 	old := u.table.Load()
 	built := upstream.BuildTable(u.endpoints(),
@@ -289,9 +294,9 @@ func (u *Upstreams) rebuild() {
 	}
 }
 
-// chain calls f with the names of the table now and after every rebuild, before that table is
-// published: how a surface keeps its per-model chains in step with the routing table.
-func (u *Upstreams) chain(f func(names []string)) {
+// OnRebuild calls f with the names of the table now and after every rebuild, before that table
+// is published: how a surface keeps its per-model chains in step with the routing table.
+func (u *Pool) OnRebuild(f func(names []string)) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	f(u.table.Load().names)
@@ -300,15 +305,27 @@ func (u *Upstreams) chain(f func(names []string)) {
 
 // Watch calls f after every change of the set of served model names (an endpoint's discovery
 // found other models, an endpoint was added or removed). f must not block.
-func (u *Upstreams) Watch(f func()) {
+func (u *Pool) Watch(f func()) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	ws := append(slices.Clone(*u.watchers.Load()), f)
 	u.watchers.Store(&ws)
 }
 
+// Terminal is the last Handler of every model's pipeline: the metered exchange with the upstream
+// the routing picks. Its errors are *pipeline.Error (no healthy endpoint, every one failing) or
+// the context's.
+func (u *Pool) Terminal() pipeline.Handler { return u.terminal }
+
+// CountRejected counts a request a surface answered itself before routing (an unknown model, a
+// stage's refusal) with the HTTP status it answered, under empty model and endpoint labels, so a
+// client cannot mint label values.
+func (u *Pool) CountRejected(status int) {
+	u.m.requests.WithLabelValues("", "", codeLabel(status)).Inc()
+}
+
 // EndpointNames lists the endpoints' names, configured and added.
-func (u *Upstreams) EndpointNames() []string {
+func (u *Pool) EndpointNames() []string {
 	eps := u.endpoints()
 	names := make([]string, len(eps))
 	for i, e := range eps {

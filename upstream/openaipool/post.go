@@ -1,4 +1,4 @@
-package openai
+package openaipool
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ const maxPostAnswer = 16 << 20
 // nothing, and nothing is metered. Errors: ErrNotServed, wrapped, when no endpoint of typ serves
 // model; *pipeline.Error for the gateway's own answers (a body naming another model, no healthy
 // endpoint, every endpoint failing, an answer over the bound); the context's when ctx ended.
-func (u *Upstreams) Post(ctx context.Context, typ, model, path string, body []byte) (status int, answer []byte, err error) {
+func (u *Pool) Post(ctx context.Context, typ, model, path string, body []byte) (status int, answer []byte, err error) {
 	var routes []*route
 	for _, r := range u.table.Load().routes[model] {
 		if r.ep.cfg.Type == typ {
@@ -71,7 +71,7 @@ func (u *Upstreams) Post(ctx context.Context, typ, model, path string, body []by
 
 // post is one attempt of Post, on route's endpoint with the breaker's ticket t. next is whether
 // a failure may be tried on another endpoint.
-func (u *Upstreams) post(ctx context.Context, r *route, req *pipeline.Request, t breaker.Ticket, last bool) (status int, answer []byte, next bool, err error) {
+func (u *Pool) post(ctx context.Context, r *route, req *pipeline.Request, t breaker.Ticket, last bool) (status int, answer []byte, next bool, err error) {
 	ep := r.ep
 	ep.AddOutstanding(1)
 	defer ep.AddOutstanding(-1)
@@ -85,7 +85,7 @@ func (u *Upstreams) post(ctx context.Context, r *route, req *pipeline.Request, t
 		return 0, nil, false, fmt.Errorf("%s: %w", ep.cfg.Name, err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set(HeaderRequestID, pipeline.RequestID(ctx))
+	hreq.Header.Set(httpapi.HeaderRequestID, pipeline.RequestID(ctx))
 	ep.setHeaders(hreq.Header)
 	_, span := tracing.StartUpstream(ctx, ep.cfg.Name, hreq.Header)
 	defer func() { tracing.End(span, err) }()
