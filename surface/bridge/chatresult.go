@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/infergate/infergate/internal/jsonwire"
+	"github.com/infergate/infergate/lib/openaiwire"
 	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/granitestage"
 )
@@ -38,10 +41,8 @@ type chatResult struct {
 	parseErrors                          []string
 }
 
-type toolCallOut struct {
-	ID, Type string
-	Function struct{ Name, Arguments string }
-}
+// toolCallOut is a tool call as chat_result writes it.
+type toolCallOut = openaiwire.ToolCall
 
 // add merges a message or a delta into r and returns how many bytes r grew by (what the caller
 // bounds). A member of the wrong type is an error, as is a tool call index out of
@@ -115,54 +116,46 @@ func (r *chatResult) add(d *delta) (int, error) {
 // json encodes r as its chat_result element: the assistant message as the Granite stage answers
 // it on /v1/chat/completions, with parse_error when the model's output could not be parsed. The
 // content is null only for an answer that is tool calls and nothing else, as the stage answers
-// it. Written by hand: Granite's members pass as the stage wrote them, not decoded and encoded
-// again (BenchmarkChatResult).
+// it. The message is openaiwire's with the tensor writer's escaping (MinimalShort); Granite's
+// members pass as the stage wrote them, not decoded and encoded again (BenchmarkChatResult).
 func (r *chatResult) json() []byte {
-	b := make([]byte, 0, 128+len(r.content)+len(r.reasoning)+len(r.citations)+len(r.documents)+len(r.hallucinations))
-	b = append(b, `{"role":"assistant","content":`...)
+	m := openaiwire.Message{Role: "assistant"}
+	// The texts are r's bytes, not copies: they are only read, by the write below, and r is not
+	// written while it runs.
 	if len(r.content) > 0 || len(r.tools) == 0 {
-		b = tensor.AppendJSONString(b, r.content)
-	} else {
-		b = append(b, "null"...)
+		content := unsafe.String(unsafe.SliceData(r.content), len(r.content))
+		m.Content = &content
 	}
 	if r.hasReasoning {
-		b = append(b, `,"reasoning_content":`...)
-		b = tensor.AppendJSONString(b, r.reasoning)
+		reasoning := unsafe.String(unsafe.SliceData(r.reasoning), len(r.reasoning))
+		m.ReasoningContent = &reasoning
 	}
 	if len(r.tools) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i, t := range r.tools {
-			if i > 0 {
-				b = append(b, ',')
+		m.ToolCalls = slices.Clone(r.tools) // the ids defaulted in the copy: r may be added to again
+		for i := range m.ToolCalls {
+			if m.ToolCalls[i].ID == "" {
+				m.ToolCalls[i].ID = "call_" + strconv.Itoa(i)
 			}
-			id := t.ID
-			if id == "" {
-				id = "call_" + strconv.Itoa(i)
-			}
-			b = append(b, `{"id":`...)
-			b = tensor.AppendJSONString(b, id)
-			b = append(b, `,"type":`...)
-			b = tensor.AppendJSONString(b, t.Type)
-			b = append(b, `,"function":{"name":`...)
-			b = tensor.AppendJSONString(b, t.Function.Name)
-			b = append(b, `,"arguments":`...)
-			b = tensor.AppendJSONString(b, t.Function.Arguments)
-			b = append(b, "}}"...)
 		}
-		b = append(b, ']')
 	}
-	for _, m := range []struct {
+	size := 128 + len(r.content) + len(r.reasoning) + len(r.citations) + len(r.documents) + len(r.hallucinations)
+	b := m.AppendJSON(make([]byte, 0, size), openaiwire.Options{Esc: jsonwire.MinimalShort})
+	// Granite's members follow the message's own, as the stage wrote them. They are written in
+	// place of the object's closing brace rather than through Message.Extra, which would copy
+	// them once more: they are most of the element's bytes.
+	b = b[:len(b)-1]
+	for _, x := range []struct {
 		key string
 		raw json.RawMessage
 	}{{`,"citations":`, r.citations}, {`,"documents":`, r.documents}, {`,"hallucinations":`, r.hallucinations}} {
-		if len(m.raw) > 0 {
-			b = append(b, m.key...)
+		if len(x.raw) > 0 {
+			b = append(b, x.key...)
 			// Valid JSON (the decoder took it), but it may hold bytes that are not UTF-8, which
 			// strict parsers refuse: only inside strings, where U+FFFD keeps it valid.
-			if utf8.Valid(m.raw) {
-				b = append(b, m.raw...)
+			if utf8.Valid(x.raw) {
+				b = append(b, x.raw...)
 			} else {
-				b = append(b, bytes.ToValidUTF8(m.raw, []byte("\ufffd"))...)
+				b = append(b, bytes.ToValidUTF8(x.raw, []byte("\ufffd"))...)
 			}
 		}
 	}
