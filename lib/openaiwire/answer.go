@@ -73,7 +73,8 @@ type ToolCall struct {
 	Function Function `json:"function"`
 }
 
-// Function is a tool call's function and its arguments (a JSON text, as a string).
+// Function is a tool call's function and its arguments. Arguments is a string, not a Raw: the
+// wire carries the model's JSON text as a string, which need not even be valid JSON.
 type Function struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
@@ -275,7 +276,9 @@ func (c *CompletionChoice) AppendJSON(dst []byte, o Options) []byte {
 	return appendChoiceTail(dst, c.Logprobs, c.FinishReason, c.StopReason, o.esc())
 }
 
-// ChatCompletion is a whole chat completion (object "chat.completion").
+// ChatCompletion is a whole chat completion (object "chat.completion"). The three answer objects
+// share their Header and differ in their choices, so that one writer (and one place that
+// decides the member order) serves them all.
 type ChatCompletion struct {
 	Header
 	Choices []ChatChoice
