@@ -19,8 +19,8 @@ import (
 // x-api-key as the key (outermost, before the key check) and /v1/models in Anthropic's shape
 // (inside it).
 func messagesAPI(cfg *Config, models map[string]*llmModel, proxy *openai.Proxy, visible func(context.Context, string) bool,
-	collectors *[]prometheus.Collector, log *slog.Logger) (mount func(*http.ServeMux, grpc.ServiceRegistrar), outer, inner func(http.Handler) http.Handler) {
-	m := anthropic.NewMetrics()
+	collectors *[]prometheus.Collector, log *slog.Logger) (mount func(*http.ServeMux, grpc.ServiceRegistrar), outer, inner func(http.Handler) http.Handler, m *anthropic.Metrics) {
+	m = anthropic.NewMetrics()
 	*collectors = append(*collectors, m.Collectors()...)
 	count := anthropic.NewCountTokens(proxy.Serves, visible, promptCounters(models))
 	native := func(model string) bool { return cfg.Models[model].Messages == "native" }
@@ -38,7 +38,7 @@ func messagesAPI(cfg *Config, models map[string]*llmModel, proxy *openai.Proxy, 
 			mux.Handle(p, h)
 		}
 	}
-	return mount, anthropic.AcceptAPIKey, anthropic.ModelsMiddleware
+	return mount, anthropic.AcceptAPIKey, anthropic.ModelsMiddleware, m
 }
 
 // promptCounters returns each configured model's tokenizer and chat template as count_tokens

@@ -61,6 +61,7 @@ func (a *App) Close() { a.close() }
 // OpenAI surface that runs them (openai.Proxy), and the gateway's readiness before the surface
 // that reports it; the gateway last.
 func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
+	started := time.Now()
 	if lines := cfg.Batch.validate(role, cfg.Redis.Addr); len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
@@ -204,7 +205,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	messagesMount, messagesOuter, messagesInner := messagesAPI(cfg, models, proxy, visible, &collectors, log)
+	messagesMount, messagesOuter, messagesInner, messagesMetrics := messagesAPI(cfg, models, proxy, visible, &collectors, log)
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesOuter)
 	if auth != nil {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
@@ -215,6 +216,13 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		if cfg.Compat.ollaRoutes() {
 			olla.Mount(mux, "/olla", proxy)
+			olla.MountStatus(mux, proxy, olla.Info{Version: gwCfg.Version, Started: started,
+				Translators: func() []olla.TranslatorStats {
+					st := messagesMetrics.Stats()
+					return []olla.TranslatorStats{{Name: "anthropic", Requests: st.Translated + st.Native, Successes: st.Successes,
+						Failures: st.Failures, Passthrough: st.Native, Translated: st.Translated, Streaming: st.Streaming,
+						NonStreaming: st.Translated + st.Native - st.Streaming, LatencyTotal: st.LatencyTotal}}
+				}})
 		}
 		tokenize.Mount(mux)
 		if len(cs) > 0 {

@@ -41,7 +41,7 @@ func NewAuth(keys KeyStore, log *slog.Logger) *Auth {
 // open reports whether a path (an HTTP path or a gRPC full method) needs no key.
 func open(path string) bool {
 	switch path {
-	case "/metrics", "/health", "/v2/health/live", "/v2/health/ready":
+	case "/metrics", "/health", "/v2/health/live", "/v2/health/ready", "/internal/health", "/version":
 		return true
 	}
 	return strings.HasPrefix(path, "/grpc.health.v1.Health/") || strings.HasPrefix(path, "/grpc.reflection.")
@@ -49,7 +49,8 @@ func open(path string) bool {
 
 // adminOnly reports whether a path needs an admin key.
 func adminOnly(path string) bool {
-	return strings.HasPrefix(path, "/infergate.registry.v1.RegistryService/") || strings.HasPrefix(path, "/admin/")
+	return strings.HasPrefix(path, "/infergate.registry.v1.RegistryService/") || strings.HasPrefix(path, "/admin/") ||
+		strings.HasPrefix(path, "/internal/") // Olla's status pages: every endpoint's URL and load
 }
 
 // controlOnly reports whether a path changes the server for every caller: loading and unloading

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
@@ -85,6 +86,7 @@ const (
 )
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	reqID := r.Header.Get("X-Request-Id")
 	if reqID == "" {
 		reqID = pipeline.NewRequestID()
@@ -125,7 +127,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.opts.Native != nil {
 		if rt, err := pipeline.Scan(body); err == nil && rt.Model != "" && h.opts.Native(rt.Model) {
-			h.native(w, r, body, reqID)
+			h.native(w, r, body, reqID, rt.Stream, start)
 			return
 		}
 	}
@@ -151,6 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.m.translationErrors.WithLabelValues("stream").Inc()
 	}
 	h.m.requests.WithLabelValues(modeTranslate, string(cw.out)).Inc()
+	h.m.message(modeTranslate, cw.out, t.stream, start)
 	if aborted && cw.sent {
 		// The answer went out partly: end the connection as the chat handler would have, so no
 		// client mistakes the cut for a complete answer (the error event went first).
@@ -235,7 +238,7 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 }
 
 // native passes a request unchanged to the native handler, at /v1/messages.
-func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, reqID string) {
+func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, reqID string, stream bool, start time.Time) {
 	out := r.WithContext(r.Context())
 	u := *r.URL
 	u.Path, u.RawPath = pathMessages, ""
@@ -251,6 +254,7 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	defer func() {
 		ew.finish()
 		h.m.requests.WithLabelValues(modeNative, string(outcomeOf(ew.status))).Inc()
+		h.m.message(modeNative, outcomeOf(ew.status), stream, start)
 	}()
 	h.opts.NativeHandler.ServeHTTP(ew, out)
 }

@@ -1,6 +1,9 @@
 package anthropic
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,6 +39,44 @@ func outcomeOf(status int) outcome {
 type Metrics struct {
 	requests          *prometheus.CounterVec
 	translationErrors *prometheus.CounterVec
+	// the Messages requests (not count_tokens) for Stats
+	translated, native, ok, failed, streaming, latency atomic.Int64
+}
+
+// Stats are the Messages API's counts since the process started, as a status page shows them
+// (Olla's /internal/stats/translators): requests translated to OpenAI chat or passed through to
+// an upstream that speaks /v1/messages (native), how they ended, and their latency. count_tokens
+// is not counted.
+type Stats struct {
+	Translated, Native  int64
+	Successes, Failures int64
+	Streaming           int64
+	LatencyTotal        time.Duration
+}
+
+// Stats returns the counts.
+func (m *Metrics) Stats() Stats {
+	return Stats{Translated: m.translated.Load(), Native: m.native.Load(), Successes: m.ok.Load(), Failures: m.failed.Load(),
+		Streaming: m.streaming.Load(), LatencyTotal: time.Duration(m.latency.Load())}
+}
+
+// message counts one Messages request in Stats: mode (translate or native), how it ended, whether
+// it streamed, and when it started.
+func (m *Metrics) message(mode string, out outcome, stream bool, start time.Time) {
+	if mode == modeNative {
+		m.native.Add(1)
+	} else {
+		m.translated.Add(1)
+	}
+	if out == outcomeOK {
+		m.ok.Add(1)
+	} else {
+		m.failed.Add(1)
+	}
+	if stream {
+		m.streaming.Add(1)
+	}
+	m.latency.Add(int64(time.Since(start)))
 }
 
 // NewMetrics makes the metrics; register Collectors once.

@@ -33,6 +33,25 @@ type affinity struct {
 	byKey map[string]*list.Element
 	order list.List // of *pin, most recent first
 	now   func() time.Time
+	// counts for StickyStats, under mu
+	insertions, hits, misses, evictions int64
+}
+
+// StickyStats are the sticky sessions' store counts, as Olla's /internal/stats/sticky shows them:
+// hits and misses are lookups of the store, not requests' outcomes.
+type StickyStats struct {
+	Active, Insertions, Hits, Misses, Evictions int64
+	Max                                         int64
+	IdleTTL                                     time.Duration
+}
+
+// StickyStats returns the sticky sessions' store counts.
+func (p *Proxy) StickyStats() StickyStats {
+	a := p.affinity
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return StickyStats{Active: int64(a.order.Len()), Insertions: a.insertions, Hits: a.hits, Misses: a.misses,
+		Evictions: a.evictions, Max: affinityMax, IdleTTL: affinityTTL}
 }
 
 type pin struct {
@@ -50,14 +69,18 @@ func (a *affinity) lookup(key string) string {
 	defer a.mu.Unlock()
 	e, ok := a.byKey[key]
 	if !ok {
+		a.misses++
 		return ""
 	}
 	p := e.Value.(*pin)
 	if a.now().Sub(p.at) > affinityTTL {
 		a.order.Remove(e)
 		delete(a.byKey, key)
+		a.misses++
+		a.evictions++
 		return ""
 	}
+	a.hits++
 	return p.endpoint
 }
 
@@ -75,8 +98,10 @@ func (a *affinity) record(key, endpoint string) {
 		old := a.order.Back()
 		a.order.Remove(old)
 		delete(a.byKey, old.Value.(*pin).key)
+		a.evictions++
 	}
 	a.byKey[key] = a.order.PushFront(&pin{key: key, endpoint: endpoint, at: a.now()})
+	a.insertions++
 }
 
 // sticky applies a request's Olla session key: the endpoint it is pinned to is preferred. It

@@ -37,6 +37,8 @@ type endpoint struct {
 	vllm atomic.Pointer[vllmPage]
 	// scrapes counts the scrapes by result ("ok", "error"); set by the proxy.
 	scrapes func(result string)
+	// stats counts the requests the endpoint served.
+	stats statsCounter
 	// models is the last successful discovery: upstream model id -> its /v1/models entry.
 	models atomic.Pointer[map[string]json.RawMessage]
 	// urls caches the upstream URL of each API path requests went to (a handful): the transport

@@ -57,7 +57,7 @@ func TestRequestOneWrite(t *testing.T) {
 			defer e.rt.CloseIdleConnections()
 			rt := &route{ep: e, public: "m", upstream: "m",
 				inflight: p.m.inflight.WithLabelValues("m", "a"), latency: p.m.latency.WithLabelValues("m", "a"),
-				ttft: p.m.ttft.WithLabelValues("m", "a"), itl: p.m.itl.WithLabelValues("m", "a")}
+				ttft: p.m.ttft.WithLabelValues("m", "a"), itl: p.m.itl.WithLabelValues("m", "a"), stats: p.models.of("m")}
 			body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 			for i := range 3 {
 				req, err := pipeline.NewRequest("/v1/chat/completions", body)

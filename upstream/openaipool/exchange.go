@@ -39,6 +39,7 @@ type exchange struct {
 	reqBody bytes.Reader
 
 	reads    int
+	bytes    int64 // the body's bytes read
 	chunks   int64 // "data:" lines of a stream, for its usage when it reports none
 	lastRead time.Time
 	eof      bool
@@ -255,6 +256,7 @@ func (x *exchange) Read(b []byte) (int, error) {
 			}
 		}
 		x.reads++
+		x.bytes += int64(n)
 		x.lastRead = now
 		x.keepTail(b[:n])
 		if x.stream {
@@ -297,7 +299,9 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	x.res.Body.Close()
 	x.route.ep.AddOutstanding(-1)
 	x.route.inflight.Dec()
-	x.route.latency.Observe(time.Since(x.start).Seconds())
+	now := time.Now()
+	took := now.Sub(x.start)
+	x.route.latency.Observe(took.Seconds())
 	// A stream is complete once its [DONE] event has been read, even if the body's own end has
 	// not been (reading on could wait on a server that keeps the body open).
 	complete := x.eof || x.stream && x.readErr == nil && endsWithDone(x.tailBytes())
@@ -313,6 +317,10 @@ func (x *exchange) Finish(writeErr error) pipeline.Usage {
 	} else {
 		x.u.m.requests.WithLabelValues(x.route.public, x.route.ep.cfg.Name, status).Inc()
 	}
+	failed := status == "0" || status != "499" && x.res.StatusCode >= 500
+	ok := status != "0" && status != "499" && !failed
+	x.route.ep.stats.record(ok, failed, took, x.bytes, now)
+	x.route.stats.record(ok, failed, took, x.bytes, now)
 	switch {
 	case x.readErr != nil && x.ctx.Err() == nil && writeErr == nil:
 		x.ticket.Done(breaker.Failure) // the upstream failed mid-body

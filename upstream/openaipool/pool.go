@@ -60,6 +60,8 @@ type Pool struct {
 	set   *upstream.Set[*endpoint]
 	table atomic.Pointer[table]
 	m     *metrics
+	// models counts each public model name's requests (ModelStats).
+	models modelStats
 	// router picks each request's endpoint (least outstanding in the highest healthy tier) and
 	// fails over; its breaker is Options.Breaker.
 	router upstream.Router
@@ -93,6 +95,7 @@ type route struct {
 	// Counter children resolved on first use, so a series appears only once it counts something.
 	ok            lazyCounter // requests answered 200
 	tokIn, tokOut lazyCounter
+	stats         *statsCounter // the public model's, shared by its routes
 }
 
 // State is the route's endpoint's, for routing.
@@ -279,6 +282,7 @@ func (u *Pool) rebuild() {
 				latency:  u.m.latency.WithLabelValues(public, e.cfg.Name),
 				ttft:     u.m.ttft.WithLabelValues(public, e.cfg.Name),
 				itl:      u.m.itl.WithLabelValues(public, e.cfg.Name),
+				stats:    u.models.of(public),
 			}
 		})
 	t := &table{routes: built.Routes, names: built.Names}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 
 	"github.com/infergate/infergate/core/pipeline"
@@ -19,7 +20,9 @@ import (
 
 // Endpoint is what a surface may read of one endpoint, as of the call.
 type Endpoint struct {
-	Name, Type  string
+	Name, Type string
+	// URL is the endpoint's base URL without credentials or query: safe to show.
+	URL         string
 	Priority    int
 	Healthy     bool
 	Outstanding int64
@@ -27,6 +30,8 @@ type Endpoint struct {
 	Models int
 	// Aliases maps public model names to the names the endpoint serves them as.
 	Aliases map[string]string
+	// Stats counts the requests it served.
+	Stats Stats
 	// VLLM is a vLLM endpoint's load and metrics page as its last health check scraped them;
 	// nil when unknown (another type, not scraped yet, or the last scrape failed).
 	VLLM *VLLMPage
@@ -62,8 +67,9 @@ func (u *Pool) Endpoints() []Endpoint {
 		if m := e.models.Load(); m != nil {
 			n = len(*m)
 		}
-		v := Endpoint{Name: e.cfg.Name, Type: e.cfg.Type, Priority: e.cfg.Priority, Healthy: e.Healthy(),
-			Outstanding: e.Outstanding(), Models: n, Aliases: e.cfg.Aliases}
+		shown := url.URL{Scheme: e.cfg.BaseURL.Scheme, Host: e.cfg.BaseURL.Host, Path: e.cfg.BaseURL.Path}
+		v := Endpoint{Name: e.cfg.Name, Type: e.cfg.Type, URL: shown.String(), Priority: e.cfg.Priority, Healthy: e.Healthy(),
+			Outstanding: e.Outstanding(), Models: n, Aliases: e.cfg.Aliases, Stats: e.stats.snapshot()}
 		if pg := e.vllm.Load(); pg != nil {
 			v.VLLM = &VLLMPage{Load: pg.load, Metrics: pg.metrics}
 		}
