@@ -26,7 +26,7 @@ import (
 	"github.com/infergate/infergate/upstream/vllmmetrics"
 )
 
-// providers maps Olla's provider names, aliases included, to infergate's endpoint types.
+// providers maps Olla's provider names, aliases included, to infergate's endpoint types ("": any).
 var providers = map[string]string{
 	"vllm":              upstream.TypeVLLM,
 	"sglang":            upstream.TypeSGLang,
@@ -36,8 +36,8 @@ var providers = map[string]string{
 	"lm-studio":         upstream.TypeLMStudio,
 	"lmstudio":          upstream.TypeLMStudio,
 	"lm_studio":         upstream.TypeLMStudio,
-	"openai":            upstream.TypeOpenAI,
-	"openai-compatible": upstream.TypeOpenAI,
+	"openai":            "", // Olla's OpenAI prefix is inclusive: every endpoint speaks OpenAI's API
+	"openai-compatible": "",
 	"ollama":            upstream.TypeOllama,
 }
 
@@ -59,6 +59,10 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 	scoped := func(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			name := r.PathValue("provider")
+			if id, ok := strings.CutPrefix(r.URL.Path, prefix+"/models/"); ok && name == "models" && r.Method == http.MethodGet {
+				o.ollaModel(w, r, id) // /olla/models/{id}, where the id looks like a provider route's tail
+				return
+			}
 			typ, ok := providers[strings.ToLower(name)]
 			if !ok && name != providerAny {
 				unknownProvider(name).Write(w)
@@ -104,8 +108,27 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 	}))
 	mux.HandleFunc("GET "+prefix+"/vllm/metrics", o.vllmMetrics)
 	mux.HandleFunc(prefix+"/{provider}/api/", scoped(o.ollamaNative))
+	// LM Studio's own model lists, answered from the table (for any other provider, its native API).
+	for _, path := range []string{"/api/v0/models", "/api/v1/models"} {
+		native := path == "/api/v0/models"
+		mux.HandleFunc("GET "+prefix+"/{provider}"+path, scoped(func(w http.ResponseWriter, r *http.Request, typ string) {
+			if typ != upstream.TypeLMStudio {
+				o.ollamaNative(w, r, typ)
+				return
+			}
+			if native {
+				writeCompact(w, http.StatusOK, map[string]any{"object": "list", "data": lmstudioList(o.catalog(r, false, ""))})
+				return
+			}
+			o.listProviderModels(w, r, typ)
+		}))
+	}
 	mux.HandleFunc("GET "+prefix+"/models", o.ollaModels)
 	mux.HandleFunc(prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, prefix+"/models/"); ok && r.Method == http.MethodGet {
+			o.ollaModel(w, r, id) // /olla/models/{id}: any id, "" a 400
+			return
+		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, prefix+"/"), "/")
 		if _, ok := providers[strings.ToLower(name)]; !ok && name != providerAny {
 			unknownProvider(name).Write(w)
@@ -137,38 +160,6 @@ func (o *routes) listProviderModels(w http.ResponseWriter, r *http.Request, typ 
 	for _, m := range o.p.Routes(r.Context()) {
 		if e, ok := openai.HealthyEntry(m.Routes, typ); ok {
 			list.Data = append(list.Data, e)
-		}
-	}
-	httpapi.WriteJSON(w, http.StatusOK, list)
-}
-
-// ollaModels lists every model a healthy endpoint serves, with the providers (endpoint types) and
-// endpoints serving it: which base URL reaches it.
-func (o *routes) ollaModels(w http.ResponseWriter, r *http.Request) {
-	type model struct {
-		ID        string   `json:"id"`
-		Object    string   `json:"object"`
-		Providers []string `json:"providers"`
-		Endpoints []string `json:"endpoints"`
-	}
-	list := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
-	for _, mr := range o.p.Routes(r.Context()) {
-		m := model{ID: mr.Name, Object: "model"}
-		for _, rt := range mr.Routes {
-			if !rt.Healthy {
-				continue
-			}
-			m.Endpoints = append(m.Endpoints, rt.Endpoint)
-			if !slices.Contains(m.Providers, rt.Type) {
-				m.Providers = append(m.Providers, rt.Type)
-			}
-		}
-		if len(m.Endpoints) > 0 {
-			sort.Strings(m.Providers)
-			list.Data = append(list.Data, m)
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, list)
@@ -211,11 +202,15 @@ func (o *routes) ollamaGet(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.SliceStable(eps, func(i, j int) bool { return eps[i].Priority > eps[j].Priority })
+	merge := r.URL.Path == "/api/tags" || r.URL.Path == "/api/ps"
 	if len(eps) == 0 {
+		if merge { // as Olla answers: no Ollama endpoint lists no models
+			writeCompact(w, http.StatusOK, map[string]any{"models": []any{}})
+			return
+		}
 		pipeline.Unavailable("no_healthy_upstream", 0, "No healthy Ollama endpoint right now.").Write(w)
 		return
 	}
-	merge := r.URL.Path == "/api/tags" || r.URL.Path == "/api/ps"
 	type entry struct {
 		Name  string `json:"name"`
 		Model string `json:"model"`
