@@ -27,15 +27,18 @@ func messagesAPI(cfg *Config, models map[string]*llmModel, proxy *openai.Proxy, 
 	mount = func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		h := anthropic.New(anthropic.Options{Chat: mux, Native: native, NativeHandler: proxy.Forwarder(),
 			CountTokens: count, Metrics: m, Logger: log})
-		paths := []string{"/v1/messages", "/v1/messages/count_tokens"}
+		mux.Handle("/v1/messages", h)
+		mux.Handle("/v1/messages/count_tokens", h)
 		if cfg.Compat.ollaRoutes() {
-			paths = append(paths, "/olla/anthropic/v1/messages", "/olla/anthropic/v1/messages/count_tokens")
+			// Olla's route keys its sticky sessions as Olla does (openai.WithOllaSticky).
+			olla := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(w, r.WithContext(openai.WithOllaSticky(r.Context())))
+			})
+			mux.Handle("/olla/anthropic/v1/messages", olla)
+			mux.Handle("/olla/anthropic/v1/messages/count_tokens", olla)
 			models := anthropic.WrapModels(http.StripPrefix("/olla/anthropic", mux))
 			mux.Handle("GET /olla/anthropic/v1/models", models)
 			mux.Handle("GET /olla/anthropic/v1/models/{model...}", models)
-		}
-		for _, p := range paths {
-			mux.Handle(p, h)
 		}
 	}
 	return mount, anthropic.AcceptAPIKey, anthropic.ModelsMiddleware, m

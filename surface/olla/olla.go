@@ -71,13 +71,11 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 			// The handlers below see the provider's own path, as its clients would send it to
 			// the provider itself.
 			rest := r.URL.Path[len(prefix)+1+len(name):]
-			r2 := r
+			ctx := openai.WithOllaSticky(r.Context()) // keyed as Olla keys its sticky sessions
 			if typ != "" {
-				r2 = r.WithContext(openaipool.WithEndpointType(r.Context(), typ))
-			} else {
-				r2 = new(http.Request)
-				*r2 = *r
+				ctx = openaipool.WithEndpointType(ctx, typ)
 			}
+			r2 := r.WithContext(ctx)
 			u := *r.URL
 			u.Path, u.RawPath = rest, ""
 			r2.URL = &u

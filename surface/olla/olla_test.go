@@ -344,6 +344,48 @@ func TestOllaStickySession(t *testing.T) {
 	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "no session, no stickiness")
 }
 
+// On Olla's routes a request with no session id sticks as Olla's do: by its prompt's first 512
+// bytes (conversations that start alike pin together), else by its credentials; the key's source
+// is named, and a session id echoed.
+func TestOllaStickyKeying(t *testing.T) {
+	t.Parallel()
+	a := openaitest.Start(t, "a", "llama", "qwen")
+	b := openaitest.Start(t, "b", "llama", "qwen")
+	e := startOlla(t, openai.Options{}, slowChecks(ep(a, 0)), slowChecks(ep(b, 0)))
+	e.waitModels(t, 2)
+	long := strings.Repeat("You are a helpful assistant. ", 30) // over 512 bytes: the tail differs
+	conv := func(q string) string {
+		return `{"model":"llama","messages":[{"role":"system","content":"` + long + `"},{"role":"user","content":"` + q + `"}]}`
+	}
+	res, body := e.post(t, "/olla/proxy/v1/chat/completions", conv("first"))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky))
+	assert.Equal(t, "prefix_hash", res.Header.Get(openai.HeaderOllaStickySource))
+	pinned := res.Header.Get(openai.HeaderEndpoint)
+	for _, q := range []string{"second", "third", "fourth"} {
+		res, _ := e.post(t, "/olla/proxy/v1/chat/completions", conv(q))
+		assert.Equal(t, "hit", res.Header.Get(openai.HeaderOllaSticky), q)
+		assert.Equal(t, pinned, res.Header.Get(openai.HeaderEndpoint), "one system prompt, one endpoint")
+	}
+	other := strings.Replace(conv("first"), `"llama"`, `"qwen"`, 1)
+	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", other)
+	assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky), "pins are per model")
+
+	res, _ = e.post(t, "/olla/openai/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, "sess-1")
+	assert.Equal(t, "session_header", res.Header.Get(openai.HeaderOllaStickySource))
+	assert.Equal(t, "sess-1", res.Header.Get("X-Olla-Session-Id"), "echoed")
+
+	empty := `{"model":"llama","messages":[]}`
+	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", empty, "Authorization", "Bearer k1")
+	assert.Equal(t, "auth_header", res.Header.Get(openai.HeaderOllaStickySource))
+	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", empty)
+	assert.Equal(t, "disabled", res.Header.Get(openai.HeaderOllaSticky), "no key to stick by")
+	assert.Empty(t, res.Header.Get(openai.HeaderOllaStickySource))
+
+	res, _ = e.post(t, "/v1/chat/completions", conv("first"))
+	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "infergate's own routes stick only on a session id")
+}
+
 // BenchmarkOllaRoute: a chat completion through Olla's provider-scoped route against the same
 // through /v1, alternating on one client (the baseline in the same process); ratio is the
 // route's time over /v1's (goal: 1, the same cost).

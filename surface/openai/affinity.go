@@ -1,11 +1,18 @@
 package openai
 
 import (
+	"bytes"
 	"container/list"
 	"context"
+	"hash/fnv"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/core/pipeline"
 
 	"github.com/infergate/infergate/upstream"
 )
@@ -104,14 +111,71 @@ func (a *affinity) record(key, endpoint string) {
 	a.insertions++
 }
 
-// sticky applies a request's Olla session key: the endpoint it is pinned to is preferred. It
-// returns the context to route with and what to do once the response names its endpoint.
-func (p *Proxy) sticky(ctx context.Context, h http.Header, model string) (context.Context, func(w http.Header, endpoint string)) {
-	session := h.Get(HeaderOllaSession)
-	if session == "" || len(session) > 256 {
-		return ctx, nil
+// Olla's sticky-session headers beside HeaderOllaSticky: which part of the request the key came
+// from, and the session id echoed when it came from HeaderOllaSession.
+const (
+	HeaderOllaStickySource = "X-Olla-Sticky-Key-Source"
+	headerOllaSessionEcho  = "X-Olla-Session-Id"
+)
+
+// stickyPrefixBytes is how much of a prompt Olla's prefix_hash key reads: conversations that
+// start alike (one system prompt) pin together, so the endpoint's KV cache holds their prefix.
+const stickyPrefixBytes = 512
+
+// ollaStickyKey marks a request that came through Olla's routes (WithOllaSticky).
+type ollaStickyKey struct{}
+
+// WithOllaSticky marks requests made under ctx as Olla's routes' (surface/olla): their sticky
+// key is derived as Olla derives it, from the first source that yields one: X-Olla-Session-ID,
+// else a hash of the prompt's first 512 bytes (the messages, else the prompt), else a hash of the
+// Authorization header; a request with none is answered X-Olla-Sticky-Session: disabled. Other
+// requests stick only when they send X-Olla-Session-ID.
+func WithOllaSticky(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ollaStickyKey{}, true)
+}
+
+// stickyKey is req's sticky key and its source ("" when none), as WithOllaSticky describes.
+func stickyKey(ctx context.Context, h http.Header, req *pipeline.Request) (key, source string) {
+	if s := h.Get(HeaderOllaSession); s != "" && len(s) <= 256 {
+		return s, "session_header"
 	}
-	key := affinityKey(model, session)
+	if ctx.Value(ollaStickyKey{}) == nil {
+		return "", ""
+	}
+	if b, err := req.Wire(); err == nil {
+		v, ok := b.Get("messages")
+		if !ok || len(bytes.TrimSpace(v)) <= 2 { // absent, or [] (Olla: missing or empty)
+			v, ok = b.Get("prompt")
+		}
+		if ok {
+			return string(v[:min(len(v), stickyPrefixBytes)]), "prefix_hash"
+		}
+	}
+	if a := h.Get("Authorization"); a != "" {
+		return a, "auth_header"
+	}
+	return "", ""
+}
+
+// sticky applies a request's sticky key: the endpoint it is pinned to is preferred. It returns
+// the context to route with and what to do once the response names its endpoint. Keys are
+// scoped by the model's name in lower case and stored hashed (FNV-64a), as Olla's are.
+func (p *Proxy) sticky(ctx context.Context, h http.Header, req *pipeline.Request) (context.Context, func(w http.Header, endpoint string)) {
+	value, source := stickyKey(ctx, h, req)
+	if source == "" {
+		if ctx.Value(ollaStickyKey{}) == nil {
+			return ctx, nil
+		}
+		return ctx, func(w http.Header, endpoint string) {
+			if endpoint != "" {
+				w.Set(HeaderOllaSticky, "disabled")
+			}
+		}
+	}
+	f := fnv.New64a()
+	_, _ = io.WriteString(f, source)
+	_, _ = io.WriteString(f, value)
+	key := affinityKey(strings.ToLower(req.Model()), strconv.FormatUint(f.Sum64(), 36))
 	pinned := p.affinity.lookup(key)
 	return upstream.WithPreferred(ctx, pinned), func(w http.Header, endpoint string) {
 		if endpoint == "" {
@@ -125,6 +189,10 @@ func (p *Proxy) sticky(ctx context.Context, h http.Header, model string) (contex
 			state = "repin"
 		}
 		w.Set(HeaderOllaSticky, state)
+		w.Set(HeaderOllaStickySource, source)
+		if source == "session_header" {
+			w.Set(headerOllaSessionEcho, value)
+		}
 		p.affinity.record(key, endpoint)
 	}
 }

@@ -47,7 +47,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	if req.ID = r.Header.Get(HeaderRequestID); req.ID == "" {
 		req.ID = pipeline.NewRequestID()
 	}
-	ctx, stuck := p.sticky(r.Context(), r.Header, req.Model())
+	ctx, stuck := p.sticky(r.Context(), r.Header, req)
 	res, err := p.Handle(ctx, req)
 	if err != nil {
 		var gwErr *pipeline.Error
