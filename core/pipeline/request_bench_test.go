@@ -5,12 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // BenchmarkRequest: a request's life in the pipeline on internal/jsonwire's 1 KB chat body and
 // 80 KB history. no_stage is a model without stages (NewRequest, then the body upstream);
 // edit_body a stage's rewrite as EditBody and SetBody (a session's turn: messages set,
-// session_id dropped), then the body upstream.
+// session_id dropped), then the body upstream; edit the same rewrite through the view (Wire,
+// Edit), encoded once by Body.
 func BenchmarkRequest(b *testing.B) {
 	for _, name := range []string{"routing.json", "history.json"} {
 		body, err := os.ReadFile(filepath.Join("..", "..", "internal", "jsonwire", "testdata", "bench", name))
@@ -44,6 +47,28 @@ func BenchmarkRequest(b *testing.B) {
 					b.Fatal(err)
 				}
 				if err := r.SetBody(edited); err != nil || len(r.Body()) == 0 {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/edit", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := NewRequest("/v1/chat/completions", body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, err := r.Wire()
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs, _ := w.Get("messages")
+				if err := r.Edit(func(w *openaiwire.Body) error {
+					w.Set("messages", msgs)
+					w.Drop("session_id")
+					return nil
+				}); err != nil || len(r.Body()) == 0 {
 					b.Fatal(err)
 				}
 			}
