@@ -164,8 +164,9 @@ func (r *Request) setBody(body []byte, wire *openaiwire.Body) error {
 }
 
 // Wire is the parsed view of the body: made on the first call (the one parse of the body past
-// its routing scan) and returned by later ones until SetBody. It is for reading: a stage
-// changes the request through Edit, which keeps a struct copy of the request independent. The
+// its routing scan) and returned by later ones until SetBody. It is for reading (it is frozen:
+// Set and Drop on it panic): a stage changes the request through Edit, which edits a clone and
+// so keeps a struct copy of the request independent. The
 // error is an *Error for the client (not reached for a body NewRequest accepted).
 func (r *Request) Wire() (*openaiwire.Body, error) {
 	w, err := r.view()
@@ -212,6 +213,7 @@ func (r *Request) view() (*openaiwire.Body, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decoding the request body: %w", err)
 		}
+		w.Freeze() // shared with the request's copies: edits go through Edit, on a clone
 		r.wire = w
 	}
 	return r.wire, nil
@@ -234,6 +236,7 @@ func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
 	if err := fn(nb); err != nil {
 		return err
 	}
+	nb.Freeze()
 	edited, check := false, false
 	for name := range nb.EditedSince(w) {
 		edited = true

@@ -172,6 +172,9 @@ func TestEditNothing(t *testing.T) {
 	body := []byte(`{"stream":true, "model":"m"}`)
 	req, err := NewRequest("/v1/chat/completions", body)
 	require.NoError(t, err)
+	w, err := req.Wire()
+	require.NoError(t, err)
+	assert.Panics(t, func() { w.Drop("stream") }, "the view is edited through Edit only")
 	require.NoError(t, req.Edit(func(*openaiwire.Body) error { return nil }))
 	assert.Equal(t, body, req.Body())
 	boom := assert.AnError

@@ -29,6 +29,7 @@ type Body struct {
 	src     []byte
 	members []member // sorted by name, one per name
 	edits   []edit   // Set and Drop, in order: the last one for a name wins
+	frozen  bool     // Freeze: Set and Drop panic
 }
 
 type member struct {
@@ -143,12 +144,24 @@ func (b *Body) find(name string) (int, bool) {
 // UTF-8 is written with U+FFFD for each invalid byte, as json.Marshal writes it, so it reads
 // back as another name than the one Set.
 func (b *Body) Set(name string, value []byte) {
+	b.mustEdit()
 	b.edits = append(b.edits, edit{name: name, value: value})
+}
+
+// Freeze makes b read-only: a later Set or Drop panics, since b is shared by readers that must
+// not see it change (a pipeline.Request's view, which its copies share); a Clone is editable.
+func (b *Body) Freeze() { b.frozen = true }
+
+func (b *Body) mustEdit() {
+	if b.frozen {
+		panic("openaiwire: edit of a frozen Body (edit a Clone, or the request through Edit)")
+	}
 }
 
 // Drop removes the members named, those the body has; a later Set adds one again. Even a Drop
 // of a member the body lacks is an edit: the body is written in the sorted layout.
 func (b *Body) Drop(names ...string) {
+	b.mustEdit()
 	for _, name := range names {
 		b.edits = append(b.edits, edit{name: name, drop: true})
 	}
@@ -163,6 +176,7 @@ func (b *Body) Dirty() bool { return len(b.edits) > 0 }
 func (b *Body) Clone() *Body {
 	c := *b
 	c.edits = slices.Clip(c.edits) // the clone's next edit appends to an array of its own
+	c.frozen = false
 	return &c
 }
 

@@ -130,6 +130,14 @@ func TestBodyEdits(t *testing.T) {
 	assert.Equal(t, `"t"`, string(v))
 	assert.Equal(t, []string{"max_tokens", "stream", "session_id", "max_tokens", "session_id"}, slices.Collect(b.EditedSince(nil)))
 
+	b.Freeze()
+	assert.Panics(t, func() { b.Set("a", []byte(`1`)) })
+	assert.Panics(t, func() { b.Drop("a") })
+	c := b.Clone()
+	c.Drop("model")
+	assert.False(t, c.Has("model"), "a frozen body's clone is editable")
+	assert.True(t, b.Has("model"))
+
 	for _, bad := range []string{``, ` `, `null`, `[]`, `"x"`, `{`, `{"a":1}x`, `{"a":}`, `{"a" 1}`, `{"a":1,}`} {
 		_, err := openaiwire.Parse([]byte(bad))
 		assert.Error(t, err, bad)
