@@ -194,16 +194,8 @@ func (r *Request) Has(name string) (bool, error) {
 
 // mentions reports whether the body's bytes hold name as a JSON string with no escape.
 func (r *Request) mentions(name string) bool {
-	for b := r.body; ; {
-		i := bytes.Index(b, []byte(name))
-		if i < 0 {
-			return false
-		}
-		if i > 0 && b[i-1] == '"' && i+len(name) < len(b) && b[i+len(name)] == '"' {
-			return true
-		}
-		b = b[i+1:]
-	}
+	var buf [64]byte
+	return bytes.Contains(r.body, append(append(append(buf[:0], '"'), name...), '"'))
 }
 
 // view is Wire with the parser's error.
@@ -224,9 +216,10 @@ func (r *Request) view() (*openaiwire.Body, error) {
 //
 // The edited body is encoded once, when Body is next called, in the sorted layout of EditBody
 // (an Edit that sets or drops nothing changes nothing). An edit of model, stream, max_tokens or
-// max_completion_tokens, or one that sets a value that is not JSON, is encoded and checked at
-// once, as SetBody checks a body, so that its *Error (InvalidJSON, MissingModel) comes from the
-// stage that made it and Routing reads the new values.
+// max_completion_tokens, or one that sets a value that is not JSON or has white space around
+// it, is encoded and checked at once, as SetBody checks a body, so that its *Error
+// (InvalidJSON, MissingModel) comes from the stage that made it and Routing reads the new
+// values.
 func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
 	w, err := r.Wire()
 	if err != nil {
@@ -237,21 +230,27 @@ func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
 		return err
 	}
 	nb.Freeze()
-	edited, check := false, false
+	edited, check, padded := false, false, false
 	for name := range nb.EditedSince(w) {
 		edited = true
-		switch name {
-		case "model", "stream", "max_tokens", "max_completion_tokens":
+		v, ok := nb.Get(name)
+		switch {
+		case name == "model" || name == "stream" || name == "max_tokens" || name == "max_completion_tokens":
 			check = true
-		default:
-			if v, ok := nb.Get(name); ok && !jsonwire.Valid(v) {
-				check = true
-			}
+		case ok && !jsonwire.Valid(v):
+			check = true
+		}
+		// A value with white space around it is written with it, but a body read again (as
+		// SetBody's was, by the next stage) has it trimmed: keep that by reading it again.
+		if ok && len(v) > 0 && (isSpace(v[0]) || isSpace(v[len(v)-1])) {
+			check, padded = true, true
 		}
 	}
 	switch {
 	case !edited:
 		return nil
+	case padded:
+		return r.setBody(nb.AppendJSON(make([]byte, 0, nb.Len())), nil)
 	case check:
 		return r.setBody(nb.AppendJSON(make([]byte, 0, nb.Len())), nb)
 	}
@@ -261,6 +260,9 @@ func (r *Request) Edit(fn func(*openaiwire.Body) error) error {
 	r.body, r.fields, r.wire = nil, nil, nb
 	return nil
 }
+
+// isSpace reports JSON's white space.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // Clone is a copy of the request for one leg of several (a prefill and a decode): an Edit of
 // either leaves the other as it was. Header and PromptTokens are shared, as a struct copy

@@ -132,6 +132,8 @@ func TestView(t *testing.T) {
 			{"messages", `[{"role":"user"`, "x"},
 			{"messages", ``, "x"},
 			{"\u2028<", `{}`, "model"},
+			{"metadata", " {} ", ""},
+			{"stream", "\tfalse", "session_id"},
 		} {
 			checkView(t, body, e.name, []byte(e.value), e.drop)
 		}
