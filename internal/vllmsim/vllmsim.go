@@ -4,6 +4,7 @@
 // better choice than another: what it has cached, how busy it is, and where its KV came from.
 //
 // What it models:
+//   - Anthropic's /v1/messages, whole and streamed, as vLLM 0.12 and later serve it.
 //   - OpenAI's /v1/completions and /v1/chat/completions, whole and streamed, with vLLM's usage
 //     (prompt_tokens_details.cached_tokens, omitted when 0) and error shape; /v1/models, /health,
 //     and /metrics with vLLM's request gauges and prefix-cache counters.
@@ -192,6 +193,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, false) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, true) })
+	s.mux.HandleFunc("POST /v1/messages", s.messages)
 	return s
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"github.com/infergate/infergate/surface/anthropic"
 	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 )
@@ -30,9 +33,18 @@ func messagesAPI(cfg *Config, models map[string]*llmModel, proxy *openai.Proxy, 
 		mux.Handle("/v1/messages", h)
 		mux.Handle("/v1/messages/count_tokens", h)
 		if cfg.Compat.ollaRoutes() {
-			// Olla's route keys its sticky sessions as Olla does (openai.WithOllaSticky).
+			// Olla's route passes a model through to its upstreams' own /v1/messages when they are
+			// all of a type that serves it (Olla's passthrough: vLLM, LM Studio, Ollama, llama.cpp),
+			// saying so in X-Olla-Mode, and translates otherwise or when they turn out not to
+			// (an older vLLM's 404); it keys sticky sessions as Olla does.
+			passthrough := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Olla-Mode", "passthrough")
+				proxy.Forwarder().ServeHTTP(w, r)
+			})
+			oh := anthropic.New(anthropic.Options{Chat: mux, Native: func(model string) bool { return native(model) || passesThrough(proxy, model) },
+				NativeHandler: passthrough, CountTokens: count, Metrics: m, Logger: log})
 			olla := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h.ServeHTTP(w, r.WithContext(openai.WithOllaSticky(r.Context())))
+				oh.ServeHTTP(w, r.WithContext(openai.WithOllaSticky(r.Context())))
 			})
 			mux.Handle("/olla/anthropic/v1/messages", olla)
 			mux.Handle("/olla/anthropic/v1/messages/count_tokens", olla)
@@ -53,4 +65,16 @@ func promptCounters(models map[string]*llmModel) func(model string) anthropic.Pr
 		}
 		return nil
 	}
+}
+
+// passthroughTypes are the endpoint types whose servers answer Anthropic's /v1/messages
+// themselves, as Olla's profiles say.
+var passthroughTypes = []string{upstream.TypeVLLM, upstream.TypeLMStudio, upstream.TypeOllama, upstream.TypeLlamaCpp}
+
+// passesThrough reports whether every endpoint serving model is of a passthrough type.
+func passesThrough(proxy *openai.Proxy, model string) bool {
+	ms := proxy.Table(func(name string) bool { return name == model })
+	return len(ms) == 1 && len(ms[0].Routes) > 0 && !slices.ContainsFunc(ms[0].Routes, func(r openaipool.Route) bool {
+		return !slices.Contains(passthroughTypes, r.Type)
+	})
 }

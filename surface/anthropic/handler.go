@@ -3,6 +3,7 @@ package anthropic
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -127,8 +128,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.opts.Native != nil {
 		if rt, err := pipeline.Scan(body); err == nil && rt.Model != "" && h.opts.Native(rt.Model) {
-			h.native(w, r, body, reqID, rt.Stream, start)
-			return
+			if !h.native(w, r, body, reqID, rt.Stream, start) {
+				return
+			}
+			// The upstream has no /v1/messages: translate, as for any other model.
 		}
 	}
 	t, aerr := translate(body, false)
@@ -237,8 +240,10 @@ func chatRequest(r *http.Request, body []byte, reqID string) *http.Request {
 	return out
 }
 
-// native passes a request unchanged to the native handler, at /v1/messages.
-func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, reqID string, stream bool, start time.Time) {
+// native passes a request unchanged to the native handler, at /v1/messages. It reports
+// fellBack, having answered nothing, when the upstream does not serve that path (vLLM before
+// 0.12 answers 404 {"detail":"Not Found"}): the caller translates the request instead.
+func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, reqID string, stream bool, start time.Time) (fellBack bool) {
 	out := r.WithContext(r.Context())
 	u := *r.URL
 	u.Path, u.RawPath = pathMessages, ""
@@ -250,13 +255,43 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 	out.GetBody = nil
+	had := make(map[string]bool, len(w.Header()))
+	for k := range w.Header() {
+		had[k] = true
+	}
 	ew := &errorWriter{w: w, reqID: reqID}
-	defer func() {
-		ew.finish()
-		h.m.requests.WithLabelValues(modeNative, string(outcomeOf(ew.status))).Inc()
-		h.m.message(modeNative, outcomeOf(ew.status), stream, start)
+	defer func() { // also when the native handler aborts (panics) mid-answer
+		if !fellBack {
+			ew.finish()
+			h.m.requests.WithLabelValues(modeNative, string(outcomeOf(ew.status))).Inc()
+			h.m.message(modeNative, outcomeOf(ew.status), stream, start)
+		}
 	}()
 	h.opts.NativeHandler.ServeHTTP(ew, out)
+	if ew.hold && !ew.done && noMessagesRoute(ew.status, ew.buf) {
+		for k := range w.Header() { // what the attempt set (X-Infergate-Endpoint, ...) is not the answer's
+			if !had[k] {
+				delete(w.Header(), k)
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// noMessagesRoute reports whether an error answer to /v1/messages says the upstream has no such
+// route (a 404, 405 or 501 without an error object: FastAPI's {"detail":"Not Found"}, or plain
+// text), rather than refusing this request (an unknown model, a bad body), which it answers with
+// an OpenAI or Anthropic error object.
+func noMessagesRoute(status int, body []byte) bool {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed && status != http.StatusNotImplemented {
+		return false
+	}
+	var shape struct {
+		Type  string          `json:"type"`
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &shape) != nil || shape.Type != "error" && len(shape.Error) == 0
 }
 
 // countTokens answers count_tokens: the tokenizer's count when CountTokens has one for the
