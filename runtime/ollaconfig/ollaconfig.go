@@ -109,6 +109,12 @@ const infergateModels = "/v1/models"
 type outConfig struct {
 	Upstreams []outEndpoint `yaml:"upstreams"`
 	Server    *outServer    `yaml:"server,omitempty"`
+	// Compat turns on Olla's response headers: an Olla user's tools read them.
+	Compat outCompat `yaml:"compat"`
+}
+
+type outCompat struct {
+	OllaHeaders bool `yaml:"olla_headers"`
 }
 
 type outServer struct {
@@ -182,6 +188,7 @@ func (c *converter) fail(field string, format string, args ...any) {
 }
 
 func (c *converter) convert() {
+	c.out.Compat.OllaHeaders = true
 	if d := c.cfg.Server.IdleTimeout; d != 0 {
 		if d < 0 {
 			c.fail("server.idle_timeout", "%v is negative", d)

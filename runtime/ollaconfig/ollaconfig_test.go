@@ -81,11 +81,17 @@ func loadLikeInfergate(t *testing.T, data []byte) {
 		Server    struct {
 			IdleTimeout yaml.Node `yaml:"idle_timeout"`
 		} `yaml:"server"`
+		Compat struct {
+			OllaHeaders bool `yaml:"olla_headers"`
+		} `yaml:"compat"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("infergate cannot decode the output: %v\n%s", err, data)
+	}
+	if !c.Compat.OllaHeaders {
+		t.Fatalf("an Olla user's config must turn Olla's headers on: their tools read them\n%s", data)
 	}
 	// infergate expands ${VAR} at load time; here each reference stands for a set variable.
 	for _, u := range c.Upstreams {
@@ -315,6 +321,9 @@ func FuzzConvert(f *testing.F) {
 			Server    struct {
 				IdleTimeout yaml.Node `yaml:"idle_timeout"`
 			} `yaml:"server"`
+			Compat struct {
+				OllaHeaders bool `yaml:"olla_headers"`
+			} `yaml:"compat"`
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(r.YAML))
 		dec.KnownFields(true)
