@@ -151,6 +151,7 @@ func TestOllaProviderRoutes(t *testing.T) {
 			require.Equal(t, http.StatusOK, res.StatusCode, body)
 			assert.Equal(t, tc.want, res.Header.Get(openai.HeaderEndpoint), tc.path)
 			assert.Equal(t, tc.want, res.Header.Get("X-Olla-Endpoint"), "Olla's headers, when asked for")
+			assert.Equal(t, "llama", res.Header.Get("X-Olla-Model"), "the request's model, lower case")
 			assert.NotEmpty(t, res.Header.Get("X-Olla-Request-ID"))
 			assert.Equal(t, res.Header.Get(openai.HeaderBackendType), res.Header.Get("X-Olla-Backend-Type"))
 		}

@@ -79,7 +79,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		h["X-Olla-Request-Id"] = vals[0:1:1]
 		if res.Endpoint != "" {
 			h["X-Olla-Endpoint"] = vals[1:2:2]
-			h["X-Olla-Model"] = vals[2:3:3]
+			h["X-Olla-Model"] = []string{strings.ToLower(req.Model())} // Olla's: the request's name
 			h["X-Olla-Backend-Type"] = vals[3:4:4]
 		}
 		h["X-Olla-Response-Time"] = vals[4:5:5]
