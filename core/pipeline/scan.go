@@ -276,8 +276,8 @@ func (x *explainer) member(err error, first bool, at int) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	switch se.Msg {
-	case "unexpected end of input":
+	switch se.Fault {
+	case jsonwire.FaultEOF:
 		// The end came where the key should start, or after it, where the ':' should be.
 		keyAt := at
 		if !first {
@@ -287,9 +287,9 @@ func (x *explainer) member(err error, first bool, at int) error {
 			return x.at(se.Offset, "expected a string")
 		}
 		return x.at(se.Offset, "expected ':' after object key")
-	case "a string expected":
+	case jsonwire.FaultExpectedString:
 		return x.at(se.Offset, "expected a string")
-	case "':' expected after an object key":
+	case jsonwire.FaultExpectedColon:
 		return x.at(se.Offset, "expected ':' after object key")
 	}
 	return x.token(err)
@@ -303,23 +303,23 @@ func (x *explainer) token(err error) error {
 	}
 	b, off := x.b, se.Offset
 	msg := se.Msg
-	switch msg { // jsonwire's "nesting deeper than 10000" is the router's already
-	case "unterminated string":
+	switch se.Fault { // jsonwire's "nesting deeper than 10000" is the router's already
+	case jsonwire.FaultUnterminatedString:
 		// A backslash as the last byte is an escape cut short: the router pointed at it.
 		n := len(b) - len(bytes.TrimRight(b, `\`))
 		if off == len(b) && n%2 == 1 {
 			off--
 		}
-	case "control character in string (it must be escaped)":
+	case jsonwire.FaultControlInString:
 		msg = "control character in string"
-	case "invalid escape in string":
+	case jsonwire.FaultBadEscape:
 		msg = "bad escape"
-	case `invalid \u escape in string (four hex digits expected)`:
+	case jsonwire.FaultBadUnicodeEscape:
 		msg = `bad \u escape`
 		if off+6 > len(b) {
 			msg = `short \u escape`
 		}
-	case "invalid number":
+	case jsonwire.FaultBadNumber:
 		// Where a digit was wanted: in the fraction, the exponent, or the integer part.
 		msg = "bad number"
 		switch before := b[off-1]; {
