@@ -431,6 +431,8 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"model":"$M","messages":[{"role":"user","content":"hi"}]}`, scoped, &llm},
 		{"POST", "/v1/completions", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"POST", "/v1/embeddings", `{"model":"$M","input":"hi"}`, scoped, &llm},
+		{"POST", "/v1/rerank", `{"model":"$M","query":"q","documents":["a"]}`, scoped, &llm},
+		{"POST", "/classify", `{"model":"$M","input":"hi"}`, scoped, &llm},
 		{"POST", "/tokenize", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"POST", "/detokenize", `{"model":"$M","tokens":[9707]}`, scoped, &llm},
 		{"GET", "/admin/guard", "", admin, nil},

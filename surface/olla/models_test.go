@@ -111,3 +111,23 @@ func TestOllaInclusiveAndEmptyProviders(t *testing.T) {
 	assert.Contains(t, body, `"id":"qwen"`)
 	assert.NotContains(t, body, `"id":"llama"`)
 }
+
+// vLLM's pooling routes (rerank, score, pooling, classify) are forwarded as completions are, on
+// infergate's routes and Olla's.
+func TestPoolingRoutes(t *testing.T) {
+	t.Parallel()
+	v := openaitest.Start(t, "v", "reranker")
+	e := startOlla(t, openai.Options{}, ep(v, 0))
+	e.waitModels(t, 1)
+	for _, path := range openai.PoolingPaths {
+		for _, base := range []string{"", "/olla/vllm", "/olla/proxy"} {
+			res, body := e.post(t, base+path, `{"model":"reranker","query":"q","documents":["a","b"]}`)
+			require.Equal(t, http.StatusOK, res.StatusCode, "%s%s: %s", base, path, body)
+			assert.Contains(t, body, `"path":"`+path+`"`, "reached the upstream's own route")
+			assert.Equal(t, "v", res.Header.Get(openai.HeaderEndpoint))
+		}
+	}
+	res, body := e.post(t, "/v1/rerank", `{"model":"nope","query":"q","documents":["a"]}`)
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	assert.Contains(t, body, "model_not_found")
+}

@@ -139,11 +139,20 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/chat/completions", p.proxy)
 	mux.HandleFunc("POST /v1/completions", p.proxy)
 	mux.HandleFunc("POST /v1/embeddings", p.proxy)
+	for _, path := range PoolingPaths {
+		mux.HandleFunc("POST "+path, p.proxy)
+	}
 	mux.HandleFunc("GET /health", p.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		pipeline.NotFound("", "unknown_url", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)).Write(w)
 	})
 }
+
+// PoolingPaths are vLLM's routes for pooling models (rerankers, cross-encoders, classifiers, reward
+// models) that the gateway forwards as it forwards completions: a JSON body naming the model,
+// through the model's stages, routing, failover and metrics. Stages that rewrite prompts leave
+// them alone (they act on chat and completion paths only).
+var PoolingPaths = []string{"/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score", "/pooling", "/classify"}
 
 // listModels answers with the union of the healthy endpoints' models, in OpenAI's list shape.
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {

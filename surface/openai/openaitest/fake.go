@@ -76,6 +76,9 @@ func (u *Upstream) serve(ln net.Listener) {
 	mux.HandleFunc("POST /v1/chat/completions", u.generate)
 	mux.HandleFunc("POST /v1/completions", u.generate)
 	mux.HandleFunc("POST /v1/embeddings", u.embeddings)
+	for _, path := range openaiPoolingPaths {
+		mux.HandleFunc("POST "+path, u.pooling)
+	}
 	mux.HandleFunc("POST /tokenize", u.tokenizeHandler)
 	mux.HandleFunc("POST /detokenize", u.tokenizeHandler)
 	srv := &http.Server{Handler: mux, ErrorLog: nil}
@@ -462,6 +465,22 @@ func (u *Upstream) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":"embd-%s","object":"list","created":1700000000,"model":%q,"data":[{"index":0,"object":"embedding","embedding":[0.25,-0.5,1.0]}],"usage":{"prompt_tokens":3,"total_tokens":3,"completion_tokens":0}}`, u.Name, req.Model)
+}
+
+// openaiPoolingPaths are vLLM's pooling-model routes the fake answers (pooling).
+var openaiPoolingPaths = []string{"/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score", "/pooling", "/classify"}
+
+// pooling answers vLLM's rerank, score, pooling and classify routes with one fixed result that
+// names the path it was asked on, so a test sees which route a request reached.
+func (u *Upstream) pooling(w http.ResponseWriter, r *http.Request) {
+	u.enter()
+	defer u.inflight.Add(-1)
+	req, _, _, ok := u.begin(w, r)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"pool-%s","object":"list","created":1700000000,"model":%q,"path":%q,"data":[{"index":0,"score":0.5}],"usage":{"prompt_tokens":5,"total_tokens":5}}`, u.Name, req.Model, r.URL.Path)
 }
 
 // tokenizeHandler answers vLLM's /tokenize and /detokenize in their shapes, with a tokenizer of
