@@ -291,10 +291,14 @@ type Chunk struct {
 	Choices []ChunkChoice
 }
 
-// Completion is a whole text completion (object "text_completion").
+// Completion is a whole text completion (object "text_completion"), or one event of a stream of
+// them as a reader reads it (DecodeCompletion, DecodeCompletionChunk).
 type Completion struct {
 	Header
 	Choices []CompletionChoice
+	// Error is a stream event's error member as it came (an upstream failing mid-stream sends
+	// {"error":{…}} as an event): read by DecodeCompletionChunk, never written.
+	Error Raw
 }
 
 // Header is what the three objects share besides their choices. SystemFingerprint is Raw
@@ -313,25 +317,27 @@ type Header struct {
 // AppendJSON appends c as a JSON object: id, object, created, model, system_fingerprint?,
 // choices, usage? (the fingerprint last under FingerprintLast).
 func (c *ChatCompletion) AppendJSON(dst []byte, o Options) []byte {
-	return appendObject(dst, &c.Header, c.Choices, o)
+	return c.Header.appendTail(appendChoices(c.Header.appendHead(dst, o), c.Choices, o), o)
 }
 
 // AppendJSON appends c in ChatCompletion's layout.
 func (c *Chunk) AppendJSON(dst []byte, o Options) []byte {
-	return appendObject(dst, &c.Header, c.Choices, o)
+	return c.Header.appendTail(appendChoices(c.Header.appendHead(dst, o), c.Choices, o), o)
 }
 
 // AppendJSON appends c in ChatCompletion's layout.
 func (c *Completion) AppendJSON(dst []byte, o Options) []byte {
-	return appendObject(dst, &c.Header, c.Choices, o)
+	return c.Header.appendTail(appendChoices(c.Header.appendHead(dst, o), c.Choices, o), o)
 }
 
-// appendObject writes the three objects, which differ only in their choices; a nil list of
-// choices is written null, as json.Marshal writes it.
-func appendObject[T any, P interface {
-	*T
-	AppendJSON([]byte, Options) []byte
-}](dst []byte, h *Header, choices []T, o Options) []byte {
+// The three objects differ only in their choices: the header is written around them by two
+// plain methods and the choices by a generic function, rather than one generic function over
+// the whole object, because escape analysis takes what a generic function gets for escaping (a
+// method called through its dictionary), which would move every answer written to the heap.
+
+// appendHead writes the object up to its choices: id, object, created, model,
+// system_fingerprint? (unless FingerprintLast).
+func (h *Header) appendHead(dst []byte, o Options) []byte {
 	esc := o.esc()
 	dst = append(dst, `{"id":`...)
 	dst = jsonwire.AppendString(dst, h.ID, esc)
@@ -344,24 +350,37 @@ func appendObject[T any, P interface {
 	if !o.FingerprintLast {
 		dst = h.appendFingerprint(dst, esc)
 	}
+	return dst
+}
+
+// appendChoices writes the choices member; a nil list is written null, as json.Marshal writes
+// it.
+func appendChoices[T any, P interface {
+	*T
+	AppendJSON([]byte, Options) []byte
+}](dst []byte, choices []T, o Options) []byte {
 	if choices == nil {
-		dst = append(dst, `,"choices":null`...)
-	} else {
-		dst = append(dst, `,"choices":[`...)
-		for i := range choices {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = P(&choices[i]).AppendJSON(dst, o)
-		}
-		dst = append(dst, ']')
+		return append(dst, `,"choices":null`...)
 	}
+	dst = append(dst, `,"choices":[`...)
+	for i := range choices {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = P(&choices[i]).AppendJSON(dst, o)
+	}
+	return append(dst, ']')
+}
+
+// appendTail writes the object from its choices on: usage?, system_fingerprint? (under
+// FingerprintLast), and the closing brace.
+func (h *Header) appendTail(dst []byte, o Options) []byte {
 	if h.Usage != nil {
 		dst = append(dst, `,"usage":`...)
 		dst = h.Usage.AppendJSON(dst, o)
 	}
 	if o.FingerprintLast {
-		dst = h.appendFingerprint(dst, esc)
+		dst = h.appendFingerprint(dst, o.esc())
 	}
 	return append(dst, '}')
 }

@@ -433,24 +433,9 @@ func decodeCompletionFast(data []byte) (*Completion, bool) {
 		case 3:
 			return r.raw(&c.SystemFingerprint)
 		case 4:
-			c.Choices = []CompletionChoice{}
-			ok, err := r.array(func() error {
-				c.Choices = append(c.Choices, CompletionChoice{})
-				return r.completionChoice(&c.Choices[len(c.Choices)-1])
-			})
-			if !ok {
-				c.Choices = nil
-			}
-			return err
+			return r.completionChoices(c, completionChoiceNames, r.completionChoice)
 		}
-		if r.s.ReadNull() {
-			return nil
-		}
-		c.Usage = &Usage{}
-		u := c.Usage
-		return r.object(usageNames, func(i int) error {
-			return r.int64([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[i])
-		})
+		return r.usage(&c.Usage)
 	})
 	if !r.finish(err) {
 		return nil, false
@@ -458,28 +443,218 @@ func decodeCompletionFast(data []byte) (*Completion, bool) {
 	return c, true
 }
 
-func (r *reader) completionChoice(c *CompletionChoice) error {
-	return r.object(completionChoiceNames, func(i int) error {
+// completionChoice reads member i (of completionChoiceNames) of a choice.
+func (r *reader) completionChoice(c *CompletionChoice, i int) error {
+	switch i {
+	case 0:
+		return r.int(&c.Index)
+	case 1:
+		return r.str(&c.Text)
+	case 2:
+		c.TokenIDs = []int{}
+		ok, err := r.array(func() error {
+			var id int
+			err := r.int(&id)
+			c.TokenIDs = append(c.TokenIDs, id)
+			return err
+		})
+		if !ok {
+			c.TokenIDs = nil
+		}
+		return err
+	case 3:
+		return r.strPtr(&c.FinishReason)
+	}
+	return r.raw(&c.StopReason)
+}
+
+// DecodeCompletionText reads a whole text completion into c as the Granite stage reads one, for
+// its text: id, model, system_fingerprint (raw, any value), choices (text and finish_reason, in
+// their order) and usage as counts (as DecodeCompletion reads it). Created, a choice's index,
+// token_ids and stop_reason are not read: they are left zero, and no value there makes it fail,
+// since that reader numbers the choices itself and keeps no more. c is overwritten; decoding
+// into the caller's value, rather than returning a new one, saves a request an allocation.
+func DecodeCompletionText(data []byte, c *Completion) error {
+	*c = Completion{}
+	if decodeCompletionTextFast(data, c) {
+		return nil
+	}
+	return decodeMirror[textAnswer](data, c)
+}
+
+// DecodeCompletionChunk reads one event of a text completion stream into c as the Granite stage
+// reads it: model, system_fingerprint (raw, any value), choices (index, text, finish_reason and
+// stop_reason, raw), usage kept raw (Raw; nil when absent or null) and error (raw, as sent: an
+// upstream failing mid-stream sends an error object as an event). The id and created are not
+// read (the stage writes its own), nor token_ids. c's choices keep their array for the next
+// chunk's, since a stream reads one chunk per token: what was read from a chunk does not
+// outlive the next (raw values are copies, and so outlive data).
+func DecodeCompletionChunk(data []byte, c *Completion) error {
+	*c = Completion{Choices: c.Choices[:0]}
+	if decodeCompletionChunkFast(data, c) {
+		return nil
+	}
+	return decodeMirror[completionChunk](data, c)
+}
+
+// decodeMirror reads data into c with encoding/json, through the mirror M, for what the fast
+// path gave up on: c then holds M's reading alone (not the elements of a kept array: the
+// mirror's are encoding/json's, merged as it merges). The reading is returned by value, not
+// written through c, and the fast path is called by the callers, not handed in: c is the
+// caller's, often on its stack, and what a generic function hands to a method through its
+// dictionary, or a function value gets, escapes.
+func decodeMirror[M any, P interface {
+	*M
+	completion() Completion
+}](data []byte, c *Completion) error {
+	var m M
+	err := json.Unmarshal(data, &m)
+	*c = Completion{}
+	if err == nil {
+		*c = P(&m).completion()
+	}
+	return err
+}
+
+// textAnswer is stage/granitestage's completionAnswer, as it read one (the name differs from
+// the token-input stage's mirror's; the Granite stage never shows the error's words).
+type textAnswer struct {
+	ID                string          `json:"id"`
+	Model             string          `json:"model"`
+	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
+	Choices           []textChoice    `json:"choices"`
+	Usage             *Usage          `json:"usage"`
+}
+
+type textChoice struct {
+	Text         string  `json:"text"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+func (m *textAnswer) completion() Completion {
+	c := Completion{Header: Header{ID: m.ID, Model: m.Model, SystemFingerprint: m.SystemFingerprint, Usage: m.Usage}}
+	if m.Choices != nil {
+		c.Choices = make([]CompletionChoice, len(m.Choices))
+	}
+	for i, mc := range m.Choices {
+		c.Choices[i] = CompletionChoice{Text: mc.Text, FinishReason: mc.FinishReason}
+	}
+	return c
+}
+
+// completionChunk is stage/granitestage's completionChunk, as it read one; the names are kept,
+// since a stream's error quotes encoding/json's.
+type completionChunk struct {
+	Model             string          `json:"model"`
+	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
+	Choices           []chunkChoiceIn `json:"choices"`
+	Usage             json.RawMessage `json:"usage"`
+	Error             json.RawMessage `json:"error"`
+}
+
+type chunkChoiceIn struct {
+	Index        int             `json:"index"`
+	Text         string          `json:"text"`
+	FinishReason *string         `json:"finish_reason"`
+	StopReason   json.RawMessage `json:"stop_reason"`
+}
+
+func (m *completionChunk) completion() Completion {
+	c := Completion{Header: Header{Model: m.Model, SystemFingerprint: m.SystemFingerprint, Usage: rawUsage(m.Usage)}, Error: m.Error}
+	if m.Choices != nil {
+		c.Choices = make([]CompletionChoice, len(m.Choices))
+	}
+	for i, mc := range m.Choices {
+		c.Choices[i] = CompletionChoice{Index: mc.Index, Text: mc.Text, FinishReason: mc.FinishReason, StopReason: mc.StopReason}
+	}
+	return c
+}
+
+var (
+	textAnswerNames      = []string{"id", "model", "system_fingerprint", "choices", "usage"}
+	textChoiceNames      = []string{"text", "finish_reason"}
+	completionChunkNames = []string{"model", "system_fingerprint", "choices", "usage", "error"}
+	chunkChoiceInNames   = []string{"index", "text", "finish_reason", "stop_reason"}
+)
+
+func decodeCompletionTextFast(data []byte, c *Completion) bool {
+	r := reader{s: jsonwire.NewScanner(data, jsonwire.Options{}), data: data}
+	err := r.object(textAnswerNames, func(i int) error {
 		switch i {
 		case 0:
-			return r.int(&c.Index)
+			return r.str(&c.ID)
 		case 1:
-			return r.str(&c.Text)
+			return r.str(&c.Model)
 		case 2:
-			c.TokenIDs = []int{}
-			ok, err := r.array(func() error {
-				var id int
-				err := r.int(&id)
-				c.TokenIDs = append(c.TokenIDs, id)
-				return err
-			})
-			if !ok {
-				c.TokenIDs = nil
-			}
-			return err
+			return r.raw(&c.SystemFingerprint)
 		case 3:
-			return r.strPtr(&c.FinishReason)
+			return r.completionChoices(c, textChoiceNames, func(ch *CompletionChoice, i int) error {
+				if i == 0 {
+					return r.str(&ch.Text)
+				}
+				return r.strPtr(&ch.FinishReason)
+			})
 		}
-		return r.raw(&c.StopReason)
+		return r.usage(&c.Usage)
+	})
+	return r.finish(err)
+}
+
+func decodeCompletionChunkFast(data []byte, c *Completion) bool {
+	r := reader{s: jsonwire.NewScanner(data, jsonwire.Options{}), data: data}
+	var usage Raw
+	err := r.object(completionChunkNames, func(i int) error {
+		switch i {
+		case 0:
+			return r.str(&c.Model)
+		case 1:
+			return r.raw(&c.SystemFingerprint)
+		case 2:
+			return r.completionChoices(c, chunkChoiceInNames, func(ch *CompletionChoice, i int) error {
+				switch i {
+				case 0:
+					return r.int(&ch.Index)
+				case 1:
+					return r.str(&ch.Text)
+				case 2:
+					return r.strPtr(&ch.FinishReason)
+				}
+				return r.raw(&ch.StopReason)
+			})
+		case 3:
+			return r.raw(&usage)
+		}
+		return r.raw(&c.Error)
+	})
+	c.Usage = rawUsage(usage)
+	return r.finish(err)
+}
+
+// completionChoices reads choices (null: none) onto c.Choices, each member named in names by
+// member; a null choice gives up (encoding/json reads it as a zero choice).
+func (r *reader) completionChoices(c *Completion, names []string, member func(ch *CompletionChoice, i int) error) error {
+	if c.Choices == nil {
+		c.Choices = make([]CompletionChoice, 0, 1)
+	}
+	ok, err := r.array(func() error {
+		c.Choices = append(c.Choices, CompletionChoice{})
+		ch := &c.Choices[len(c.Choices)-1]
+		return r.object(names, func(i int) error { return member(ch, i) })
+	})
+	if !ok {
+		c.Choices = nil
+	}
+	return err
+}
+
+// usage reads a usage object as counts into a new *dst (null: none).
+func (r *reader) usage(dst **Usage) error {
+	if r.s.ReadNull() {
+		return nil
+	}
+	u := &Usage{}
+	*dst = u
+	return r.object(usageNames, func(i int) error {
+		return r.int64([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[i])
 	})
 }
