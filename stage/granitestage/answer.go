@@ -2,54 +2,14 @@ package granitestage
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"slices"
-	"strconv"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/infergate/infergate/internal/jsonwire"
 )
-
-// completionAnswer is what the stage reads of an upstream's whole /v1/completions answer.
-type completionAnswer struct {
-	ID                string             `json:"id"`
-	Model             string             `json:"model"`
-	SystemFingerprint json.RawMessage    `json:"system_fingerprint,omitempty"`
-	Choices           []completionChoice `json:"choices"`
-	Usage             *usage             `json:"usage"`
-}
-
-type completionChoice struct {
-	Text         string  `json:"text"`
-	FinishReason *string `json:"finish_reason"`
-}
-
-type usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
-}
-
-// decodeCompletion reads an upstream's completion answer as json.Unmarshal into
-// completionAnswer would, and fails where it would.
-//
-// encoding/json spent most of a Granite request's stage time here (validating the whole answer,
-// then decoding it through reflection, the 4,000-character text twice over): scanCompletion
-// reads the members the stage uses in one validating pass. It handles the answers upstreams
-// send; anything unusual that encoding/json treats in its own way (a member named twice or in
-// another case, an escaped member name, a value of another type, an error) goes to
-// json.Unmarshal, so the result is encoding/json's by construction. FuzzDecodeCompletion checks
-// the two against each other.
-func decodeCompletion(data []byte, c *completionAnswer) error {
-	if scanCompletion(data, c) {
-		return nil
-	}
-	*c = completionAnswer{}
-	return json.Unmarshal(data, c)
-}
 
 // maxScanDepth is the nesting the fast path follows; deeper answers go to encoding/json.
 const maxScanDepth = 256
@@ -171,14 +131,6 @@ func objects[T any](s *jscan, dst *[]T, names []string, read func(e *T, f int) b
 // end says whether only white space is left: a document is one value.
 func (s *jscan) end() bool { return s.Finish() == nil }
 
-// rawCopy reads one value of any kind into *dst, copied (as encoding/json copies a
-// json.RawMessage): the document's buffer may be reused.
-func (s *jscan) rawCopy(dst *json.RawMessage) bool {
-	v, ok := s.rawValue()
-	*dst = append(json.RawMessage(nil), v...)
-	return ok
-}
-
 // stringValue reads a string or null into *dst (null leaves it, as encoding/json does).
 func (s *jscan) stringValue(dst *string) bool {
 	if s.ReadNull() {
@@ -236,140 +188,6 @@ func (s *jscan) str() (string, bool) {
 	return v, err == nil
 }
 
-// intValue reads an integer or null into *dst, as encoding/json reads an int64.
-func (s *jscan) intValue(dst *int64) bool {
-	if s.ReadNull() {
-		return true
-	}
-	t, err := s.ReadNumber()
-	if err != nil || !t.Integer() {
-		return false
-	}
-	n, err := strconv.ParseInt(string(t.Raw(s.Input())), 10, 64)
-	if err != nil {
-		return false
-	}
-	*dst = n
-	return true
-}
-
-var (
-	answerNames = []string{"id", "model", "system_fingerprint", "choices", "usage"}
-	choiceNames = []string{"text", "finish_reason"}
-	usageNames  = []string{"prompt_tokens", "completion_tokens", "total_tokens"}
-)
-
-// scanCompletion is decodeCompletion's fast path: true when it read data whole, as
-// encoding/json would have.
-func scanCompletion(data []byte, c *completionAnswer) bool {
-	s := newScan(data)
-	return s.known(answerNames, func(f int) bool {
-		switch f {
-		case 0:
-			return s.stringValue(&c.ID)
-		case 1:
-			return s.stringValue(&c.Model)
-		case 2:
-			return s.rawCopy(&c.SystemFingerprint)
-		case 3:
-			return s.choices(c)
-		default:
-			return s.usage(c)
-		}
-	}) && s.end()
-}
-
-func (s *jscan) choices(c *completionAnswer) bool {
-	if s.ReadNull() {
-		return true
-	}
-	c.Choices = make([]completionChoice, 0, 1)
-	return objects(s, &c.Choices, choiceNames, func(ch *completionChoice, f int) bool {
-		if f == 0 {
-			return s.stringValue(&ch.Text)
-		}
-		return s.stringPtr(&ch.FinishReason)
-	})
-}
-
-func (s *jscan) usage(c *completionAnswer) bool {
-	if s.ReadNull() {
-		return true // c.Usage stays nil
-	}
-	u := &usage{}
-	if !s.known(usageNames, func(f int) bool {
-		return s.intValue([...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens}[f])
-	}) {
-		return false
-	}
-	c.Usage = u
-	return true
-}
-
-// decodeChunk reads an upstream's stream chunk as json.Unmarshal into completionChunk would,
-// and fails where it would: scanChunk in one validating pass where it can (a stream is read a
-// chunk per token, and encoding/json cost about half of each chunk's time), encoding/json for
-// anything unusual, as decodeCompletion does. FuzzDecodeChunk checks the two against each other.
-//
-// c's choices keep their array for the next chunk's: a chunk's values do not outlive it.
-func decodeChunk(data []byte, c *completionChunk) error {
-	*c = completionChunk{Choices: c.Choices[:0]}
-	if scanChunk(data, c) {
-		return nil
-	}
-	// Not the kept array: encoding/json decodes into a slice's old elements without zeroing them.
-	*c = completionChunk{}
-	return json.Unmarshal(data, c)
-}
-
-var (
-	chunkNames       = []string{"model", "system_fingerprint", "choices", "usage", "error"}
-	chunkChoiceNames = []string{"index", "text", "finish_reason", "stop_reason"}
-)
-
-// scanChunk is decodeChunk's fast path: true when it read data whole, as encoding/json would
-// have. Raw values are copies: data is the event reader's buffer, reused for the next event.
-func scanChunk(data []byte, c *completionChunk) bool {
-	s := newScan(data)
-	return s.known(chunkNames, func(f int) bool {
-		switch f {
-		case 0:
-			return s.stringValue(&c.Model)
-		case 1:
-			return s.rawCopy(&c.SystemFingerprint)
-		case 2:
-			return s.chunkChoices(c)
-		case 3:
-			return s.rawCopy(&c.Usage)
-		default:
-			return s.rawCopy(&c.Error)
-		}
-	}) && s.end()
-}
-
-func (s *jscan) chunkChoices(c *completionChunk) bool {
-	if s.ReadNull() {
-		return true
-	}
-	if c.Choices == nil {
-		c.Choices = make([]chunkChoiceIn, 0, 1)
-	}
-	return objects(s, &c.Choices, chunkChoiceNames, func(ch *chunkChoiceIn, f int) bool {
-		switch f {
-		case 0:
-			var n int64
-			ok := s.intValue(&n) // null leaves 0
-			ch.Index = int(n)
-			return ok && int64(ch.Index) == n
-		case 1:
-			return s.stringValue(&ch.Text)
-		case 2:
-			return s.stringPtr(&ch.FinishReason)
-		}
-		return s.rawCopy(&ch.StopReason)
-	})
-}
-
 var errTooLarge = errors.New("granitestage: answer over the bound")
 
 // readAll reads r to its end into buf, and fails with errTooLarge past max bytes.
@@ -394,7 +212,8 @@ func readAll(r io.Reader, buf []byte, limit int) ([]byte, error) {
 // maxPooledBuffer bounds the read buffers a stage keeps for its next answers.
 const maxPooledBuffer = 1 << 20
 
-// buffers are a stage's reusable byte buffers: the reads of upstream answers.
+// buffers are a stage's reusable byte buffers: the reads of upstream answers, and the Granite
+// members of an answer's messages while it is written.
 type buffers struct{ p sync.Pool }
 
 func (b *buffers) get() *[]byte {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // FuzzDecode: any client body either decodes into a request the processor renders or refuses
@@ -107,7 +108,7 @@ func FuzzChatStream(f *testing.F) {
 			t.Fatalf("appendJSONString(%q) = %s, want %s", body, appendJSONString(nil, string(body)), want)
 		}
 		up := pipeline.NewBody(body, pipeline.Usage{})
-		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: p, in: in, max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: p, in: in, max: 1 << 16, head: openaiwire.Chunk{Header: openaiwire.Header{ID: "x", Object: "chat.completion.chunk"}}}
 		out, err := io.ReadAll(c)
 		if err == nil && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
 			t.Fatalf("ended without [DONE]: %q", out)
@@ -125,33 +126,11 @@ func FuzzChatStream(f *testing.F) {
 	})
 }
 
-// sameAsJSON checks a decoder against json.Unmarshal into a T: what its fast path (scan) reads
-// it reads as encoding/json does, and decode (fast path, else encoding/json) gives the same
-// value and fails where encoding/json fails. It returns encoding/json's value and error.
-func sameAsJSON[T any](t *testing.T, data []byte, scan func([]byte, *T) bool, decode func([]byte, *T) error) (T, error) {
-	t.Helper()
-	var want T
-	werr := json.Unmarshal(data, &want)
-	var fast T
-	if scan(data, &fast) {
-		if werr != nil {
-			t.Fatalf("fast path read what encoding/json refuses (%v): %q", werr, data)
-		}
-		if !reflect.DeepEqual(fast, want) {
-			t.Fatalf("fast path read %+v, encoding/json %+v: %q", fast, want, data)
-		}
-	}
-	var got T
-	if err := decode(data, &got); (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-		t.Fatalf("decoded %+v, %v; encoding/json: %+v, %v: %q", got, err, want, werr, data)
-	}
-	return want, werr
-}
-
-// FuzzDecodeCompletion holds decodeCompletion to encoding/json: the same answer or the same
-// failure for any upstream bytes, and a fast path that accepts only what encoding/json reads the
-// same way. The bytes are also tried as a string's contents (text decodes it as encoding/json
-// does).
+// FuzzDecodeCompletion: what the stage reads of any upstream bytes as a whole answer (openaiwire's
+// DecodeCompletionText, whose mirror is the stage's former struct: FuzzDecoders holds it to
+// encoding/json, on these seeds too) is written back as the stage writes an answer (newAnswer),
+// which must be json.Marshal's bytes for the stage's former structs. The bytes are also tried
+// as a string's contents (text decodes it as encoding/json does).
 func FuzzDecodeCompletion(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":"a \u003cco\u003e1\u003c/co\u003e.\n","logprobs":null,"finish_reason":"stop","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null},"system_fingerprint":"fp","kv_transfer_params":null}`,
@@ -171,12 +150,16 @@ func FuzzDecodeCompletion(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, werr := sameAsJSON(t, data, scanCompletion, decodeCompletion)
+		var got openaiwire.Completion
+		werr := openaiwire.DecodeCompletionText(data, &got)
 
 		if werr == nil { // the answer written back, as the stage writes it
-			a := chatAnswer{ID: got.ID, Object: "chat.completion", Model: got.Model, Usage: got.Usage, SystemFingerprint: got.SystemFingerprint}
+			a := oldChatAnswer{oldHead: oldHead{ID: got.ID, Object: "chat.completion", Model: got.Model}, SystemFingerprint: got.SystemFingerprint}
+			if u := got.Usage; u != nil {
+				a.Usage = &oldUsage{u.PromptTokens, u.CompletionTokens, u.TotalTokens}
+			}
 			for i, ch := range got.Choices {
-				cc := chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: &got.Choices[i].Text}, Logprobs: json.RawMessage("null")}
+				cc := oldChatChoice{Index: i, Message: oldChatMessage{Role: "assistant", Content: &got.Choices[i].Text}, Logprobs: json.RawMessage("null")}
 				if ch.FinishReason != nil {
 					cc.FinishReason = *ch.FinishReason
 					cc.Message.Citations = []granite.Citation{{CitationID: ch.Text, ContextText: got.Model}}
@@ -184,8 +167,8 @@ func FuzzDecodeCompletion(f *testing.F) {
 				a.Choices = append(a.Choices, cc)
 			}
 			want, _ := json.Marshal(a)
-			if out, err := appendAnswer(nil, &a); err != nil || string(out) != string(want) {
-				t.Fatalf("appendAnswer: %s (%v), json.Marshal %s", out, err, want)
+			if out := newAnswer(&a).AppendJSON(nil, openaiwire.Options{FingerprintLast: true}); string(out) != string(want) {
+				t.Fatalf("the answer written: %s, json.Marshal %s", out, want)
 			}
 		}
 
@@ -196,36 +179,6 @@ func FuzzDecodeCompletion(f *testing.F) {
 		gs, gerr := text(quoted)
 		if (gerr == nil) != (jerr == nil) || jerr == nil && gs != ws {
 			t.Fatalf("text(%q) = %q, %v; encoding/json %q, %v", quoted, gs, gerr, ws, jerr)
-		}
-	})
-}
-
-// FuzzDecodeChunk: decodeChunk reads every stream chunk as encoding/json does (what the fast
-// path reads, it reads the same; what it leaves, encoding/json reads), and fails where it fails.
-func FuzzDecodeChunk(f *testing.F) {
-	for _, s := range []string{
-		`{"id":"cmpl-1","object":"text_completion","created":1,"model":"granite","choices":[{"index":0,"text":" \u003cco\u003e","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
-		`{"id":"c","model":"m","system_fingerprint":"fp","choices":[{"index":1,"text":"é\n","finish_reason":"stop","stop_reason":"</response>"},null],"usage":{"prompt_tokens":7}}`,
-		`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}`,
-		`{"error":{"message":"boom","code":500}}`, `{"error":null,"choices":[{"index":null,"text":null}]}`,
-		`{"choices":[{"index":1.0}]}`, `{"choices":[{"index":1e2}]}`, `{"choices":[{"index":99999999999999999999}]}`,
-		`{"choices":[{"index":-1,"text":"a"}],"choices":null}`, `{"Model":"x","ERROR":1}`, `{"ſystem_fingerprint":1,"choices":[{"ſtop_reason":2,"text":"é"}]}`, `{"mod\u0065l":"m"}`,
-		`{"choices":[{"stop_reason":[1,{"a":true}]}]} `, `{"choices":{}}`, `null`, `[]`, `{"usage":nul}`, `{"a":1,}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		want, werr := sameAsJSON(t, data, scanChunk, decodeChunk)
-		// A stream reuses its chunk: nothing of the one before may show through (but an empty
-		// choices array for none).
-		used := completionChunk{}
-		_ = decodeChunk([]byte(`{"model":"m","choices":[{"index":1,"text":"t","finish_reason":"stop","stop_reason":"s"},{"index":2}],"usage":{},"error":1}`), &used)
-		err := decodeChunk(data, &used)
-		if len(used.Choices) == 0 && len(want.Choices) == 0 {
-			used.Choices = want.Choices
-		}
-		if (err == nil) != (werr == nil) || werr == nil && !reflect.DeepEqual(used, want) {
-			t.Fatalf("decodeChunk after another chunk: %+v, %v; encoding/json: %+v, %v: %q", used, err, want, werr, data)
 		}
 	})
 }

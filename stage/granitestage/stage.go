@@ -46,6 +46,7 @@ import (
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/chatstream"
 	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 const (
@@ -174,11 +175,14 @@ type backend struct {
 	bufs  *buffers
 
 	// What the calls so far got: the last completion's metadata and answer, usage summed.
-	last   *pipeline.Response
-	got    completionAnswer
-	usage  pipeline.Usage
-	total  *usage
-	prompt string
+	last  *pipeline.Response
+	got   openaiwire.Completion
+	usage pipeline.Usage
+	// total is the answers' usage summed, when one had usage (hasTotal): held here, not
+	// behind its own pointer, since the backend lives as long as the answer it writes.
+	total    openaiwire.Usage
+	hasTotal bool
+	prompt   string
 
 	log      *slog.Logger // nil: no debug lines
 	mayDebug bool         // the caller may have the prompt back
@@ -248,9 +252,9 @@ func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
 		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_failed", "Reading the upstream's answer failed: "+err.Error())
 	}
 	u := res.Body.Finish(nil)
-	var c completionAnswer
-	if decodeCompletion(data, &c) != nil {
-		return nil, errBadAnswer
+	var c openaiwire.Completion
+	if openaiwire.DecodeCompletionText(data, &c) != nil {
+		return nil, errBadAnswer // b.got stays the last answer read
 	}
 	b.last, b.got = res, c
 	b.usage.PromptTokens += u.PromptTokens
@@ -258,9 +262,7 @@ func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
 	b.usage.Chunks += u.Chunks
 	b.usage.Status = u.Status
 	if c.Usage != nil {
-		if b.total == nil {
-			b.total = &usage{}
-		}
+		b.hasTotal = true
 		b.total.PromptTokens += c.Usage.PromptTokens
 		b.total.CompletionTokens += c.Usage.CompletionTokens
 		b.total.TotalTokens += c.Usage.TotalTokens
@@ -275,37 +277,6 @@ func (b *backend) take(res *pipeline.Response) ([]granite.Generation, error) {
 	return gens, nil
 }
 
-// chatMessage is an assistant message with Granite's extras as extra members.
-type chatMessage struct {
-	Role             string                  `json:"role"`
-	Content          *string                 `json:"content"`
-	ReasoningContent *string                 `json:"reasoning_content,omitempty"`
-	ToolCalls        []chatstream.ToolCall   `json:"tool_calls,omitempty"`
-	Citations        []granite.Citation      `json:"citations,omitempty"`
-	Documents        []granite.CitedDocument `json:"documents,omitempty"`
-	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
-	// ParseError says why the model's output could not be parsed (the part it could not read
-	// is then in the content, as written), whole; ParseErrorHeader has it shortened.
-	ParseError string `json:"parse_error,omitempty"`
-}
-
-type chatChoice struct {
-	Index        int             `json:"index"`
-	Message      chatMessage     `json:"message"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason string          `json:"finish_reason"`
-}
-
-type chatAnswer struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	Choices           []chatChoice    `json:"choices"`
-	Usage             *usage          `json:"usage,omitempty"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-}
-
 // answer is the chat completion (or its replayed stream) for the parsed results.
 func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o *Options, results []granite.Result) (*pipeline.Response, error) {
 	if b.last == nil { // an IO processor that answered without the upstream
@@ -315,17 +286,20 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 	if model == "" {
 		_ = json.Unmarshal(b.model, &model)
 	}
-	out := chatAnswer{ID: o.NewID(), Object: "chat.completion", Created: o.Now().Unix(), Model: model,
-		Choices: make([]chatChoice, len(results)), Usage: b.total, SystemFingerprint: b.got.SystemFingerprint}
+	out := openaiwire.ChatCompletion{Header: openaiwire.Header{ID: o.NewID(), Object: "chat.completion", Created: o.Now().Unix(),
+		Model: model, SystemFingerprint: b.got.SystemFingerprint}, Choices: make([]openaiwire.ChatChoice, len(results))}
+	if b.hasTotal {
+		out.Usage = &b.total
+	}
+	// Granite's members of each message are written first, into a pooled buffer, and the writer
+	// copies them (Message.Extra): one buffer for every choice, reused from answer to answer.
+	// A slice of it stays right as it grows (append leaves the old array as it was).
+	extra := b.bufs.get()
+	defer b.bufs.put(extra)
 	header := http.Header{}
-	for i, r := range results {
-		m := r.NextMessage
-		cm := chatMessage{Role: "assistant", ReasoningContent: m.ReasoningContent, Citations: m.Citations,
-			Documents: m.Documents, Hallucinations: m.Hallucinations}
-		finish := m.StopReason
-		if finish == "" {
-			finish = "stop"
-		}
+	for i := range results {
+		m := &results[i].NextMessage
+		cm := openaiwire.Message{Role: "assistant", ReasoningContent: m.ReasoningContent}
 		for j, tc := range m.ToolCalls {
 			args := string(tc.Arguments)
 			if args == "" {
@@ -335,26 +309,36 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 			if id == "" {
 				id = fmt.Sprintf("call_%d_%d", i, j)
 			}
-			cm.ToolCalls = append(cm.ToolCalls, chatstream.ToolCall{ID: id, Type: "function",
-				Function: chatstream.Function{Name: tc.Name, Arguments: args}})
+			cm.ToolCalls = append(cm.ToolCalls, openaiwire.ToolCall{ID: id, Type: "function",
+				Function: openaiwire.Function{Name: tc.Name, Arguments: args}})
 		}
-		if len(cm.ToolCalls) > 0 {
-			finish = "tool_calls"
+		// Granite's finish reason is always a string (the writer's pointer only tells null
+		// apart): the parse's own when it has one, so that the common answer allocates none.
+		finish := &m.StopReason
+		switch {
+		case len(cm.ToolCalls) > 0:
+			s := "tool_calls"
+			finish = &s
+		case *finish == "":
+			s := "stop"
+			finish = &s
 		}
 		if content := m.Content; content != "" || len(cm.ToolCalls) == 0 {
 			cm.Content = &content
 		}
 		if m.ParseError != "" {
-			cm.ParseError = m.ParseError
 			header.Add(ParseErrorHeader, fmt.Sprintf("choice %d: %s", i, httpapi.Truncate(sanitizeHeader(m.ParseError), 512)))
 		}
-		out.Choices[i] = chatChoice{Index: i, Message: cm, Logprobs: json.RawMessage("null"), FinishReason: finish}
+		// parse_error says why the model's output could not be parsed (the part it could not
+		// read is then in the content, as written), whole; ParseErrorHeader has it shortened.
+		at := len(*extra)
+		*extra = appendExtras(*extra, m.Citations, m.Documents, m.Hallucinations, m.ParseError)
+		cm.Extra = (*extra)[at:]
+		out.Choices[i] = openaiwire.ChatChoice{Index: i, Message: cm, FinishReason: finish}
 	}
 	b.debug(header)
-	full, err := appendAnswer(make([]byte, 0, answerSize(&out)), &out)
-	if err != nil {
-		return nil, err
-	}
+	// The fingerprint goes last, after usage, as the stage's answers have always had it.
+	full := out.AppendJSON(make([]byte, 0, answerSize(results)), openaiwire.Options{FingerprintLast: true})
 	res := &pipeline.Response{StatusCode: http.StatusOK, GatewayHeader: b.last.GatewayHeader, Endpoint: b.last.Endpoint,
 		Model: b.last.Model, BackendType: b.last.BackendType, Header: header}
 	if !req.Stream() {
@@ -373,7 +357,7 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 	if err != nil {
 		return nil, fmt.Errorf("granitestage: replaying the answer: %w", err)
 	}
-	if err := addExtras(chunks, out.Choices); err != nil {
+	if err := addExtras(chunks, results); err != nil {
 		return nil, err
 	}
 	header.Set("Content-Type", "text/event-stream")
@@ -415,7 +399,7 @@ type extras struct {
 
 // addExtras puts each choice's Granite extras into the delta of its finish chunk (Replay carries
 // only OpenAI's members).
-func addExtras(chunks [][]byte, choices []chatChoice) error {
+func addExtras(chunks [][]byte, results []granite.Result) error {
 	for i, c := range chunks {
 		var head struct {
 			Choices []struct {
@@ -427,10 +411,10 @@ func addExtras(chunks [][]byte, choices []chatChoice) error {
 			continue
 		}
 		idx := head.Choices[0].Index
-		if idx < 0 || idx >= len(choices) {
+		if idx < 0 || idx >= len(results) {
 			continue
 		}
-		m := choices[idx].Message
+		m := &results[idx].NextMessage
 		if m.Citations == nil && m.Documents == nil && m.Hallucinations == nil {
 			continue
 		}

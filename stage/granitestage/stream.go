@@ -15,6 +15,7 @@ import (
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/internal/jsonwire"
 	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // maxStreamChoices bounds the choices one streamed answer may carry (each holds its text).
@@ -63,67 +64,9 @@ func (b *backend) stream(ctx context.Context, s *granite.Simple, sp granite.Stre
 	header.Set("Content-Type", "text/event-stream")
 	header.Set("Cache-Control", "no-cache")
 	body := &chatStream{Body: res.Body, ev: pipeline.NewEvents(res.Body), sp: sp, in: in, max: o.MaxAnswerBytes,
-		head: chunk{ID: o.NewID(), Object: "chat.completion.chunk", Created: o.Now().Unix(), Model: model}}
+		head: openaiwire.Chunk{Header: openaiwire.Header{ID: o.NewID(), Object: "chat.completion.chunk", Created: o.Now().Unix(), Model: model}}}
 	return &pipeline.Response{StatusCode: http.StatusOK, Stream: true, Header: header, GatewayHeader: res.GatewayHeader,
 		Endpoint: res.Endpoint, Model: res.Model, BackendType: res.BackendType, Body: body}, nil
-}
-
-// completionChunk is what the stage reads of an upstream's completion chunk.
-type completionChunk struct {
-	Model             string          `json:"model"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint"`
-	Choices           []chunkChoiceIn `json:"choices"`
-	Usage             json.RawMessage `json:"usage"`
-	Error             json.RawMessage `json:"error"`
-}
-
-type chunkChoiceIn struct {
-	Index        int             `json:"index"`
-	Text         string          `json:"text"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason"`
-}
-
-type chunk struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"`
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-	Choices           []chunkChoice   `json:"choices"`
-	Usage             json.RawMessage `json:"usage,omitempty"`
-}
-
-type chunkChoice struct {
-	Index        int             `json:"index"`
-	Delta        chunkDelta      `json:"delta"`
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"`
-	StopReason   json.RawMessage `json:"stop_reason,omitempty"`
-}
-
-type chunkDelta struct {
-	Role             string                  `json:"role,omitempty"`
-	Content          *string                 `json:"content,omitempty"`
-	ReasoningContent *string                 `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCallDelta         `json:"tool_calls,omitempty"`
-	Citations        []granite.Citation      `json:"citations,omitempty"`
-	Documents        []granite.CitedDocument `json:"documents,omitempty"`
-	Hallucinations   []granite.Hallucination `json:"hallucinations,omitempty"`
-	// ParseError is the stream's form of ParseErrorHeader (sent before the answer was known):
-	// the whole answer's, and, should what was streamed ever differ from the whole answer's
-	// parse (a bug: FuzzStreamIsWholeAnswer holds the two equal), how.
-	ParseError string `json:"parse_error,omitempty"`
-}
-
-type toolCallDelta struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
 }
 
 type choiceState struct {
@@ -135,10 +78,14 @@ type choiceState struct {
 // the upstream body's, so metering counts what the upstream sent.
 type chatStream struct {
 	pipeline.Body
-	ev   *pipeline.Events
-	sp   granite.StreamOutputProcessor
-	in   *granite.ChatRequest
-	head chunk
+	ev *pipeline.Events
+	sp granite.StreamOutputProcessor
+	in *granite.ChatRequest
+	// head is every chunk's id, object, created, model and fingerprint; each chunk written is
+	// head with its choices (one, from one, or none and a usage), in openaiwire's layout with
+	// the fingerprint after model, where the stage's chunks have always had it.
+	head openaiwire.Chunk
+	one  [1]openaiwire.ChunkChoice // the choices of the chunk being written
 	max  int
 
 	read int // text bytes read from the upstream
@@ -151,7 +98,7 @@ type chatStream struct {
 	out []byte
 	off int
 	// up is the upstream chunk being read, reused from chunk to chunk.
-	up  completionChunk
+	up  openaiwire.Completion
 	err error
 }
 
@@ -192,7 +139,7 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 // take turns one upstream chunk into chat chunks.
 func (c *chatStream) take(data []byte) error {
 	up := &c.up
-	if err := decodeChunk(data, up); err != nil {
+	if err := openaiwire.DecodeCompletionChunk(data, up); err != nil {
 		return fmt.Errorf("granitestage: an upstream chunk is not a completion chunk: %w", err)
 	}
 	if present(up.Error) {
@@ -218,15 +165,13 @@ func (c *chatStream) take(data []byte) error {
 		}
 		c.delta(ch.Index, st.parse.Write(ch.Text))
 		if ch.FinishReason != nil {
-			if err := c.finish(ch.Index, st, *ch.FinishReason, ch.StopReason); err != nil {
-				return err
-			}
+			c.finish(ch.Index, st, *ch.FinishReason, ch.StopReason)
 		}
 	}
-	if present(up.Usage) {
+	if up.Usage != nil { // present and not null, passed on as it came
 		h := c.head
-		h.Choices, h.Usage = []chunkChoice{}, up.Usage
-		return c.emit(h)
+		h.Choices, h.Usage = []openaiwire.ChunkChoice{}, up.Usage
+		c.emit(&h)
 	}
 	return nil
 }
@@ -245,7 +190,8 @@ func (c *chatStream) choice(i int) (*choiceState, error) {
 	st := &choiceState{parse: c.sp.ParseStream(c.in)}
 	c.choices[i] = st
 	empty := ""
-	return st, c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Role: "assistant", Content: &empty}})
+	c.emitChoice(openaiwire.ChunkChoice{Index: i, Delta: &openaiwire.Delta{Role: "assistant", Content: &empty}})
+	return st, nil
 }
 
 func (c *chatStream) delta(i int, d granite.Delta) {
@@ -258,17 +204,13 @@ func (c *chatStream) delta(i int, d granite.Delta) {
 }
 
 // emitText sends a one-member delta chunk, written by hand: it is the one sent per upstream
-// chunk, and the same as emitChoice's encoding of it.
+// chunk, and the same as emitChoice's encoding of it (TestEmitTextIsEmitChoice). Its head is
+// written once per model, around an empty list of choices.
 func (c *chatStream) emitText(i int, member, text string) {
 	if c.prefix == nil || c.prefixModel != c.head.Model {
 		h := c.head
-		h.Choices = []chunkChoice{}
-		b, err := json.Marshal(h)
-		if err != nil {
-			content := text // a copy: taking text's address would move it to the heap on every call
-			_ = c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{Content: &content}})
-			return
-		}
+		h.Choices = []openaiwire.ChunkChoice{}
+		b := h.AppendJSON(nil, openaiwire.Options{})
 		// {...,"choices":[]...} -> up to and including "choices":[
 		at := bytes.Index(b, []byte(`"choices":[]`)) + len(`"choices":[`)
 		c.prefix, c.suffix, c.prefixModel = b[:at:at], b[at:], c.head.Model
@@ -294,22 +236,23 @@ func appendJSONString(dst []byte, s string) []byte {
 
 // finish parses choice i's whole text and sends what the stream had not yet let out, its tool
 // calls, and its finish chunk with Granite's extras.
-func (c *chatStream) finish(i int, st *choiceState, reason string, stopReason json.RawMessage) error {
+func (c *chatStream) finish(i int, st *choiceState, reason string, stopReason json.RawMessage) {
 	st.finished = true
 	rest, m, mismatch := st.parse.Close(reason)
 	c.delta(i, rest)
 	for j, tc := range m.ToolCalls {
-		d := toolCallDelta{Index: j, ID: tc.ID, Type: "function"}
+		// The writer leaves an empty id or type out (a later piece of a call has none), where
+		// the stage's former struct wrote them: the same bytes here, since a Granite tool call
+		// comes whole, with an id (call_i_j at least) and its type.
+		d := openaiwire.ToolCallDelta{Index: j, ID: tc.ID, Type: "function",
+			Function: openaiwire.Function{Name: tc.Name, Arguments: string(tc.Arguments)}}
 		if d.ID == "" {
 			d.ID = fmt.Sprintf("call_%d_%d", i, j)
 		}
-		d.Function.Name, d.Function.Arguments = tc.Name, string(tc.Arguments)
 		if d.Function.Arguments == "" {
 			d.Function.Arguments = "{}"
 		}
-		if err := c.emitChoice(chunkChoice{Index: i, Delta: chunkDelta{ToolCalls: []toolCallDelta{d}}}); err != nil {
-			return err
-		}
+		c.emitChoice(openaiwire.ChunkChoice{Index: i, Delta: &openaiwire.Delta{ToolCalls: []openaiwire.ToolCallDelta{d}}})
 	}
 	if reason == "" {
 		reason = "stop"
@@ -317,6 +260,9 @@ func (c *chatStream) finish(i int, st *choiceState, reason string, stopReason js
 	if len(m.ToolCalls) > 0 {
 		reason = "tool_calls"
 	}
+	// parse_error is the stream's form of ParseErrorHeader (sent before the answer was known):
+	// the whole answer's, and, should what was streamed ever differ from the whole answer's
+	// parse (a bug: FuzzStreamIsWholeAnswer holds the two equal), how.
 	perr := m.ParseError
 	if mismatch != "" {
 		perr = joinNonEmpty(perr, mismatch)
@@ -324,8 +270,8 @@ func (c *chatStream) finish(i int, st *choiceState, reason string, stopReason js
 	if len(stopReason) == 0 || string(stopReason) == "null" {
 		stopReason = nil
 	}
-	return c.emitChoice(chunkChoice{Index: i, FinishReason: &reason, StopReason: stopReason, Delta: chunkDelta{
-		Citations: m.Citations, Documents: m.Documents, Hallucinations: m.Hallucinations, ParseError: perr}})
+	c.emitChoice(openaiwire.ChunkChoice{Index: i, FinishReason: &reason, StopReason: stopReason, Delta: &openaiwire.Delta{
+		Extra: appendExtras(nil, m.Citations, m.Documents, m.Hallucinations, perr)}})
 }
 
 func joinNonEmpty(a, b string) string {
@@ -339,27 +285,24 @@ func joinNonEmpty(a, b string) string {
 func (c *chatStream) finishAll() {
 	for _, i := range slices.Sorted(maps.Keys(c.choices)) {
 		if st := c.choices[i]; !st.finished {
-			_ = c.finish(i, st, "stop", nil)
+			c.finish(i, st, "stop", nil)
 		}
 	}
 }
 
-func (c *chatStream) emitChoice(ch chunkChoice) error {
+// emitChoice sends a chunk of one choice.
+func (c *chatStream) emitChoice(ch openaiwire.ChunkChoice) {
 	h := c.head
-	if ch.Logprobs == nil {
-		ch.Logprobs = json.RawMessage("null")
-	}
-	h.Choices = []chunkChoice{ch}
-	return c.emit(h)
+	c.one[0] = ch
+	h.Choices = c.one[:]
+	c.emit(&h)
 }
 
-func (c *chatStream) emit(h chunk) error {
-	b, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("granitestage: encoding a chunk: %w", err)
-	}
-	c.emitRaw(b)
-	return nil
+// emit writes h as a server-sent event.
+func (c *chatStream) emit(h *openaiwire.Chunk) {
+	c.out = append(c.out, "data: "...)
+	c.out = h.AppendJSON(c.out, openaiwire.Options{})
+	c.out = append(c.out, "\n\n"...)
 }
 
 func (c *chatStream) emitRaw(b []byte) {

@@ -11,30 +11,81 @@ import (
 
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/granite"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
-// The hand-written delta chunk is byte for byte what encoding/json writes for it.
+// The hand-written delta chunk is byte for byte what emitChoice writes for it, and what
+// json.Marshal wrote for the stage's former chunk struct.
 func TestEmitTextIsEmitChoice(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"plain", "\x00\x1f\"\\<>&\u2028\u2029\xff\xc3 é\t\r\n", ""} {
-		a := &chatStream{head: chunk{ID: "chatcmpl-1", Object: "chat.completion.chunk", Created: 7, Model: "g\"<",
-			SystemFingerprint: json.RawMessage(`"fp"`)}}
-		b := *a
-		a.emitText(3, "content", s)
-		text := s
-		if err := b.emitChoice(chunkChoice{Index: 3, Delta: chunkDelta{Content: &text}}); err != nil {
+		for _, fp := range []json.RawMessage{nil, json.RawMessage(`"fp"`), json.RawMessage(` {"a" : "<\u00e9>"} `)} {
+			a := &chatStream{head: openaiwire.Chunk{Header: openaiwire.Header{ID: "chatcmpl-1", Object: "chat.completion.chunk", Created: 7,
+				Model: "g\"<", SystemFingerprint: fp}}}
+			b := *a
+			text := s
+			old := oldChunk{oldHead: oldHead{ID: "chatcmpl-1", Object: "chat.completion.chunk", Created: 7, Model: "g\"<"}, SystemFingerprint: fp,
+				Choices: []oldChunkChoice{{Index: 3, Delta: oldChunkDelta{Content: &text}, Logprobs: json.RawMessage("null")}}}
+			for _, member := range []string{"content", "reasoning_content"} {
+				a.out, b.out = nil, nil
+				a.emitText(old.Choices[0].Index, member, s)
+				d := &openaiwire.Delta{Content: &text}
+				if member == "reasoning_content" {
+					d = &openaiwire.Delta{ReasoningContent: &text}
+					old.Choices[0].Delta = oldChunkDelta{ReasoningContent: &text}
+				}
+				b.emitChoice(openaiwire.ChunkChoice{Index: old.Choices[0].Index, Delta: d})
+				want, err := json.Marshal(old)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(a.out) != string(b.out) || string(a.out) != "data: "+string(want)+"\n\n" {
+					t.Errorf("%q:\n%s\n%s\ndata: %s", s, a.out, b.out, want)
+				}
+				old.Choices[0].Index = 0
+			}
+		}
+	}
+}
+
+// The chunks the stage writes (a role chunk, a tool call, a finish chunk with Granite's
+// members, a usage chunk) are what json.Marshal wrote for the stage's former chunk structs.
+func TestChunksAreMarshal(t *testing.T) {
+	t.Parallel()
+	tricky := "a <b> & \"c\" \\ \n\t\x01 \u2028\u2029 é \xff"
+	empty, stop, tools := "", "stop", "tool_calls"
+	head := oldChunk{oldHead: oldHead{ID: "chatcmpl-1", Object: "chat.completion.chunk", Created: 7, Model: tricky}}
+	with := func(fp json.RawMessage, usage json.RawMessage, choices ...oldChunkChoice) oldChunk {
+		c := head
+		c.SystemFingerprint, c.Usage, c.Choices = fp, usage, choices
+		return c
+	}
+	null := json.RawMessage("null")
+	for i, c := range []oldChunk{
+		with(nil, nil, oldChunkChoice{Index: 1, Delta: oldChunkDelta{Role: "assistant", Content: &empty}, Logprobs: null}),
+		with(json.RawMessage(`"fp"`), nil, oldChunkChoice{Index: 0, Logprobs: null, Delta: oldChunkDelta{ToolCalls: []oldToolCallDelta{
+			{Index: 2, ID: "call_0_2", Type: "function", Function: openaiwire.Function{Name: "f<", Arguments: `{"a": "<&>"}`}}}}}),
+		with(json.RawMessage(` [1, {"b" : "\u2028"}] `), nil, oldChunkChoice{Index: 0, Logprobs: null, FinishReason: &stop,
+			StopReason: json.RawMessage(` "</x>" `), Delta: oldChunkDelta{oldExtras: oldExtras{
+				Citations:      []granite.Citation{{CitationID: "0", DocID: tricky, ContextText: tricky, ResponseEnd: 9}},
+				Documents:      []granite.CitedDocument{{DocID: "1", Text: tricky, CitationID: "x"}},
+				Hallucinations: []granite.Hallucination{{HallucinationID: "1", Risk: tricky}}, ParseError: tricky}}}),
+		with(nil, nil, oldChunkChoice{Index: 3, Logprobs: null, FinishReason: &tools, Delta: oldChunkDelta{oldExtras: oldExtras{ParseError: "p"}}}),
+		with(nil, nil, oldChunkChoice{Index: 3, Logprobs: null, FinishReason: &stop, StopReason: json.RawMessage("7")}),
+		with(nil, nil, oldChunkChoice{Index: 0, Logprobs: null, FinishReason: &stop, Delta: oldChunkDelta{oldExtras: oldExtras{Documents: []granite.CitedDocument{{}}}}}),
+		with(json.RawMessage(`null`), json.RawMessage(`{"prompt_tokens": 7, "total_tokens":11,"completion_tokens":4,"x":"<"}`)),
+	} {
+		if c.Choices == nil {
+			c.Choices = []oldChunkChoice{}
+		}
+		want, err := json.Marshal(c)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if string(a.out) != string(b.out) {
-			t.Errorf("%q:\n%s\n%s", s, a.out, b.out)
-		}
-		a.out, b.out = nil, nil
-		a.emitText(0, "reasoning_content", s)
-		if err := b.emitChoice(chunkChoice{Index: 0, Delta: chunkDelta{ReasoningContent: &text}}); err != nil {
-			t.Fatal(err)
-		}
-		if string(a.out) != string(b.out) {
-			t.Errorf("%q:\n%s\n%s", s, a.out, b.out)
+		s := &chatStream{}
+		s.emit(newChunk(&c))
+		if string(s.out) != "data: "+string(want)+"\n\n" {
+			t.Errorf("chunk %d:\n got %s\nwant data: %s", i, s.out, want)
 		}
 	}
 }
@@ -57,7 +108,7 @@ func streamOf(t *testing.T, in *granite.ChatRequest, chunks ...string) map[int]*
 	}
 	body.WriteString("data: [DONE]\n\n")
 	up := pipeline.NewBody([]byte(body.String()), pipeline.Usage{})
-	c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: in, max: 1 << 20, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+	c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: in, max: 1 << 20, head: openaiwire.Chunk{Header: openaiwire.Header{ID: "x", Object: "chat.completion.chunk"}}}
 	out, err := io.ReadAll(c)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +120,7 @@ func streamOf(t *testing.T, in *granite.ChatRequest, chunks ...string) map[int]*
 		if err != nil {
 			break
 		}
-		var ch chunk
+		var ch oldChunk
 		if err := json.Unmarshal(data, &ch); err != nil {
 			t.Fatalf("%s: %v", data, err)
 		}
@@ -127,22 +178,6 @@ func TestChatStreamChoices(t *testing.T) {
 	}
 }
 
-// TestScanChunkReadsUpstreamChunks: the chunks upstreams send (vLLM's, with its nulls, and an
-// error event) are read by the fast path, not left to encoding/json.
-func TestScanChunkReadsUpstreamChunks(t *testing.T) {
-	for _, data := range []string{
-		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"ibm-granite/granite-3.3-8b-instruct","choices":[{"index":0,"text":"<think>Fir","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
-		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"granite","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":null}`,
-		`{"id":"cmpl-a1","object":"text_completion","created":1732000000,"model":"granite","choices":[],"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null}}`,
-		`{"error":{"object":"error","message":"boom","type":"InternalServerError","param":null,"code":500}}`,
-	} {
-		var c completionChunk
-		if !scanChunk([]byte(data), &c) {
-			t.Errorf("left to encoding/json: %s", data)
-		}
-	}
-}
-
 // A chunk with "error": null is an ordinary chunk (encoding/json reads null into a RawMessage as
 // the bytes null, which once passed every such chunk on untouched as an error event).
 func TestNullErrorIsNoError(t *testing.T) {
@@ -151,7 +186,7 @@ func TestNullErrorIsNoError(t *testing.T) {
 		"data: {\"error\":null,\"choices\":[{\"index\":0,\"text\":\"</response>\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
 	up := pipeline.NewBody(body, pipeline.Usage{})
 	c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: &granite.ChatRequest{Thinking: true},
-		max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+		max: 1 << 16, head: openaiwire.Chunk{Header: openaiwire.Header{ID: "x", Object: "chat.completion.chunk"}}}
 	out, err := io.ReadAll(c)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +209,7 @@ func TestChatStreamReadSizes(t *testing.T) {
 	read := func(wrap func(io.Reader) io.Reader) string {
 		up := pipeline.NewBody([]byte(body.String()), pipeline.Usage{})
 		c := &chatStream{Body: up, ev: pipeline.NewEvents(up), sp: granite.New(granite.V33), in: &granite.ChatRequest{Thinking: true},
-			max: 1 << 16, head: chunk{ID: "x", Object: "chat.completion.chunk"}}
+			max: 1 << 16, head: openaiwire.Chunk{Header: openaiwire.Header{ID: "x", Object: "chat.completion.chunk"}}}
 		out, err := io.ReadAll(wrap(c))
 		if err != nil {
 			t.Fatal(err)

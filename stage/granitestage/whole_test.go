@@ -107,7 +107,7 @@ func throughStage(t testing.TB, version string, body []byte, text string, stream
 		if err != nil {
 			break
 		}
-		var c chunk
+		var c oldChunk
 		if err := json.Unmarshal(data, &c); err != nil {
 			t.Fatalf("%v: %.300s", err, data)
 		}

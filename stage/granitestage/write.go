@@ -10,67 +10,24 @@ import (
 	"github.com/infergate/infergate/lib/granite"
 )
 
-// The stage writes its JSON by hand, byte for byte as encoding/json.Marshal writes the same
-// values (TestWriteIsMarshal and FuzzDecodeCompletion hold it to that): reflection over a
-// 4,000-character answer and its citations cost more than parsing them.
+// The stage writes its JSON by hand (its answers and chunks through openaiwire, Granite's
+// members of a message and the completion request here), byte for byte as encoding/json.Marshal
+// wrote the stage's former structs (TestWriteIsMarshal, TestChunksAreMarshal and
+// FuzzDecodeCompletion hold it to that): reflection over a 4,000-character answer and its
+// citations cost more than parsing them.
 
-// appendAnswer appends a as json.Marshal(a) writes it.
-func appendAnswer(dst []byte, a *chatAnswer) ([]byte, error) {
-	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, a.ID)
-	dst = append(dst, `,"object":`...)
-	dst = appendJSONString(dst, a.Object)
-	dst = append(dst, `,"created":`...)
-	dst = strconv.AppendInt(dst, a.Created, 10)
-	dst = append(dst, `,"model":`...)
-	dst = appendJSONString(dst, a.Model)
-	dst = append(dst, `,"choices":`...)
-	if a.Choices == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i := range a.Choices {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = appendChoice(dst, &a.Choices[i]); err != nil {
-				return nil, err
-			}
-		}
-		dst = append(dst, ']')
-	}
-	if u := a.Usage; u != nil {
-		dst = append(dst, `,"usage":{"prompt_tokens":`...)
-		dst = strconv.AppendInt(dst, u.PromptTokens, 10)
-		dst = append(dst, `,"completion_tokens":`...)
-		dst = strconv.AppendInt(dst, u.CompletionTokens, 10)
-		dst = append(dst, `,"total_tokens":`...)
-		dst = strconv.AppendInt(dst, u.TotalTokens, 10)
-		dst = append(dst, '}')
-	}
-	if len(a.SystemFingerprint) > 0 {
-		dst = append(dst, `,"system_fingerprint":`...)
-		var err error
-		if dst, err = appendRaw(dst, a.SystemFingerprint); err != nil {
-			return nil, err
-		}
-	}
-	return append(dst, '}'), nil
-}
-
-// answerSize is about the length of a's JSON: its texts, an eighth more for escapes, and each
-// object's member names and numbers.
-func answerSize(a *chatAnswer) int {
+// answerSize is about the length of the chat completion of results: their texts, an eighth
+// more for escapes, and each object's member names and numbers.
+func answerSize(results []granite.Result) int {
 	n := 256
-	for i := range a.Choices {
-		m := &a.Choices[i].Message
-		n += 160
-		if m.Content != nil {
-			n += len(*m.Content)
-		}
+	for i := range results {
+		m := &results[i].NextMessage
+		n += 160 + len(m.Content)
 		if m.ReasoningContent != nil {
 			n += len(*m.ReasoningContent)
+		}
+		for j := range m.ToolCalls {
+			n += 64 + len(m.ToolCalls[j].Name) + len(m.ToolCalls[j].Arguments)
 		}
 		for j := range m.Citations {
 			n += 160 + len(m.Citations[j].ContextText) + len(m.Citations[j].ResponseText)
@@ -86,61 +43,11 @@ func answerSize(a *chatAnswer) int {
 	return n + n/8
 }
 
-// appendRaw appends a raw JSON value as encoding/json does (compacted, HTML escaped); rare
-// enough to leave to it.
-func appendRaw(dst []byte, raw json.RawMessage) ([]byte, error) {
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil, fmt.Errorf("granitestage: encoding the chat completion: %w", err)
-	}
-	return append(dst, b...), nil
-}
-
-func appendChoice(dst []byte, c *chatChoice) ([]byte, error) {
-	dst = append(dst, `{"index":`...)
-	dst = strconv.AppendInt(dst, int64(c.Index), 10)
-	m := &c.Message
-	dst = append(dst, `,"message":{"role":`...)
-	dst = appendJSONString(dst, m.Role)
-	dst = append(dst, `,"content":`...)
-	if m.Content == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendJSONString(dst, *m.Content)
-	}
-	if m.ReasoningContent != nil {
-		dst = append(dst, `,"reasoning_content":`...)
-		dst = appendJSONString(dst, *m.ReasoningContent)
-	}
-	if len(m.ToolCalls) > 0 {
-		b, err := json.Marshal(m.ToolCalls)
-		if err != nil {
-			return nil, fmt.Errorf("granitestage: encoding the chat completion: %w", err)
-		}
-		dst = append(append(dst, `,"tool_calls":`...), b...)
-	}
-	dst = appendExtras(dst, m.Citations, m.Documents, m.Hallucinations)
-	if m.ParseError != "" {
-		dst = append(dst, `,"parse_error":`...)
-		dst = appendJSONString(dst, m.ParseError)
-	}
-	dst = append(dst, `},"logprobs":`...)
-	if c.Logprobs == nil || string(c.Logprobs) == "null" {
-		dst = append(dst, "null"...)
-	} else {
-		var err error
-		if dst, err = appendRaw(dst, c.Logprobs); err != nil {
-			return nil, err
-		}
-	}
-	dst = append(dst, `,"finish_reason":`...)
-	dst = appendJSONString(dst, c.FinishReason)
-	return append(dst, '}'), nil
-}
-
-// appendExtras appends Granite's members of a message, each after a comma, as the omitempty
-// fields of chatMessage and extras write them.
-func appendExtras(dst []byte, cites []granite.Citation, docs []granite.CitedDocument, hallucs []granite.Hallucination) []byte {
+// appendExtras appends Granite's members of a message (an answer's message, or a stream's
+// finish delta), each after a comma, as openaiwire's Extra takes them: citations, documents,
+// hallucinations and parse_error, each left out when empty, in the order and with the members
+// and escaping json.Marshal gave them (TestWriteIsMarshal, TestChunksAreMarshal).
+func appendExtras(dst []byte, cites []granite.Citation, docs []granite.CitedDocument, hallucs []granite.Hallucination, parseError string) []byte {
 	if len(cites) > 0 {
 		dst = append(dst, `,"citations":[`...)
 		for i := range cites {
@@ -202,6 +109,10 @@ func appendExtras(dst []byte, cites []granite.Citation, docs []granite.CitedDocu
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')
+	}
+	if parseError != "" {
+		dst = append(dst, `,"parse_error":`...)
+		dst = appendJSONString(dst, parseError)
 	}
 	return dst
 }
