@@ -11,7 +11,8 @@ import (
 	"github.com/infergate/infergate/internal/jsonwire"
 )
 
-// maxScanDepth is the nesting the fast path follows; deeper answers go to encoding/json.
+// maxScanDepth is the nesting the request fast paths (fields.go) follow; deeper bodies go to
+// encoding/json. Upstream answers are read by openaiwire.
 const maxScanDepth = 256
 
 // jscan is the stage's reader: jsonwire's validating Scanner, with the walks its fast paths
