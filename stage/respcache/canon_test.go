@@ -1,9 +1,10 @@
 package respcache
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // TestCanonicalGolden pins canonical bytes (what the cache keys hash) to what the encoder
@@ -47,8 +48,8 @@ func TestKeyGolden(t *testing.T) {
 		{`{"model":"m","temperature":0.0,"seed":12345678901234567890,"tools":[{"type":"function","function":{"name":"f","description":"caf\u00e9 <&> \"q\"","parameters":{"type":"object","properties":{"x":{"type":"number","minimum":1e0}}}}}],"messages":[{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"text","text":"\ud83d\ude00"}]}]}`,
 			"m|o|a5faa037b02ccf7855477e30155304dd554ca0e0622adafe5359a6b51dddeaef", "m|o|362ad985c0e0d202faaa9c2fed6b814f5741b725f5696822044df9d4012e3764", "a\nb\n\U0001F600"},
 	} {
-		var f map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(c.body), &f); err != nil {
+		f, err := openaiwire.Parse([]byte(c.body))
+		if err != nil {
 			t.Fatal(err)
 		}
 		k := &keyer{model: "m", semantic: true, skip: skipped}
@@ -67,20 +68,17 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		`{"role":"user","content":"And why would I pick one over the other? Caf\u00e9 \u2014 \"quoted\"\n"}],` +
 		`"tools":[{"type":"function","function":{"name":"search","description":"Search the documentation","parameters":{"type":"object","properties":{"q":{"type":"string"},"limit":{"type":"integer","minimum":1,"maximum":50}},"required":["q"]}}}],` +
 		`"top_p":1.0,"seed":42,"stop":["\n\n","END"]}`)
-	var f map[string]json.RawMessage
-	if err := json.Unmarshal(body, &f); err != nil {
+	f, err := openaiwire.Parse(body)
+	if err != nil {
 		b.Fatal(err)
 	}
-	names := make([]string, 0, len(f))
-	for k := range f {
-		names = append(names, k)
-	}
+	k := &keyer{model: "m", skip: []string{}} // every member but the model
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	var dst []byte
 	for b.Loop() {
 		var err error
-		if dst, err = canonicalMembers(dst[:0], names, f, -1, nil); err != nil {
+		if dst, err = k.canonicalMembers(dst[:0], f, "", false, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,8 +89,8 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 func TestEmptyNameInKey(t *testing.T) {
 	k := &keyer{model: "m", semantic: true, skip: skipped}
 	key := func(body string) lookup {
-		var f map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(body), &f); err != nil {
+		f, err := openaiwire.Parse([]byte(body))
+		if err != nil {
 			t.Fatal(err)
 		}
 		return k.derive(pathChat, "o", f)

@@ -84,12 +84,12 @@ func FuzzDerive(f *testing.F) {
 			if err != nil {
 				return
 			}
-			fields, err := req.Fields()
+			w, err := req.Wire()
 			if err != nil {
 				return
 			}
 			k := &keyer{model: "m", semantic: semantic, skip: skipped}
-			l := k.derive(path, "o", fields)
+			l := k.derive(path, "o", w)
 			if l.bypass != "" {
 				continue
 			}
@@ -111,11 +111,11 @@ func FuzzDerive(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encoded %s: %v", again, err)
 			}
-			f2, err := req2.Fields()
+			w2, err := req2.Wire()
 			if err != nil {
 				t.Fatalf("re-encoded %s: %v", again, err)
 			}
-			l2 := k.derive(path, "o", f2)
+			l2 := k.derive(path, "o", w2)
 			if l2 != l && !hasDuplicateKeys(body) {
 				t.Fatalf("%s and %s: %+v != %+v", body, again, l, l2)
 			}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/infergate/infergate/internal/jsonwire"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // lookup is what the stage derived from one request: its keys and whether it may be cached.
@@ -55,32 +56,25 @@ type keyer struct {
 	skip     []string // skipped plus the configured ones
 }
 
-// derive reads req's members and returns its lookup for owner. path is the API path.
-func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lookup {
+// derive reads the members of w, a request's body, and returns its lookup for owner. path is
+// the API path.
+func (k *keyer) derive(path, owner string, w *openaiwire.Body) lookup {
 	if !k.sampling {
-		if t, ok := fields["temperature"]; !ok || isNull(t) || !isZero(t) {
+		if t, ok := w.Get("temperature"); !ok || isNull(t) || !isZero(t) {
 			return lookup{bypass: reasonTemperature}
 		}
 	}
-	if n, ok := fields["n"]; ok && !isNull(n) && !isOne(n) {
+	if n, ok := w.Get("n"); ok && !isNull(n) && !isOne(n) {
 		return lookup{bypass: reasonN}
 	}
 	// Chat's logprobs is a boolean (with top_logprobs), a completion's a number: either, set,
 	// asks for what a stream assembled or replayed does not carry.
 	for _, f := range []string{"logprobs", "top_logprobs"} {
-		if v, ok := fields[f]; ok && !isNull(v) && !isZero(v) && string(bytes.TrimSpace(v)) != "false" {
+		if v, ok := w.Get(f); ok && !isNull(v) && !isZero(v) && string(bytes.TrimSpace(v)) != "false" {
 			return lookup{bypass: reasonLogprobs}
 		}
 	}
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		if slices.Contains(k.skip, name) || name == "model" || name == "n" {
-			continue
-		}
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	full, err := canonicalMembers(nil, names, fields, -1, nil)
+	full, err := k.canonicalMembers(nil, w, "", false, nil)
 	if err != nil {
 		return lookup{bypass: bypassFor(err)}
 	}
@@ -89,16 +83,22 @@ func (k *keyer) derive(path, owner string, fields map[string]json.RawMessage) lo
 		return l
 	}
 	// The semantic partition: the same request with the text to embed taken out.
-	name, value, text, ok := takeText(path, fields)
+	name, value, text, ok := takeText(path, w)
 	if !ok {
 		return l
 	}
-	part, err := canonicalMembers(full[:0], names, fields, slices.Index(names, name), value)
+	part, err := k.canonicalMembers(full[:0], w, name, true, value)
 	if err != nil {
 		return lookup{bypass: bypassFor(err)}
 	}
 	l.partition, l.text = k.hash("semantic", path, owner, part), text
 	return l
+}
+
+// keyed reports whether member name tells two requests' answers apart: not one of those the
+// keyer skips, nor the model (the key's prefix) nor n (derive bypasses any n but 1).
+func (k *keyer) keyed(name string) bool {
+	return !slices.Contains(k.skip, name) && name != "model" && name != "n"
 }
 
 func bypassFor(err error) string {
@@ -108,24 +108,30 @@ func bypassFor(err error) string {
 	return reasonBody
 }
 
-// canonicalMembers appends the canonical object of fields' members names (sorted), with the
-// value of names[swap] replaced by the canonical value with (swap -1: none; an index, not a name,
-// because "" is a member name too).
-func canonicalMembers(dst []byte, names []string, fields map[string]json.RawMessage, swap int, with []byte) ([]byte, error) {
+// canonicalMembers appends the canonical object of w's keyed members, with the value of member
+// swap replaced by with when swapping is set (a flag, not an empty name, because "" is a member
+// name too). The view yields the members sorted by name, each once (the last of duplicates), as
+// the canonical form has them.
+func (k *keyer) canonicalMembers(dst []byte, w *openaiwire.Body, swap string, swapping bool, with []byte) ([]byte, error) {
 	var p canonParser
 	dst = append(dst, '{')
-	for i, name := range names {
-		if i > 0 {
+	first := true
+	for name, v := range w.All() {
+		if !k.keyed(name) {
+			continue
+		}
+		if !first {
 			dst = append(dst, ',')
 		}
+		first = false
 		dst = appendString(dst, name)
 		dst = append(dst, ':')
-		if i == swap {
+		if swapping && name == swap {
 			dst = append(dst, with...)
 			continue
 		}
 		var err error
-		if dst, err = p.canonical(dst, fields[name]); err != nil {
+		if dst, err = p.canonical(dst, v); err != nil {
 			return nil, err
 		}
 	}
@@ -152,16 +158,17 @@ func (k *keyer) hash(kind, path, owner string, canon []byte) string {
 // content (a string, or the text parts of a list of parts), or a completion's prompt when it is
 // one string. It returns the member holding it and that member's canonical value with the text
 // taken out (the content, or the prompt, null).
-func takeText(path string, fields map[string]json.RawMessage) (name string, value []byte, text string, ok bool) {
+func takeText(path string, w *openaiwire.Body) (name string, value []byte, text string, ok bool) {
 	if path == pathCompletions {
 		var p string
-		if raw, found := fields["prompt"]; !found || json.Unmarshal(raw, &p) != nil {
+		if raw, found := w.Get("prompt"); !found || json.Unmarshal(raw, &p) != nil {
 			return "", nil, "", false
 		}
 		return "prompt", []byte("null"), p, true
 	}
 	var msgs []json.RawMessage
-	if json.Unmarshal(fields["messages"], &msgs) != nil {
+	raw, _ := w.Get("messages") // nil when absent: no messages to take from
+	if json.Unmarshal(raw, &msgs) != nil {
 		return "", nil, "", false
 	}
 	for i := len(msgs) - 1; i >= 0; i-- {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/internal/bodyref"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 var updateKeys = flag.Bool("update-keys", false, "rewrite testdata/keys.golden with this code's lookups")
@@ -59,6 +60,9 @@ func TestKeysCorpus(t *testing.T) {
 	}
 	var lines []string
 	for _, body := range keyBodies(t) {
+		if string(body) == "null" {
+			continue // encoding/json reads it as a map without members, but no request is null
+		}
 		id := sha256.Sum256(body)
 		for _, path := range []string{pathChat, pathCompletions} {
 			for i, k := range keyers {
@@ -109,9 +113,9 @@ func TestKeysCorpus(t *testing.T) {
 // deriveBody is the lookup the stage derives from body, for owner "o"; false when the body
 // cannot be read.
 func deriveBody(k *keyer, path string, body []byte) (lookup, bool) {
-	f, err := bodyref.Fields(body)
+	w, err := openaiwire.Parse(body)
 	if err != nil {
 		return lookup{}, false
 	}
-	return k.derive(path, "o", f), true
+	return k.derive(path, "o", w), true
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/logthrottle"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // Header is the response header that says what the cache did.
@@ -249,7 +250,9 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 	if ctl.noCache && ctl.noStore {
 		return c.bypass(ctx, req, next, reasonNoCache)
 	}
-	fields, err := req.Fields()
+	// The request's parsed view: the stages before may have parsed it already, and the ones
+	// after read the same one; no map of its members is built.
+	w, err := req.Wire()
 	if err != nil {
 		return c.bypass(ctx, req, next, reasonBody)
 	}
@@ -257,7 +260,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 	if c.opts.Scope == ScopeKey && c.opts.Owner != nil {
 		owner = c.opts.Owner(ctx)
 	}
-	lk := c.keyer.derive(req.Path, owner, fields)
+	lk := c.keyer.derive(req.Path, owner, w)
 	if lk.bypass != "" {
 		return c.bypass(ctx, req, next, lk.bypass)
 	}
@@ -275,7 +278,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 	}
 	if resp != nil {
 		c.m.hit.Inc()
-		return c.hit(ctx, req, next, fields, resp, valueHit)
+		return c.hit(ctx, req, next, w, resp, valueHit)
 	}
 	var vec []float32
 	if lk.text != "" {
@@ -292,7 +295,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 			}
 			if match.Response != nil {
 				c.m.semanticHit.Inc()
-				return c.hit(ctx, req, next, fields, match.Response,
+				return c.hit(ctx, req, next, w, match.Response,
 					"semantic; similarity="+strconv.FormatFloat(float64(match.Similarity), 'f', 3, 32))
 			}
 		}
@@ -319,7 +322,7 @@ func (c *Cache) handle(ctx context.Context, req *pipeline.Request, next pipeline
 		}
 		if f.resp != nil {
 			c.m.hit.Inc()
-			return c.hit(ctx, req, next, fields, f.resp, valueHit)
+			return c.hit(ctx, req, next, w, f.resp, valueHit)
 		}
 		f = nil // the leader got nothing to share: ask on our own
 	}
@@ -367,7 +370,7 @@ func setHeader(res *pipeline.Response, value string) {
 
 // hit answers req with a stored template. A template a stream request cannot replay (stored by an
 // older version, or altered in a shared store) is not an answer: the request goes upstream.
-func (c *Cache) hit(ctx context.Context, req *pipeline.Request, next pipeline.Handler, fields map[string]json.RawMessage, template []byte, value string) (*pipeline.Response, error) {
+func (c *Cache) hit(ctx context.Context, req *pipeline.Request, next pipeline.Handler, w *openaiwire.Body, template []byte, value string) (*pipeline.Response, error) {
 	id := idPrefix(req.Path) + pipeline.NewRequestID()[:24]
 	created := c.opts.Now().Unix()
 	full, err := fullAnswer(template, id, created)
@@ -384,7 +387,7 @@ func (c *Cache) hit(ctx context.Context, req *pipeline.Request, next pipeline.Ha
 	var so struct {
 		IncludeUsage bool `json:"include_usage"`
 	}
-	if raw, ok := fields["stream_options"]; ok {
+	if raw, ok := w.Get("stream_options"); ok {
 		_ = json.Unmarshal(raw, &so) // malformed: no usage chunk
 	}
 	chunks, err := replay(req.Path, full, replayOptions{ID: id, Created: created, IncludeUsage: so.IncludeUsage})
