@@ -1,7 +1,6 @@
 package granitestage
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,9 +209,12 @@ func (c *chatStream) emitText(i int, member, text string) {
 	if c.prefix == nil || c.prefixModel != c.head.Model {
 		h := c.head
 		h.Choices = []openaiwire.ChunkChoice{}
+		h.Usage = nil // a text chunk carries none: the empty list is the object's last member
 		b := h.AppendJSON(nil, openaiwire.Options{})
-		// {...,"choices":[]...} -> up to and including "choices":[
-		at := bytes.Index(b, []byte(`"choices":[]`)) + len(`"choices":[`)
+		// {...,"choices":[]} -> up to and including the list's "[", cut from the end: an object
+		// fingerprint may itself hold `"choices":[]` (a search from the start once put the text
+		// inside the fingerprint).
+		at := len(b) - len(`]}`)
 		c.prefix, c.suffix, c.prefixModel = b[:at:at], b[at:], c.head.Model
 	}
 	c.out = append(c.out, "data: "...)

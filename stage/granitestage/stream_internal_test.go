@@ -19,7 +19,8 @@ import (
 func TestEmitTextIsEmitChoice(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"plain", "\x00\x1f\"\\<>&\u2028\u2029\xff\xc3 é\t\r\n", ""} {
-		for _, fp := range []json.RawMessage{nil, json.RawMessage(`"fp"`), json.RawMessage(` {"a" : "<\u00e9>"} `)} {
+		// The last: an object fingerprint holding what the chunk's own choices look like.
+		for _, fp := range []json.RawMessage{nil, json.RawMessage(`"fp"`), json.RawMessage(` {"a" : "<\u00e9>"} `), json.RawMessage(`{"choices":[]}`)} {
 			a := &chatStream{head: openaiwire.Chunk{Header: openaiwire.Header{ID: "chatcmpl-1", Object: "chat.completion.chunk", Created: 7,
 				Model: "g\"<", SystemFingerprint: fp}}}
 			b := *a
