@@ -7,9 +7,11 @@
 // structs, because the gateway's writers must keep the bytes their clients have always seen and
 // those differ by place: the fingerprint's position (Options.FingerprintLast), the escaping
 // (Options.Esc), a typed or a passed-through usage (Usage.Raw). Each writer is pinned by a test to
-// json.Marshal of the struct it replaced. The decoders (DecodeChunk, DecodeCompletion) read what
-// their former readers read and give encoding/json's results: a jsonwire fast path for the usual
-// answer, and the former struct, kept as a mirror, for anything else.
+// json.Marshal of the struct it replaced. The decoders (DecodeChunk, DecodeCompletion, and
+// DecodeCompletionText and DecodeCompletionChunk for Granite's stage, which reads fewer members
+// and so must not fail on a bad one it never read) read what their former readers read and give
+// encoding/json's results: a jsonwire fast path for the usual answer, and the former struct, kept
+// as a mirror, for anything else.
 //
 // The Body view keeps an unedited request's bytes exactly as the client sent them, so a model
 // without stages forwards without parsing; an edited body is encoded once, before the upstream
