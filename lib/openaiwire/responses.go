@@ -102,11 +102,15 @@ type ResponsesMeta struct {
 // members in one fixed order: model, messages, then the parameters.
 func ResponsesToChat(body []byte, prev []Raw) (chat []byte, meta ResponsesMeta, err error) {
 	var t translator
+	t.msgs = make([]byte, 0, len(body)+64)
+	if err := t.prevItems(prev); err != nil {
+		return nil, ResponsesMeta{}, err
+	}
 	if err := t.readTop(body); err != nil {
 		return nil, ResponsesMeta{}, err
 	}
-	chat = make([]byte, 0, len(body)+len(body)/4+64)
-	chat, err = t.writeChat(chat, prev)
+	chat = make([]byte, 0, len(t.msgs)+len(body)/2+64)
+	chat, err = t.writeChat(chat)
 	if err != nil {
 		return nil, ResponsesMeta{}, err
 	}
@@ -160,6 +164,13 @@ type translator struct {
 	asst    pendingAssistant
 	// reasoning is the text of a reasoning item, for the assistant message that follows it.
 	reasoning []strTok
+	out       []strTok // a message's or a tool output's texts
+	partBuf   []part
+	// msgs are the chat messages of the stored conversation (up to prevLen, whose calls are
+	// callIDs[:prevCalls]) and of the input, comma-separated.
+	msgs               []byte
+	prevLen, prevCalls int
+	itemErr            error // the first input item refused
 }
 
 // strTok is a JSON string in its source: written by copying when it needs no decoding.
@@ -216,11 +227,20 @@ func (t *translator) readTop(body []byte) error {
 		if !more {
 			break
 		}
+		name := keyName(body, key)
+		if name == "input" && s.Peek() == '[' {
+			// The items are translated as the scan passes them: the body is read once.
+			v, err := t.walkInput(&s)
+			if err != nil {
+				return t.syntax(err)
+			}
+			t.top[topInput] = v
+			continue
+		}
 		v, err := s.ReadValue()
 		if err != nil {
 			return t.syntax(err)
 		}
-		name := keyName(body, key)
 		for i := range topNames {
 			if name == topNames[i] {
 				t.top[i] = v
@@ -234,7 +254,82 @@ func (t *translator) readTop(body []byte) error {
 	if err := s.Finish(); err != nil {
 		return t.syntax(err)
 	}
-	return t.checkTop()
+	if err := t.checkTop(); err != nil {
+		return err
+	}
+	return t.itemErr
+}
+
+// walkInput translates the input array the scanner is at into t.msgs, after the stored
+// conversation's messages, and returns the array's token. A syntax error is returned; an
+// item's error is kept in t.itemErr (the first), and the scan goes on, so that a body that is
+// not JSON is refused as such. A repeated input member replaces the earlier one.
+func (t *translator) walkInput(s *jsonwire.Scanner) (jsonwire.Token, error) {
+	start := s.Offset()
+	t.msgs, t.callIDs, t.itemErr = t.msgs[:t.prevLen], t.callIDs[:t.prevCalls], nil
+	t.asst.open, t.reasoning = false, t.reasoning[:0]
+	if err := s.EnterArray(); err != nil {
+		return jsonwire.Token{}, err
+	}
+	for i := 0; ; i++ {
+		more, err := s.NextElement()
+		if err != nil {
+			return jsonwire.Token{}, err
+		}
+		if !more {
+			break
+		}
+		if t.itemErr != nil || s.Peek() != '{' {
+			if _, err := s.ReadValue(); err != nil {
+				return jsonwire.Token{}, err
+			}
+			if t.itemErr == nil {
+				t.itemErr = wrongType(where{i: i}.String(), "an object")
+			}
+			continue
+		}
+		if err := s.EnterObject(); err != nil {
+			return jsonwire.Token{}, err
+		}
+		var m [itCount]jsonwire.Token
+		if err := collectIn(s, 0, itemNames, m[:]); err != nil {
+			return jsonwire.Token{}, err
+		}
+		if out, err := t.item(t.msgs, 0, t.body, &m, where{i: i}); err != nil {
+			t.itemErr = err
+		} else {
+			t.msgs = out
+		}
+	}
+	return jsonwire.Token{Start: start, End: s.Offset(), Kind: jsonwire.Array}, nil
+}
+
+// prevItems translates the stored conversation into t.msgs.
+func (t *translator) prevItems(prev []Raw) error {
+	for i, item := range prev {
+		// Stored items are the gateway's own, but a store is outside this package: checked, and
+		// named by the id that brought them.
+		if err := jsonwire.Validate(item, jsonwire.Options{}); err != nil {
+			e := invalid("previous_response_id", "", "A stored item (%d) of the previous response is not valid JSON.", i)
+			e.err = err
+			return e
+		}
+		start := len(item) - len(trimLeft(item))
+		v := jsonwire.Token{Start: start, End: len(item), Kind: jsonwire.KindOf(firstByte(item))}
+		if v.Kind != jsonwire.Object {
+			return wrongType("previous_response_id", "an object")
+		}
+		var m [itCount]jsonwire.Token
+		collect(item, v, itemNames, m[:])
+		out, err := t.item(t.msgs, 0, item, &m, where{i: -1})
+		if err != nil {
+			return err
+		}
+		t.msgs = out
+	}
+	t.msgs = t.flush(t.msgs, 0)
+	t.prevLen, t.prevCalls = len(t.msgs), len(t.callIDs)
+	return nil
 }
 
 func (t *translator) syntax(err error) error {
@@ -329,8 +424,9 @@ func (t *translator) meta() ResponsesMeta {
 	return m
 }
 
-// writeChat writes the chat body: model, messages, then the parameters that map.
-func (t *translator) writeChat(dst []byte, prev []Raw) ([]byte, error) {
+// writeChat writes the chat body: model, messages (instructions first, then t.msgs, the
+// conversation's and the input's), then the parameters that map.
+func (t *translator) writeChat(dst []byte) ([]byte, error) {
 	dst = append(dst, `{"model":`...)
 	dst = append(dst, t.top[topModel].Raw(t.body)...)
 	dst = append(dst, `,"messages":[`...)
@@ -342,51 +438,45 @@ func (t *translator) writeChat(dst []byte, prev []Raw) ([]byte, error) {
 		dst = appendStr(dst, strTok{t.body, v}, &t.scratch)
 		dst = append(dst, '}')
 	}
-	var err error
-	for i, item := range prev {
-		// Stored items are the gateway's own, but a store is outside this package: checked, and
-		// named by the id that brought them.
-		param := func() string { return "previous_response_id" }
-		if err := jsonwire.Validate(item, jsonwire.Options{}); err != nil {
-			e := invalid(param(), "", "A stored item (%d) of the previous response is not valid JSON.", i)
-			e.err = err
-			return nil, e
-		}
-		start := len(item) - len(trimLeft(item))
-		dst, err = t.item(dst, n, item, jsonwire.Token{Start: start, End: len(item), Kind: jsonwire.KindOf(firstByte(item))}, param)
-		if err != nil {
-			return nil, err
-		}
+	if v := t.top[topInput]; v.Kind == jsonwire.String {
+		t.msgs = appendComma(t.msgs, 0)
+		t.msgs = append(t.msgs, `{"role":"user","content":`...)
+		t.msgs = appendStr(t.msgs, strTok{t.body, v}, &t.scratch)
+		t.msgs = append(t.msgs, '}')
 	}
-	switch v := t.top[topInput]; v.Kind {
-	case jsonwire.String:
-		dst = t.flush(dst, n)
+	t.msgs = t.flush(t.msgs, 0)
+	if len(t.msgs) > 0 {
 		dst = appendComma(dst, n)
-		dst = append(dst, `{"role":"user","content":`...)
-		dst = appendStr(dst, strTok{t.body, v}, &t.scratch)
-		dst = append(dst, '}')
-	case jsonwire.Array:
-		s := jsonwire.NewScanner(v.Raw(t.body), jsonwire.Options{})
-		src := v.Raw(t.body)
-		_ = s.EnterArray()
-		for i := 0; ; i++ {
-			more, _ := s.NextElement()
-			if !more {
-				break
-			}
-			it, _ := s.ReadValue()
-			dst, err = t.item(dst, n, src, it, func() string { return "input[" + strconv.Itoa(i) + "]" })
-			if err != nil {
-				return nil, err
-			}
-		}
+		dst = append(dst, t.msgs...)
 	}
-	dst = t.flush(dst, n)
 	if len(dst) == n {
 		return nil, invalid("input", "missing_required_parameter", "Missing required parameter: 'input' (there are no messages to send).")
 	}
 	dst = append(dst, ']')
 	return t.writeParams(dst)
+}
+
+// where names an input item in errors, "input[3]", or (i < 0) an item of the stored
+// conversation; the name is built only for an error.
+type where struct{ i int }
+
+func (w where) String() string {
+	if w.i < 0 {
+		return "previous_response_id"
+	}
+	return "input[" + strconv.Itoa(w.i) + "]"
+}
+
+// at is the param of member sub of the item at w, or of its part j (j >= 0).
+func (w where) at(sub string, j int, member string) string {
+	p := w.String() + sub
+	if j >= 0 {
+		p += "[" + strconv.Itoa(j) + "]"
+	}
+	if member != "" {
+		p += "." + member
+	}
+	return p
 }
 
 func firstByte(b []byte) byte {
@@ -403,6 +493,44 @@ func trimLeft(b []byte) []byte {
 	return b
 }
 
+// collect finds, in one pass over the object v of src (checked already), the members named in
+// names: out[i] is names[i]'s value, Kind Invalid when absent or null; the last of a repeated
+// name wins, as in encoding/json.
+func collect(src []byte, v jsonwire.Token, names []string, out []jsonwire.Token) {
+	s := jsonwire.NewScanner(v.Raw(src), jsonwire.Options{})
+	_ = s.EnterObject()
+	_ = collectIn(&s, v.Start, names, out) // checked already
+}
+
+// collectIn is collect on the object s has just entered, s reading its source from offset
+// base on: walking the object in place, rather than reading it as a value first, scans each
+// byte once.
+func collectIn(s *jsonwire.Scanner, base int, names []string, out []jsonwire.Token) error {
+	in := s.Input()
+	for {
+		key, more, err := s.NextMember()
+		if err != nil || !more {
+			return err
+		}
+		val, err := s.ReadValue()
+		if err != nil {
+			return err
+		}
+		name := keyName(in, key)
+		for i := range names {
+			if name == names[i] {
+				out[i] = jsonwire.Token{}
+				if val.Kind != jsonwire.Null {
+					val.Start += base
+					val.End += base
+					out[i] = val
+				}
+				break
+			}
+		}
+	}
+}
+
 // Item members, by their index in itemNames.
 const (
 	itType = iota
@@ -416,101 +544,43 @@ const (
 	itCount
 )
 
-var itemNames = [itCount]string{"type", "role", "content", "call_id", "name", "arguments", "output", "summary"}
+var itemNames = []string{"type", "role", "content", "call_id", "name", "arguments", "output", "summary"}
 
-// item translates one input item (src[v.Start:v.End]) into messages after those from n on.
-// param names the item in errors, built only when one is made.
-func (t *translator) item(dst []byte, n int, src []byte, v jsonwire.Token, param func() string) ([]byte, error) {
-	if v.Kind != jsonwire.Object {
-		return nil, invalid(param(), "", "Invalid type for '%s': expected an object.", param())
-	}
-	var m [itCount]jsonwire.Token
-	sc := jsonwire.NewScanner(src[v.Start:v.End], jsonwire.Options{})
-	base := v.Start
-	_ = sc.EnterObject()
-	for {
-		key, more, _ := sc.NextMember()
-		if !more {
-			break
-		}
-		val, _ := sc.ReadValue()
-		if val.Kind == jsonwire.Null {
-			continue
-		}
-		val.Start += base
-		val.End += base
-		key.Start += base
-		key.End += base
-		name := keyName(src, key)
-		for i := range itemNames {
-			if name == itemNames[i] {
-				m[i] = val
-				break
-			}
-		}
-	}
+// item translates one input item, its members m found in src, into messages after those from
+// n on.
+func (t *translator) item(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, w where) ([]byte, error) {
 	typ := "message"
 	if m[itType].Kind != jsonwire.Invalid {
 		if m[itType].Kind != jsonwire.String {
-			return nil, wrongType(param()+".type", "a string")
+			return nil, wrongType(w.at(".type", -1, ""), "a string")
 		}
 		typ = keyName(src, m[itType])
 	} else if m[itRole].Kind == jsonwire.Invalid {
-		return nil, invalid(param()+".type", "missing_required_parameter", "Missing required parameter: '%s.type'.", param())
+		return nil, invalid(w.at(".type", -1, ""), "missing_required_parameter", "Missing required parameter: '%s'.", w.at(".type", -1, ""))
 	}
 	switch typ {
 	case "message":
-		return t.message(dst, n, src, &m, param)
+		return t.message(dst, n, src, m, w)
 	case "function_call":
-		return t.functionCall(dst, n, src, &m, param)
+		return t.functionCall(dst, src, m, w)
 	case "function_call_output":
-		return t.functionCallOutput(dst, n, src, &m, param)
+		return t.functionCallOutput(dst, n, src, m, w)
 	case "reasoning":
-		t.reasoning = t.reasoning[:0]
 		dst = t.flush(dst, n)
+		t.reasoning = t.reasoning[:0]
 		// The reasoning's text (content, else its summary) goes with the next assistant message;
 		// encrypted_content is never forwarded: only its minter can read it.
-		if err := t.texts(src, m[itContent], "reasoning_text", &t.reasoning, func() string { return param() + ".content" }); err != nil {
+		if err := t.texts(src, m[itContent], &t.reasoning, w, ".content"); err != nil {
 			return nil, err
 		}
 		if len(t.reasoning) == 0 {
-			if err := t.texts(src, m[itSummary], "summary_text", &t.reasoning, func() string { return param() + ".summary" }); err != nil {
+			if err := t.texts(src, m[itSummary], &t.reasoning, w, ".summary"); err != nil {
 				return nil, err
 			}
 		}
 		return dst, nil
 	}
-	return nil, invalid(param()+".type", "unsupported_value", "Input item type '%s' is not supported by this gateway.", typ)
-}
-
-// texts appends the text of each part of a parts array whose type is want (or output_text,
-// input_text: what clients echo), refusing other parts.
-func (t *translator) texts(src []byte, v jsonwire.Token, want string, out *[]strTok, param func() string) error {
-	if v.Kind == jsonwire.Invalid {
-		return nil
-	}
-	if v.Kind == jsonwire.String {
-		*out = append(*out, strTok{src, v})
-		return nil
-	}
-	if v.Kind != jsonwire.Array {
-		return wrongType(param(), "a string or an array")
-	}
-	return t.parts(src, v, param, func(j int, typ string, p *[partCount]jsonwire.Token) error {
-		switch {
-		case typ == want || typ == "output_text" || typ == "input_text" || typ == "text" || typ == "refusal":
-			f := p[ptText]
-			if typ == "refusal" {
-				f = p[ptRefusal]
-			}
-			if f.Kind != jsonwire.String {
-				return wrongType(fmt.Sprintf("%s[%d].text", param(), j), "a string")
-			}
-			*out = append(*out, strTok{src, f})
-			return nil
-		}
-		return invalid(fmt.Sprintf("%s[%d].type", param(), j), "unsupported_value", "Content part type '%s' is not supported here.", typ)
-	})
+	return nil, invalid(w.at(".type", -1, ""), "unsupported_value", "Input item type '%s' is not supported by this gateway.", typ)
 }
 
 // Content part members, by their index in partNames.
@@ -519,69 +589,86 @@ const (
 	ptText
 	ptImageURL
 	ptDetail
-	ptFileID
 	ptRefusal
 	partCount
 )
 
-var partNames = [partCount]string{"type", "text", "image_url", "detail", "file_id", "refusal"}
+var partNames = []string{"type", "text", "image_url", "detail", "refusal"}
 
-// parts calls part for each element of the parts array v, with its members found.
-func (t *translator) parts(src []byte, v jsonwire.Token, param func() string, part func(j int, typ string, p *[partCount]jsonwire.Token) error) error {
+// part is one content part: its type and members.
+type part struct {
+	typ string
+	m   [partCount]jsonwire.Token
+}
+
+// parts reads the parts array v (member sub of the item at w) into t.partBuf.
+func (t *translator) parts(src []byte, v jsonwire.Token, w where, sub string) ([]part, error) {
+	t.partBuf = t.partBuf[:0]
 	s := jsonwire.NewScanner(src[v.Start:v.End], jsonwire.Options{})
 	_ = s.EnterArray()
 	for j := 0; ; j++ {
-		more, _ := s.NextElement()
-		if !more {
-			return nil
+		if more, _ := s.NextElement(); !more {
+			return t.partBuf, nil
 		}
 		if s.Peek() != '{' {
-			_, _ = s.ReadValue()
-			return wrongType(fmt.Sprintf("%s[%d]", param(), j), "an object")
+			return nil, wrongType(w.at(sub, j, ""), "an object")
 		}
-		var p [partCount]jsonwire.Token
 		_ = s.EnterObject()
-		for {
-			key, more, _ := s.NextMember()
-			if !more {
-				break
-			}
-			val, _ := s.ReadValue()
-			if val.Kind == jsonwire.Null {
-				continue
-			}
-			val.Start += v.Start
-			val.End += v.Start
-			key.Start += v.Start
-			key.End += v.Start
-			name := keyName(src, key)
-			for i := range partNames {
-				if name == partNames[i] {
-					p[i] = val
-					break
-				}
-			}
+		t.partBuf = append(t.partBuf, part{})
+		p := &t.partBuf[len(t.partBuf)-1]
+		_ = collectIn(&s, v.Start, partNames, p.m[:]) // checked already
+		if p.m[ptType].Kind != jsonwire.String {
+			return nil, invalid(w.at(sub, j, "type"), "missing_required_parameter", "Missing or invalid content part type.")
 		}
-		if p[ptType].Kind != jsonwire.String {
-			return invalid(fmt.Sprintf("%s[%d].type", param(), j), "missing_required_parameter", "Missing or invalid content part type.")
-		}
-		if err := part(j, keyName(src, p[ptType]), &p); err != nil {
-			return err
-		}
+		p.typ = keyName(src, p.m[ptType])
 	}
 }
 
+// texts appends the text of v (member sub of the item at w): a string, or the text parts of an
+// array (what clients echo: input_text, output_text, reasoning_text, summary_text, refusal),
+// refusing other parts.
+func (t *translator) texts(src []byte, v jsonwire.Token, out *[]strTok, w where, sub string) error {
+	switch v.Kind {
+	case jsonwire.Invalid:
+		return nil
+	case jsonwire.String:
+		*out = append(*out, strTok{src, v})
+		return nil
+	case jsonwire.Array:
+	default:
+		return wrongType(w.at(sub, -1, ""), "a string or an array")
+	}
+	ps, err := t.parts(src, v, w, sub)
+	if err != nil {
+		return err
+	}
+	for j := range ps {
+		f := ps[j].m[ptText]
+		switch ps[j].typ {
+		case "input_text", "output_text", "reasoning_text", "summary_text", "text":
+		case "refusal":
+			f = ps[j].m[ptRefusal]
+		default:
+			return invalid(w.at(sub, j, "type"), "unsupported_value", "Content part type '%s' is not supported here.", ps[j].typ)
+		}
+		if f.Kind != jsonwire.String {
+			return wrongType(w.at(sub, j, "text"), "a string")
+		}
+		*out = append(*out, strTok{src, f})
+	}
+	return nil
+}
+
 // message translates a message item.
-func (t *translator) message(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, param func() string) ([]byte, error) {
+func (t *translator) message(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, w where) ([]byte, error) {
 	if m[itRole].Kind != jsonwire.String {
-		return nil, invalid(param()+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", param())
+		return nil, invalid(w.at(".role", -1, ""), "missing_required_parameter", "Missing required parameter: '%s'.", w.at(".role", -1, ""))
 	}
 	role := keyName(src, m[itRole])
 	content := m[itContent]
 	if content.Kind != jsonwire.String && content.Kind != jsonwire.Array {
-		return nil, invalid(param()+".content", "missing_required_parameter", "Missing or invalid '%s.content': expected a string or an array.", param())
+		return nil, invalid(w.at(".content", -1, ""), "missing_required_parameter", "Missing or invalid '%s': expected a string or an array.", w.at(".content", -1, ""))
 	}
-	cparam := func() string { return param() + ".content" }
 	switch role {
 	case "assistant":
 		// An assistant message starts a chat assistant message, which the function calls right
@@ -592,65 +679,79 @@ func (t *translator) message(dst []byte, n int, src []byte, m *[itCount]jsonwire
 		if !t.asst.open {
 			t.openAssistant()
 		}
-		return dst, t.texts(src, content, "output_text", &t.asst.content, cparam)
+		return dst, t.texts(src, content, &t.asst.content, w, ".content")
 	case "system", "developer":
 		// developer is written system: many chat templates have no developer role. Its text
 		// parts are joined, as vLLM joins them.
 		dst = t.flush(dst, n)
 		t.reasoning = t.reasoning[:0] // reasoning goes only with the assistant turn it preceded
-		var txt []strTok
-		if err := t.texts(src, content, "input_text", &txt, cparam); err != nil {
+		t.out = t.out[:0]
+		if err := t.texts(src, content, &t.out, w, ".content"); err != nil {
 			return nil, err
 		}
 		dst = appendComma(dst, n)
 		dst = append(dst, `{"role":"system","content":`...)
-		dst = appendJoined(dst, txt, &t.scratch)
+		dst = appendJoined(dst, t.out, &t.scratch)
 		return append(dst, '}'), nil
 	case "user":
 		dst = t.flush(dst, n)
 		t.reasoning = t.reasoning[:0]
-		dst = appendComma(dst, n)
-		dst = append(dst, `{"role":"user","content":`...)
 		if content.Kind == jsonwire.String {
+			dst = appendComma(dst, n)
+			dst = append(dst, `{"role":"user","content":`...)
 			dst = appendStr(dst, strTok{src, content}, &t.scratch)
 			return append(dst, '}'), nil
 		}
-		dst = append(dst, '[')
-		k := len(dst)
-		err := t.parts(src, content, cparam, func(j int, typ string, p *[partCount]jsonwire.Token) error {
-			switch typ {
-			case "input_text", "text", "output_text":
-				if p[ptText].Kind != jsonwire.String {
-					return wrongType(fmt.Sprintf("%s[%d].text", cparam(), j), "a string")
-				}
-				dst = appendComma(dst, k)
-				dst = append(dst, `{"type":"text","text":`...)
-				dst = appendStr(dst, strTok{src, p[ptText]}, &t.scratch)
-				dst = append(dst, '}')
-				return nil
-			case "input_image":
-				if p[ptImageURL].Kind != jsonwire.String {
-					// file_id needs a Files API, which the gateway has not.
-					return invalid(fmt.Sprintf("%s[%d].image_url", cparam(), j), "unsupported_value", "Only input_image parts with an image_url (https or data URL) are supported by this gateway.")
-				}
-				dst = appendComma(dst, k)
-				dst = append(dst, `{"type":"image_url","image_url":{"url":`...)
-				dst = appendStr(dst, strTok{src, p[ptImageURL]}, &t.scratch)
-				if p[ptDetail].Kind == jsonwire.String {
-					dst = append(dst, `,"detail":`...)
-					dst = appendStr(dst, strTok{src, p[ptDetail]}, &t.scratch)
-				}
-				dst = append(dst, "}}"...)
-				return nil
-			}
-			return invalid(fmt.Sprintf("%s[%d].type", cparam(), j), "unsupported_value", "Content part type '%s' is not supported by this gateway.", typ)
-		})
+		ps, err := t.parts(src, content, w, ".content")
 		if err != nil {
 			return nil, err
 		}
-		return append(dst, "]}"...), nil
+		return t.userParts(dst, n, src, ps, w)
 	}
-	return nil, invalid(param()+".role", "unsupported_value", "Unsupported role '%s': expected user, assistant, system or developer.", role)
+	return nil, invalid(w.at(".role", -1, ""), "unsupported_value", "Unsupported role '%s': expected user, assistant, system or developer.", role)
+}
+
+// userParts writes a user message of parts: text and images (as https or data URLs) map, files
+// and audio are refused.
+func (t *translator) userParts(dst []byte, n int, src []byte, ps []part, w where) ([]byte, error) {
+	for j := range ps {
+		p := &ps[j]
+		switch p.typ {
+		case "input_text", "text", "output_text":
+			if p.m[ptText].Kind != jsonwire.String {
+				return nil, wrongType(w.at(".content", j, "text"), "a string")
+			}
+		case "input_image":
+			if p.m[ptImageURL].Kind != jsonwire.String {
+				// file_id needs a Files API, which the gateway has not.
+				return nil, invalid(w.at(".content", j, "image_url"), "unsupported_value", "Only input_image parts with an image_url (https or data URL) are supported by this gateway.")
+			}
+		default:
+			return nil, invalid(w.at(".content", j, "type"), "unsupported_value", "Content part type '%s' is not supported by this gateway.", p.typ)
+		}
+	}
+	dst = appendComma(dst, n)
+	dst = append(dst, `{"role":"user","content":[`...)
+	for j := range ps {
+		p := &ps[j]
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		if p.typ != "input_image" {
+			dst = append(dst, `{"type":"text","text":`...)
+			dst = appendStr(dst, strTok{src, p.m[ptText]}, &t.scratch)
+			dst = append(dst, '}')
+			continue
+		}
+		dst = append(dst, `{"type":"image_url","image_url":{"url":`...)
+		dst = appendStr(dst, strTok{src, p.m[ptImageURL]}, &t.scratch)
+		if p.m[ptDetail].Kind == jsonwire.String {
+			dst = append(dst, `,"detail":`...)
+			dst = appendStr(dst, strTok{src, p.m[ptDetail]}, &t.scratch)
+		}
+		dst = append(dst, "}}"...)
+	}
+	return append(dst, "]}"...), nil
 }
 
 func (t *translator) openAssistant() {
@@ -659,10 +760,11 @@ func (t *translator) openAssistant() {
 }
 
 // functionCall adds a model's earlier call to the assistant message being assembled.
-func (t *translator) functionCall(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, param func() string) ([]byte, error) {
+func (t *translator) functionCall(dst []byte, src []byte, m *[itCount]jsonwire.Token, w where) ([]byte, error) {
 	for _, f := range [...]int{itCallID, itName, itArguments} {
 		if m[f].Kind != jsonwire.String {
-			return nil, invalid(param()+"."+itemNames[f], "missing_required_parameter", "Missing or invalid '%s.%s': expected a string.", param(), itemNames[f])
+			p := w.at("."+itemNames[f], -1, "")
+			return nil, invalid(p, "missing_required_parameter", "Missing or invalid '%s': expected a string.", p)
 		}
 	}
 	if !t.asst.open {
@@ -674,32 +776,27 @@ func (t *translator) functionCall(dst []byte, n int, src []byte, m *[itCount]jso
 }
 
 // functionCallOutput writes a tool message; its call must have come before (in prev or input).
-func (t *translator) functionCallOutput(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, param func() string) ([]byte, error) {
+func (t *translator) functionCallOutput(dst []byte, n int, src []byte, m *[itCount]jsonwire.Token, w where) ([]byte, error) {
 	if m[itCallID].Kind != jsonwire.String {
-		return nil, invalid(param()+".call_id", "missing_required_parameter", "Missing or invalid '%s.call_id': expected a string.", param())
+		p := w.at(".call_id", -1, "")
+		return nil, invalid(p, "missing_required_parameter", "Missing or invalid '%s': expected a string.", p)
 	}
 	id := keyName(src, m[itCallID])
-	found := false
-	for _, c := range t.callIDs {
-		if c == id {
-			found = true
-			break
-		}
+	if !contains(t.callIDs, id) {
+		return nil, invalid(w.at(".call_id", -1, ""), "", "No tool call found for function call output with call_id %s.", id)
 	}
-	if !found {
-		return nil, invalid(param()+".call_id", "", "No tool call found for function call output with call_id %s.", id)
-	}
-	var out []strTok
+	t.out = t.out[:0]
 	switch m[itOutput].Kind {
 	case jsonwire.String:
-		out = append(out, strTok{src, m[itOutput]})
+		t.out = append(t.out, strTok{src, m[itOutput]})
 	case jsonwire.Array:
 		// A list output is its text parts joined; images cannot go in a chat tool message.
-		if err := t.texts(src, m[itOutput], "input_text", &out, func() string { return param() + ".output" }); err != nil {
+		if err := t.texts(src, m[itOutput], &t.out, w, ".output"); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, invalid(param()+".output", "missing_required_parameter", "Missing or invalid '%s.output': expected a string or an array.", param())
+		p := w.at(".output", -1, "")
+		return nil, invalid(p, "missing_required_parameter", "Missing or invalid '%s': expected a string or an array.", p)
 	}
 	dst = t.flush(dst, n)
 	t.reasoning = t.reasoning[:0]
@@ -707,7 +804,7 @@ func (t *translator) functionCallOutput(dst []byte, n int, src []byte, m *[itCou
 	dst = append(dst, `{"role":"tool","tool_call_id":`...)
 	dst = appendStr(dst, strTok{src, m[itCallID]}, &t.scratch)
 	dst = append(dst, `,"content":`...)
-	dst = appendJoined(dst, out, &t.scratch)
+	dst = appendJoined(dst, t.out, &t.scratch)
 	return append(dst, '}'), nil
 }
 
@@ -749,8 +846,9 @@ func (t *translator) flush(dst []byte, n int) []byte {
 	return append(dst, '}')
 }
 
-// appendStr writes a string token: its bytes when they are already a valid spelling of its
-// value (no escape, valid UTF-8), else decoded and written again.
+// appendStr writes a string token: its source bytes, escapes and all, which the scanner
+// checked are a valid JSON spelling of its value; decoded and written again only when they hold
+// invalid UTF-8, which a JSON text may not (upstreams refuse it).
 func appendStr(dst []byte, s strTok, scratch *[]byte) []byte {
 	dst = append(dst, '"')
 	dst = appendStrContents(dst, s, scratch)
@@ -759,7 +857,7 @@ func appendStr(dst []byte, s strTok, scratch *[]byte) []byte {
 
 func appendStrContents(dst []byte, s strTok, scratch *[]byte) []byte {
 	c := s.t.Contents(s.src)
-	if s.t.Flags&jsonwire.Escaped == 0 && (s.t.Flags&jsonwire.NonASCII == 0 || utf8.Valid(c)) {
+	if s.t.Flags&jsonwire.NonASCII == 0 || utf8.Valid(c) {
 		return append(dst, c...)
 	}
 	// The scanner checked the string, so decoding cannot fail.
@@ -885,59 +983,69 @@ func findMember(src []byte, v jsonwire.Token, name string) jsonwire.Token {
 	}
 }
 
+// Tool members, by their index in toolNames.
+const (
+	tlType = iota
+	tlName
+	tlDescription
+	tlParameters
+	tlStrict
+	toolCount
+)
+
+var toolNames = []string{"type", "name", "description", "parameters", "strict"}
+
 // tools writes the function tools nested as chat has them, refusing every other kind: a
 // built-in tool silently dropped would let the model answer without a tool its caller believes
 // it has.
 func (t *translator) tools(dst []byte, v jsonwire.Token) ([]byte, error) {
 	b := t.body
-	s := jsonwire.NewScanner(b[v.Start:v.End], jsonwire.Options{})
+	s := jsonwire.NewScanner(v.Raw(b), jsonwire.Options{})
 	_ = s.EnterArray()
 	start := len(dst)
 	dst = append(dst, `,"tools":[`...)
 	k := len(dst)
 	for i := 0; ; i++ {
-		more, _ := s.NextElement()
-		if !more {
+		if more, _ := s.NextElement(); !more {
 			break
 		}
-		tv, _ := s.ReadValue()
-		tv.Start += v.Start
-		tv.End += v.Start
 		p := func(f string) string { return "tools[" + strconv.Itoa(i) + "]." + f }
-		if tv.Kind != jsonwire.Object {
+		if s.Peek() != '{' {
 			return nil, wrongType("tools["+strconv.Itoa(i)+"]", "an object")
 		}
-		typ := findMember(b, tv, "type")
-		if typ.Kind != jsonwire.String {
+		_ = s.EnterObject()
+		var m [toolCount]jsonwire.Token
+		_ = collectIn(&s, v.Start, toolNames, m[:]) // checked already
+		if m[tlType].Kind != jsonwire.String {
 			return nil, invalid(p("type"), "missing_required_parameter", "Missing required parameter: '%s'.", p("type"))
 		}
-		if tn := keyName(b, typ); tn != "function" {
+		if tn := keyName(b, m[tlType]); tn != "function" {
 			return nil, invalid(p("type"), "unsupported_value", "Tool type '%s' is not supported by this gateway.", tn)
 		}
-		name := findMember(b, tv, "name")
-		if name.Kind != jsonwire.String {
+		if m[tlName].Kind != jsonwire.String {
 			return nil, invalid(p("name"), "missing_required_parameter", "Missing required parameter: '%s'.", p("name"))
 		}
-		if t.allowed != nil && !contains(t.allowed, keyName(b, name)) {
+		if pv := m[tlParameters]; pv.Kind != jsonwire.Object && pv.Kind != jsonwire.Invalid {
+			return nil, wrongType(p("parameters"), "an object")
+		}
+		if t.allowed != nil && !contains(t.allowed, keyName(b, m[tlName])) {
 			continue
 		}
 		dst = appendComma(dst, k)
 		dst = append(dst, `{"type":"function","function":{"name":`...)
-		dst = appendStr(dst, strTok{b, name}, &t.scratch)
-		if d := findMember(b, tv, "description"); d.Kind == jsonwire.String {
+		dst = appendStr(dst, strTok{b, m[tlName]}, &t.scratch)
+		if d := m[tlDescription]; d.Kind == jsonwire.String {
 			dst = append(dst, `,"description":`...)
 			dst = appendStr(dst, strTok{b, d}, &t.scratch)
 		}
 		dst = append(dst, `,"parameters":`...)
-		if pv := findMember(b, tv, "parameters"); pv.Kind == jsonwire.Object {
+		if pv := m[tlParameters]; pv.Kind == jsonwire.Object {
 			dst = append(dst, pv.Raw(b)...)
-		} else if pv.Kind == jsonwire.Invalid || pv.Kind == jsonwire.Null {
+		} else {
 			// chat requires parameters; an empty object schema is a function of no arguments.
 			dst = append(dst, `{"type":"object","properties":{}}`...)
-		} else {
-			return nil, wrongType(p("parameters"), "an object")
 		}
-		if st := findMember(b, tv, "strict"); isBool(st) {
+		if st := m[tlStrict]; isBool(st) {
 			dst = append(dst, `,"strict":`...)
 			dst = append(dst, st.Raw(b)...)
 		}
