@@ -964,6 +964,18 @@ func (t *translator) includesLogprobs() bool {
 	}
 }
 
+// typeOf is the type member of the object v (param, which must be kind), as a string.
+func typeOf(src []byte, v jsonwire.Token, param, kind string) (string, error) {
+	if v.Kind != jsonwire.Object {
+		return "", wrongType(param, kind)
+	}
+	typ := findMember(src, v, "type")
+	if typ.Kind != jsonwire.String {
+		return "", invalid(param+".type", "missing_required_parameter", "Missing required parameter: '%s.type'.", param)
+	}
+	return keyName(src, typ), nil
+}
+
 // findMember is the value of the member name of the object v in src (Kind Invalid if none).
 func findMember(src []byte, v jsonwire.Token, name string) jsonwire.Token {
 	s := jsonwire.NewScanner(src[v.Start:v.End], jsonwire.Options{})
@@ -1077,14 +1089,11 @@ func (t *translator) toolChoice(v jsonwire.Token) ([]byte, error) {
 			return nil, invalid("tool_choice", "unsupported_value", "Unsupported value for 'tool_choice': '%s'.", s)
 		}
 	}
-	if v.Kind != jsonwire.Object {
-		return nil, wrongType("tool_choice", "a string or an object")
+	tn, err := typeOf(b, v, "tool_choice", "a string or an object")
+	if err != nil {
+		return nil, err
 	}
-	typ := findMember(b, v, "type")
-	if typ.Kind != jsonwire.String {
-		return nil, invalid("tool_choice.type", "missing_required_parameter", "Missing required parameter: 'tool_choice.type'.")
-	}
-	switch tn := keyName(b, typ); tn {
+	switch tn {
 	case "function":
 		name := findMember(b, v, "name")
 		if name.Kind != jsonwire.String {
@@ -1136,14 +1145,11 @@ func (t *translator) textFormat(dst []byte, v jsonwire.Token) ([]byte, error) {
 	if f.Kind == jsonwire.Invalid || f.Kind == jsonwire.Null {
 		return dst, nil
 	}
-	if f.Kind != jsonwire.Object {
-		return nil, wrongType("text.format", "an object")
+	tn, err := typeOf(b, f, "text.format", "an object")
+	if err != nil {
+		return nil, err
 	}
-	typ := findMember(b, f, "type")
-	if typ.Kind != jsonwire.String {
-		return nil, invalid("text.format.type", "missing_required_parameter", "Missing required parameter: 'text.format.type'.")
-	}
-	switch tn := keyName(b, typ); tn {
+	switch tn {
 	case "text":
 		return dst, nil
 	case "json_object":
