@@ -241,6 +241,9 @@ func (t *translator) readTop(body []byte) error {
 		if err != nil {
 			return t.syntax(err)
 		}
+		if name == "input" {
+			t.resetInput() // a string or null input replaces an array before it
+		}
 		for i := range topNames {
 			if name == topNames[i] {
 				t.top[i] = v
@@ -266,8 +269,7 @@ func (t *translator) readTop(body []byte) error {
 // not JSON is refused as such. A repeated input member replaces the earlier one.
 func (t *translator) walkInput(s *jsonwire.Scanner) (jsonwire.Token, error) {
 	start := s.Offset()
-	t.msgs, t.callIDs, t.itemErr = t.msgs[:t.prevLen], t.callIDs[:t.prevCalls], nil
-	t.asst.open, t.reasoning = false, t.reasoning[:0]
+	t.resetInput()
 	if err := s.EnterArray(); err != nil {
 		return jsonwire.Token{}, err
 	}
@@ -302,6 +304,12 @@ func (t *translator) walkInput(s *jsonwire.Scanner) (jsonwire.Token, error) {
 		}
 	}
 	return jsonwire.Token{Start: start, End: s.Offset(), Kind: jsonwire.Array}, nil
+}
+
+// resetInput drops what an earlier input member made: the last of repeated members wins.
+func (t *translator) resetInput() {
+	t.msgs, t.callIDs, t.itemErr = t.msgs[:t.prevLen], t.callIDs[:t.prevCalls], nil
+	t.asst.open, t.reasoning = false, t.reasoning[:0]
 }
 
 // prevItems translates the stored conversation into t.msgs.

@@ -123,6 +123,38 @@ func TestResponsesToChat(t *testing.T) {
 	}
 }
 
+// The input items are translated during the body's one scan: what that must not change.
+func TestResponsesToChatOnePass(t *testing.T) {
+	for _, c := range []struct{ name, body, want string }{
+		{"a repeated input: the last wins, as in encoding/json", `{"model":"m","input":[{"role":"user","content":"a"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"input":[{"role":"user","content":"b"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"b"}]}`},
+		{"an array input replaced by a string", `{"model":"m","input":[{"role":"user","content":"a"}],"input":"b"}`, `{"model":"m","messages":[{"role":"user","content":"b"}]}`},
+		{"a refused item replaced by a later input", `{"model":"m","input":[{"type":"web_search_call"}],"input":"b"}`, `{"model":"m","messages":[{"role":"user","content":"b"}]}`},
+		{"instructions after input still come first", `{"input":"b","model":"m","instructions":"i"}`, `{"model":"m","messages":[{"role":"system","content":"i"},{"role":"user","content":"b"}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chat, _, err := ResponsesToChat([]byte(c.body), nil)
+			if err != nil || !reflect.DeepEqual(jsonValue(t, chat), jsonValue(t, []byte(c.want))) {
+				t.Errorf("got %s, %v; want %s", chat, err, c.want)
+			}
+		})
+	}
+	t.Run("a body that is not JSON after a refused item is refused as not JSON", func(t *testing.T) {
+		_, _, err := ResponsesToChat([]byte(`{"model":"m","input":[{"type":"web_search_call"}],"x":}`), nil)
+		var re *ResponsesError
+		if !errors.As(err, &re) || !strings.Contains(re.Message, "parse the JSON") || re.Param != "" {
+			t.Errorf("%v", err)
+		}
+	})
+	t.Run("a member's type error comes before an item's", func(t *testing.T) {
+		_, _, err := ResponsesToChat([]byte(`{"model":"m","input":[{"type":"web_search_call"}],"temperature":"x"}`), nil)
+		var re *ResponsesError
+		if !errors.As(err, &re) || re.Param != "temperature" {
+			t.Errorf("%v", err)
+		}
+	})
+}
+
 func TestResponsesToChatMeta(t *testing.T) {
 	body := `{"model":"m\u00e9","input":"x","store":false,"stream":true,"previous_response_id":"resp_p","instructions":"i","tools":[ {"type":"function","name":"f"} ],"tool_choice":"auto","metadata":{"a":"b"},"temperature":0.5,"user":"u"}`
 	_, m, err := ResponsesToChat([]byte(body), nil)
