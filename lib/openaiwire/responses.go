@@ -12,9 +12,10 @@ import (
 // The Responses API (POST /v1/responses) served over a chat-completions upstream: a request is
 // translated into a chat completions body (ResponsesToChat), and the upstream's answer back into
 // a Response object (ChatToResponse) or, streamed, into the Responses event sequence
-// (ResponsesStream). The rules are docs' reference/openai_responses.md section 6; the tests name
-// each one. Everything here is pure: ids and times are the caller's (ResponsesMeta), state (a
-// previous_response_id's conversation) comes in as items.
+// (ResponsesStream). The rules are those of issue 38's reference (openai_responses.md, section 6
+// and the stream's section 4); the tests quote each one. Everything here is pure: ids and times
+// are the caller's (ResponsesMeta), and state (a previous_response_id's conversation) comes in
+// as items.
 //
 // Top-level request members that translation ignores, as OpenAI's newer members and vLLM do
 // (unknown members are ignored too, never refused): stream_options, max_tool_calls,
@@ -984,23 +985,12 @@ func typeOf(src []byte, v jsonwire.Token, param, kind string) (string, error) {
 	return keyName(src, typ), nil
 }
 
-// findMember is the value of the member name of the object v in src (Kind Invalid if none).
+// findMember is the value of the member name of the object v in src (Kind Invalid when absent
+// or null).
 func findMember(src []byte, v jsonwire.Token, name string) jsonwire.Token {
-	s := jsonwire.NewScanner(src[v.Start:v.End], jsonwire.Options{})
-	_ = s.EnterObject()
-	var found jsonwire.Token
-	for {
-		key, more, _ := s.NextMember()
-		if !more {
-			return found
-		}
-		val, _ := s.ReadValue()
-		if keyName(src[v.Start:v.End], key) == name {
-			found = val
-			found.Start += v.Start
-			found.End += v.Start
-		}
-	}
+	var out [1]jsonwire.Token
+	collect(src, v, []string{name}, out[:])
+	return out[0]
 }
 
 // Tool members, by their index in toolNames.

@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// The rules quoted in the test names are those of docs' reference/openai_responses.md (§ numbers
-// are its sections).
+// The rules quoted in the test names are those of issue 38's reference, openai_responses.md (§
+// numbers are its sections).
 
 func jsonValue(t *testing.T, s []byte) any {
 	t.Helper()
