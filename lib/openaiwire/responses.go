@@ -1,6 +1,7 @@
 package openaiwire
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -1175,5 +1176,55 @@ func (t *translator) textFormat(dst []byte, v jsonwire.Token) ([]byte, error) {
 		return append(dst, "}}"...), nil
 	default:
 		return nil, invalid("text.format.type", "unsupported_value", "Unsupported value for 'text.format.type': '%s'.", tn)
+	}
+}
+
+// ResponsesTurnItems is what one stored turn adds to its conversation: the request's input items
+// (a string input as the user message it stands for) followed by the Response's output items,
+// each one JSON value. A continuation by previous_response_id hands ResponsesToChat the parent's
+// own prev followed by these (§5: context = parent's context, its input, its output; never its
+// instructions). The items are views of request and response, which must not change while they
+// are in use; a store copies them.
+func ResponsesTurnItems(request, response []byte) ([]Raw, error) {
+	var items []Raw
+	in := findTop(request, "input")
+	switch in.Kind {
+	case jsonwire.String:
+		item := append([]byte(`{"type":"message","role":"user","content":`), in.Raw(request)...)
+		items = append(items, append(item, '}'))
+	case jsonwire.Array:
+		items = appendElements(items, request, in)
+	case jsonwire.Invalid, jsonwire.Null:
+	default:
+		return nil, errors.New("openaiwire: a stored turn: the request's input is neither a string nor an array")
+	}
+	out := findTop(response, "output")
+	if out.Kind != jsonwire.Array {
+		return nil, errors.New("openaiwire: a stored turn: the response has no output array")
+	}
+	return appendElements(items, response, out), nil
+}
+
+// findTop is the value of the top-level member name of the document b (Kind Invalid when b is
+// not a JSON object or has none).
+func findTop(b []byte, name string) jsonwire.Token {
+	if jsonwire.Validate(b, jsonwire.Options{}) != nil || jsonwire.KindOf(firstByte(b)) != jsonwire.Object {
+		return jsonwire.Token{}
+	}
+	start := len(b) - len(trimLeft(b))
+	end := len(trimSpace(b)) + start
+	return findMember(b, jsonwire.Token{Start: start, End: end, Kind: jsonwire.Object}, name)
+}
+
+// appendElements appends the elements of the array v of src (checked already), as views.
+func appendElements(dst []Raw, src []byte, v jsonwire.Token) []Raw {
+	s := jsonwire.NewScanner(v.Raw(src), jsonwire.Options{})
+	_ = s.EnterArray()
+	for {
+		if more, _ := s.NextElement(); !more {
+			return dst
+		}
+		e, _ := s.ReadValue()
+		dst = append(dst, Raw(src[v.Start+e.Start:v.Start+e.End:v.Start+e.End]))
 	}
 }

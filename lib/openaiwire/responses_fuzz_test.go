@@ -46,6 +46,19 @@ func FuzzResponsesToChat(f *testing.F) {
 		if err != nil || !json.Valid(resp) {
 			t.Fatalf("the response echoing the request is not JSON: %s (%v)", resp, err)
 		}
+		// The stored turn replays: its items are JSON and translate again.
+		turn, err := ResponsesTurnItems(body, resp)
+		if err != nil {
+			t.Fatalf("turn items: %v", err)
+		}
+		for _, it := range turn {
+			if !json.Valid(it) {
+				t.Fatalf("turn item not JSON: %s", it)
+			}
+		}
+		if _, _, err := ResponsesToChat([]byte(`{"model":"m","input":"next"}`), append(items, turn...)); err != nil {
+			t.Fatalf("a stored turn does not continue: %v", err)
+		}
 	})
 }
 

@@ -835,3 +835,52 @@ func TestResponsesStreamEndings(t *testing.T) {
 		checkEvents(t, out, true)
 	})
 }
+
+// §8.9 and §8.10 at the translation level: a function-tool round trip by previous_response_id,
+// the stored turn's items replayed, its instructions not.
+func TestResponsesTurnItems(t *testing.T) {
+	turn1 := []byte(`{"model":"m","instructions":"Answer in French.","input":"weather in Paris?","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],"tool_choice":"required"}`)
+	_, meta, err := ResponsesToChat(turn1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta.ID = "resp_1"
+	resp1 := must(ChatToResponse(chatAnswerJSON("", "use the tool", []ToolCall{{ID: "chatcmpl-tool-9", Type: "function", Function: Function{Name: "get_weather", Arguments: `{"city":"Paris"}`}}}, "tool_calls", ""), meta))
+	items, err := ResponsesTurnItems(turn1, resp1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 3 {
+		t.Fatalf("input message, reasoning, call: %q", items)
+	}
+	turn2 := []byte(`{"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"chatcmpl-tool-9","output":"{\"temp\":20}"}]}`)
+	chat, _, err := ResponsesToChat(turn2, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":"weather in Paris?"},` +
+		`{"role":"assistant","content":null,"reasoning":"use the tool","tool_calls":[{"id":"chatcmpl-tool-9","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"chatcmpl-tool-9","content":"{\"temp\":20}"}]}`
+	if !reflect.DeepEqual(jsonValue(t, chat), jsonValue(t, []byte(want))) {
+		t.Errorf("turn 2\n got %s\nwant %s", chat, want)
+	}
+	// A third turn chains: the parent's prev, then the parent's own items.
+	meta.ID = "resp_2"
+	resp2 := must(ChatToResponse(chatAnswerJSON("Il fait 20 degrés.", "", nil, "stop", ""), meta))
+	more, err := ResponsesTurnItems(turn2, resp2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, _, err = ResponsesToChat([]byte(`{"model":"m","input":"and tomorrow?"}`), append(items, more...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(chat), `"role":`); n != 5 || !strings.HasSuffix(string(chat), `{"role":"assistant","content":"Il fait 20 degrés."},{"role":"user","content":"and tomorrow?"}]}`) {
+		t.Errorf("turn 3: %s", chat)
+	}
+	for _, bad := range [][2]string{{`{"input":1}`, `{"output":[]}`}, {`{"input":"x"}`, `{}`}, {`{"input":"x"}`, `{"output":[]`}} {
+		if _, err := ResponsesTurnItems([]byte(bad[0]), []byte(bad[1])); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
