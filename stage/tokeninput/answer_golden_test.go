@@ -82,9 +82,17 @@ func TestAnswersGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&got, "=== %s\n%s\n\n", tc.name, out)
 	}
-	path := filepath.Join("testdata", "answers.golden")
-	if *update {
-		if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+	if want := golden(t, "answers.golden", got.Bytes(), *update); !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("the answers' bytes changed (go test -run TestAnswersGolden -update rewrites them):\n%s", got.Bytes())
+	}
+}
+
+// golden is testdata/name's contents, after writing got to it when update is set.
+func golden(t *testing.T, name string, got []byte, update bool) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,7 +100,5 @@ func TestAnswersGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Fatalf("the answers' bytes changed (go test -run TestAnswersGolden -update rewrites them):\n%s", got.Bytes())
-	}
+	return want
 }

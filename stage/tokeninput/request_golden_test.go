@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -120,16 +119,8 @@ func TestRequestsGolden(t *testing.T) {
 			run(fmt.Sprintf("corpus %x", sum[:8]), path, body, false)
 		}
 	}
-	golden := filepath.Join("testdata", "requests.golden")
-	if *updateRequests {
-		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const file = "testdata/requests.golden"
+	want := golden(t, "requests.golden", got.Bytes(), *updateRequests)
 	// Compared a request at a time: a body new to the corpora is logged, not failed.
 	wantBy := map[string]string{}
 	for _, sec := range sections(want) {
@@ -140,15 +131,15 @@ func TestRequestsGolden(t *testing.T) {
 		w, ok := wantBy[sec[0]]
 		switch {
 		case !ok:
-			t.Logf("not in %s (-update-requests records it): %s\n%s", golden, sec[0], sec[1])
+			t.Logf("not in %s (-update-requests records it): %s\n%s", file, sec[0], sec[1])
 		case w != sec[1]:
-			t.Errorf("the request sent upstream changed (-update-requests rewrites %s): %s\n got %s\nwant %s", golden, sec[0], sec[1], w)
+			t.Errorf("the request sent upstream changed (-update-requests rewrites %s): %s\n got %s\nwant %s", file, sec[0], sec[1], w)
 		default:
 			checked++
 		}
 	}
 	if checked < len(wantBy)*9/10 {
-		t.Errorf("%d of %s's %d requests checked: its bodies are gone from the corpora", checked, golden, len(wantBy))
+		t.Errorf("%d of %s's %d requests checked: its bodies are gone from the corpora", checked, file, len(wantBy))
 	}
 }
 

@@ -76,11 +76,12 @@ func Stage(m *prompt.Model) pipeline.Interceptor {
 
 // completion sends a completion request's text prompts as ids.
 func completion(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
-	f, err := req.Fields()
+	w, err := req.Wire()
 	if err != nil {
-		return nil, pipeline.InvalidJSON(err)
+		return nil, err
 	}
-	prompts, err := m.CompletionPrompts(f["prompt"])
+	raw, _ := w.Get("prompt")
+	prompts, err := m.CompletionPrompts(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func completion(ctx context.Context, m *prompt.Model, req *pipeline.Request, nex
 		req.PromptTokens = prompts[0]
 		ids = prompts[0]
 	}
-	out, err := rewrite(req, f, completionPath, ids)
+	out, err := rewrite(req, w, completionPath, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -106,30 +107,31 @@ type params struct {
 }
 
 func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
-	f, err := req.Fields()
+	w, err := req.Wire()
 	if err != nil {
-		return nil, pipeline.InvalidJSON(err)
+		return nil, err
 	}
-	if err := refuseUnmapped(m.Name(), f); err != nil {
+	if err := refuseUnmapped(m.Name(), w); err != nil {
 		return nil, err
 	}
 	p := params{n: 1, tok: m.Tokenizer()}
-	if p.stop, err = stopStrings(f["stop"]); err != nil {
+	stop, _ := w.Get("stop")
+	if p.stop, err = stopStrings(stop); err != nil {
 		return nil, err
 	}
-	if raw, ok := f["n"]; ok && string(raw) != "null" {
+	if raw, ok := w.Get("n"); ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &p.n); err != nil || p.n < 1 || p.n > 128 {
 			return nil, pipeline.InvalidRequest("n", "invalid_value", "n must be an integer from 1 to 128.")
 		}
 	}
-	if raw, ok := f["stream_options"]; ok {
+	if raw, ok := w.Get("stream_options"); ok {
 		var so struct {
 			IncludeUsage bool `json:"include_usage"`
 		}
 		_ = json.Unmarshal(raw, &so) // the upstream words a malformed one
 		p.includeUsage = so.IncludeUsage
 	}
-	if special(f["add_special_tokens"]) {
+	if special(w, "add_special_tokens") {
 		in, err := chattemplate.DecodeRequest(req.Body())
 		if err != nil {
 			return nil, prompt.TemplateError(err)
@@ -141,7 +143,7 @@ func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipe
 		return nil, err
 	}
 	p.promptLen = len(req.PromptTokens)
-	out, err := rewrite(req, f, completionPath, req.PromptTokens)
+	out, err := rewrite(req, w, completionPath, req.PromptTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -162,21 +164,25 @@ func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipe
 }
 
 // refuseUnmapped refuses what a completion's answer cannot give back in chat's terms.
-func refuseUnmapped(model string, f map[string]json.RawMessage) error {
+func refuseUnmapped(model string, w *openaiwire.Body) error {
 	for _, k := range []string{"logprobs", "top_logprobs"} {
-		if raw, ok := f[k]; ok && string(raw) != "null" && string(raw) != "false" && string(raw) != "0" {
+		if raw, ok := w.Get(k); ok && string(raw) != "null" && string(raw) != "false" && string(raw) != "0" {
 			return pipeline.InvalidRequest(k, "unsupported_parameter", fmt.Sprintf(
 				"%s is not supported for model `%s`: its upstream takes token ids, and the gateway does not map completion logprobs to chat logprobs.", k, model))
 		}
 	}
-	if special(f["continue_final_message"]) {
+	if special(w, "continue_final_message") {
 		return pipeline.InvalidRequest("continue_final_message", "unsupported_parameter", fmt.Sprintf(
 			"continue_final_message is not supported for model `%s`: its upstream takes token ids rendered by the gateway, which opens a new turn.", model))
 	}
 	return nil
 }
 
-func special(raw json.RawMessage) bool { return string(raw) == "true" }
+// special reports whether member name is true.
+func special(w *openaiwire.Body, name string) bool {
+	raw, _ := w.Get(name)
+	return string(raw) == "true"
+}
 
 // stopStrings reads stop: a string, a list of strings, or null.
 func stopStrings(raw json.RawMessage) ([]string, error) {
@@ -197,30 +203,30 @@ func stopStrings(raw json.RawMessage) ([]string, error) {
 	return slices.DeleteFunc(list, func(s string) bool { return s == "" }), nil
 }
 
-// rewrite is req for path with the chat-only members dropped, max_completion_tokens as
-// max_tokens, and prompt set to ids; the members keep no order (JSON objects have none).
-func rewrite(req *pipeline.Request, f map[string]json.RawMessage, path string, ids any) (*pipeline.Request, error) {
-	set := map[string]json.RawMessage{"prompt": appendIDs(nil, ids)}
-	drop := chatOnly
-	maxTokens := f["max_completion_tokens"]
+// rewrite is a clone of req for path with the chat-only members dropped, max_completion_tokens
+// as max_tokens, and prompt set to ids; w is req's view. The clone's edit leaves req (the
+// client's request, which an earlier stage may retry or log) as it was.
+func rewrite(req *pipeline.Request, w *openaiwire.Body, path string, ids any) (*pipeline.Request, error) {
+	maxTokens, _ := w.Get("max_completion_tokens")
 	if len(maxTokens) == 0 || string(maxTokens) == "null" {
-		maxTokens = f["max_tokens"]
+		maxTokens, _ = w.Get("max_tokens")
 	}
-	if len(maxTokens) > 0 && string(maxTokens) != "null" {
-		set["max_tokens"] = maxTokens
-	} else {
-		drop = append(slices.Clip(drop), "max_tokens")
-	}
-	b, err := req.EditBody(set, drop...)
+	out := req.Clone()
+	out.Path = path
+	err := out.Edit(func(b *openaiwire.Body) error {
+		b.Set("prompt", appendIDs(nil, ids))
+		if len(maxTokens) > 0 && string(maxTokens) != "null" {
+			b.Set("max_tokens", maxTokens)
+		} else {
+			b.Drop("max_tokens")
+		}
+		b.Drop(chatOnly...) // after the sets, as EditBody dropped: max_completion_tokens goes
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := *req
-	out.Path = path
-	if err := out.SetBody(b); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return out, nil
 }
 
 func appendIDs(b []byte, ids any) []byte {
