@@ -39,7 +39,7 @@ func BenchmarkDecode(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			f, err := requestFields(req)
+			f, err := req.Fields()
 			if err != nil {
 				b.Fatal(err)
 			}

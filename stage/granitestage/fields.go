@@ -5,21 +5,13 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/granite"
 )
 
-// requestFields is req.Fields() read with the stage's scanner: the body's top-level members,
-// each value the body's own bytes (the body does not change; the stage only reads them), where
-// Fields decodes the body through reflection and copies every value. A body the scanner does
-// not take whole (an escaped or non-ASCII member name, deep nesting, an error) goes to Fields.
-func requestFields(req *pipeline.Request) (map[string]json.RawMessage, error) {
-	if f, ok := scanFields(req.Body()); ok {
-		return f, nil
-	}
-	return req.Fields()
-}
-
+// scanFields reads an object's members as json.Unmarshal into a map of raw values would, each
+// value the input's own bytes; anything unusual (a non-ASCII name, deep nesting, an error) is
+// false, for encoding/json. The request's own members come from its parsed view (Request.Fields),
+// shared with the other stages; this reads objects inside it (chat_template_kwargs).
 func scanFields(body []byte) (map[string]json.RawMessage, bool) {
 	s := newScan(body)
 	f := make(map[string]json.RawMessage, 8)

@@ -45,7 +45,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		fields, err := requestFields(req)
+		fields, err := req.Fields()
 		if err != nil {
 			return
 		}

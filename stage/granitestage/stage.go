@@ -117,7 +117,7 @@ func newID() string {
 }
 
 func chat(ctx context.Context, e granite.Entry, o *Options, bufs *buffers, req *pipeline.Request, next pipeline.Handler) (*pipeline.Response, error) {
-	f, err := requestFields(req)
+	f, err := req.Fields() // from the request's one parsed view, shared with the other stages
 	if err != nil {
 		return nil, pipeline.InvalidJSON(err)
 	}
