@@ -349,11 +349,8 @@ func (b *backend) answer(req *pipeline.Request, f map[string]json.RawMessage, o 
 		res.Body = pipeline.NewBody(full, b.usage)
 		return res, nil
 	}
-	var so struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
-	_ = json.Unmarshal(f["stream_options"], &so) // malformed: no usage chunk
-	chunks, err := chatstream.Replay(chatPath, full, chatstream.ReplayOptions{ID: out.ID, Created: out.Created, IncludeUsage: so.IncludeUsage})
+	chunks, err := chatstream.Replay(chatPath, full, chatstream.ReplayOptions{ID: out.ID, Created: out.Created,
+		IncludeUsage: openaiwire.IncludeUsage(f["stream_options"])})
 	if err != nil {
 		return nil, fmt.Errorf("granitestage: replaying the answer: %w", err)
 	}

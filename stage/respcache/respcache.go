@@ -31,7 +31,6 @@ package respcache
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -384,13 +383,8 @@ func (c *Cache) hit(ctx context.Context, req *pipeline.Request, next pipeline.Ha
 		res.Body = pipeline.NewBody(full, hitUsage)
 		return res, nil
 	}
-	var so struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
-	if raw, ok := w.Get("stream_options"); ok {
-		_ = json.Unmarshal(raw, &so) // malformed: no usage chunk
-	}
-	chunks, err := replay(req.Path, full, replayOptions{ID: id, Created: created, IncludeUsage: so.IncludeUsage})
+	so, _ := w.Get("stream_options")
+	chunks, err := replay(req.Path, full, replayOptions{ID: id, Created: created, IncludeUsage: openaiwire.IncludeUsage(so)})
 	if err != nil {
 		c.warn.Warn("respcache replay failed", "response cache: a stored answer does not replay as a stream: asking the upstream",
 			"model", c.opts.Model, "err", err)

@@ -125,11 +125,7 @@ func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipe
 		}
 	}
 	if raw, ok := w.Get("stream_options"); ok {
-		var so struct {
-			IncludeUsage bool `json:"include_usage"`
-		}
-		_ = json.Unmarshal(raw, &so) // the upstream words a malformed one
-		p.includeUsage = so.IncludeUsage
+		p.includeUsage = openaiwire.IncludeUsage(raw) // the upstream words a malformed one
 	}
 	if special(w, "add_special_tokens") {
 		in, err := chattemplate.DecodeRequest(req.Body())
