@@ -20,13 +20,12 @@ import (
 
 // catalogEntry is one model as the catalogue sees it.
 type catalogEntry struct {
-	name     string
-	routes   []openaipool.Route
-	healthy  bool
-	maxLen   int64 // max_model_len, 0 unknown
-	ownedBy  string
-	types    []string // endpoint types serving it, sorted
-	included bool
+	name    string
+	routes  []openaipool.Route
+	healthy bool
+	maxLen  int64 // max_model_len, 0 unknown
+	ownedBy string
+	types   []string // endpoint types serving it, sorted
 }
 
 // formats are Olla's ?format values; the vLLM-like ones share vLLM's shape.
