@@ -8,6 +8,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // RemoteOptions configure a Remote embedder.
@@ -198,7 +200,7 @@ func (r *Remote) send(ctx context.Context, b *batch) {
 }
 
 func (r *Remote) request(ctx context.Context, texts []string) ([][]float32, error) {
-	body, err := json.Marshal(embeddingsRequest{Model: r.o.Model, Input: texts, EncodingFormat: "float"})
+	body, err := json.Marshal(openaiwire.EmbeddingsRequest{Model: r.o.Model, Input: texts, EncodingFormat: "float"})
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
@@ -207,22 +209,6 @@ func (r *Remote) request(ctx context.Context, texts []string) ([][]float32, erro
 		return nil, err
 	}
 	return parseEmbeddings(resp, len(texts), r.o.MaxDim)
-}
-
-type embeddingsRequest struct {
-	Model          string   `json:"model"`
-	Input          []string `json:"input"`
-	EncodingFormat string   `json:"encoding_format"`
-}
-
-type embeddingsResponse struct {
-	Data []struct {
-		Index     *int      `json:"index"`
-		Embedding []float32 `json:"embedding"`
-	} `json:"data"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
 }
 
 // maxResponseBytes bounds the body parseEmbeddings accepts for n vectors of
@@ -239,7 +225,7 @@ func parseEmbeddings(body []byte, n, maxDim int) ([][]float32, error) {
 	if len(body) > maxResponseBytes(n, maxDim) {
 		return nil, fmt.Errorf("response of %d bytes exceeds %d for %d vectors", len(body), maxResponseBytes(n, maxDim), n)
 	}
-	var resp embeddingsResponse
+	var resp openaiwire.Embeddings
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return nil, fmt.Errorf("decode response: %w", err)
 	}
