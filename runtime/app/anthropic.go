@@ -37,9 +37,10 @@ func messagesAPI(cfg *Config, models map[string]*llmModel, proxy *openai.Proxy, 
 			// all of a type that serves it (Olla's passthrough: vLLM, LM Studio, Ollama, llama.cpp),
 			// saying so in X-Olla-Mode, and translates otherwise or when they turn out not to
 			// (an older vLLM's 404); it keys sticky sessions as Olla does.
+			forward := proxy.Forwarder()
 			passthrough := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("X-Olla-Mode", "passthrough")
-				proxy.Forwarder().ServeHTTP(w, r)
+				forward.ServeHTTP(w, r)
 			})
 			oh := anthropic.New(anthropic.Options{Chat: mux, Native: func(model string) bool { return native(model) || passesThrough(proxy, model) },
 				NativeHandler: passthrough, CountTokens: count, Metrics: m, Logger: log})

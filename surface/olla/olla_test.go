@@ -25,8 +25,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// startOlla is start with Olla's routes mounted under /olla too.
+// startOlla is a gateway with the OpenAI surface and Olla's routes (its status routes too).
 func startOlla(tb testing.TB, opts openai.Options, eps ...upstream.Endpoint) *env {
+	tb.Helper()
+	return startWith(tb, opts, olla.Info{}, eps...)
+}
+
+// startWith is startOlla with the status routes' Info.
+func startWith(tb testing.TB, opts openai.Options, info olla.Info, eps ...upstream.Endpoint) *env {
 	tb.Helper()
 	opts.Endpoints, opts.Logger = eps, quiet()
 	p, err := openai.New(opts)
@@ -34,7 +40,10 @@ func startOlla(tb testing.TB, opts openai.Options, eps ...upstream.Endpoint) *en
 	p.Start(context.Background())
 	tb.Cleanup(p.Close)
 	srv := gatewaytest.Start(tb, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){
-		p.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) { olla.Mount(mux, "/olla", p) }}})
+		p.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+			olla.Mount(mux, "/olla", p)
+			olla.MountStatus(mux, p, info)
+		}}})
 	return &env{srv: srv, proxy: p, URL: srv.URL}
 }
 

@@ -202,31 +202,54 @@ func issues(e openaipool.Endpoint) string {
 	switch {
 	case !e.Healthy:
 		return "unavailable"
-	case e.Stats.Requests >= 10 && rate(e.Stats) < 0.5:
+	case e.Stats.Requests >= 10 && rate(e.Stats.Successes, e.Stats.Requests) < 0.5:
 		return "low success rate"
-	case e.Stats.Requests >= 10 && rate(e.Stats) < 0.9:
+	case e.Stats.Requests >= 10 && rate(e.Stats.Successes, e.Stats.Requests) < 0.9:
 		return "unstable"
 	}
 	return ""
 }
 
-// rate is the share of requests that succeeded; 1 before any.
-func rate(st openaipool.Stats) float64 {
-	if st.Requests == 0 {
+// rate is the share part is of whole requests; 1 before any.
+func rate(part, whole int64) float64 {
+	if whole == 0 {
 		return 1
 	}
-	return float64(st.Successes) / float64(st.Requests)
+	return float64(part) / float64(whole)
 }
 
 // percent writes a rate as Olla does ("99.6%"); "N/A" with no requests.
-func percent(st openaipool.Stats) string {
-	if st.Requests == 0 {
+func percent(part, whole int64) string {
+	if whole == 0 {
 		return "N/A"
 	}
-	return strconv.FormatFloat(math.Round(rate(st)*1000)/10, 'f', -1, 64) + "%"
+	return strconv.FormatFloat(math.Round(rate(part, whole)*1000)/10, 'f', -1, 64) + "%"
 }
 
+// success is st's success rate as Olla writes it.
+func success(st openaipool.Stats) string { return percent(st.Successes, st.Requests) }
+
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// latency writes a duration as Olla does ("120ms").
+func latency(d time.Duration) string { return strconv.FormatInt(ms(d), 10) + "ms" }
+
+// mean is total over n requests; 0 before any.
+func mean(total time.Duration, n int64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return total / time.Duration(n)
+}
+
+// add sums b's counts into a (not its latency bounds), for a page's totals.
+func add(a *openaipool.Stats, b openaipool.Stats) {
+	a.Requests += b.Requests
+	a.Successes += b.Successes
+	a.Failures += b.Failures
+	a.LatencyTotal += b.LatencyTotal
+	a.Bytes += b.Bytes
+}
 
 // size writes a byte count as Olla does ("3.67 KB").
 func size(n int64) string {
@@ -295,7 +318,7 @@ func (s *status) endpoints(*http.Request) any {
 			out.Routable++
 		}
 		v := ep{ID: e.Name, Name: e.Name, URL: e.URL, Type: e.Type, Status: endpointStatus(e), Priority: e.Priority,
-			ModelCount: e.Models, RequestCount: e.Stats.Requests, SuccessRate: percent(e.Stats),
+			ModelCount: e.Models, RequestCount: e.Stats.Requests, SuccessRate: success(e.Stats),
 			MinLatencyMS: ms(e.Stats.LatencyMin), MaxLatencyMS: ms(e.Stats.LatencyMax),
 			ActiveConnections: e.Outstanding, HealthCheck: endpointStatus(e), Issues: issues(e)}
 		if e.Stats.Requests > 0 {
@@ -334,13 +357,9 @@ func (s *status) overview(*http.Request) any {
 			up++
 		}
 		conns += e.Outstanding
-		total.Requests += e.Stats.Requests
-		total.Successes += e.Stats.Successes
-		total.Failures += e.Stats.Failures
-		total.LatencyTotal += e.Stats.LatencyTotal
-		total.Bytes += e.Stats.Bytes
+		add(&total, e.Stats)
 		list = append(list, ep{ID: e.Name, Name: e.Name, URL: e.URL, Status: endpointStatus(e), Priority: e.Priority,
-			SuccessRate: percent(e.Stats), AvgLatency: strconv.FormatInt(ms(e.Stats.AvgLatency()), 10) + "ms",
+			SuccessRate: success(e.Stats), AvgLatency: latency(e.Stats.AvgLatency()),
 			MinLatency: ms(e.Stats.LatencyMin), MaxLatency: ms(e.Stats.LatencyMax), Traffic: size(e.Stats.Bytes),
 			Connections: e.Outstanding, Requests: e.Stats.Requests, Issues: issues(e),
 			Models: map[string]any{"count": e.Models}})
@@ -358,8 +377,8 @@ func (s *status) overview(*http.Request) any {
 		"endpoints": list,
 		"security":  map[string]any{"status": "normal", "blocked_ips": 0, "violations": map[string]int{"rate_limits": 0, "size_limits": 0}},
 		"system": map[string]any{
-			"status": system, "endpoints_up": fmt.Sprintf("%d/%d", up, len(eps)), "success_rate": percent(total),
-			"avg_latency": strconv.FormatInt(ms(total.AvgLatency()), 10) + "ms", "total_traffic": size(total.Bytes),
+			"status": system, "endpoints_up": fmt.Sprintf("%d/%d", up, len(eps)), "success_rate": success(total),
+			"avg_latency": latency(total.AvgLatency()), "total_traffic": size(total.Bytes),
 			"uptime": now.Sub(s.info.Started).Round(time.Second).String(), "start_time": s.info.Started.UTC().Format(time.RFC3339),
 			"version": s.info.Version, "commit": s.info.Commit, "active_connections": conns, "security_violations": 0,
 			"total_requests": total.Requests, "total_failures": total.Failures, "has_traffic": total.Requests > 0,
@@ -441,11 +460,9 @@ func (s *status) modelStats(w http.ResponseWriter, r *http.Request) {
 			last = ago(now.Sub(st.Last))
 		}
 		out = append(out, model{Name: strings.ToLower(name), Total: st.Requests, Successful: st.Successes, Failed: st.Failures,
-			SuccessRate: percent(st), Traffic: size(st.Bytes), AverageLatency: strconv.FormatInt(ms(st.AvgLatency()), 10) + "ms",
+			SuccessRate: success(st), Traffic: size(st.Bytes), AverageLatency: latency(st.AvgLatency()),
 			LastRequested: last})
-		total.Requests += st.Requests
-		total.Successes += st.Successes
-		total.Bytes += st.Bytes
+		add(&total, st)
 		if most == "" || st.Requests > stats[most].Requests {
 			most = name
 		}
@@ -456,7 +473,7 @@ func (s *status) modelStats(w http.ResponseWriter, r *http.Request) {
 	writeCompact(w, http.StatusOK, map[string]any{
 		"timestamp": now.UTC().Format(time.RFC3339), "models": out, "endpoints": map[string]any{},
 		"summary": map[string]any{"total_models": len(names), "active_models": len(names), "total_requests": total.Requests,
-			"overall_success_rate": percent(total), "total_traffic": size(total.Bytes),
+			"overall_success_rate": success(total), "total_traffic": size(total.Bytes),
 			"most_popular_model": strings.ToLower(most), "least_popular_model": strings.ToLower(least)},
 	})
 }
@@ -487,11 +504,10 @@ func (s *status) translators(w http.ResponseWriter, _ *http.Request) {
 	var sum TranslatorStats
 	active := 0
 	for _, t := range all {
-		st := openaipool.Stats{Requests: t.Requests, Successes: t.Successes, LatencyTotal: t.LatencyTotal}
-		pass := openaipool.Stats{Requests: t.Requests, Successes: t.Passthrough}
 		list = append(list, tr{Name: t.Name, Total: t.Requests, Successful: t.Successes, Failed: t.Failures,
-			SuccessRate: percent(st), Passthrough: t.Passthrough, Translation: t.Translated, PassthroughRate: percent(pass),
-			Streaming: t.Streaming, NonStreaming: t.NonStreaming, AverageLatency: strconv.FormatInt(ms(st.AvgLatency()), 10) + "ms",
+			SuccessRate: percent(t.Successes, t.Requests), Passthrough: t.Passthrough, Translation: t.Translated,
+			PassthroughRate: percent(t.Passthrough, t.Requests), Streaming: t.Streaming, NonStreaming: t.NonStreaming,
+			AverageLatency:       latency(mean(t.LatencyTotal, t.Requests)),
 			FallbackNoCompatible: t.FallbackNoCompatible, FallbackNoPassthrough: t.FallbackNoSupport})
 		if t.Requests > 0 {
 			active++
@@ -506,9 +522,9 @@ func (s *status) translators(w http.ResponseWriter, _ *http.Request) {
 	writeCompact(w, http.StatusOK, map[string]any{
 		"timestamp": s.info.Now().UTC().Format(time.RFC3339), "translators": list,
 		"summary": map[string]any{"total_translators": len(list), "active_translators": active, "total_requests": sum.Requests,
-			"overall_success_rate": percent(openaipool.Stats{Requests: sum.Requests, Successes: sum.Successes}),
+			"overall_success_rate": percent(sum.Successes, sum.Requests),
 			"total_passthrough":    sum.Passthrough, "total_translations": sum.Translated,
-			"overall_passthrough_rate": percent(openaipool.Stats{Requests: sum.Requests, Successes: sum.Passthrough}),
+			"overall_passthrough_rate": percent(sum.Passthrough, sum.Requests),
 			"total_streaming":          sum.Streaming, "total_non_streaming": sum.NonStreaming},
 	})
 }

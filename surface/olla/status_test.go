@@ -2,38 +2,18 @@ package olla_test
 
 import (
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/surface/gateway"
-	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/surface/olla"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
-	"github.com/infergate/infergate/upstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 )
-
-// startStatus is a gateway with the OpenAI surface, Olla's routes and its status routes.
-func startStatus(tb testing.TB, info olla.Info, eps ...upstream.Endpoint) *env {
-	tb.Helper()
-	p, err := openai.New(openai.Options{Endpoints: eps, Logger: quiet()})
-	require.NoError(tb, err)
-	p.Start(context.Background())
-	tb.Cleanup(p.Close)
-	srv := gatewaytest.Start(tb, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){
-		p.Mount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
-			olla.Mount(mux, "/olla", p)
-			olla.MountStatus(mux, p, info)
-		}}})
-	return &env{srv: srv, proxy: p, URL: srv.URL}
-}
 
 func decodeJSON(t *testing.T, body string, v any) {
 	t.Helper()
@@ -48,7 +28,7 @@ func TestStatusRoutes(t *testing.T) {
 	v := openaitest.Start(t, "v", "llama")
 	o := startOllama(t, "o", "qwen")
 	started := time.Now().Add(-time.Minute)
-	e := startStatus(t, olla.Info{Version: "1.2.3", Commit: "abc", Started: started,
+	e := startWith(t, openai.Options{}, olla.Info{Version: "1.2.3", Commit: "abc", Started: started,
 		Translators: func() []olla.TranslatorStats {
 			return []olla.TranslatorStats{{Name: "anthropic", Requests: 3, Successes: 3, Translated: 2, Passthrough: 1, Streaming: 1, NonStreaming: 2}}
 		}}, ep(v, 10), o.endpoint())
