@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/infergate/infergate/internal/jsonwire"
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 // decodeFast reads a valid request in one pass over its bytes, without reflection (encoding/json
@@ -16,32 +17,12 @@ import (
 // with escapes, a key repeated in an object it reads, nesting deeper than maxFastDepth. What it
 // does return, decodeChecked reads alike (FuzzDecodeRequest holds it to that).
 func decodeFast(body []byte) *Input {
-	r := newFastReader(body)
-	in := &Input{AddGenerationPrompt: true}
-	var msgs []fastMessage
-	var tools []fastTool
+	r := newFastReader(body, maxFastDepth)
+	var f fastFields
 	var seen uint8
 	if !r.object(func(key string) bool {
-		var bit uint8
-		switch key {
-		case "messages":
-			bit = 1
-			msgs = r.messages()
-		case "tools":
-			bit = 2
-			tools, in.Tools = r.tools()
-		case "documents":
-			bit = 4
-			in.Documents = r.documents()
-		case "chat_template_kwargs":
-			bit = 8
-			in.Kwargs = r.kwargs()
-		case "add_generation_prompt":
-			bit = 16
-			if b, ok := r.boolPtr(); ok && b != nil {
-				in.AddGenerationPrompt = *b
-			}
-		default:
+		bit := f.read(r, key)
+		if bit == 0 {
 			return r.skip()
 		}
 		if seen&bit != 0 {
@@ -52,6 +33,75 @@ func decodeFast(body []byte) *Input {
 	}, requestKeys) || !r.end() {
 		return nil
 	}
+	return f.input()
+}
+
+// decodeView reads the fields from a parsed body's members, each value with a reader of its
+// own, under the same bound on nesting as decodeFast (the members sit one level down). It gives
+// up (nil) where decodeFast would on a value, and where a name is one of the fields' in another
+// letter case: encoding/json would take the later of the two in the source, an order the view
+// does not keep. A name given twice needs no such care: the view keeps the last, and so does
+// encoding/json for these fields (raw values, slices and a pointer are replaced, not merged).
+func decodeView(b *openaiwire.Body) *Input {
+	var f fastFields
+	for name, v := range b.All() {
+		k := ""
+		for _, known := range requestKeys {
+			if name == known {
+				k = known
+				break
+			}
+			if strings.EqualFold(name, known) {
+				return nil
+			}
+		}
+		if k == "" {
+			continue
+		}
+		r := newFastReader(v, maxFastDepth-1)
+		if f.read(r, k); !r.end() {
+			return nil
+		}
+	}
+	return f.input()
+}
+
+// fastFields is what the fast readers keep of a request's fields until they are checked.
+type fastFields struct {
+	msgs      []fastMessage
+	tools     []fastTool
+	toolDefs  []Tool // tools' entries, filled in by input
+	documents []json.RawMessage
+	kwargs    map[string]any
+	addGen    *bool
+}
+
+// read reads field key's value, if it is one of requestKeys, and returns its bit (0 if not).
+func (f *fastFields) read(r *fastReader, key string) uint8 {
+	switch key {
+	case "messages":
+		f.msgs = r.messages()
+		return 1
+	case "tools":
+		f.tools, f.toolDefs = r.tools()
+		return 2
+	case "documents":
+		f.documents = r.documents()
+		return 4
+	case "chat_template_kwargs":
+		f.kwargs = r.kwargs()
+		return 8
+	case "add_generation_prompt":
+		f.addGen, _ = r.boolPtr()
+		return 16
+	}
+	return 0
+}
+
+// input checks what read kept, as decodeChecked would, and builds the Input (nil: give up).
+func (f *fastFields) input() *Input {
+	in := &Input{AddGenerationPrompt: f.addGen == nil || *f.addGen, Tools: f.toolDefs, Documents: f.documents, Kwargs: f.kwargs}
+	msgs, tools := f.msgs, f.tools
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -181,8 +231,8 @@ type fastReader struct {
 	s string
 }
 
-func newFastReader(body []byte) *fastReader {
-	return &fastReader{sc: jsonwire.NewScanner(body, jsonwire.Options{MaxDepth: maxFastDepth}), b: body, ok: true}
+func newFastReader(body []byte, depth int) *fastReader {
+	return &fastReader{sc: jsonwire.NewScanner(body, jsonwire.Options{MaxDepth: depth}), b: body, ok: true}
 }
 
 // maxShared bounds the bodies whose strings share one copy of the body.

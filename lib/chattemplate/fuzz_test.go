@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/infergate/infergate/lib/openaiwire"
 )
 
 var fuzzRoles = []string{"system", "user", "assistant", "tool", "developer"}
@@ -180,6 +183,30 @@ func FuzzCompile(f *testing.F) {
 	})
 }
 
+// checkView: DecodeBody reads a parsed body as DecodeRequest reads its bytes, and an edited
+// body as DecodeRequest reads the bytes the edit writes.
+func checkView(t *testing.T, body []byte, want *Input, wantErr error) {
+	t.Helper()
+	b, err := openaiwire.Parse(body)
+	if err != nil {
+		if wantErr == nil {
+			t.Fatalf("the view refuses a body DecodeRequest takes: %v", err)
+		}
+		return
+	}
+	got, err := DecodeBody(b)
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeBody: %+v, %v; DecodeRequest: %+v, %v", got, err, want, wantErr)
+	}
+	e := b.Clone()
+	e.Set("add_generation_prompt", []byte("false"))
+	got, err = DecodeBody(e)
+	want, wantErr = DecodeRequest(e.AppendJSON(nil))
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("edited: DecodeBody: %+v, %v; DecodeRequest: %+v, %v", got, err, want, wantErr)
+	}
+}
+
 // FuzzDecodeRequest: DecodeRequest never panics, fails only with an *InputError, and its
 // one-pass decoder accepts nothing the field-by-field one (encoding/json) refuses, and reads it
 // alike. The one-pass decoder gives up on a key repeated in an object it reads (in any letter
@@ -212,11 +239,15 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "TEXT": "b"}]}]}`,
 		`{"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": {"x": 1, "x": 2, "\u0079": [true]}, "documents": [{"title": "t"}, {}]}`,
 		`{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "type": "array"}}}]}`,
+		`{"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": {"x": 1}, "chat_template_kwargs": {"y": 2}}`,
+		`{"messages": [{"role": "user", "content": "a"}], "messages": [{"role": "user", "content": "b"}]}`,
+		`{"messages": [{"role": "user", "content": "a"}], "Add_Generation_Prompt": false}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, err := DecodeRequest(body)
+		checkView(t, body, in, err)
 		if err != nil {
 			var ie *InputError
 			if !errors.As(err, &ie) {

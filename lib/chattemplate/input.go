@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/infergate/infergate/lib/openaiwire"
+
 	"github.com/ardanlabs/jinja"
 
 	"github.com/infergate/infergate/internal/jsonwire"
@@ -500,14 +502,23 @@ func isJSONObject(raw []byte) bool {
 // extension; true when absent). Anything it cannot take is an *InputError naming the field.
 //
 // Field names match as encoding/json matches them (in any letter case). A key repeated in one
-// object is read as encoding/json reads it into a struct, merging the repeats (no client sends
-// one). A request is read in one pass over its bytes (decodeFast); what that pass does not take
+// object is read as encoding/json reads it into a struct (no client sends one). A request is read in one pass over its bytes (decodeFast); what that pass does not take
 // as is, encoding/json reads field by field (decodeChecked), to word the error.
 func DecodeRequest(body []byte) (*Input, error) {
 	if in := decodeFast(body); in != nil {
 		return in, nil
 	}
 	return decodeChecked(body)
+}
+
+// DecodeBody is DecodeRequest for a body already parsed (the pipeline's shared view), as
+// edited: the same Input and the same errors, read from the members' values rather than by a
+// second walk over the whole body.
+func DecodeBody(b *openaiwire.Body) (*Input, error) {
+	if in := decodeView(b); in != nil {
+		return in, nil
+	}
+	return decodeChecked(b.AppendJSON(nil))
 }
 
 // decodeChecked decodes field by field, to name the one at fault.

@@ -45,3 +45,22 @@ func TemplateError(err error) *pipeline.Error {
 	}
 	return pipeline.ServerError(http.StatusInternalServerError, "chat_template_error", "Rendering the chat template failed.")
 }
+
+// ChatInput is what a chat template renders from req: read from the request's shared view (no
+// second walk over the body), with the template's errors mapped by TemplateError. A body the
+// view cannot parse is read from its bytes, so that the error is the template's own wording.
+func ChatInput(req *pipeline.Request) (*chattemplate.Input, error) {
+	var (
+		in  *chattemplate.Input
+		err error
+	)
+	if w, werr := req.Wire(); werr == nil {
+		in, err = chattemplate.DecodeBody(w)
+	} else {
+		in, err = chattemplate.DecodeRequest(req.Body())
+	}
+	if err != nil {
+		return nil, TemplateError(err)
+	}
+	return in, nil
+}

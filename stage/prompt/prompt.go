@@ -244,9 +244,9 @@ func (m *Model) Limit(keepIDs bool) pipeline.Interceptor {
 // chatLenOrFits renders a chat request and returns ok false if its tokens' bound is at most room
 // (it fits; not tokenized), else its exact length (ok true), its ids kept in req.PromptTokens.
 func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room int) (n int, ok bool, err error) {
-	in, err := chattemplate.DecodeRequest(req.Body())
+	in, err := ChatInput(req)
 	if err != nil {
-		return 0, false, TemplateError(err)
+		return 0, false, err
 	}
 	text, opts, err := m.chatText(ctx, in, false)
 	if err != nil {

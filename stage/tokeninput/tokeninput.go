@@ -31,7 +31,6 @@ import (
 	"strings"
 
 	"github.com/infergate/infergate/core/pipeline"
-	"github.com/infergate/infergate/lib/chattemplate"
 	"github.com/infergate/infergate/lib/openaiwire"
 	"github.com/infergate/infergate/lib/tokenizer"
 	"github.com/infergate/infergate/stage/prompt"
@@ -128,9 +127,9 @@ func chat(ctx context.Context, m *prompt.Model, req *pipeline.Request, next pipe
 		p.includeUsage = openaiwire.IncludeUsage(raw) // the upstream words a malformed one
 	}
 	if special(w, "add_special_tokens") {
-		in, err := chattemplate.DecodeRequest(req.Body())
+		in, err := prompt.ChatInput(req)
 		if err != nil {
-			return nil, prompt.TemplateError(err)
+			return nil, err
 		}
 		if req.PromptTokens, err = m.ChatTokens(ctx, in, true); err != nil {
 			return nil, err
