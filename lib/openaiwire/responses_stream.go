@@ -703,6 +703,10 @@ func (s *ResponsesStream) toolCall(dst []byte, tc *ToolCallDelta) []byte {
 	return endEvent(dst)
 }
 
+// SetCompletedAt sets the completed_at the final Response carries (unix seconds): the time the
+// answer ended, which the caller knows only then.
+func (s *ResponsesStream) SetCompletedAt(unix int64) { s.meta.CompletedAt = unix }
+
 // Finish ends the stream: it closes the open item and appends the terminal event. err is why
 // the upstream stream stopped, nil when it ended by itself. The Response is response.completed
 // (or .incomplete, for a length or content_filter finish) when the upstream finished a choice

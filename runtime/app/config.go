@@ -153,6 +153,11 @@ type modelConfig struct {
 	// translate (the default: to OpenAI chat completions and back, for any upstream) or native
 	// (passed unchanged to the upstream's own /v1/messages: vLLM 0.12 and later).
 	Messages string `yaml:"messages"`
+	// Responses is how OpenAI Responses API requests (/v1/responses) for the model are served:
+	// auto (the default: passed to the upstreams' own /v1/responses, and translated for each
+	// endpoint that answers there with a bare 404), native (always passed) or translate (always
+	// served as chat completions). The gateway keeps stored responses in both ways.
+	Responses string `yaml:"responses"`
 	// Processor serves the model's chat completions through a Granite processor by its
 	// registry name or alias (granite3.2, granite3.3, ibm-granite/granite-3.3-8b-instruct, ...):
 	// the gateway renders the prompt (thinking, documents, controls, tools) and parses the
@@ -374,6 +379,11 @@ func (m modelConfig) validate(name string) []string {
 	case "", "translate", "native":
 	default:
 		out = append(out, fmt.Sprintf("models.%s.messages: %q is neither translate nor native", name, m.Messages))
+	}
+	switch m.Responses {
+	case "", "auto", "translate", "native":
+	default:
+		out = append(out, fmt.Sprintf("models.%s.responses: %q is none of auto, translate and native", name, m.Responses))
 	}
 	out = append(out, m.Cache.validate(name)...)
 	out = append(out, m.Session.validate(name)...)

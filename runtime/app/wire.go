@@ -213,7 +213,8 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 			auth.GRPCOption())
 	}
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
-	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
+	responsesMount := responsesAPI(cfg, proxy, rdb, &collectors, log)
+	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, responsesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		if cfg.Compat.ollaRoutes() {
 			olla.Mount(mux, "/olla", proxy)
 			olla.MountStatus(mux, proxy, olla.Info{Version: gwCfg.Version, Started: started,

@@ -245,6 +245,17 @@ func (u *Pool) Serves(model string) bool {
 	return ok
 }
 
+// ModelEndpoints names the endpoints that route model now (none when the pool does not serve
+// it), in the routing table's order.
+func (u *Pool) ModelEndpoints(model string) []string {
+	rs := u.table.Load().routes[model]
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.ep.cfg.Name
+	}
+	return out
+}
+
 // Collectors are the pool's Prometheus metrics, for the gateway's registry: its endpoints' health
 // and scrapes, and the requests routed through it (a Proxy's refusals included).
 func (u *Pool) Collectors() []prometheus.Collector { return u.m.collectors() }
