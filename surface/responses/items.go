@@ -54,7 +54,7 @@ func normalizeItem(item []byte, suffix string, index int) (json.RawMessage, erro
 			b.Set("content", append(v, "}]"...))
 		}
 	}
-	if _, ok := b.Get("id"); !ok {
+	if stringMember(b, "id") == "" { // absent, empty or not a string: the pager needs one
 		prefix := "item_"
 		switch typ {
 		case "message":
