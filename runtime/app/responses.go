@@ -17,8 +17,11 @@ import (
 // key check) or passed to the upstreams' /v1/responses, per models.<name>.responses (auto by
 // default: pass through, and translate for each endpoint that turns out not to serve it). Stored
 // responses are kept in the process, or in Redis with redis.addr (shared by the replicas).
+//
+// It also returns the Batch API's caller: proxy, with /v1/responses lines served by translation
+// over the same store.
 func responsesAPI(cfg *Config, proxy *openai.Proxy, rdb rueidis.Client, collectors *[]prometheus.Collector,
-	log *slog.Logger) func(*http.ServeMux, grpc.ServiceRegistrar) {
+	log *slog.Logger) (mount func(*http.ServeMux, grpc.ServiceRegistrar), batchCaller responses.Caller) {
 	m := responses.NewMetrics()
 	*collectors = append(*collectors, m.Collectors()...)
 	var store responsestate.Store
@@ -28,10 +31,11 @@ func responsesAPI(cfg *Config, proxy *openai.Proxy, rdb rueidis.Client, collecto
 		store = responsestate.NewMemory(responsestate.MemoryOptions{})
 	}
 	mode := func(model string) responses.Mode { return responses.Mode(cfg.Models[model].Responses) }
+	batchCaller = responses.NewBatchCaller(proxy, responses.Options{Store: store, Owner: owner, Metrics: m, Logger: log})
 	return func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		h := responses.New(responses.Options{Chat: mux, Mode: mode, NativeHandler: proxy.Forwarder(),
 			Endpoints: proxy.ModelEndpoints, Store: store, Owner: owner, Metrics: m, Logger: log})
 		mux.Handle("/v1/responses", h)
 		mux.Handle("/v1/responses/", h)
-	}
+	}, batchCaller
 }

@@ -362,3 +362,68 @@ func assertAPIError(t *testing.T, err error, status int, param, what string) {
 		assert.Equal(t, param, ae.Param, what)
 	}
 }
+
+// TestResponsesBatch: a Batch API batch of /v1/responses lines (the official Go SDK's Files and
+// Batches) runs each line by translation; each output line's body is a Response, stored like
+// one made over HTTP, and a line may continue a stored response.
+func TestResponsesBatch(t *testing.T) {
+	t.Parallel()
+	_, url := startScripted(t, false)
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: chatonly, url: %s, type: vllm, check_interval: 1h}
+models:
+  agent-model: {responses: translate}
+`, url), "agent-model")
+	ctx := context.Background()
+	c := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	first, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hello")}})
+	require.NoError(t, err)
+	lines := fmt.Sprintf(`{"custom_id":"a","method":"POST","url":"/v1/responses","body":{"model":"agent-model","input":"One"}}
+{"custom_id":"b","method":"POST","url":"/v1/responses","body":{"model":"agent-model","input":"Two","previous_response_id":%q}}
+{"custom_id":"c","method":"POST","url":"/v1/responses","body":{"model":"agent-model","input":"x","previous_response_id":"resp_nope"}}
+`, first.ID)
+	f, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	require.NoError(t, err)
+	b, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1Responses,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		b, err = c.Batches.Get(ctx, b.ID)
+		return err == nil && b.Status == openai.BatchStatusCompleted
+	}, 20*time.Second, 20*time.Millisecond)
+	assert.EqualValues(t, 2, b.RequestCounts.Completed)
+	assert.EqualValues(t, 1, b.RequestCounts.Failed)
+	res, err := c.Files.Content(ctx, b.OutputFileID)
+	require.NoError(t, err)
+	out, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	got := map[string]responses.Response{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var o struct {
+			CustomID string `json:"custom_id"`
+			Response struct {
+				StatusCode int             `json:"status_code"`
+				Body       json.RawMessage `json:"body"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &o))
+		require.Equal(t, 200, o.Response.StatusCode, l)
+		var r responses.Response
+		require.NoError(t, json.Unmarshal(o.Response.Body, &r))
+		got[o.CustomID] = r
+	}
+	assert.Equal(t, "1 messages; last: One", got["a"].OutputText())
+	assert.Equal(t, "3 messages; last: Two", got["b"].OutputText(), "the stored conversation, continued")
+	stored, err := c.Responses.Get(ctx, got["b"].ID, responses.ResponseGetParams{})
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, stored.PreviousResponseID)
+	res, err = c.Files.Content(ctx, b.ErrorFileID)
+	require.NoError(t, err)
+	errs, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Contains(t, string(errs), "previous_response_not_found")
+}

@@ -213,7 +213,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 			auth.GRPCOption())
 	}
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
-	responsesMount := responsesAPI(cfg, proxy, rdb, &collectors, log)
+	responsesMount, batchCaller := responsesAPI(cfg, proxy, rdb, &collectors, log)
 	gwCfg.Services = append(gwCfg.Services, proxy.Mount, messagesMount, responsesMount, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) {
 		if cfg.Compat.ollaRoutes() {
 			olla.Mount(mux, "/olla", proxy)
@@ -249,7 +249,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		log.Info("backend registry disabled")
 	}
 
-	bp, err := newBatch(cfg, role, rdb, proxy, log, &closers)
+	bp, err := newBatch(cfg, role, rdb, batchCaller, log, &closers)
 	if err != nil {
 		return nil, err
 	}

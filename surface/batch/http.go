@@ -405,7 +405,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request) {
 		invalid("input_file_id", "Missing required parameter: 'input_file_id'.").Write(w)
 		return
 	case !endpoints[req.Endpoint]:
-		invalid("endpoint", "Invalid endpoint %q: one of /v1/chat/completions, /v1/completions, /v1/embeddings.", req.Endpoint).Write(w)
+		invalid("endpoint", "Invalid endpoint %q: one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses.", req.Endpoint).Write(w)
 		return
 	case !windowOK:
 		invalid("completion_window", "Invalid completion_window %q: '24h' (or a duration from 1s to 168h).", req.CompletionWindow).Write(w)

@@ -19,6 +19,7 @@ var endpoints = map[string]bool{
 	"/v1/chat/completions": true,
 	"/v1/completions":      true,
 	"/v1/embeddings":       true,
+	"/v1/responses":        true,
 }
 
 // Validation limits, beyond which a file fails validation as a whole.

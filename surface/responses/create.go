@@ -55,28 +55,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, reqID string) {
 		t.store = false
 	}
 	t.owner = h.opts.Owner(r.Context())
-	if t.prevID != "" {
-		rec, err := h.store.Get(r.Context(), t.owner, t.prevID)
-		switch {
-		case errors.Is(err, responsestate.ErrNotFound):
-			h.refuse(w, previousNotFound(t.prevID))
-			return
-		case err != nil:
-			h.log.Warn("responses: reading the store failed", "id", t.prevID, "err", err)
-			h.refuse(w, storeDown(err))
-			return
-		}
-		out, err := outputItems(rec.Response)
-		if err != nil {
-			h.log.Warn("responses: a stored response has no output", "id", t.prevID, "err", err)
-			h.refuse(w, previousNotFound(t.prevID))
-			return
-		}
-		t.context = make([]json.RawMessage, 0, len(rec.Context)+len(rec.Input)+len(out))
-		t.context = append(append(t.context, rec.Context...), rec.Input...)
-		for _, o := range out {
-			t.context = append(t.context, json.RawMessage(o))
-		}
+	if err := h.loadContext(r.Context(), t); err != nil {
+		h.refuse(w, err)
+		return
 	}
 	if h.opts.Mode != nil && t.model != "" {
 		if ctx, ok := h.nativeScope(r.Context(), t.model); ok && !h.native(w, t, ctx) {

@@ -82,6 +82,11 @@ func New(opts Options) *Handler {
 	if opts.Mode != nil && (opts.NativeHandler == nil || opts.Endpoints == nil) {
 		panic("responses: Options.Mode needs Options.NativeHandler and Options.Endpoints")
 	}
+	return newHandler(opts)
+}
+
+// newHandler is New without the checks of what only HTTP serving needs.
+func newHandler(opts Options) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 32 << 20
 	}
