@@ -23,6 +23,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,6 +86,15 @@ type Request struct {
 	wire *openaiwire.Body
 }
 
+// NewFormRequest is a request whose body is a multipart form rather than JSON (vLLM's audio
+// routes), routed on the form's model field, whose value is body[start:end] (start < 0: not
+// known, and the body goes to every endpoint as it is). It has no parsed view (Wire fails, Has
+// is false): the stages that read bodies act on the JSON routes only.
+func NewFormRequest(path string, body []byte, model string, start, end int, stream bool) *Request {
+	return &Request{Path: path, body: body,
+		scan: Routing{Model: model, Stream: stream, form: true, MaxTokens: -1, ModelStart: start, ModelEnd: end, maxTokens: -1, maxCompl: -1}}
+}
+
 // GatewayHeader reports whether name, in any case (a canonical HTTP header, or grpc-go's lower-case
 // metadata key), is one of the gateway's own headers: X-Infergate-*. Over HTTP the stages read a
 // request's (X-Infergate-Session-Id, X-Infergate-Debug) from Request.Header; the other surfaces
@@ -99,6 +109,9 @@ func GatewayHeader(name string) bool {
 type Routing struct {
 	Model  string
 	Stream bool
+	// form: the body is a multipart form (NewFormRequest), not JSON. Here rather than in
+	// Request, in Stream's padding: Request stays in its allocation size class.
+	form bool
 	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
 	// non-negative integer; -1 otherwise.
 	MaxTokens int
@@ -182,7 +195,7 @@ func (r *Request) Wire() (*openaiwire.Body, error) {
 // byte search always did, it misses a name spelled with escapes); an edited body, whose names
 // are written as json.Marshal writes them, is asked through its view without an encode.
 func (r *Request) Has(name string) (bool, error) {
-	if r.body != nil && !r.mentions(name) {
+	if r.scan.form || r.body != nil && !r.mentions(name) {
 		return false, nil
 	}
 	w, err := r.Wire()
@@ -200,6 +213,9 @@ func (r *Request) mentions(name string) bool {
 
 // view is Wire with the parser's error.
 func (r *Request) view() (*openaiwire.Body, error) {
+	if r.scan.form {
+		return nil, errors.New("the request body is a multipart form, not JSON")
+	}
 	if r.wire == nil {
 		w, err := openaiwire.Parse(r.body)
 		if err != nil {
@@ -315,6 +331,12 @@ func (r *Request) EditBody(set map[string]json.RawMessage, drop ...string) ([]by
 func (r *Request) BodyWithModel(name string) []byte {
 	body := r.Body()
 	q, _ := json.Marshal(name)
+	if r.scan.form {
+		if r.scan.ModelStart < 0 {
+			return body
+		}
+		q = []byte(name) // a form field's value is its bytes
+	}
 	out := make([]byte, 0, len(body)-(r.scan.ModelEnd-r.scan.ModelStart)+len(q))
 	out = append(out, body[:r.scan.ModelStart]...)
 	out = append(out, q...)

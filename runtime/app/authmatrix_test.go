@@ -433,6 +433,7 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		{"POST", "/v1/embeddings", `{"model":"$M","input":"hi"}`, scoped, &llm},
 		{"POST", "/v1/rerank", `{"model":"$M","query":"q","documents":["a"]}`, scoped, &llm},
 		{"POST", "/classify", `{"model":"$M","input":"hi"}`, scoped, &llm},
+		{"POST", "/v1/audio/transcriptions", "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n$M\r\n--b--\r\n", scoped, &llm},
 		{"POST", "/tokenize", `{"model":"$M","prompt":"hi"}`, scoped, &llm},
 		{"POST", "/detokenize", `{"model":"$M","tokens":[9707]}`, scoped, &llm},
 		{"GET", "/admin/guard", "", admin, nil},
@@ -480,7 +481,11 @@ func TestSecurityAuthMatrixHTTP(t *testing.T) {
 		if key != "" {
 			hdr = []string{"Authorization", "Bearer " + key}
 		}
-		r := send(t, http.DefaultClient, method, base+fill(path), []byte(fill(body)), append(hdr, "Content-Type", "application/json")...)
+		ct := "application/json"
+		if strings.HasPrefix(path, "/v1/audio/") {
+			ct = "multipart/form-data; boundary=b"
+		}
+		r := send(t, http.DefaultClient, method, base+fill(path), []byte(fill(body)), append(hdr, "Content-Type", ct)...)
 		if strings.HasSuffix(path, "/unload") && r.status == http.StatusOK {
 			send(t, http.DefaultClient, http.MethodPost, base+strings.Replace(fill(path), "/unload", "/load", 1), nil, "Authorization", "Bearer "+secAdminKey)
 		}

@@ -83,7 +83,7 @@ func Mount(mux *http.ServeMux, prefix string, p *openai.Proxy) {
 		}
 	}
 	forward := scoped(func(w http.ResponseWriter, r *http.Request, _ string) { o.forward.ServeHTTP(w, r) })
-	for _, path := range append([]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}, openai.PoolingPaths...) {
+	for _, path := range slices.Concat([]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}, openai.PoolingPaths, openai.AudioPaths) {
 		mux.HandleFunc("POST "+prefix+"/{provider}"+path, forward)
 	}
 	mux.HandleFunc("GET "+prefix+"/{provider}/v1/models", scoped(o.listProviderModels))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +39,12 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error()))
 		return
 	}
-	req, err := pipeline.NewRequest(r.URL.Path, body)
+	var req *pipeline.Request
+	if isForm(r) && slices.Contains(AudioPaths, r.URL.Path) {
+		req, err = formRequest(r.URL.Path, r.Header.Get("Content-Type"), body)
+	} else {
+		req, err = pipeline.NewRequest(r.URL.Path, body)
+	}
 	if err != nil {
 		p.reject(w, err.(*pipeline.Error))
 		return

@@ -139,7 +139,7 @@ func (p *Proxy) Mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
 	mux.HandleFunc("POST /v1/chat/completions", p.proxy)
 	mux.HandleFunc("POST /v1/completions", p.proxy)
 	mux.HandleFunc("POST /v1/embeddings", p.proxy)
-	for _, path := range PoolingPaths {
+	for _, path := range slices.Concat(PoolingPaths, AudioPaths) {
 		mux.HandleFunc("POST "+path, p.proxy)
 	}
 	mux.HandleFunc("GET /health", p.health)
