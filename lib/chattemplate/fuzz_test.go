@@ -198,6 +198,11 @@ func checkView(t *testing.T, body []byte, want *Input, wantErr error) {
 	if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
 		t.Fatalf("DecodeBody: %+v, %v; DecodeRequest: %+v, %v", got, err, want, wantErr)
 	}
+	// Leaving out parts that are not text changes nothing for a request that has none.
+	text, skipped, terr := DecodeBodyText(b)
+	if wantErr == nil && (terr != nil || skipped != 0 || !reflect.DeepEqual(text, want)) {
+		t.Fatalf("DecodeBodyText: %+v, %d, %v; DecodeRequest: %+v", text, skipped, terr, want)
+	}
 	e := b.Clone()
 	e.Set("add_generation_prompt", []byte("false"))
 	got, err = DecodeBody(e)

@@ -521,8 +521,30 @@ func DecodeBody(b *openaiwire.Body) (*Input, error) {
 	return decodeChecked(b.AppendJSON(nil))
 }
 
+// DecodeBodyText is DecodeBody for counting what can be counted of a multimodal request: a
+// content part other than text (an image, audio, a file) is left out rather than refused, and
+// skipped says how many were. What it returns renders the request's text only: its tokens are a
+// lower bound of the prompt's, and no substitute for it.
+func DecodeBodyText(b *openaiwire.Body) (in *Input, skipped int, err error) {
+	if in := decodeView(b); in != nil {
+		return in, 0, nil // the fast reader takes text parts only
+	}
+	d := checker{skip: true}
+	in, err = d.decode(b.AppendJSON(nil))
+	return in, d.skipped, err
+}
+
 // decodeChecked decodes field by field, to name the one at fault.
-func decodeChecked(body []byte) (*Input, error) {
+func decodeChecked(body []byte) (*Input, error) { return (&checker{}).decode(body) }
+
+// checker is decodeChecked's state: whether it leaves out parts that are not text, and how many
+// it did.
+type checker struct {
+	skip    bool
+	skipped int
+}
+
+func (d *checker) decode(body []byte) (*Input, error) {
 	var req struct {
 		Messages            []json.RawMessage `json:"messages"`
 		Tools               []json.RawMessage `json:"tools"`
@@ -539,7 +561,7 @@ func decodeChecked(body []byte) (*Input, error) {
 	}
 	in.Messages = make([]Message, len(req.Messages))
 	for i, raw := range req.Messages {
-		if err := decodeMessage(raw, &in.Messages[i], fmt.Sprintf("messages[%d]", i)); err != nil {
+		if err := d.message(raw, &in.Messages[i], fmt.Sprintf("messages[%d]", i)); err != nil {
 			return nil, err
 		}
 	}
@@ -575,7 +597,7 @@ func decodeChecked(body []byte) (*Input, error) {
 	return in, nil
 }
 
-func decodeMessage(raw json.RawMessage, m *Message, param string) error {
+func (d *checker) message(raw json.RawMessage, m *Message, param string) error {
 	if !isJSONObject(raw) {
 		return inputErrorf(param, "a message must be a JSON object with a role and a content")
 	}
@@ -612,7 +634,7 @@ func decodeMessage(raw json.RawMessage, m *Message, param string) error {
 		if err := json.Unmarshal(content, &parts); err != nil {
 			return inputErrorf(param+".content", "%v", jsonMsg(err))
 		}
-		m.Parts = make([]ContentPart, len(parts))
+		m.Parts = make([]ContentPart, 0, len(parts))
 		for j, p := range parts {
 			pp := fmt.Sprintf("%s.content[%d]", param, j)
 			var part struct {
@@ -628,13 +650,17 @@ func decodeMessage(raw json.RawMessage, m *Message, param string) error {
 			if part.Type == nil {
 				return inputErrorf(pp+".type", "a content part needs a type")
 			}
+			if *part.Type != "text" && d.skip {
+				d.skipped++
+				continue
+			}
 			if *part.Type != "text" {
 				return inputErrorf(pp+".type", "content parts of type %q are not supported: this model's chat template takes text parts only", *part.Type)
 			}
 			if part.Text == nil {
 				return inputErrorf(pp+".text", "a text part needs its text")
 			}
-			m.Parts[j] = ContentPart{Type: "text", Text: *part.Text}
+			m.Parts = append(m.Parts, ContentPart{Type: "text", Text: *part.Text})
 		}
 	default:
 		return inputErrorf(param+".content", "a message's content must be a string, a list of text parts or null")

@@ -64,3 +64,20 @@ func ChatInput(req *pipeline.Request) (*chattemplate.Input, error) {
 	}
 	return in, nil
 }
+
+// chatTextInput is ChatInput for counting: a content part that is not text (an image, audio)
+// is left out rather than refused, skipped counting them, so that a multimodal request is
+// checked on what the tokenizer can count (a lower bound: the model's own processor turns an
+// image into tokens the gateway cannot know).
+func chatTextInput(req *pipeline.Request) (in *chattemplate.Input, skipped int, err error) {
+	w, werr := req.Wire()
+	if werr != nil {
+		in, err = chattemplate.DecodeRequest(req.Body())
+	} else {
+		in, skipped, err = chattemplate.DecodeBodyText(w)
+	}
+	if err != nil {
+		return nil, 0, TemplateError(err)
+	}
+	return in, skipped, nil
+}

@@ -243,8 +243,10 @@ func (m *Model) Limit(keepIDs bool) pipeline.Interceptor {
 
 // chatLenOrFits renders a chat request and returns ok false if its tokens' bound is at most room
 // (it fits; not tokenized), else its exact length (ok true), its ids kept in req.PromptTokens.
+// A request with parts other than text (images) is counted on its text alone, and its ids are
+// not kept: they are not the prompt's.
 func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room int) (n int, ok bool, err error) {
-	in, err := ChatInput(req)
+	in, skipped, err := chatTextInput(req)
 	if err != nil {
 		return 0, false, err
 	}
@@ -261,8 +263,11 @@ func (m *Model) chatLenOrFits(ctx context.Context, req *pipeline.Request, room i
 			return 0, false, nil
 		}
 	}
-	req.PromptTokens = m.tok.Encode(text, opts)
-	return len(req.PromptTokens), true, nil
+	ids := m.tok.Encode(text, opts)
+	if skipped == 0 {
+		req.PromptTokens = ids
+	}
+	return len(ids), true, nil
 }
 
 // Usage is the stage that fills in what a request used when the upstream's answer says nothing

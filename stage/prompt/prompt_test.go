@@ -385,3 +385,37 @@ func TestLoad(t *testing.T) {
 	_, err = prompt.Load("x", qwen3, prompt.Options{MaxModelLen: -1})
 	require.ErrorContains(t, err, "max_model_len")
 }
+
+// A chat with image parts passes the context-length check on its text (the gateway cannot count
+// an image's tokens: the model's processor makes them), both ways the check runs, and keeps no
+// ids (they would not be the prompt's); its text alone over the context is still refused.
+func TestLimitCountsTextOfImages(t *testing.T) {
+	m := load(t, prompt.Options{MaxModelLen: 40})
+	image := `{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}`
+	short := `{"model":"qwen","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},` + image + `]}]}`
+	for _, keepIDs := range []bool{false, true} {
+		var got *pipeline.Request
+		h := m.Limit(keepIDs)(func(_ context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+			got = req
+			return &pipeline.Response{StatusCode: 200, Body: pipeline.NewBody(nil, pipeline.Usage{})}, nil
+		})
+		req := mustRequest(t, "/v1/chat/completions", short)
+		_, err := h(context.Background(), req)
+		require.NoError(t, err, "keepIDs %v", keepIDs)
+		assert.Nil(t, got.PromptTokens, "no ids for a prompt with an image")
+		assert.Equal(t, short, string(got.Body()), "the request passes unchanged")
+
+		long := `{"model":"qwen","messages":[{"role":"user","content":[` + image + `,{"type":"text","text":"` + strings.Repeat("word ", 50) + `"}]}]}`
+		_, err = h(context.Background(), mustRequest(t, "/v1/chat/completions", long))
+		var e *pipeline.Error
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, "context_length_exceeded", e.Code)
+	}
+	n, ok, err := m.PromptLen(context.Background(), mustRequest(t, "/v1/chat/completions", short))
+	require.NoError(t, err)
+	assert.True(t, ok)
+	nText, _, err := m.PromptLen(context.Background(), mustRequest(t, "/v1/chat/completions",
+		`{"model":"qwen","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"}]}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, nText, n, "the text's tokens")
+}
