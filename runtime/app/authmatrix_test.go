@@ -52,6 +52,7 @@ var rpcAccess = map[string]access{
 	"CudaSharedMemoryStatus": anyKey, "CudaSharedMemoryRegister": anyKey, "CudaSharedMemoryUnregister": anyKey,
 	"ListModels": anyKey, "CreateChatCompletion": scoped, "StreamChatCompletion": scoped, "CreateCompletion": scoped,
 	"StreamCompletion": scoped, "CreateEmbedding": scoped, "Tokenize": scoped, "Detokenize": scoped,
+	"CreateResponse": scoped, "StreamResponse": scoped, "GetResponse": anyKey, "DeleteResponse": anyKey, "ListInputItems": anyKey,
 	"Register": admin, "Heartbeat": admin, "Deregister": admin, "ListBackends": admin,
 }
 
@@ -163,8 +164,13 @@ var openAIRequests = map[string]string{
 	"StreamCompletion":     `{"request":{"model":"$M","prompt":["hi"]}}`,
 	"CreateEmbedding":      `{"model":"$M","input":["hi"]}`,
 	// No model has a tokenizer here: the upstream, a fake vLLM, answers them.
-	"Tokenize":   `{"model":"$M","prompt":"hi"}`,
-	"Detokenize": `{"model":"$M","tokens":[104,105]}`,
+	"Tokenize":       `{"model":"$M","prompt":"hi"}`,
+	"Detokenize":     `{"model":"$M","tokens":[104,105]}`,
+	"CreateResponse": `{"model":"$M","input":"hi"}`,
+	"StreamResponse": `{"request":{"model":"$M","input":"hi"}}`,
+	"GetResponse":    `{"response_id":"resp_0000"}`,
+	"DeleteResponse": `{"response_id":"resp_0000"}`,
+	"ListInputItems": `{"response_id":"resp_0000"}`,
 }
 
 // requestFor is a request of m's input type naming model, and whether the type names a model at

@@ -13,12 +13,20 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/infergate/infergate/stage/guard"
 	openai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // scriptedLLM is a fake upstream model server that serves chat completions (and, when native,
@@ -426,4 +434,171 @@ models:
 	errs, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	assert.Contains(t, string(errs), "previous_response_not_found")
+}
+
+// TestResponsesRPC: OpenAIService's Responses RPCs over gRPC (grpc-go) and Connect (connect-go),
+// with API keys on: a response, a stream ending in response.completed, a continuation by
+// previous_response_id, a function tool's call, retrieve, input items, delete; another key's
+// response NOT_FOUND, an unknown previous response INVALID_ARGUMENT with OpenAI's error detail.
+func TestResponsesRPC(t *testing.T) {
+	t.Parallel()
+	_, url := startScripted(t, false)
+	const keyA, keyB = "sk-rpc-a-77aa", "sk-rpc-b-88bb"
+	addr := serveYAML(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: chatonly, url: %s, type: vllm, check_interval: 1h}
+auth:
+  keys:
+    - {name: a, sha256: %s}
+    - {name: b, sha256: %s}
+`, url, guard.HashKey(keyA), guard.HashKey(keyB)), io.Discard)
+	withKey := func(ctx context.Context, key string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+	}
+	grpcClient := openaiv1.NewOpenAIServiceClient(dial(t, addr))
+	require.Eventually(t, func() bool {
+		_, err := grpcClient.CreateResponse(withKey(context.Background(), keyA), &openaiv1.CreateResponseRequest{Model: "agent-model", Input: structpb.NewStringValue("ping")})
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	connectAs := func(key string) openaiv1connect.OpenAIServiceClient {
+		return openaiv1connect.NewOpenAIServiceClient(&http.Client{Transport: keyTransport(key)}, "http://"+addr)
+	}
+	cc, ccB := connectAs(keyA), connectAs(keyB)
+	ctx := withKey(context.Background(), keyA)
+	for _, transport := range []string{"grpc", "connect"} {
+		t.Run(transport, func(t *testing.T) {
+			create := func(req *openaiv1.CreateResponseRequest) (*openaiv1.ResponseObject, error) {
+				if transport == "grpc" {
+					r, err := grpcClient.CreateResponse(ctx, req)
+					return r.GetResponse(), err
+				}
+				r, err := cc.CreateResponse(ctx, req)
+				return r.GetResponse(), err
+			}
+			r1, err := create(&openaiv1.CreateResponseRequest{Model: "agent-model", Instructions: proto.String("Be brief."), Input: structpb.NewStringValue("Hello")})
+			require.NoError(t, err)
+			require.Len(t, r1.GetOutput(), 1)
+			assert.Equal(t, "completed", r1.GetStatus())
+			assert.Equal(t, "2 messages; last: Hello", outputText(r1))
+			assert.EqualValues(t, 10, r1.GetUsage().GetInputTokens())
+
+			// Streamed, continuing it.
+			req := &openaiv1.StreamResponseRequest{Request: &openaiv1.CreateResponseRequest{Model: "agent-model",
+				PreviousResponseId: r1.GetId(), Input: structpb.NewStringValue("Again")}}
+			var types []string
+			var deltas strings.Builder
+			var final *openaiv1.ResponseObject
+			onEvent := func(ev *openaiv1.StreamResponseResponse) {
+				types = append(types, ev.GetType())
+				deltas.WriteString(ev.GetDelta())
+				if ev.GetType() == "response.completed" {
+					final = ev.GetResponse()
+				}
+			}
+			if transport == "grpc" {
+				st, err := grpcClient.StreamResponse(ctx, req)
+				require.NoError(t, err)
+				for {
+					ev, err := st.Recv()
+					if err == io.EOF {
+						break
+					}
+					require.NoError(t, err)
+					onEvent(ev)
+				}
+			} else {
+				st, err := cc.StreamResponse(ctx, req)
+				require.NoError(t, err)
+				for st.Receive() {
+					onEvent(st.Msg())
+				}
+				require.NoError(t, st.Err())
+			}
+			assert.Equal(t, "response.created", types[0])
+			assert.Equal(t, "response.completed", types[len(types)-1])
+			assert.Equal(t, "3 messages; last: Again", deltas.String())
+			require.NotNil(t, final)
+			assert.Equal(t, r1.GetId(), final.GetPreviousResponseId())
+
+			// A function tool's call, its output by previous_response_id.
+			tool, _ := structpb.NewStruct(map[string]any{"type": "function", "name": "get_weather", "parameters": map[string]any{"type": "object"}})
+			r3, err := create(&openaiv1.CreateResponseRequest{Model: "agent-model", Tools: []*structpb.Struct{tool}, Input: structpb.NewStringValue("Weather?")})
+			require.NoError(t, err)
+			require.Len(t, r3.GetOutput(), 1)
+			call := r3.GetOutput()[0].AsMap()
+			assert.Equal(t, "function_call", call["type"])
+			assert.Equal(t, "call_w1", call["call_id"])
+			out, _ := structpb.NewList([]any{map[string]any{"type": "function_call_output", "call_id": "call_w1", "output": "rain"}})
+			r4, err := create(&openaiv1.CreateResponseRequest{Model: "agent-model", PreviousResponseId: r3.GetId(), Tools: []*structpb.Struct{tool},
+				Input: structpb.NewListValue(out)})
+			require.NoError(t, err)
+			assert.Equal(t, "The weather: rain", outputText(r4))
+
+			// Retrieve, input items, delete; errors with OpenAI's detail.
+			if transport == "grpc" {
+				got, err := grpcClient.GetResponse(ctx, &openaiv1.GetResponseRequest{ResponseId: r4.GetId()})
+				require.NoError(t, err)
+				assert.Equal(t, outputText(r4), outputText(got.GetResponse()))
+				items, err := grpcClient.ListInputItems(ctx, &openaiv1.ListInputItemsRequest{ResponseId: r4.GetId()})
+				require.NoError(t, err)
+				require.Len(t, items.GetData(), 1)
+				assert.Equal(t, "function_call_output", items.GetData()[0].AsMap()["type"])
+				_, err = grpcClient.GetResponse(withKey(context.Background(), keyB), &openaiv1.GetResponseRequest{ResponseId: r4.GetId()})
+				assert.Equal(t, codes.NotFound, status.Code(err), "another key's response")
+				del, err := grpcClient.DeleteResponse(ctx, &openaiv1.DeleteResponseRequest{ResponseId: r4.GetId()})
+				require.NoError(t, err)
+				assert.True(t, del.GetDeleted())
+				_, err = grpcClient.GetResponse(ctx, &openaiv1.GetResponseRequest{ResponseId: r4.GetId()})
+				assert.Equal(t, codes.NotFound, status.Code(err), "deleted")
+				_, err = grpcClient.CreateResponse(ctx, &openaiv1.CreateResponseRequest{Model: "agent-model", PreviousResponseId: "resp_nope", Input: structpb.NewStringValue("x")})
+				assert.Equal(t, codes.InvalidArgument, status.Code(err))
+				var detail *openaiv1.Error
+				for _, d := range status.Convert(err).Details() {
+					if e, ok := d.(*openaiv1.Error); ok {
+						detail = e
+					}
+				}
+				require.NotNil(t, detail, "OpenAI's error object as a detail")
+				assert.Equal(t, "previous_response_id", detail.GetParam())
+				assert.Equal(t, "previous_response_not_found", detail.GetCode())
+				return
+			}
+			got, err := cc.GetResponse(ctx, &openaiv1.GetResponseRequest{ResponseId: r4.GetId()})
+			require.NoError(t, err)
+			assert.Equal(t, outputText(r4), outputText(got.GetResponse()))
+			_, err = ccB.GetResponse(ctx, &openaiv1.GetResponseRequest{ResponseId: r4.GetId()})
+			assert.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+			_, err = cc.CreateResponse(ctx, &openaiv1.CreateResponseRequest{Model: "agent-model"})
+			assert.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "no input")
+		})
+	}
+}
+
+// keyTransport sends every request with key as its bearer token.
+type keyTransport string
+
+func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(k))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// outputText joins the output_text parts of a Response's message items, as the SDKs do.
+func outputText(r *openaiv1.ResponseObject) string {
+	var b strings.Builder
+	for _, it := range r.GetOutput() {
+		m := it.AsMap()
+		if m["type"] != "message" {
+			continue
+		}
+		parts, _ := m["content"].([]any)
+		for _, p := range parts {
+			if pm, _ := p.(map[string]any); pm["type"] == "output_text" {
+				s, _ := pm["text"].(string)
+				b.WriteString(s)
+			}
+		}
+	}
+	return b.String()
 }

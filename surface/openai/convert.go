@@ -651,3 +651,71 @@ func appendFloat(b []byte, v float64) []byte {
 // appendString writes s as a JSON string: quotes, backslashes and control characters escaped,
 // invalid UTF-8 replaced by U+FFFD, everything else as is.
 func appendString(b []byte, s string) []byte { return tensor.AppendJSONString(b, s) }
+
+// responsesBody is the JSON body of a Responses API request (POST /v1/responses).
+func responsesBody(r *openaiv1.CreateResponseRequest, stream bool) ([]byte, error) {
+	w := newJSONWriter(r)
+	w.begin('{')
+	w.model(r.GetModel())
+	if stream {
+		w.key("stream")
+		w.raw("true")
+	}
+	if v := r.GetInput(); v != nil {
+		w.key("input")
+		if !w.value(v) {
+			w.notFinite("input")
+		}
+	}
+	if r.Instructions != nil {
+		w.str("instructions", r.GetInstructions())
+	}
+	w.nonEmpty("previous_response_id", r.GetPreviousResponseId())
+	w.optBool("store", r.Store)
+	if len(r.GetTools()) > 0 {
+		w.key("tools")
+		w.begin('[')
+		for i, t := range r.GetTools() {
+			w.elem()
+			if !w.object(t) {
+				w.notFinite(fmt.Sprintf("tools[%d]", i))
+			}
+		}
+		w.end(']')
+	}
+	for _, f := range []struct {
+		key string
+		v   *structpb.Value
+	}{{"tool_choice", r.GetToolChoice()}, {"text", structValue(r.GetText())}, {"reasoning", structValue(r.GetReasoning())}} {
+		if f.v != nil {
+			w.key(f.key)
+			if !w.value(f.v) {
+				w.notFinite(f.key)
+			}
+		}
+	}
+	w.atLeast("max_output_tokens", r.MaxOutputTokens, 1)
+	w.nonNegative("temperature", r.Temperature)
+	w.unitInterval("top_p", r.TopP)
+	w.optBool("parallel_tool_calls", r.ParallelToolCalls)
+	if md := r.GetMetadata(); len(md) > 0 {
+		w.key("metadata")
+		w.begin('{')
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			w.str(k, md[k])
+		}
+		w.end('}')
+	}
+	w.nonEmpty("user", r.GetUser())
+	w.extra(r.GetExtra())
+	w.end('}')
+	return w.result()
+}
+
+// structValue is s as a Value; nil for nil.
+func structValue(s *structpb.Struct) *structpb.Value {
+	if s == nil {
+		return nil
+	}
+	return structpb.NewStructValue(s)
+}

@@ -25,7 +25,10 @@ import (
 // OpenAI's JSON as is (nulls included) and drops what the messages do not have (vLLM's stop_reason,
 // prompt_logprobs, ...). It reflects over the message, which costs a few microseconds a chunk; a
 // hand-written decoder would save that at the price of a second copy of every message's schema.
-type service struct{ p *Proxy }
+type service struct {
+	p   *Proxy
+	mux *http.ServeMux // the routes mounted with it: the Responses RPCs call its /v1/responses
+}
 
 // maxResponseBytes bounds a unary response body read into memory (large embedding batches reach
 // tens of MiB).
@@ -34,6 +37,7 @@ const maxResponseBytes = 512 << 20
 var fromJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
 
 func (s *service) mount(mux *http.ServeMux, grpcSrv grpc.ServiceRegistrar) {
+	s.mux = mux
 	mux.Handle(openaiv1connect.NewOpenAIServiceHandler(connectHandler{s}, connect.WithReadMaxBytes(int(s.p.opts.MaxBodyBytes))))
 	if grpcSrv != nil {
 		openaiv1.RegisterOpenAIServiceServer(grpcSrv, grpcServer{s})

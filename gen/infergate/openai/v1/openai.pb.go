@@ -1,5 +1,5 @@
-// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions,
+// /v1/embeddings and /v1/responses (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
 // gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
 // the gateway's OpenAI HTTP API.
 //
@@ -3175,6 +3175,1079 @@ func (x *DetokenizeResponse) GetPrompt() string {
 	return ""
 }
 
+// CreateResponseRequest mirrors the body of POST /v1/responses. Input and output items are
+// google.protobuf.Struct: the item objects of the HTTP API as they are (type message,
+// function_call, function_call_output, reasoning, ...).
+type CreateResponseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// A string (one user message) or a list of input items.
+	Input *structpb.Value `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// System (developer) text for this request only: not carried on by previous_response_id.
+	Instructions *string `protobuf:"bytes,3,opt,name=instructions,proto3,oneof" json:"instructions,omitempty"`
+	// A stored response of the caller's key whose conversation this one continues.
+	PreviousResponseId string `protobuf:"bytes,4,opt,name=previous_response_id,json=previousResponseId,proto3" json:"previous_response_id,omitempty"`
+	// Store the response (default true, as OpenAI's).
+	Store *bool `protobuf:"varint,5,opt,name=store,proto3,oneof" json:"store,omitempty"`
+	// Function tools ({"type": "function", "name", "parameters", ...}).
+	Tools []*structpb.Struct `protobuf:"bytes,6,rep,name=tools,proto3" json:"tools,omitempty"`
+	// "auto", "none", "required", or {"type": "function", "name": ...}.
+	ToolChoice *structpb.Value `protobuf:"bytes,7,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// {"format": {"type": "json_schema", ...}}.
+	Text *structpb.Struct `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	// {"effort": "low" | "medium" | "high"}.
+	Reasoning         *structpb.Struct  `protobuf:"bytes,9,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	MaxOutputTokens   *int32            `protobuf:"varint,10,opt,name=max_output_tokens,json=maxOutputTokens,proto3,oneof" json:"max_output_tokens,omitempty"`
+	Temperature       *float64          `protobuf:"fixed64,11,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	TopP              *float64          `protobuf:"fixed64,12,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
+	ParallelToolCalls *bool             `protobuf:"varint,13,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	Metadata          map[string]string `protobuf:"bytes,14,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// End-user identifier; left out when empty.
+	User string `protobuf:"bytes,15,opt,name=user,proto3" json:"user,omitempty"`
+	// More top-level keys of the JSON body, merged in as given. A key that a field above also
+	// sets, "model" and "stream" are rejected.
+	Extra         *structpb.Struct `protobuf:"bytes,16,opt,name=extra,proto3" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateResponseRequest) Reset() {
+	*x = CreateResponseRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateResponseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateResponseRequest) ProtoMessage() {}
+
+func (x *CreateResponseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateResponseRequest.ProtoReflect.Descriptor instead.
+func (*CreateResponseRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CreateResponseRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CreateResponseRequest) GetInput() *structpb.Value {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetInstructions() string {
+	if x != nil && x.Instructions != nil {
+		return *x.Instructions
+	}
+	return ""
+}
+
+func (x *CreateResponseRequest) GetPreviousResponseId() string {
+	if x != nil {
+		return x.PreviousResponseId
+	}
+	return ""
+}
+
+func (x *CreateResponseRequest) GetStore() bool {
+	if x != nil && x.Store != nil {
+		return *x.Store
+	}
+	return false
+}
+
+func (x *CreateResponseRequest) GetTools() []*structpb.Struct {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetToolChoice() *structpb.Value {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetText() *structpb.Struct {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetReasoning() *structpb.Struct {
+	if x != nil {
+		return x.Reasoning
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetMaxOutputTokens() int32 {
+	if x != nil && x.MaxOutputTokens != nil {
+		return *x.MaxOutputTokens
+	}
+	return 0
+}
+
+func (x *CreateResponseRequest) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *CreateResponseRequest) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
+func (x *CreateResponseRequest) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
+func (x *CreateResponseRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *CreateResponseRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CreateResponseRequest) GetExtra() *structpb.Struct {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
+// CreateResponseResponse mirrors the Response object.
+type CreateResponseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *ResponseObject        `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateResponseResponse) Reset() {
+	*x = CreateResponseResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateResponseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateResponseResponse) ProtoMessage() {}
+
+func (x *CreateResponseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateResponseResponse.ProtoReflect.Descriptor instead.
+func (*CreateResponseResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CreateResponseResponse) GetResponse() *ResponseObject {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+// ResponseObject mirrors the Response object's members a client reads; the request's echoed
+// parameters are not carried.
+type ResponseObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// resp_...
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "response".
+	Object string `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	// Unix seconds.
+	CreatedAt int64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// completed, incomplete, failed, in_progress.
+	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Model  string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// The output items: reasoning, message, function_call.
+	Output []*structpb.Struct `protobuf:"bytes,6,rep,name=output,proto3" json:"output,omitempty"`
+	Usage  *ResponseUsage     `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Unset when the JSON has null.
+	PreviousResponseId *string `protobuf:"bytes,8,opt,name=previous_response_id,json=previousResponseId,proto3,oneof" json:"previous_response_id,omitempty"`
+	// {"reason": "max_output_tokens" | "content_filter"} when status is incomplete.
+	IncompleteDetails *structpb.Struct `protobuf:"bytes,9,opt,name=incomplete_details,json=incompleteDetails,proto3" json:"incomplete_details,omitempty"`
+	// {"code", "message"} when status is failed.
+	Error         *structpb.Struct  `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	CompletedAt   *int64            `protobuf:"varint,11,opt,name=completed_at,json=completedAt,proto3,oneof" json:"completed_at,omitempty"`
+	Store         bool              `protobuf:"varint,12,opt,name=store,proto3" json:"store,omitempty"`
+	Instructions  *string           `protobuf:"bytes,13,opt,name=instructions,proto3,oneof" json:"instructions,omitempty"`
+	Metadata      map[string]string `protobuf:"bytes,14,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseObject) Reset() {
+	*x = ResponseObject{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseObject) ProtoMessage() {}
+
+func (x *ResponseObject) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseObject.ProtoReflect.Descriptor instead.
+func (*ResponseObject) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ResponseObject) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetCreatedAt() int64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ResponseObject) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetOutput() []*structpb.Struct {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ResponseObject) GetUsage() *ResponseUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *ResponseObject) GetPreviousResponseId() string {
+	if x != nil && x.PreviousResponseId != nil {
+		return *x.PreviousResponseId
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetIncompleteDetails() *structpb.Struct {
+	if x != nil {
+		return x.IncompleteDetails
+	}
+	return nil
+}
+
+func (x *ResponseObject) GetError() *structpb.Struct {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ResponseObject) GetCompletedAt() int64 {
+	if x != nil && x.CompletedAt != nil {
+		return *x.CompletedAt
+	}
+	return 0
+}
+
+func (x *ResponseObject) GetStore() bool {
+	if x != nil {
+		return x.Store
+	}
+	return false
+}
+
+func (x *ResponseObject) GetInstructions() string {
+	if x != nil && x.Instructions != nil {
+		return *x.Instructions
+	}
+	return ""
+}
+
+func (x *ResponseObject) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// ResponseUsage mirrors a Response's "usage".
+type ResponseUsage struct {
+	state               protoimpl.MessageState       `protogen:"open.v1"`
+	InputTokens         int32                        `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens        int32                        `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	TotalTokens         int32                        `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	InputTokensDetails  *ResponseInputTokensDetails  `protobuf:"bytes,4,opt,name=input_tokens_details,json=inputTokensDetails,proto3" json:"input_tokens_details,omitempty"`
+	OutputTokensDetails *ResponseOutputTokensDetails `protobuf:"bytes,5,opt,name=output_tokens_details,json=outputTokensDetails,proto3" json:"output_tokens_details,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ResponseUsage) Reset() {
+	*x = ResponseUsage{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseUsage) ProtoMessage() {}
+
+func (x *ResponseUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseUsage.ProtoReflect.Descriptor instead.
+func (*ResponseUsage) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ResponseUsage) GetInputTokens() int32 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *ResponseUsage) GetOutputTokens() int32 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *ResponseUsage) GetTotalTokens() int32 {
+	if x != nil {
+		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *ResponseUsage) GetInputTokensDetails() *ResponseInputTokensDetails {
+	if x != nil {
+		return x.InputTokensDetails
+	}
+	return nil
+}
+
+func (x *ResponseUsage) GetOutputTokensDetails() *ResponseOutputTokensDetails {
+	if x != nil {
+		return x.OutputTokensDetails
+	}
+	return nil
+}
+
+// ResponseInputTokensDetails mirrors usage's "input_tokens_details".
+type ResponseInputTokensDetails struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CachedTokens  int32                  `protobuf:"varint,1,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseInputTokensDetails) Reset() {
+	*x = ResponseInputTokensDetails{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseInputTokensDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseInputTokensDetails) ProtoMessage() {}
+
+func (x *ResponseInputTokensDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseInputTokensDetails.ProtoReflect.Descriptor instead.
+func (*ResponseInputTokensDetails) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResponseInputTokensDetails) GetCachedTokens() int32 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+// ResponseOutputTokensDetails mirrors usage's "output_tokens_details".
+type ResponseOutputTokensDetails struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ReasoningTokens int32                  `protobuf:"varint,1,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ResponseOutputTokensDetails) Reset() {
+	*x = ResponseOutputTokensDetails{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseOutputTokensDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseOutputTokensDetails) ProtoMessage() {}
+
+func (x *ResponseOutputTokensDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseOutputTokensDetails.ProtoReflect.Descriptor instead.
+func (*ResponseOutputTokensDetails) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ResponseOutputTokensDetails) GetReasoningTokens() int32 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+// StreamResponseRequest is a Responses request sent with "stream": true.
+type StreamResponseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *CreateResponseRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponseRequest) Reset() {
+	*x = StreamResponseRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponseRequest) ProtoMessage() {}
+
+func (x *StreamResponseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponseRequest.ProtoReflect.Descriptor instead.
+func (*StreamResponseRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *StreamResponseRequest) GetRequest() *CreateResponseRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// StreamResponseResponse mirrors one event of a Responses stream: the members its types carry.
+type StreamResponseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response.created, response.output_text.delta, response.completed, ...
+	Type           string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	SequenceNumber int64  `protobuf:"varint,2,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
+	// On response.created, .in_progress, .completed, .incomplete, .failed.
+	Response     *ResponseObject `protobuf:"bytes,3,opt,name=response,proto3" json:"response,omitempty"`
+	OutputIndex  int32           `protobuf:"varint,4,opt,name=output_index,json=outputIndex,proto3" json:"output_index,omitempty"`
+	ContentIndex int32           `protobuf:"varint,5,opt,name=content_index,json=contentIndex,proto3" json:"content_index,omitempty"`
+	ItemId       string          `protobuf:"bytes,6,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	// On the .delta events.
+	Delta string `protobuf:"bytes,7,opt,name=delta,proto3" json:"delta,omitempty"`
+	// On response.output_text.done and response.reasoning_text.done.
+	Text string `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	// On response.output_item.added and .done.
+	Item *structpb.Struct `protobuf:"bytes,9,opt,name=item,proto3" json:"item,omitempty"`
+	// On response.content_part.added and .done.
+	Part *structpb.Struct `protobuf:"bytes,10,opt,name=part,proto3" json:"part,omitempty"`
+	// On response.function_call_arguments.done.
+	Arguments     string `protobuf:"bytes,11,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponseResponse) Reset() {
+	*x = StreamResponseResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponseResponse) ProtoMessage() {}
+
+func (x *StreamResponseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponseResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponseResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *StreamResponseResponse) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *StreamResponseResponse) GetSequenceNumber() int64 {
+	if x != nil {
+		return x.SequenceNumber
+	}
+	return 0
+}
+
+func (x *StreamResponseResponse) GetResponse() *ResponseObject {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *StreamResponseResponse) GetOutputIndex() int32 {
+	if x != nil {
+		return x.OutputIndex
+	}
+	return 0
+}
+
+func (x *StreamResponseResponse) GetContentIndex() int32 {
+	if x != nil {
+		return x.ContentIndex
+	}
+	return 0
+}
+
+func (x *StreamResponseResponse) GetItemId() string {
+	if x != nil {
+		return x.ItemId
+	}
+	return ""
+}
+
+func (x *StreamResponseResponse) GetDelta() string {
+	if x != nil {
+		return x.Delta
+	}
+	return ""
+}
+
+func (x *StreamResponseResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *StreamResponseResponse) GetItem() *structpb.Struct {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *StreamResponseResponse) GetPart() *structpb.Struct {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *StreamResponseResponse) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// GetResponseRequest names a stored response.
+type GetResponseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ResponseId    string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResponseRequest) Reset() {
+	*x = GetResponseRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResponseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResponseRequest) ProtoMessage() {}
+
+func (x *GetResponseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResponseRequest.ProtoReflect.Descriptor instead.
+func (*GetResponseRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetResponseRequest) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+// GetResponseResponse is the stored Response object.
+type GetResponseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *ResponseObject        `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResponseResponse) Reset() {
+	*x = GetResponseResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResponseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResponseResponse) ProtoMessage() {}
+
+func (x *GetResponseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResponseResponse.ProtoReflect.Descriptor instead.
+func (*GetResponseResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetResponseResponse) GetResponse() *ResponseObject {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+// DeleteResponseRequest names a stored response.
+type DeleteResponseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ResponseId    string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteResponseRequest) Reset() {
+	*x = DeleteResponseRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteResponseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteResponseRequest) ProtoMessage() {}
+
+func (x *DeleteResponseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteResponseRequest.ProtoReflect.Descriptor instead.
+func (*DeleteResponseRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DeleteResponseRequest) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+// DeleteResponseResponse mirrors DELETE's answer.
+type DeleteResponseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "response.deleted".
+	Object        string `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	Deleted       bool   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteResponseResponse) Reset() {
+	*x = DeleteResponseResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteResponseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteResponseResponse) ProtoMessage() {}
+
+func (x *DeleteResponseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteResponseResponse.ProtoReflect.Descriptor instead.
+func (*DeleteResponseResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DeleteResponseResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteResponseResponse) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *DeleteResponseResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+// ListInputItemsRequest mirrors GET /v1/responses/{id}/input_items' query.
+type ListInputItemsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ResponseId string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// 1 to 100; default 20.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// "asc" or "desc" (the default: newest first).
+	Order string `protobuf:"bytes,3,opt,name=order,proto3" json:"order,omitempty"`
+	// The item id to start after.
+	After         string `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInputItemsRequest) Reset() {
+	*x = ListInputItemsRequest{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInputItemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInputItemsRequest) ProtoMessage() {}
+
+func (x *ListInputItemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInputItemsRequest.ProtoReflect.Descriptor instead.
+func (*ListInputItemsRequest) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListInputItemsRequest) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *ListInputItemsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListInputItemsRequest) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *ListInputItemsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+// ListInputItemsResponse mirrors the list of input items.
+type ListInputItemsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "list".
+	Object        string             `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	Data          []*structpb.Struct `protobuf:"bytes,2,rep,name=data,proto3" json:"data,omitempty"`
+	FirstId       string             `protobuf:"bytes,3,opt,name=first_id,json=firstId,proto3" json:"first_id,omitempty"`
+	LastId        string             `protobuf:"bytes,4,opt,name=last_id,json=lastId,proto3" json:"last_id,omitempty"`
+	HasMore       bool               `protobuf:"varint,5,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInputItemsResponse) Reset() {
+	*x = ListInputItemsResponse{}
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInputItemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInputItemsResponse) ProtoMessage() {}
+
+func (x *ListInputItemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_infergate_openai_v1_openai_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInputItemsResponse.ProtoReflect.Descriptor instead.
+func (*ListInputItemsResponse) Descriptor() ([]byte, []int) {
+	return file_infergate_openai_v1_openai_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListInputItemsResponse) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *ListInputItemsResponse) GetData() []*structpb.Struct {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ListInputItemsResponse) GetFirstId() string {
+	if x != nil {
+		return x.FirstId
+	}
+	return ""
+}
+
+func (x *ListInputItemsResponse) GetLastId() string {
+	if x != nil {
+		return x.LastId
+	}
+	return ""
+}
+
+func (x *ListInputItemsResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
 var File_infergate_openai_v1_openai_proto protoreflect.FileDescriptor
 
 const file_infergate_openai_v1_openai_proto_rawDesc = "" +
@@ -3474,7 +4547,109 @@ const file_infergate_openai_v1_openai_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\",\n" +
 	"\x12DetokenizeResponse\x12\x16\n" +
-	"\x06prompt\x18\x01 \x01(\tR\x06prompt2\xf4\x06\n" +
+	"\x06prompt\x18\x01 \x01(\tR\x06prompt\"\xfd\x06\n" +
+	"\x15CreateResponseRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12,\n" +
+	"\x05input\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12'\n" +
+	"\finstructions\x18\x03 \x01(\tH\x00R\finstructions\x88\x01\x01\x120\n" +
+	"\x14previous_response_id\x18\x04 \x01(\tR\x12previousResponseId\x12\x19\n" +
+	"\x05store\x18\x05 \x01(\bH\x01R\x05store\x88\x01\x01\x12-\n" +
+	"\x05tools\x18\x06 \x03(\v2\x17.google.protobuf.StructR\x05tools\x127\n" +
+	"\vtool_choice\x18\a \x01(\v2\x16.google.protobuf.ValueR\n" +
+	"toolChoice\x12+\n" +
+	"\x04text\x18\b \x01(\v2\x17.google.protobuf.StructR\x04text\x125\n" +
+	"\treasoning\x18\t \x01(\v2\x17.google.protobuf.StructR\treasoning\x12/\n" +
+	"\x11max_output_tokens\x18\n" +
+	" \x01(\x05H\x02R\x0fmaxOutputTokens\x88\x01\x01\x12%\n" +
+	"\vtemperature\x18\v \x01(\x01H\x03R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\f \x01(\x01H\x04R\x04topP\x88\x01\x01\x123\n" +
+	"\x13parallel_tool_calls\x18\r \x01(\bH\x05R\x11parallelToolCalls\x88\x01\x01\x12T\n" +
+	"\bmetadata\x18\x0e \x03(\v28.infergate.openai.v1.CreateResponseRequest.MetadataEntryR\bmetadata\x12\x12\n" +
+	"\x04user\x18\x0f \x01(\tR\x04user\x12-\n" +
+	"\x05extra\x18\x10 \x01(\v2\x17.google.protobuf.StructR\x05extra\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
+	"\r_instructionsB\b\n" +
+	"\x06_storeB\x14\n" +
+	"\x12_max_output_tokensB\x0e\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_pB\x16\n" +
+	"\x14_parallel_tool_calls\"Y\n" +
+	"\x16CreateResponseResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.infergate.openai.v1.ResponseObjectR\bresponse\"\xcc\x05\n" +
+	"\x0eResponseObject\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x03R\tcreatedAt\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12/\n" +
+	"\x06output\x18\x06 \x03(\v2\x17.google.protobuf.StructR\x06output\x128\n" +
+	"\x05usage\x18\a \x01(\v2\".infergate.openai.v1.ResponseUsageR\x05usage\x125\n" +
+	"\x14previous_response_id\x18\b \x01(\tH\x00R\x12previousResponseId\x88\x01\x01\x12F\n" +
+	"\x12incomplete_details\x18\t \x01(\v2\x17.google.protobuf.StructR\x11incompleteDetails\x12-\n" +
+	"\x05error\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\x05error\x12&\n" +
+	"\fcompleted_at\x18\v \x01(\x03H\x01R\vcompletedAt\x88\x01\x01\x12\x14\n" +
+	"\x05store\x18\f \x01(\bR\x05store\x12'\n" +
+	"\finstructions\x18\r \x01(\tH\x02R\finstructions\x88\x01\x01\x12M\n" +
+	"\bmetadata\x18\x0e \x03(\v21.infergate.openai.v1.ResponseObject.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x17\n" +
+	"\x15_previous_response_idB\x0f\n" +
+	"\r_completed_atB\x0f\n" +
+	"\r_instructions\"\xc3\x02\n" +
+	"\rResponseUsage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x05R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x05R\foutputTokens\x12!\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x05R\vtotalTokens\x12a\n" +
+	"\x14input_tokens_details\x18\x04 \x01(\v2/.infergate.openai.v1.ResponseInputTokensDetailsR\x12inputTokensDetails\x12d\n" +
+	"\x15output_tokens_details\x18\x05 \x01(\v20.infergate.openai.v1.ResponseOutputTokensDetailsR\x13outputTokensDetails\"A\n" +
+	"\x1aResponseInputTokensDetails\x12#\n" +
+	"\rcached_tokens\x18\x01 \x01(\x05R\fcachedTokens\"H\n" +
+	"\x1bResponseOutputTokensDetails\x12)\n" +
+	"\x10reasoning_tokens\x18\x01 \x01(\x05R\x0freasoningTokens\"]\n" +
+	"\x15StreamResponseRequest\x12D\n" +
+	"\arequest\x18\x01 \x01(\v2*.infergate.openai.v1.CreateResponseRequestR\arequest\"\x99\x03\n" +
+	"\x16StreamResponseResponse\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12'\n" +
+	"\x0fsequence_number\x18\x02 \x01(\x03R\x0esequenceNumber\x12?\n" +
+	"\bresponse\x18\x03 \x01(\v2#.infergate.openai.v1.ResponseObjectR\bresponse\x12!\n" +
+	"\foutput_index\x18\x04 \x01(\x05R\voutputIndex\x12#\n" +
+	"\rcontent_index\x18\x05 \x01(\x05R\fcontentIndex\x12\x17\n" +
+	"\aitem_id\x18\x06 \x01(\tR\x06itemId\x12\x14\n" +
+	"\x05delta\x18\a \x01(\tR\x05delta\x12\x12\n" +
+	"\x04text\x18\b \x01(\tR\x04text\x12+\n" +
+	"\x04item\x18\t \x01(\v2\x17.google.protobuf.StructR\x04item\x12+\n" +
+	"\x04part\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\x04part\x12\x1c\n" +
+	"\targuments\x18\v \x01(\tR\targuments\"5\n" +
+	"\x12GetResponseRequest\x12\x1f\n" +
+	"\vresponse_id\x18\x01 \x01(\tR\n" +
+	"responseId\"V\n" +
+	"\x13GetResponseResponse\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2#.infergate.openai.v1.ResponseObjectR\bresponse\"8\n" +
+	"\x15DeleteResponseRequest\x12\x1f\n" +
+	"\vresponse_id\x18\x01 \x01(\tR\n" +
+	"responseId\"Z\n" +
+	"\x16DeleteResponseResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"z\n" +
+	"\x15ListInputItemsRequest\x12\x1f\n" +
+	"\vresponse_id\x18\x01 \x01(\tR\n" +
+	"responseId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05order\x18\x03 \x01(\tR\x05order\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\xac\x01\n" +
+	"\x16ListInputItemsResponse\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12+\n" +
+	"\x04data\x18\x02 \x03(\v2\x17.google.protobuf.StructR\x04data\x12\x19\n" +
+	"\bfirst_id\x18\x03 \x01(\tR\afirstId\x12\x17\n" +
+	"\alast_id\x18\x04 \x01(\tR\x06lastId\x12\x19\n" +
+	"\bhas_more\x18\x05 \x01(\bR\ahasMore2\x84\v\n" +
 	"\rOpenAIService\x12]\n" +
 	"\n" +
 	"ListModels\x12&.infergate.openai.v1.ListModelsRequest\x1a'.infergate.openai.v1.ListModelsResponse\x12{\n" +
@@ -3485,7 +4660,12 @@ const file_infergate_openai_v1_openai_proto_rawDesc = "" +
 	"\x0fCreateEmbedding\x12+.infergate.openai.v1.CreateEmbeddingRequest\x1a,.infergate.openai.v1.CreateEmbeddingResponse\x12W\n" +
 	"\bTokenize\x12$.infergate.openai.v1.TokenizeRequest\x1a%.infergate.openai.v1.TokenizeResponse\x12]\n" +
 	"\n" +
-	"Detokenize\x12&.infergate.openai.v1.DetokenizeRequest\x1a'.infergate.openai.v1.DetokenizeResponseBAZ?github.com/infergate/infergate/gen/infergate/openai/v1;openaiv1b\x06proto3"
+	"Detokenize\x12&.infergate.openai.v1.DetokenizeRequest\x1a'.infergate.openai.v1.DetokenizeResponse\x12i\n" +
+	"\x0eCreateResponse\x12*.infergate.openai.v1.CreateResponseRequest\x1a+.infergate.openai.v1.CreateResponseResponse\x12k\n" +
+	"\x0eStreamResponse\x12*.infergate.openai.v1.StreamResponseRequest\x1a+.infergate.openai.v1.StreamResponseResponse0\x01\x12`\n" +
+	"\vGetResponse\x12'.infergate.openai.v1.GetResponseRequest\x1a(.infergate.openai.v1.GetResponseResponse\x12i\n" +
+	"\x0eDeleteResponse\x12*.infergate.openai.v1.DeleteResponseRequest\x1a+.infergate.openai.v1.DeleteResponseResponse\x12i\n" +
+	"\x0eListInputItems\x12*.infergate.openai.v1.ListInputItemsRequest\x1a+.infergate.openai.v1.ListInputItemsResponseBAZ?github.com/infergate/infergate/gen/infergate/openai/v1;openaiv1b\x06proto3"
 
 var (
 	file_infergate_openai_v1_openai_proto_rawDescOnce sync.Once
@@ -3499,7 +4679,7 @@ func file_infergate_openai_v1_openai_proto_rawDescGZIP() []byte {
 	return file_infergate_openai_v1_openai_proto_rawDescData
 }
 
-var file_infergate_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_infergate_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_infergate_openai_v1_openai_proto_goTypes = []any{
 	(*Error)(nil),                        // 0: infergate.openai.v1.Error
 	(*ListModelsRequest)(nil),            // 1: infergate.openai.v1.ListModelsRequest
@@ -3542,27 +4722,44 @@ var file_infergate_openai_v1_openai_proto_goTypes = []any{
 	(*TokenizeResponse)(nil),             // 38: infergate.openai.v1.TokenizeResponse
 	(*DetokenizeRequest)(nil),            // 39: infergate.openai.v1.DetokenizeRequest
 	(*DetokenizeResponse)(nil),           // 40: infergate.openai.v1.DetokenizeResponse
-	nil,                                  // 41: infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	nil,                                  // 42: infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
-	(*structpb.Struct)(nil),              // 43: google.protobuf.Struct
+	(*CreateResponseRequest)(nil),        // 41: infergate.openai.v1.CreateResponseRequest
+	(*CreateResponseResponse)(nil),       // 42: infergate.openai.v1.CreateResponseResponse
+	(*ResponseObject)(nil),               // 43: infergate.openai.v1.ResponseObject
+	(*ResponseUsage)(nil),                // 44: infergate.openai.v1.ResponseUsage
+	(*ResponseInputTokensDetails)(nil),   // 45: infergate.openai.v1.ResponseInputTokensDetails
+	(*ResponseOutputTokensDetails)(nil),  // 46: infergate.openai.v1.ResponseOutputTokensDetails
+	(*StreamResponseRequest)(nil),        // 47: infergate.openai.v1.StreamResponseRequest
+	(*StreamResponseResponse)(nil),       // 48: infergate.openai.v1.StreamResponseResponse
+	(*GetResponseRequest)(nil),           // 49: infergate.openai.v1.GetResponseRequest
+	(*GetResponseResponse)(nil),          // 50: infergate.openai.v1.GetResponseResponse
+	(*DeleteResponseRequest)(nil),        // 51: infergate.openai.v1.DeleteResponseRequest
+	(*DeleteResponseResponse)(nil),       // 52: infergate.openai.v1.DeleteResponseResponse
+	(*ListInputItemsRequest)(nil),        // 53: infergate.openai.v1.ListInputItemsRequest
+	(*ListInputItemsResponse)(nil),       // 54: infergate.openai.v1.ListInputItemsResponse
+	nil,                                  // 55: infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	nil,                                  // 56: infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
+	nil,                                  // 57: infergate.openai.v1.CreateResponseRequest.MetadataEntry
+	nil,                                  // 58: infergate.openai.v1.ResponseObject.MetadataEntry
+	(*structpb.Struct)(nil),              // 59: google.protobuf.Struct
+	(*structpb.Value)(nil),               // 60: google.protobuf.Value
 }
 var file_infergate_openai_v1_openai_proto_depIdxs = []int32{
 	3,  // 0: infergate.openai.v1.ListModelsResponse.data:type_name -> infergate.openai.v1.Model
 	5,  // 1: infergate.openai.v1.CreateChatCompletionRequest.messages:type_name -> infergate.openai.v1.ChatMessage
-	41, // 2: infergate.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	55, // 2: infergate.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
 	8,  // 3: infergate.openai.v1.CreateChatCompletionRequest.tools:type_name -> infergate.openai.v1.Tool
 	10, // 4: infergate.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> infergate.openai.v1.ToolChoice
 	11, // 5: infergate.openai.v1.CreateChatCompletionRequest.response_format:type_name -> infergate.openai.v1.ResponseFormat
 	13, // 6: infergate.openai.v1.CreateChatCompletionRequest.stream_options:type_name -> infergate.openai.v1.StreamOptions
-	43, // 7: infergate.openai.v1.CreateChatCompletionRequest.extra:type_name -> google.protobuf.Struct
+	59, // 7: infergate.openai.v1.CreateChatCompletionRequest.extra:type_name -> google.protobuf.Struct
 	6,  // 8: infergate.openai.v1.ChatMessage.content_parts:type_name -> infergate.openai.v1.ContentPart
 	14, // 9: infergate.openai.v1.ChatMessage.tool_calls:type_name -> infergate.openai.v1.ToolCall
 	7,  // 10: infergate.openai.v1.ContentPart.image_url:type_name -> infergate.openai.v1.ImageUrl
-	43, // 11: infergate.openai.v1.ContentPart.other:type_name -> google.protobuf.Struct
+	59, // 11: infergate.openai.v1.ContentPart.other:type_name -> google.protobuf.Struct
 	9,  // 12: infergate.openai.v1.Tool.function:type_name -> infergate.openai.v1.FunctionDefinition
-	43, // 13: infergate.openai.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
+	59, // 13: infergate.openai.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
 	12, // 14: infergate.openai.v1.ResponseFormat.json_schema:type_name -> infergate.openai.v1.JsonSchema
-	43, // 15: infergate.openai.v1.JsonSchema.schema:type_name -> google.protobuf.Struct
+	59, // 15: infergate.openai.v1.JsonSchema.schema:type_name -> google.protobuf.Struct
 	15, // 16: infergate.openai.v1.ToolCall.function:type_name -> infergate.openai.v1.FunctionCall
 	17, // 17: infergate.openai.v1.CreateChatCompletionResponse.choices:type_name -> infergate.openai.v1.ChatCompletionChoice
 	22, // 18: infergate.openai.v1.CreateChatCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
@@ -3580,43 +4777,74 @@ var file_infergate_openai_v1_openai_proto_depIdxs = []int32{
 	18, // 30: infergate.openai.v1.ChatCompletionChunkChoice.delta:type_name -> infergate.openai.v1.ChatCompletionMessage
 	19, // 31: infergate.openai.v1.ChatCompletionChunkChoice.logprobs:type_name -> infergate.openai.v1.ChatLogprobs
 	29, // 32: infergate.openai.v1.CreateCompletionRequest.prompt_token_ids:type_name -> infergate.openai.v1.TokenIds
-	42, // 33: infergate.openai.v1.CreateCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
+	56, // 33: infergate.openai.v1.CreateCompletionRequest.logit_bias:type_name -> infergate.openai.v1.CreateCompletionRequest.LogitBiasEntry
 	13, // 34: infergate.openai.v1.CreateCompletionRequest.stream_options:type_name -> infergate.openai.v1.StreamOptions
-	43, // 35: infergate.openai.v1.CreateCompletionRequest.extra:type_name -> google.protobuf.Struct
+	59, // 35: infergate.openai.v1.CreateCompletionRequest.extra:type_name -> google.protobuf.Struct
 	31, // 36: infergate.openai.v1.CreateCompletionResponse.choices:type_name -> infergate.openai.v1.CompletionChoice
 	22, // 37: infergate.openai.v1.CreateCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
-	43, // 38: infergate.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Struct
+	59, // 38: infergate.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Struct
 	28, // 39: infergate.openai.v1.StreamCompletionRequest.request:type_name -> infergate.openai.v1.CreateCompletionRequest
 	31, // 40: infergate.openai.v1.StreamCompletionResponse.choices:type_name -> infergate.openai.v1.CompletionChoice
 	22, // 41: infergate.openai.v1.StreamCompletionResponse.usage:type_name -> infergate.openai.v1.Usage
 	29, // 42: infergate.openai.v1.CreateEmbeddingRequest.input_token_ids:type_name -> infergate.openai.v1.TokenIds
-	43, // 43: infergate.openai.v1.CreateEmbeddingRequest.extra:type_name -> google.protobuf.Struct
+	59, // 43: infergate.openai.v1.CreateEmbeddingRequest.extra:type_name -> google.protobuf.Struct
 	36, // 44: infergate.openai.v1.CreateEmbeddingResponse.data:type_name -> infergate.openai.v1.Embedding
 	22, // 45: infergate.openai.v1.CreateEmbeddingResponse.usage:type_name -> infergate.openai.v1.Usage
 	5,  // 46: infergate.openai.v1.TokenizeRequest.messages:type_name -> infergate.openai.v1.ChatMessage
 	8,  // 47: infergate.openai.v1.TokenizeRequest.tools:type_name -> infergate.openai.v1.Tool
-	43, // 48: infergate.openai.v1.TokenizeRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
-	1,  // 49: infergate.openai.v1.OpenAIService.ListModels:input_type -> infergate.openai.v1.ListModelsRequest
-	4,  // 50: infergate.openai.v1.OpenAIService.CreateChatCompletion:input_type -> infergate.openai.v1.CreateChatCompletionRequest
-	25, // 51: infergate.openai.v1.OpenAIService.StreamChatCompletion:input_type -> infergate.openai.v1.StreamChatCompletionRequest
-	28, // 52: infergate.openai.v1.OpenAIService.CreateCompletion:input_type -> infergate.openai.v1.CreateCompletionRequest
-	32, // 53: infergate.openai.v1.OpenAIService.StreamCompletion:input_type -> infergate.openai.v1.StreamCompletionRequest
-	34, // 54: infergate.openai.v1.OpenAIService.CreateEmbedding:input_type -> infergate.openai.v1.CreateEmbeddingRequest
-	37, // 55: infergate.openai.v1.OpenAIService.Tokenize:input_type -> infergate.openai.v1.TokenizeRequest
-	39, // 56: infergate.openai.v1.OpenAIService.Detokenize:input_type -> infergate.openai.v1.DetokenizeRequest
-	2,  // 57: infergate.openai.v1.OpenAIService.ListModels:output_type -> infergate.openai.v1.ListModelsResponse
-	16, // 58: infergate.openai.v1.OpenAIService.CreateChatCompletion:output_type -> infergate.openai.v1.CreateChatCompletionResponse
-	26, // 59: infergate.openai.v1.OpenAIService.StreamChatCompletion:output_type -> infergate.openai.v1.StreamChatCompletionResponse
-	30, // 60: infergate.openai.v1.OpenAIService.CreateCompletion:output_type -> infergate.openai.v1.CreateCompletionResponse
-	33, // 61: infergate.openai.v1.OpenAIService.StreamCompletion:output_type -> infergate.openai.v1.StreamCompletionResponse
-	35, // 62: infergate.openai.v1.OpenAIService.CreateEmbedding:output_type -> infergate.openai.v1.CreateEmbeddingResponse
-	38, // 63: infergate.openai.v1.OpenAIService.Tokenize:output_type -> infergate.openai.v1.TokenizeResponse
-	40, // 64: infergate.openai.v1.OpenAIService.Detokenize:output_type -> infergate.openai.v1.DetokenizeResponse
-	57, // [57:65] is the sub-list for method output_type
-	49, // [49:57] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	59, // 48: infergate.openai.v1.TokenizeRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
+	60, // 49: infergate.openai.v1.CreateResponseRequest.input:type_name -> google.protobuf.Value
+	59, // 50: infergate.openai.v1.CreateResponseRequest.tools:type_name -> google.protobuf.Struct
+	60, // 51: infergate.openai.v1.CreateResponseRequest.tool_choice:type_name -> google.protobuf.Value
+	59, // 52: infergate.openai.v1.CreateResponseRequest.text:type_name -> google.protobuf.Struct
+	59, // 53: infergate.openai.v1.CreateResponseRequest.reasoning:type_name -> google.protobuf.Struct
+	57, // 54: infergate.openai.v1.CreateResponseRequest.metadata:type_name -> infergate.openai.v1.CreateResponseRequest.MetadataEntry
+	59, // 55: infergate.openai.v1.CreateResponseRequest.extra:type_name -> google.protobuf.Struct
+	43, // 56: infergate.openai.v1.CreateResponseResponse.response:type_name -> infergate.openai.v1.ResponseObject
+	59, // 57: infergate.openai.v1.ResponseObject.output:type_name -> google.protobuf.Struct
+	44, // 58: infergate.openai.v1.ResponseObject.usage:type_name -> infergate.openai.v1.ResponseUsage
+	59, // 59: infergate.openai.v1.ResponseObject.incomplete_details:type_name -> google.protobuf.Struct
+	59, // 60: infergate.openai.v1.ResponseObject.error:type_name -> google.protobuf.Struct
+	58, // 61: infergate.openai.v1.ResponseObject.metadata:type_name -> infergate.openai.v1.ResponseObject.MetadataEntry
+	45, // 62: infergate.openai.v1.ResponseUsage.input_tokens_details:type_name -> infergate.openai.v1.ResponseInputTokensDetails
+	46, // 63: infergate.openai.v1.ResponseUsage.output_tokens_details:type_name -> infergate.openai.v1.ResponseOutputTokensDetails
+	41, // 64: infergate.openai.v1.StreamResponseRequest.request:type_name -> infergate.openai.v1.CreateResponseRequest
+	43, // 65: infergate.openai.v1.StreamResponseResponse.response:type_name -> infergate.openai.v1.ResponseObject
+	59, // 66: infergate.openai.v1.StreamResponseResponse.item:type_name -> google.protobuf.Struct
+	59, // 67: infergate.openai.v1.StreamResponseResponse.part:type_name -> google.protobuf.Struct
+	43, // 68: infergate.openai.v1.GetResponseResponse.response:type_name -> infergate.openai.v1.ResponseObject
+	59, // 69: infergate.openai.v1.ListInputItemsResponse.data:type_name -> google.protobuf.Struct
+	1,  // 70: infergate.openai.v1.OpenAIService.ListModels:input_type -> infergate.openai.v1.ListModelsRequest
+	4,  // 71: infergate.openai.v1.OpenAIService.CreateChatCompletion:input_type -> infergate.openai.v1.CreateChatCompletionRequest
+	25, // 72: infergate.openai.v1.OpenAIService.StreamChatCompletion:input_type -> infergate.openai.v1.StreamChatCompletionRequest
+	28, // 73: infergate.openai.v1.OpenAIService.CreateCompletion:input_type -> infergate.openai.v1.CreateCompletionRequest
+	32, // 74: infergate.openai.v1.OpenAIService.StreamCompletion:input_type -> infergate.openai.v1.StreamCompletionRequest
+	34, // 75: infergate.openai.v1.OpenAIService.CreateEmbedding:input_type -> infergate.openai.v1.CreateEmbeddingRequest
+	37, // 76: infergate.openai.v1.OpenAIService.Tokenize:input_type -> infergate.openai.v1.TokenizeRequest
+	39, // 77: infergate.openai.v1.OpenAIService.Detokenize:input_type -> infergate.openai.v1.DetokenizeRequest
+	41, // 78: infergate.openai.v1.OpenAIService.CreateResponse:input_type -> infergate.openai.v1.CreateResponseRequest
+	47, // 79: infergate.openai.v1.OpenAIService.StreamResponse:input_type -> infergate.openai.v1.StreamResponseRequest
+	49, // 80: infergate.openai.v1.OpenAIService.GetResponse:input_type -> infergate.openai.v1.GetResponseRequest
+	51, // 81: infergate.openai.v1.OpenAIService.DeleteResponse:input_type -> infergate.openai.v1.DeleteResponseRequest
+	53, // 82: infergate.openai.v1.OpenAIService.ListInputItems:input_type -> infergate.openai.v1.ListInputItemsRequest
+	2,  // 83: infergate.openai.v1.OpenAIService.ListModels:output_type -> infergate.openai.v1.ListModelsResponse
+	16, // 84: infergate.openai.v1.OpenAIService.CreateChatCompletion:output_type -> infergate.openai.v1.CreateChatCompletionResponse
+	26, // 85: infergate.openai.v1.OpenAIService.StreamChatCompletion:output_type -> infergate.openai.v1.StreamChatCompletionResponse
+	30, // 86: infergate.openai.v1.OpenAIService.CreateCompletion:output_type -> infergate.openai.v1.CreateCompletionResponse
+	33, // 87: infergate.openai.v1.OpenAIService.StreamCompletion:output_type -> infergate.openai.v1.StreamCompletionResponse
+	35, // 88: infergate.openai.v1.OpenAIService.CreateEmbedding:output_type -> infergate.openai.v1.CreateEmbeddingResponse
+	38, // 89: infergate.openai.v1.OpenAIService.Tokenize:output_type -> infergate.openai.v1.TokenizeResponse
+	40, // 90: infergate.openai.v1.OpenAIService.Detokenize:output_type -> infergate.openai.v1.DetokenizeResponse
+	42, // 91: infergate.openai.v1.OpenAIService.CreateResponse:output_type -> infergate.openai.v1.CreateResponseResponse
+	48, // 92: infergate.openai.v1.OpenAIService.StreamResponse:output_type -> infergate.openai.v1.StreamResponseResponse
+	50, // 93: infergate.openai.v1.OpenAIService.GetResponse:output_type -> infergate.openai.v1.GetResponseResponse
+	52, // 94: infergate.openai.v1.OpenAIService.DeleteResponse:output_type -> infergate.openai.v1.DeleteResponseResponse
+	54, // 95: infergate.openai.v1.OpenAIService.ListInputItems:output_type -> infergate.openai.v1.ListInputItemsResponse
+	83, // [83:96] is the sub-list for method output_type
+	70, // [70:83] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_infergate_openai_v1_openai_proto_init() }
@@ -3645,13 +4873,15 @@ func file_infergate_openai_v1_openai_proto_init() {
 	file_infergate_openai_v1_openai_proto_msgTypes[34].OneofWrappers = []any{}
 	file_infergate_openai_v1_openai_proto_msgTypes[37].OneofWrappers = []any{}
 	file_infergate_openai_v1_openai_proto_msgTypes[38].OneofWrappers = []any{}
+	file_infergate_openai_v1_openai_proto_msgTypes[41].OneofWrappers = []any{}
+	file_infergate_openai_v1_openai_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_infergate_openai_v1_openai_proto_rawDesc), len(file_infergate_openai_v1_openai_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,5 +1,5 @@
-// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions,
+// /v1/embeddings and /v1/responses (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
 // gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
 // the gateway's OpenAI HTTP API.
 //
@@ -37,6 +37,11 @@ const (
 	OpenAIService_CreateEmbedding_FullMethodName      = "/infergate.openai.v1.OpenAIService/CreateEmbedding"
 	OpenAIService_Tokenize_FullMethodName             = "/infergate.openai.v1.OpenAIService/Tokenize"
 	OpenAIService_Detokenize_FullMethodName           = "/infergate.openai.v1.OpenAIService/Detokenize"
+	OpenAIService_CreateResponse_FullMethodName       = "/infergate.openai.v1.OpenAIService/CreateResponse"
+	OpenAIService_StreamResponse_FullMethodName       = "/infergate.openai.v1.OpenAIService/StreamResponse"
+	OpenAIService_GetResponse_FullMethodName          = "/infergate.openai.v1.OpenAIService/GetResponse"
+	OpenAIService_DeleteResponse_FullMethodName       = "/infergate.openai.v1.OpenAIService/DeleteResponse"
+	OpenAIService_ListInputItems_FullMethodName       = "/infergate.openai.v1.OpenAIService/ListInputItems"
 )
 
 // OpenAIServiceClient is the client API for OpenAIService service.
@@ -67,6 +72,21 @@ type OpenAIServiceClient interface {
 	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
 	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
 	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
+	// CreateResponse mirrors POST /v1/responses, the Responses API, served as the HTTP route
+	// serves it (translated onto chat completions, or passed to upstreams that serve it; the
+	// response stored unless store is false).
+	CreateResponse(ctx context.Context, in *CreateResponseRequest, opts ...grpc.CallOption) (*CreateResponseResponse, error)
+	// StreamResponse mirrors POST /v1/responses with "stream": true: one message per event, from
+	// response.created to the terminal response.completed, .incomplete or .failed (whose response
+	// is stored before it is sent).
+	StreamResponse(ctx context.Context, in *StreamResponseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResponseResponse], error)
+	// GetResponse mirrors GET /v1/responses/{id}: a stored response of the caller's key; another
+	// key's or an unknown id is NOT_FOUND.
+	GetResponse(ctx context.Context, in *GetResponseRequest, opts ...grpc.CallOption) (*GetResponseResponse, error)
+	// DeleteResponse mirrors DELETE /v1/responses/{id}.
+	DeleteResponse(ctx context.Context, in *DeleteResponseRequest, opts ...grpc.CallOption) (*DeleteResponseResponse, error)
+	// ListInputItems mirrors GET /v1/responses/{id}/input_items.
+	ListInputItems(ctx context.Context, in *ListInputItemsRequest, opts ...grpc.CallOption) (*ListInputItemsResponse, error)
 }
 
 type openAIServiceClient struct {
@@ -175,6 +195,65 @@ func (c *openAIServiceClient) Detokenize(ctx context.Context, in *DetokenizeRequ
 	return out, nil
 }
 
+func (c *openAIServiceClient) CreateResponse(ctx context.Context, in *CreateResponseRequest, opts ...grpc.CallOption) (*CreateResponseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateResponseResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_CreateResponse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *openAIServiceClient) StreamResponse(ctx context.Context, in *StreamResponseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResponseResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OpenAIService_ServiceDesc.Streams[2], OpenAIService_StreamResponse_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamResponseRequest, StreamResponseResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OpenAIService_StreamResponseClient = grpc.ServerStreamingClient[StreamResponseResponse]
+
+func (c *openAIServiceClient) GetResponse(ctx context.Context, in *GetResponseRequest, opts ...grpc.CallOption) (*GetResponseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetResponseResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_GetResponse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *openAIServiceClient) DeleteResponse(ctx context.Context, in *DeleteResponseRequest, opts ...grpc.CallOption) (*DeleteResponseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponseResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_DeleteResponse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *openAIServiceClient) ListInputItems(ctx context.Context, in *ListInputItemsRequest, opts ...grpc.CallOption) (*ListInputItemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListInputItemsResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_ListInputItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OpenAIServiceServer is the server API for OpenAIService service.
 // All implementations should embed UnimplementedOpenAIServiceServer
 // for forward compatibility.
@@ -203,6 +282,21 @@ type OpenAIServiceServer interface {
 	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
 	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
 	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
+	// CreateResponse mirrors POST /v1/responses, the Responses API, served as the HTTP route
+	// serves it (translated onto chat completions, or passed to upstreams that serve it; the
+	// response stored unless store is false).
+	CreateResponse(context.Context, *CreateResponseRequest) (*CreateResponseResponse, error)
+	// StreamResponse mirrors POST /v1/responses with "stream": true: one message per event, from
+	// response.created to the terminal response.completed, .incomplete or .failed (whose response
+	// is stored before it is sent).
+	StreamResponse(*StreamResponseRequest, grpc.ServerStreamingServer[StreamResponseResponse]) error
+	// GetResponse mirrors GET /v1/responses/{id}: a stored response of the caller's key; another
+	// key's or an unknown id is NOT_FOUND.
+	GetResponse(context.Context, *GetResponseRequest) (*GetResponseResponse, error)
+	// DeleteResponse mirrors DELETE /v1/responses/{id}.
+	DeleteResponse(context.Context, *DeleteResponseRequest) (*DeleteResponseResponse, error)
+	// ListInputItems mirrors GET /v1/responses/{id}/input_items.
+	ListInputItems(context.Context, *ListInputItemsRequest) (*ListInputItemsResponse, error)
 }
 
 // UnimplementedOpenAIServiceServer should be embedded to have
@@ -235,6 +329,21 @@ func (UnimplementedOpenAIServiceServer) Tokenize(context.Context, *TokenizeReque
 }
 func (UnimplementedOpenAIServiceServer) Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Detokenize not implemented")
+}
+func (UnimplementedOpenAIServiceServer) CreateResponse(context.Context, *CreateResponseRequest) (*CreateResponseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateResponse not implemented")
+}
+func (UnimplementedOpenAIServiceServer) StreamResponse(*StreamResponseRequest, grpc.ServerStreamingServer[StreamResponseResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamResponse not implemented")
+}
+func (UnimplementedOpenAIServiceServer) GetResponse(context.Context, *GetResponseRequest) (*GetResponseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetResponse not implemented")
+}
+func (UnimplementedOpenAIServiceServer) DeleteResponse(context.Context, *DeleteResponseRequest) (*DeleteResponseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteResponse not implemented")
+}
+func (UnimplementedOpenAIServiceServer) ListInputItems(context.Context, *ListInputItemsRequest) (*ListInputItemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListInputItems not implemented")
 }
 func (UnimplementedOpenAIServiceServer) testEmbeddedByValue() {}
 
@@ -386,6 +495,89 @@ func _OpenAIService_Detokenize_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpenAIService_CreateResponse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateResponseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).CreateResponse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_CreateResponse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).CreateResponse(ctx, req.(*CreateResponseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpenAIService_StreamResponse_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamResponseRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OpenAIServiceServer).StreamResponse(m, &grpc.GenericServerStream[StreamResponseRequest, StreamResponseResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OpenAIService_StreamResponseServer = grpc.ServerStreamingServer[StreamResponseResponse]
+
+func _OpenAIService_GetResponse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetResponseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).GetResponse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_GetResponse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).GetResponse(ctx, req.(*GetResponseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpenAIService_DeleteResponse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteResponseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).DeleteResponse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_DeleteResponse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).DeleteResponse(ctx, req.(*DeleteResponseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpenAIService_ListInputItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListInputItemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).ListInputItems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_ListInputItems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).ListInputItems(ctx, req.(*ListInputItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OpenAIService_ServiceDesc is the grpc.ServiceDesc for OpenAIService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -417,6 +609,22 @@ var OpenAIService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Detokenize",
 			Handler:    _OpenAIService_Detokenize_Handler,
 		},
+		{
+			MethodName: "CreateResponse",
+			Handler:    _OpenAIService_CreateResponse_Handler,
+		},
+		{
+			MethodName: "GetResponse",
+			Handler:    _OpenAIService_GetResponse_Handler,
+		},
+		{
+			MethodName: "DeleteResponse",
+			Handler:    _OpenAIService_DeleteResponse_Handler,
+		},
+		{
+			MethodName: "ListInputItems",
+			Handler:    _OpenAIService_ListInputItems_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -427,6 +635,11 @@ var OpenAIService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamCompletion",
 			Handler:       _OpenAIService_StreamCompletion_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamResponse",
+			Handler:       _OpenAIService_StreamResponse_Handler,
 			ServerStreams: true,
 		},
 	},

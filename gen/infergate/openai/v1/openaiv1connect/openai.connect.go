@@ -1,5 +1,5 @@
-// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions and
-// /v1/embeddings (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
+// OpenAI's API as protobuf: the messages of /v1/models, /v1/chat/completions, /v1/completions,
+// /v1/embeddings and /v1/responses (and of vLLM's /tokenize and /detokenize), and OpenAIService, which serves them to
 // gRPC, gRPC-Web and Connect clients through the same upstreams, routing, failover and metrics as
 // the gateway's OpenAI HTTP API.
 //
@@ -66,6 +66,21 @@ const (
 	// OpenAIServiceDetokenizeProcedure is the fully-qualified name of the OpenAIService's Detokenize
 	// RPC.
 	OpenAIServiceDetokenizeProcedure = "/infergate.openai.v1.OpenAIService/Detokenize"
+	// OpenAIServiceCreateResponseProcedure is the fully-qualified name of the OpenAIService's
+	// CreateResponse RPC.
+	OpenAIServiceCreateResponseProcedure = "/infergate.openai.v1.OpenAIService/CreateResponse"
+	// OpenAIServiceStreamResponseProcedure is the fully-qualified name of the OpenAIService's
+	// StreamResponse RPC.
+	OpenAIServiceStreamResponseProcedure = "/infergate.openai.v1.OpenAIService/StreamResponse"
+	// OpenAIServiceGetResponseProcedure is the fully-qualified name of the OpenAIService's GetResponse
+	// RPC.
+	OpenAIServiceGetResponseProcedure = "/infergate.openai.v1.OpenAIService/GetResponse"
+	// OpenAIServiceDeleteResponseProcedure is the fully-qualified name of the OpenAIService's
+	// DeleteResponse RPC.
+	OpenAIServiceDeleteResponseProcedure = "/infergate.openai.v1.OpenAIService/DeleteResponse"
+	// OpenAIServiceListInputItemsProcedure is the fully-qualified name of the OpenAIService's
+	// ListInputItems RPC.
+	OpenAIServiceListInputItemsProcedure = "/infergate.openai.v1.OpenAIService/ListInputItems"
 )
 
 // OpenAIServiceClient is a client for the infergate.openai.v1.OpenAIService service.
@@ -89,6 +104,21 @@ type OpenAIServiceClient interface {
 	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
 	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
 	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
+	// CreateResponse mirrors POST /v1/responses, the Responses API, served as the HTTP route
+	// serves it (translated onto chat completions, or passed to upstreams that serve it; the
+	// response stored unless store is false).
+	CreateResponse(context.Context, *v1.CreateResponseRequest) (*v1.CreateResponseResponse, error)
+	// StreamResponse mirrors POST /v1/responses with "stream": true: one message per event, from
+	// response.created to the terminal response.completed, .incomplete or .failed (whose response
+	// is stored before it is sent).
+	StreamResponse(context.Context, *v1.StreamResponseRequest) (*connect.ServerStreamForClient[v1.StreamResponseResponse], error)
+	// GetResponse mirrors GET /v1/responses/{id}: a stored response of the caller's key; another
+	// key's or an unknown id is NOT_FOUND.
+	GetResponse(context.Context, *v1.GetResponseRequest) (*v1.GetResponseResponse, error)
+	// DeleteResponse mirrors DELETE /v1/responses/{id}.
+	DeleteResponse(context.Context, *v1.DeleteResponseRequest) (*v1.DeleteResponseResponse, error)
+	// ListInputItems mirrors GET /v1/responses/{id}/input_items.
+	ListInputItems(context.Context, *v1.ListInputItemsRequest) (*v1.ListInputItemsResponse, error)
 }
 
 // NewOpenAIServiceClient constructs a client for the infergate.openai.v1.OpenAIService service. By
@@ -150,6 +180,36 @@ func NewOpenAIServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
 			connect.WithClientOptions(opts...),
 		),
+		createResponse: connect.NewClient[v1.CreateResponseRequest, v1.CreateResponseResponse](
+			httpClient,
+			baseURL+OpenAIServiceCreateResponseProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("CreateResponse")),
+			connect.WithClientOptions(opts...),
+		),
+		streamResponse: connect.NewClient[v1.StreamResponseRequest, v1.StreamResponseResponse](
+			httpClient,
+			baseURL+OpenAIServiceStreamResponseProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("StreamResponse")),
+			connect.WithClientOptions(opts...),
+		),
+		getResponse: connect.NewClient[v1.GetResponseRequest, v1.GetResponseResponse](
+			httpClient,
+			baseURL+OpenAIServiceGetResponseProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("GetResponse")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteResponse: connect.NewClient[v1.DeleteResponseRequest, v1.DeleteResponseResponse](
+			httpClient,
+			baseURL+OpenAIServiceDeleteResponseProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("DeleteResponse")),
+			connect.WithClientOptions(opts...),
+		),
+		listInputItems: connect.NewClient[v1.ListInputItemsRequest, v1.ListInputItemsResponse](
+			httpClient,
+			baseURL+OpenAIServiceListInputItemsProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("ListInputItems")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -163,6 +223,11 @@ type openAIServiceClient struct {
 	createEmbedding      *connect.Client[v1.CreateEmbeddingRequest, v1.CreateEmbeddingResponse]
 	tokenize             *connect.Client[v1.TokenizeRequest, v1.TokenizeResponse]
 	detokenize           *connect.Client[v1.DetokenizeRequest, v1.DetokenizeResponse]
+	createResponse       *connect.Client[v1.CreateResponseRequest, v1.CreateResponseResponse]
+	streamResponse       *connect.Client[v1.StreamResponseRequest, v1.StreamResponseResponse]
+	getResponse          *connect.Client[v1.GetResponseRequest, v1.GetResponseResponse]
+	deleteResponse       *connect.Client[v1.DeleteResponseRequest, v1.DeleteResponseResponse]
+	listInputItems       *connect.Client[v1.ListInputItemsRequest, v1.ListInputItemsResponse]
 }
 
 // ListModels calls infergate.openai.v1.OpenAIService.ListModels.
@@ -229,6 +294,47 @@ func (c *openAIServiceClient) Detokenize(ctx context.Context, req *v1.Detokenize
 	return nil, err
 }
 
+// CreateResponse calls infergate.openai.v1.OpenAIService.CreateResponse.
+func (c *openAIServiceClient) CreateResponse(ctx context.Context, req *v1.CreateResponseRequest) (*v1.CreateResponseResponse, error) {
+	response, err := c.createResponse.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// StreamResponse calls infergate.openai.v1.OpenAIService.StreamResponse.
+func (c *openAIServiceClient) StreamResponse(ctx context.Context, req *v1.StreamResponseRequest) (*connect.ServerStreamForClient[v1.StreamResponseResponse], error) {
+	return c.streamResponse.CallServerStream(ctx, connect.NewRequest(req))
+}
+
+// GetResponse calls infergate.openai.v1.OpenAIService.GetResponse.
+func (c *openAIServiceClient) GetResponse(ctx context.Context, req *v1.GetResponseRequest) (*v1.GetResponseResponse, error) {
+	response, err := c.getResponse.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteResponse calls infergate.openai.v1.OpenAIService.DeleteResponse.
+func (c *openAIServiceClient) DeleteResponse(ctx context.Context, req *v1.DeleteResponseRequest) (*v1.DeleteResponseResponse, error) {
+	response, err := c.deleteResponse.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListInputItems calls infergate.openai.v1.OpenAIService.ListInputItems.
+func (c *openAIServiceClient) ListInputItems(ctx context.Context, req *v1.ListInputItemsRequest) (*v1.ListInputItemsResponse, error) {
+	response, err := c.listInputItems.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // OpenAIServiceHandler is an implementation of the infergate.openai.v1.OpenAIService service.
 type OpenAIServiceHandler interface {
 	// ListModels mirrors GET /v1/models: the models the gateway routes to a healthy upstream.
@@ -250,6 +356,21 @@ type OpenAIServiceHandler interface {
 	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
 	// Detokenize mirrors vLLM's POST /detokenize, answered as Tokenize is.
 	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
+	// CreateResponse mirrors POST /v1/responses, the Responses API, served as the HTTP route
+	// serves it (translated onto chat completions, or passed to upstreams that serve it; the
+	// response stored unless store is false).
+	CreateResponse(context.Context, *v1.CreateResponseRequest) (*v1.CreateResponseResponse, error)
+	// StreamResponse mirrors POST /v1/responses with "stream": true: one message per event, from
+	// response.created to the terminal response.completed, .incomplete or .failed (whose response
+	// is stored before it is sent).
+	StreamResponse(context.Context, *v1.StreamResponseRequest, *connect.ServerStream[v1.StreamResponseResponse]) error
+	// GetResponse mirrors GET /v1/responses/{id}: a stored response of the caller's key; another
+	// key's or an unknown id is NOT_FOUND.
+	GetResponse(context.Context, *v1.GetResponseRequest) (*v1.GetResponseResponse, error)
+	// DeleteResponse mirrors DELETE /v1/responses/{id}.
+	DeleteResponse(context.Context, *v1.DeleteResponseRequest) (*v1.DeleteResponseResponse, error)
+	// ListInputItems mirrors GET /v1/responses/{id}/input_items.
+	ListInputItems(context.Context, *v1.ListInputItemsRequest) (*v1.ListInputItemsResponse, error)
 }
 
 // NewOpenAIServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -307,6 +428,36 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
 		connect.WithHandlerOptions(opts...),
 	)
+	openAIServiceCreateResponseHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceCreateResponseProcedure,
+		svc.CreateResponse,
+		connect.WithSchema(openAIServiceMethods.ByName("CreateResponse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceStreamResponseHandler := connect.NewServerStreamHandlerSimple(
+		OpenAIServiceStreamResponseProcedure,
+		svc.StreamResponse,
+		connect.WithSchema(openAIServiceMethods.ByName("StreamResponse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceGetResponseHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceGetResponseProcedure,
+		svc.GetResponse,
+		connect.WithSchema(openAIServiceMethods.ByName("GetResponse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceDeleteResponseHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceDeleteResponseProcedure,
+		svc.DeleteResponse,
+		connect.WithSchema(openAIServiceMethods.ByName("DeleteResponse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceListInputItemsHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceListInputItemsProcedure,
+		svc.ListInputItems,
+		connect.WithSchema(openAIServiceMethods.ByName("ListInputItems")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/infergate.openai.v1.OpenAIService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OpenAIServiceListModelsProcedure:
@@ -325,6 +476,16 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 			openAIServiceTokenizeHandler.ServeHTTP(w, r)
 		case OpenAIServiceDetokenizeProcedure:
 			openAIServiceDetokenizeHandler.ServeHTTP(w, r)
+		case OpenAIServiceCreateResponseProcedure:
+			openAIServiceCreateResponseHandler.ServeHTTP(w, r)
+		case OpenAIServiceStreamResponseProcedure:
+			openAIServiceStreamResponseHandler.ServeHTTP(w, r)
+		case OpenAIServiceGetResponseProcedure:
+			openAIServiceGetResponseHandler.ServeHTTP(w, r)
+		case OpenAIServiceDeleteResponseProcedure:
+			openAIServiceDeleteResponseHandler.ServeHTTP(w, r)
+		case OpenAIServiceListInputItemsProcedure:
+			openAIServiceListInputItemsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -364,4 +525,24 @@ func (UnimplementedOpenAIServiceHandler) Tokenize(context.Context, *v1.TokenizeR
 
 func (UnimplementedOpenAIServiceHandler) Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.Detokenize is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) CreateResponse(context.Context, *v1.CreateResponseRequest) (*v1.CreateResponseResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.CreateResponse is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) StreamResponse(context.Context, *v1.StreamResponseRequest, *connect.ServerStream[v1.StreamResponseResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.StreamResponse is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) GetResponse(context.Context, *v1.GetResponseRequest) (*v1.GetResponseResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.GetResponse is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) DeleteResponse(context.Context, *v1.DeleteResponseRequest) (*v1.DeleteResponseResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.DeleteResponse is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) ListInputItems(context.Context, *v1.ListInputItemsRequest) (*v1.ListInputItemsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("infergate.openai.v1.OpenAIService.ListInputItems is not implemented"))
 }
