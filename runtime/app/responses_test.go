@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
+	"github.com/infergate/infergate/internal/redistest"
 	"github.com/infergate/infergate/stage/guard"
 	openai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -601,4 +602,44 @@ func outputText(r *openaiv1.ResponseObject) string {
 		}
 	}
 	return b.String()
+}
+
+// TestResponsesSharedRedis: two replicas on one Redis act as one. A response made on one is
+// continued on the other at once (stored before its last event was sent), retrieved and deleted
+// there; the Node and Agents SDKs' clients that round-robin replicas rely on this.
+func TestResponsesSharedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two gateways and a redis-server")
+	}
+	t.Parallel()
+	rdb := redistest.Start(t)
+	_, url := startScripted(t, false)
+	cfg := fmt.Sprintf("builtin_models: false\nredis: {addr: %s}\nregistry: {disabled: true}\nupstreams:\n  - {name: chatonly, url: %s, type: vllm, check_interval: 1h}\n", rdb.Addr, url)
+	a, b := startModels(t, cfg, "agent-model"), startModels(t, cfg, "agent-model")
+	ctx := context.Background()
+	client := func(addr string) openai.Client {
+		return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	}
+	ca, cb := client(a), client(b)
+	st := ca.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "agent-model",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hello")}})
+	var id string
+	for st.Next() {
+		if ev := st.Current(); ev.Type == "response.completed" {
+			id = ev.Response.ID
+			break // the next request goes out before this stream's end is read
+		}
+	}
+	require.NotEmpty(t, id, st.Err())
+	r2, err := cb.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", PreviousResponseID: openai.String(id),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Again")}})
+	require.NoError(t, err, "the other replica finds the response")
+	assert.Equal(t, "3 messages; last: Again", r2.OutputText())
+	st.Close()
+	got, err := ca.Responses.Get(ctx, r2.ID, responses.ResponseGetParams{})
+	require.NoError(t, err)
+	assert.Equal(t, r2.OutputText(), got.OutputText())
+	require.NoError(t, ca.Responses.Delete(ctx, r2.ID))
+	_, err = cb.Responses.Get(ctx, r2.ID, responses.ResponseGetParams{})
+	assertAPIError(t, err, http.StatusNotFound, "", "deleted on the other replica")
 }
