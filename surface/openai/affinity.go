@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"container/list"
 	"context"
-	"hash/fnv"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -134,13 +132,16 @@ func WithOllaSticky(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ollaStickyKey{}, true)
 }
 
-// stickyKey is req's sticky key and its source ("" when none), as WithOllaSticky describes.
-func stickyKey(ctx context.Context, h http.Header, req *pipeline.Request) (key, source string) {
+// stickyKey is req's sticky key, hashed (FNV-64a of its source then its value), and its source
+// ("" when none), as WithOllaSticky describes; session is the session id when the key is one.
+// olla tells whether the request came through Olla's routes. The prompt's bytes are hashed
+// where they lie, not copied.
+func stickyKey(olla bool, h http.Header, req *pipeline.Request) (sum uint64, source, session string) {
 	if s := h.Get(HeaderOllaSession); s != "" && len(s) <= 256 {
-		return s, "session_header"
+		return fnv64a(fnv64a(fnvOffset64, "session_header"), s), "session_header", s
 	}
-	if ctx.Value(ollaStickyKey{}) == nil {
-		return "", ""
+	if !olla {
+		return 0, "", ""
 	}
 	if b, err := req.Wire(); err == nil {
 		v, ok := b.Get("messages")
@@ -148,22 +149,39 @@ func stickyKey(ctx context.Context, h http.Header, req *pipeline.Request) (key, 
 			v, ok = b.Get("prompt")
 		}
 		if ok {
-			return string(v[:min(len(v), stickyPrefixBytes)]), "prefix_hash"
+			return fnv64a(fnv64a(fnvOffset64, "prefix_hash"), v[:min(len(v), stickyPrefixBytes)]), "prefix_hash", ""
 		}
 	}
 	if a := h.Get("Authorization"); a != "" {
-		return a, "auth_header"
+		return fnv64a(fnv64a(fnvOffset64, "auth_header"), a), "auth_header", ""
 	}
-	return "", ""
+	return 0, "", ""
+}
+
+// FNV-64a (hash/fnv's New64a), inlined so that a prompt's bytes and a header's string are
+// hashed without a copy or a hash.Hash to allocate.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// fnv64a continues the FNV-64a hash h over s.
+func fnv64a[T string | []byte](h uint64, s T) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime64
+	}
+	return h
 }
 
 // sticky applies a request's sticky key: the endpoint it is pinned to is preferred. It returns
 // the context to route with and what to do once the response names its endpoint. Keys are
 // scoped by the model's name in lower case and stored hashed (FNV-64a), as Olla's are.
 func (p *Proxy) sticky(ctx context.Context, h http.Header, req *pipeline.Request) (context.Context, func(w http.Header, endpoint string)) {
-	value, source := stickyKey(ctx, h, req)
+	olla := ctx.Value(ollaStickyKey{}) != nil
+	sum, source, session := stickyKey(olla, h, req)
 	if source == "" {
-		if ctx.Value(ollaStickyKey{}) == nil {
+		if !olla {
 			return ctx, nil
 		}
 		return ctx, func(w http.Header, endpoint string) {
@@ -172,10 +190,7 @@ func (p *Proxy) sticky(ctx context.Context, h http.Header, req *pipeline.Request
 			}
 		}
 	}
-	f := fnv.New64a()
-	_, _ = io.WriteString(f, source)
-	_, _ = io.WriteString(f, value)
-	key := affinityKey(strings.ToLower(req.Model()), strconv.FormatUint(f.Sum64(), 36))
+	key := affinityKey(strings.ToLower(req.Model()), strconv.FormatUint(sum, 36))
 	pinned := p.affinity.lookup(key)
 	return upstream.WithPreferred(ctx, pinned), func(w http.Header, endpoint string) {
 		if endpoint == "" {
@@ -190,8 +205,8 @@ func (p *Proxy) sticky(ctx context.Context, h http.Header, req *pipeline.Request
 		}
 		w.Set(HeaderOllaSticky, state)
 		w.Set(HeaderOllaStickySource, source)
-		if source == "session_header" {
-			w.Set(headerOllaSessionEcho, value)
+		if session != "" {
+			w.Set(headerOllaSessionEcho, session)
 		}
 		p.affinity.record(key, endpoint)
 	}
