@@ -88,7 +88,8 @@ func nodeStep(t *testing.T, summary map[string]any, name string) map[string]any 
 // the stream helper's accumulator (finalResponse), retrieve, input_items, delete, the errors; and,
 // translated only (the native fake has no tools), a function tool's round trip by
 // previous_response_id and by input items, whole and streamed. agent.mjs (@openai/agents): an
-// Agent with a get_weather tool run whole and streamed, translated. The scripts' checks are in
+// Agent with a get_weather tool run whole and streamed, in both modes (the native fake calls the
+// tool in the Responses API's own items). The scripts' checks are in
 // testdata/responses-node; this test asserts their summaries and what reached the upstream.
 func TestResponsesNode(t *testing.T) {
 	node, dir := nodeSDKs(t)
@@ -142,15 +143,18 @@ auth:
 				assert.Contains(t, chats, `"content":[{"type":"text","text":"first"}]`, "an input_text part as a chat text part")
 				assert.Contains(t, chats, `{"role":"system","content":"Be brief."}`, "instructions as the system message")
 			})
-			if mode == "native" {
-				return
-			}
 			t.Run("agent", func(t *testing.T) {
 				summary := runNode(t, node, dir, "agent.mjs", env...)
 				for _, name := range []string{"run", "run streamed"} {
 					s := nodeStep(t, summary, name)
 					assert.Equal(t, "The weather: sunny in Paris, 21C", s["finalOutput"], name)
 					assert.True(t, strings.HasPrefix(fmt.Sprint(s["lastResponseId"]), "resp_"), name)
+				}
+				if mode == "native" {
+					last, _ := up.last("/v1/responses")
+					assert.Contains(t, last, `"type":"function_call_output"`, "the tool's output reached the model")
+					assert.Contains(t, last, "sunny in Paris, 21C")
+					return
 				}
 				chat, _ := up.last("/v1/chat/completions")
 				assert.Contains(t, chat, `"tool_call_id":"call_w1"`, "the tool's output reached the model")

@@ -131,7 +131,9 @@ func (s *scriptedLLM) chat(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "data: [DONE]\n\n")
 }
 
-// responses is a native /v1/responses: a fixed answer naming how many input items it got.
+// responses is a native /v1/responses, scripted as chat is: asked with tools and no tool output
+// yet, it calls get_weather (call_w1, {"city":"Paris"}); given a function_call_output, it answers
+// "The weather: <output>"; otherwise it says how many input items it got.
 func (s *scriptedLLM) responses(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.record("/v1/responses", body)
@@ -142,23 +144,43 @@ func (s *scriptedLLM) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Stream bool            `json:"stream"`
-		Input  json.RawMessage `json:"input"`
+		Stream bool              `json:"stream"`
+		Input  json.RawMessage   `json:"input"`
+		Tools  []json.RawMessage `json:"tools"`
 	}
 	_ = json.Unmarshal(body, &req)
 	n := 1
-	var items []json.RawMessage
+	var items []struct {
+		Type   string `json:"type"`
+		Output string `json:"output"`
+	}
 	if json.Unmarshal(req.Input, &items) == nil {
 		n = len(items)
 	}
+	toolOutput, answered := "", false
+	for _, it := range items {
+		if it.Type == "function_call_output" {
+			toolOutput, answered = it.Output, true
+		}
+	}
 	text := fmt.Sprintf("native: %d input items", n)
-	msg := fmt.Sprintf(`{"type":"message","id":"msg_nat1","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, text)
+	if answered {
+		text = "The weather: " + toolOutput
+	}
+	call := len(req.Tools) > 0 && !answered
+	item := fmt.Sprintf(`{"type":"message","id":"msg_nat1","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, text)
+	if call {
+		item = `{"type":"function_call","id":"fc_nat1","call_id":"call_w1","name":"get_weather","arguments":"{\"city\":\"Paris\"}","status":"completed"}`
+	}
+	s.mu.Lock()
+	nth := len(s.bodies["/v1/responses"])
+	s.mu.Unlock()
 	resp := func(status, output string) string {
-		return fmt.Sprintf(`{"id":"resp_nat%d","object":"response","created_at":1700000000,"status":%q,"model":"agent-model","output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"store":false,"usage":{"input_tokens":9,"output_tokens":4,"total_tokens":13,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, len(s.bodies["/v1/responses"]), status, output)
+		return fmt.Sprintf(`{"id":"resp_nat%d","object":"response","created_at":1700000000,"status":%q,"model":"agent-model","output":[%s],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"store":false,"usage":{"input_tokens":9,"output_tokens":4,"total_tokens":13,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, nth, status, output)
 	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, resp("completed", msg))
+		io.WriteString(w, resp("completed", item))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -168,13 +190,19 @@ func (s *scriptedLLM) responses(w http.ResponseWriter, r *http.Request) {
 		seq++
 	}
 	ev("response.created", `"response":`+resp("in_progress", ""))
-	ev("response.output_item.added", `"output_index":0,"item":{"type":"message","id":"msg_nat1","status":"in_progress","role":"assistant","content":[]}`)
-	ev("response.content_part.added", `"item_id":"msg_nat1","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}`)
-	ev("response.output_text.delta", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"delta":%q,"logprobs":[]`, text))
-	ev("response.output_text.done", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"text":%q,"logprobs":[]`, text))
-	ev("response.content_part.done", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"part":{"type":"output_text","text":%q,"annotations":[]}`, text))
-	ev("response.output_item.done", `"output_index":0,"item":`+msg)
-	ev("response.completed", `"response":`+resp("completed", msg))
+	if call {
+		ev("response.output_item.added", `"output_index":0,"item":{"type":"function_call","id":"fc_nat1","call_id":"call_w1","name":"get_weather","arguments":"","status":"in_progress"}`)
+		ev("response.function_call_arguments.delta", `"item_id":"fc_nat1","output_index":0,"delta":"{\"city\":\"Paris\"}"`)
+		ev("response.function_call_arguments.done", `"item_id":"fc_nat1","output_index":0,"name":"get_weather","arguments":"{\"city\":\"Paris\"}"`)
+	} else {
+		ev("response.output_item.added", `"output_index":0,"item":{"type":"message","id":"msg_nat1","status":"in_progress","role":"assistant","content":[]}`)
+		ev("response.content_part.added", `"item_id":"msg_nat1","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}`)
+		ev("response.output_text.delta", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"delta":%q,"logprobs":[]`, text))
+		ev("response.output_text.done", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"text":%q,"logprobs":[]`, text))
+		ev("response.content_part.done", fmt.Sprintf(`"item_id":"msg_nat1","output_index":0,"content_index":0,"part":{"type":"output_text","text":%q,"annotations":[]}`, text))
+	}
+	ev("response.output_item.done", `"output_index":0,"item":`+item)
+	ev("response.completed", `"response":`+resp("completed", item))
 }
 
 var weatherTool = responses.ToolParamOfFunction("get_weather", map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}, false)
@@ -358,6 +386,23 @@ upstreams:
 	got, err := c.Responses.Get(ctx, final.ID, responses.ResponseGetParams{})
 	require.NoError(t, err)
 	assert.Equal(t, final.OutputText(), got.OutputText())
+
+	// A function tool's round trip by previous_response_id: the upstream gets the call and its
+	// output as input items, and never the id.
+	r3, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", Tools: []responses.ToolUnionParam{weatherTool},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather in Paris?")}})
+	require.NoError(t, err)
+	require.Len(t, r3.Output, 1)
+	assert.Equal(t, "call_w1", r3.Output[0].CallID)
+	out := responses.ResponseInputItemParamOfFunctionCallOutput("rain")
+	out.OfFunctionCallOutput.CallID = openai.String("call_w1")
+	r4, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", PreviousResponseID: openai.String(r3.ID),
+		Tools: []responses.ToolUnionParam{weatherTool}, Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{out}}})
+	require.NoError(t, err)
+	assert.Equal(t, "The weather: rain", r4.OutputText())
+	body, _ = up.last("/v1/responses")
+	assert.Contains(t, body, `"type":"function_call","id":"fc_nat1","call_id":"call_w1"`, "the stored call, written out")
+	assert.Contains(t, body, `"output":"rain"`)
 }
 
 func assertAPIError(t *testing.T, err error, status int, param, what string) {
