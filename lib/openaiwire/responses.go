@@ -23,8 +23,9 @@ import (
 // service_tier, prompt_cache_key, prompt_cache_retention, prompt_cache_options,
 // context_management, moderation, text.verbosity, reasoning.summary (and generate_summary),
 // include except "message.output_text.logprobs". Kept for the gateway, not sent upstream:
-// store, previous_response_id, metadata, truncation ("disabled"), background (false). Refused:
-// conversation, prompt, background true, truncation "auto", every built-in tool.
+// store, previous_response_id, metadata, truncation ("disabled", or "auto": the caller leaves
+// out the oldest turns of prev when the request does not fit), background (false). Refused:
+// conversation, prompt, background true, every built-in tool.
 
 // ResponsesError is a Responses request the translation refuses, with the members of OpenAI's
 // error object, so that the gateway answers it as OpenAI would (400, the same type, param and
@@ -358,8 +359,9 @@ func (t *translator) checkTop() error {
 	if t.top[topBackground].Kind == jsonwire.True {
 		return invalid("background", "unsupported_parameter", "Unsupported parameter: 'background'.")
 	}
-	if tr := t.top[topTruncation]; tr.Kind != jsonwire.Invalid && string(tr.Raw(t.body)) != `"disabled"` {
-		return invalid("truncation", "unsupported_value", "Unsupported value: 'truncation' supports only 'disabled'.")
+	if tr := t.top[topTruncation]; tr.Kind != jsonwire.Invalid && tr.Kind != jsonwire.Null &&
+		string(tr.Raw(t.body)) != `"disabled"` && string(tr.Raw(t.body)) != `"auto"` {
+		return invalid("truncation", "unsupported_value", "Unsupported value: 'truncation' must be 'auto' or 'disabled'.")
 	}
 	if t.top[topModel].Kind != jsonwire.String {
 		if t.top[topModel].Kind == jsonwire.Invalid {

@@ -206,7 +206,7 @@ func TestResponsesToChatErrors(t *testing.T) {
 		{"§7 conversation is unsupported", `{"model":"m","input":"x","conversation":"conv_1"}`, "", "conversation", "unsupported_parameter", "Unsupported parameter: 'conversation'."},
 		{"§7 prompt is unsupported", `{"model":"m","prompt":{"id":"p"}}`, "", "prompt", "unsupported_parameter", ""},
 		{"§7 background before P2", `{"model":"m","input":"x","background":true}`, "", "background", "unsupported_parameter", ""},
-		{"§2.1 truncation auto is not implemented", `{"model":"m","input":"x","truncation":"auto"}`, "", "truncation", "unsupported_value", ""},
+		{"§2.1 truncation is auto or disabled", `{"model":"m","input":"x","truncation":"middle"}`, "", "truncation", "unsupported_value", ""},
 		{"§2.1 model is required", `{"input":"x"}`, "", "model", "missing_required_parameter", ""},
 		{"§7 a wrong type names its field", `{"model":"m","input":"x","temperature":"hot"}`, "", "temperature", "", "Invalid type for 'temperature'"},
 		{"§7 max_output_tokens is an integer", `{"model":"m","input":"x","max_output_tokens":1.5}`, "", "max_output_tokens", "", ""},

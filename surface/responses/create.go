@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/core/httpapi"
@@ -95,24 +96,69 @@ func (h *Handler) save(ctx context.Context, t *turn, response []byte) {
 
 // translate serves the turn through the gateway's chat completions handler.
 func (h *Handler) translate(w http.ResponseWriter, t *turn) {
-	prev := make([]openaiwire.Raw, len(t.context))
-	for i, c := range t.context {
-		prev[i] = openaiwire.Raw(c)
-	}
-	chat, meta, err := openaiwire.ResponsesToChat(t.body, prev)
-	if err != nil {
-		h.refuse(w, err)
+	auto := stringMember(t.view, "truncation") == "auto"
+	drop := 1 // turns to leave out at the next context-length refusal
+	for {
+		prev := make([]openaiwire.Raw, len(t.context))
+		for i, c := range t.context {
+			prev[i] = openaiwire.Raw(c)
+		}
+		chat, meta, err := openaiwire.ResponsesToChat(t.body, prev)
+		if err != nil {
+			h.refuse(w, err)
+			return
+		}
+		meta.ID, meta.CreatedAt = t.id, t.start.Unix()
+		tw := &translateWriter{relay: newRelay(w), t: t, meta: meta, hd: h}
+		aborted := serveChat(h.opts.Chat, tw, chatRequest(t.r, chat, t.reqID))
+		if auto && !aborted && !tw.sent && len(t.context) > 0 && contextExceeded(tw.status, tw.buf) {
+			// truncation auto: the oldest turns go, twice as many at each refusal, so that a
+			// long conversation takes a few tries, and none goes that another would have fit.
+			t.context = dropTurns(t.context, drop)
+			drop *= 2
+			h.m.truncations.Inc()
+			continue
+		}
+		tw.finish(aborted)
+		h.m.requests.WithLabelValues("create", tw.outcome).Inc()
+		h.m.observe("translate", tw.outcome, meta.Stream, t.start, h.opts.Now())
+		if aborted && tw.sent {
+			panic(http.ErrAbortHandler)
+		}
 		return
 	}
-	meta.ID, meta.CreatedAt = t.id, t.start.Unix()
-	tw := &translateWriter{relay: newRelay(w), t: t, meta: meta, hd: h}
-	aborted := serveChat(h.opts.Chat, tw, chatRequest(t.r, chat, t.reqID))
-	tw.finish(aborted)
-	h.m.requests.WithLabelValues("create", tw.outcome).Inc()
-	h.m.observe("translate", tw.outcome, meta.Stream, t.start, h.opts.Now())
-	if aborted && tw.sent {
-		panic(http.ErrAbortHandler)
+}
+
+// contextExceeded reports whether an error answer says the request is over the model's context:
+// the gateway's own check's code, or vLLM's words.
+func contextExceeded(status int, body []byte) bool {
+	if status != http.StatusBadRequest {
+		return false
 	}
+	obj, _ := httpapi.ParseBody(status, body)
+	return obj.Code == "context_length_exceeded" || strings.Contains(obj.Message, "maximum context length")
+}
+
+// dropTurns leaves out the n oldest turns of a conversation's items: a turn starts at a user
+// message, so a call and its output go together.
+func dropTurns(items []json.RawMessage, n int) []json.RawMessage {
+	for i := 1; i < len(items); i++ {
+		if isUserMessage(items[i]) {
+			if n--; n == 0 {
+				return items[i:]
+			}
+		}
+	}
+	return nil
+}
+
+func isUserMessage(item []byte) bool {
+	b, err := openaiwire.Parse(item)
+	if err != nil {
+		return false
+	}
+	typ := stringMember(b, "type")
+	return (typ == "message" || typ == "") && stringMember(b, "role") == "user"
 }
 
 // serveChat runs an in-process handler; aborted is true when it gave up mid-answer with

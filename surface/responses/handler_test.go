@@ -322,3 +322,63 @@ func TestNativeStreamCut(t *testing.T) {
 	_, err := st.Get(context.Background(), "", "resp_n")
 	assert.ErrorIs(t, err, responsestate.ErrNotFound)
 }
+
+// TestTruncationAuto: with truncation auto, a conversation over the model's context (here: more
+// than 5 chat messages, as the gateway's context check or vLLM refuse it) loses its oldest turns
+// until it fits, whole turns at a time; with disabled, the refusal is the answer.
+func TestTruncationAuto(t *testing.T) {
+	var seen []int
+	h := New(Options{Chat: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Role string `json:"role"`
+			} `json:"messages"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		require.NoError(t, json.Unmarshal(b, &req))
+		seen = append(seen, len(req.Messages))
+		if len(req.Messages) > 5 {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"object":"error","message":"This model's maximum context length is 64 tokens. However, your request has 80 input tokens.","type":"BadRequestError","code":400}`)
+			return
+		}
+		if req.Messages[0].Role != "user" {
+			t.Errorf("a conversation cut mid-turn: %s", b)
+		}
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%d"},"finish_reason":"stop"}]}`, len(req.Messages))
+	})})
+	do := serve(t, h)
+	prev := ""
+	post := func(input, truncation string) (int, string) {
+		body := `{"model":"m","input":"` + input + `"`
+		if prev != "" {
+			body += `,"previous_response_id":"` + prev + `"`
+		}
+		if truncation != "" {
+			body += `,"truncation":"` + truncation + `"`
+		}
+		status, _, res := do("POST", "/v1/responses", body+"}")
+		if status == 200 {
+			var r struct{ ID string }
+			require.NoError(t, json.Unmarshal([]byte(res), &r))
+			prev = r.ID
+		}
+		return status, res
+	}
+	for _, in := range []string{"one", "two", "three"} {
+		status, res := post(in, "")
+		require.Equal(t, 200, status, res)
+	}
+	status, res := post("four", "disabled")
+	assert.Equal(t, 400, status, "disabled: the model's refusal")
+	assert.Contains(t, res, "maximum context length")
+	seen = nil
+	status, res = post("four", "auto")
+	require.Equal(t, 200, status, res)
+	assert.Equal(t, []int{7, 5}, seen, "one turn left out")
+	assert.Contains(t, res, `"truncation":"auto"`)
+	seen = nil
+	status, res = post("five", "auto")
+	require.Equal(t, 200, status, res)
+	assert.Equal(t, []int{7, 5}, seen, "the stored conversation is the truncated one")
+}

@@ -12,6 +12,7 @@ type Metrics struct {
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	storeErrors prometheus.Counter
+	truncations prometheus.Counter
 }
 
 // NewMetrics makes the metrics; register Collectors once.
@@ -26,12 +27,14 @@ func NewMetrics() *Metrics {
 			[]string{"mode", "outcome", "stream"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_responses_store_errors_total",
 			Help: "Responses asked to be stored that were not (the store failed, or the conversation passed its bound on one record): their answer went out, a follow-up naming them gets previous_response_not_found."}),
+		truncations: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_responses_truncations_total",
+			Help: "Requests with truncation auto sent again with the oldest turns of their conversation left out, after the model's context refused them."}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.storeErrors}
+	return []prometheus.Collector{m.requests, m.duration, m.storeErrors, m.truncations}
 }
 
 func (m *Metrics) observe(mode, outcome string, stream bool, start, end time.Time) {
