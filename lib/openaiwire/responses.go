@@ -24,8 +24,9 @@ import (
 // context_management, moderation, text.verbosity, reasoning.summary (and generate_summary),
 // include except "message.output_text.logprobs". Kept for the gateway, not sent upstream:
 // store, previous_response_id, metadata, truncation ("disabled", or "auto": the caller leaves
-// out the oldest turns of prev when the request does not fit), background (false). Refused:
-// conversation, prompt, background true, every built-in tool.
+// out the oldest turns of prev when the request does not fit), background (ResponsesMeta: the
+// caller runs it in the background, or refuses it). Refused: conversation, prompt, every
+// built-in tool.
 
 // ResponsesError is a Responses request the translation refuses, with the members of OpenAI's
 // error object, so that the gateway answers it as OpenAI would (400, the same type, param and
@@ -89,6 +90,9 @@ type ResponsesMeta struct {
 	Model       string
 	Stream      bool
 	Store       bool // default true, as OpenAI
+	// Background: the request asks to run in the background (the caller answers at once with
+	// EmptyResponse and polls are answered from its store); a Response says so.
+	Background bool
 	// PreviousResponseID is the conversation this request continues: the caller loads its items
 	// and hands them to ResponsesToChat (which cannot, being pure, and so only reads the id).
 	PreviousResponseID string
@@ -356,9 +360,6 @@ func (t *translator) checkTop() error {
 			return invalid(topNames[i], "unsupported_parameter", "Unsupported parameter: '%s'.", topNames[i])
 		}
 	}
-	if t.top[topBackground].Kind == jsonwire.True {
-		return invalid("background", "unsupported_parameter", "Unsupported parameter: 'background'.")
-	}
 	if tr := t.top[topTruncation]; tr.Kind != jsonwire.Invalid && tr.Kind != jsonwire.Null &&
 		string(tr.Raw(t.body)) != `"disabled"` && string(tr.Raw(t.body)) != `"auto"` {
 		return invalid("truncation", "unsupported_value", "Unsupported value: 'truncation' must be 'auto' or 'disabled'.")
@@ -406,7 +407,8 @@ func isStringOrArray(v jsonwire.Token) bool { return isString(v) || isArray(v) }
 
 // meta is the request's part of ResponsesMeta, the echoed values copied into one buffer.
 func (t *translator) meta() ResponsesMeta {
-	m := ResponsesMeta{Store: t.top[topStore].Kind != jsonwire.False, Stream: t.top[topStream].Kind == jsonwire.True}
+	m := ResponsesMeta{Store: t.top[topStore].Kind != jsonwire.False, Stream: t.top[topStream].Kind == jsonwire.True,
+		Background: t.top[topBackground].Kind == jsonwire.True}
 	m.Model, _ = jsonwire.UnescapeString(t.top[topModel].Contents(t.body), jsonwire.ReplaceInvalid)
 	if v := t.top[topPreviousResponseID]; v.Kind == jsonwire.String {
 		m.PreviousResponseID, _ = jsonwire.UnescapeString(v.Contents(t.body), jsonwire.ReplaceInvalid)

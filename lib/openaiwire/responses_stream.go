@@ -183,7 +183,9 @@ func appendResponse(dst []byte, r *respView) []byte {
 	dst = strconv.AppendInt(dst, m.CreatedAt, 10)
 	dst = append(dst, `,"status":"`...)
 	dst = append(dst, r.status...)
-	dst = append(dst, `","background":false,"completed_at":`...)
+	dst = append(dst, `","background":`...)
+	dst = strconv.AppendBool(dst, m.Background)
+	dst = append(dst, `,"completed_at":`...)
 	if r.status == "completed" && m.CompletedAt != 0 {
 		dst = strconv.AppendInt(dst, m.CompletedAt, 10)
 	} else {
@@ -391,6 +393,12 @@ func ChatToResponse(chat []byte, meta ResponsesMeta) ([]byte, error) {
 		r.usage = &u
 	}
 	return appendResponse(make([]byte, 0, 512+len(chat)), &r), nil
+}
+
+// EmptyResponse is a Response for meta without output: queued or in_progress (a background
+// response before its answer), cancelled, or failed with errMsg.
+func EmptyResponse(meta ResponsesMeta, status, errMsg string) []byte {
+	return appendResponse(make([]byte, 0, 512), &respView{meta: &meta, ids: newItemIDs(meta.ID), status: status, errMsg: errMsg})
 }
 
 // blank reports whether s is empty or white space only: the whitespace some models write

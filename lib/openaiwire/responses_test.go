@@ -205,7 +205,6 @@ func TestResponsesToChatErrors(t *testing.T) {
 		{"§2.2 an item has a type or a role", `{"model":"m","input":[{"content":"x"}]}`, "", "input[0].type", "missing_required_parameter", ""},
 		{"§7 conversation is unsupported", `{"model":"m","input":"x","conversation":"conv_1"}`, "", "conversation", "unsupported_parameter", "Unsupported parameter: 'conversation'."},
 		{"§7 prompt is unsupported", `{"model":"m","prompt":{"id":"p"}}`, "", "prompt", "unsupported_parameter", ""},
-		{"§7 background before P2", `{"model":"m","input":"x","background":true}`, "", "background", "unsupported_parameter", ""},
 		{"§2.1 truncation is auto or disabled", `{"model":"m","input":"x","truncation":"middle"}`, "", "truncation", "unsupported_value", ""},
 		{"§2.1 model is required", `{"input":"x"}`, "", "model", "missing_required_parameter", ""},
 		{"§7 a wrong type names its field", `{"model":"m","input":"x","temperature":"hot"}`, "", "temperature", "", "Invalid type for 'temperature'"},
@@ -882,5 +881,31 @@ func TestResponsesTurnItems(t *testing.T) {
 		if _, err := ResponsesTurnItems([]byte(bad[0]), []byte(bad[1])); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// A background request is translated as any other, its meta saying so; EmptyResponse is its
+// Response before the answer (and when it ends without one), background echoed.
+func TestResponsesBackgroundMeta(t *testing.T) {
+	_, meta, err := ResponsesToChat([]byte(`{"model":"m","input":"x","background":true}`), nil)
+	if err != nil || !meta.Background {
+		t.Fatalf("background: %v, %+v", err, meta)
+	}
+	meta.ID, meta.CreatedAt = "resp_1", 7
+	var r struct {
+		ID         string          `json:"id"`
+		Status     string          `json:"status"`
+		Background bool            `json:"background"`
+		Output     []any           `json:"output"`
+		Error      json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(EmptyResponse(meta, "queued", ""), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != "resp_1" || r.Status != "queued" || !r.Background || r.Output == nil || string(r.Error) != "null" {
+		t.Fatalf("queued: %+v", r)
+	}
+	if err := json.Unmarshal(EmptyResponse(meta, "failed", "boom"), &r); err != nil || !strings.Contains(string(r.Error), "boom") {
+		t.Fatalf("failed: %v %+v", err, r)
 	}
 }

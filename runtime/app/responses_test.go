@@ -334,7 +334,18 @@ auth:
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
 	assertAPIError(t, err, http.StatusBadRequest, "tools[0].type", "a built-in tool")
 
-	// Cancel: every response here ran synchronously. Delete, then it is gone.
+	// A background response: queued at once, then polled to its end.
+	bg, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", Background: openai.Bool(true),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Later")}})
+	require.NoError(t, err)
+	assert.Equal(t, responses.ResponseStatusQueued, bg.Status)
+	assert.True(t, bg.Background)
+	require.Eventually(t, func() bool {
+		got, err := c.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
+		return err == nil && got.Status == responses.ResponseStatusCompleted && got.OutputText() == "1 messages; last: Later"
+	}, 5*time.Second, 10*time.Millisecond)
+
+	// Cancel: a synchronous response cannot be. Delete, then it is gone.
 	_, err = c.Responses.Cancel(ctx, r1.ID)
 	assertAPIError(t, err, http.StatusBadRequest, "", "cancel")
 	require.NoError(t, c.Responses.Delete(ctx, r1.ID))
@@ -386,6 +397,17 @@ upstreams:
 	got, err := c.Responses.Get(ctx, final.ID, responses.ResponseGetParams{})
 	require.NoError(t, err)
 	assert.Equal(t, final.OutputText(), got.OutputText())
+
+	// A background response runs through the upstream's /v1/responses too, under the gateway's id.
+	bg, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", Background: openai.Bool(true),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Later")}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err := c.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
+		return err == nil && got.Status == responses.ResponseStatusCompleted && got.OutputText() == "native: 1 input items"
+	}, 5*time.Second, 10*time.Millisecond)
+	body, _ = up.last("/v1/responses")
+	assert.NotContains(t, body, "background", "the gateway runs it; the upstream answers a plain request")
 
 	// A function tool's round trip by previous_response_id: the upstream gets the call and its
 	// output as input items, and never the id.

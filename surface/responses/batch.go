@@ -49,6 +49,9 @@ func (c batchCaller) Call(ctx context.Context, path string, body []byte) (*pipel
 	if v, ok := t.view.Get("store"); ok && string(v) == "false" {
 		t.store = false
 	}
+	if v, ok := t.view.Get("background"); ok && string(v) == "true" {
+		return nil, pipeline.InvalidRequest("background", "unsupported_value", "A batch line cannot run in the background: the batch is.")
+	}
 	if err := h.loadContext(ctx, t); err != nil {
 		return nil, pipelineError(err)
 	}

@@ -29,6 +29,9 @@ type turn struct {
 	prevID  string
 	context []json.RawMessage // the conversation before this turn (previous_response_id's)
 	start   time.Time
+	// A background turn's run: its id is the one minted here, whatever an upstream's answer
+	// says, and only the run stores it (noSave for the serving paths).
+	background, noSave bool
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, reqID string) {
@@ -60,8 +63,17 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.refuse(w, err)
 		return
 	}
+	if v, ok := t.view.Get("background"); ok && string(v) == "true" {
+		h.startBackground(w, t)
+		return
+	}
+	h.serve(w, t)
+}
+
+// serve answers the turn: passed to the upstreams' /v1/responses, or translated.
+func (h *Handler) serve(w http.ResponseWriter, t *turn) {
 	if h.opts.Mode != nil && t.model != "" {
-		if ctx, ok := h.nativeScope(r.Context(), t.model); ok && !h.native(w, t, ctx) {
+		if ctx, ok := h.nativeScope(t.r.Context(), t.model); ok && !h.native(w, t, ctx) {
 			return
 		}
 	}
@@ -76,14 +88,19 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) {
 // save stores the turn's response when the client asked for it (store, the default), before the
 // client sees its end. A store that fails is logged and counted: the answer still goes out.
 func (h *Handler) save(ctx context.Context, t *turn, response []byte) {
-	if !t.store {
+	if !t.store || t.noSave {
 		return
 	}
+	_ = h.put(ctx, t, response)
+}
+
+// put stores the turn's response, whatever the turn asked; the error is logged and counted.
+func (h *Handler) put(ctx context.Context, t *turn, response []byte) error {
 	input, err := inputItems(t.body, t.id)
 	if err != nil {
 		h.log.Warn("responses: reading the input items to store failed", "id", t.id, "err", err)
 		h.m.storeErrors.Inc()
-		return
+		return err
 	}
 	rec := &responsestate.Record{ID: t.id, Owner: t.owner, Model: t.model, CreatedAt: t.start,
 		Response: append(json.RawMessage(nil), response...), Input: input, Context: t.context}
@@ -91,7 +108,9 @@ func (h *Handler) save(ctx context.Context, t *turn, response []byte) {
 	if err := h.store.Put(context.WithoutCancel(ctx), rec); err != nil {
 		h.log.Warn("responses: storing the response failed", "id", t.id, "bytes", rec.Size(), "err", err)
 		h.m.storeErrors.Inc()
+		return err
 	}
+	return nil
 }
 
 // translate serves the turn through the gateway's chat completions handler.

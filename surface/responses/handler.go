@@ -71,6 +71,7 @@ type Handler struct {
 	m        *Metrics
 	log      *slog.Logger
 	chatOnly *chatOnly
+	bg       runs // background responses running here
 }
 
 // New returns a Handler. It panics without Options.Chat, or with Mode but no NativeHandler or
@@ -201,17 +202,6 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, storeDown(err))
 	}
 	h.m.requests.WithLabelValues("delete", "error").Inc()
-}
-
-// cancel answers as OpenAI does for a response that did not run in the background: every
-// response this gateway stores ran synchronously.
-func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, id string) {
-	if _, ok := h.get(w, r, id); !ok {
-		h.m.requests.WithLabelValues("cancel", "error").Inc()
-		return
-	}
-	writeError(w, &openaiwire.ResponsesError{Message: "Cannot cancel a synchronous response.", Type: "invalid_request_error"})
-	h.m.requests.WithLabelValues("cancel", "error").Inc()
 }
 
 // inputItems lists a stored response's input items as OpenAI's cursor page: limit (1 to 100,

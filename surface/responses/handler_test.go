@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/store/responsestate"
 	"github.com/stretchr/testify/assert"
@@ -381,4 +382,91 @@ func TestTruncationAuto(t *testing.T) {
 	status, res = post("five", "auto")
 	require.Equal(t, 200, status, res)
 	assert.Equal(t, []int{7, 5}, seen, "the stored conversation is the truncated one")
+}
+
+// TestBackground: background true answers at once with the response queued; a poll finds it
+// completed with its answer; cancel stops a run, on the replica that has it and, through the
+// shared store, on another; a synchronous response cannot be cancelled; background with store
+// false or stream is refused.
+func TestBackground(t *testing.T) {
+	st := responsestate.NewMemory(responsestate.MemoryOptions{})
+	release := make(chan struct{})
+	chat := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "slow") {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-release:
+			}
+		}
+		io.WriteString(w, chatAnswer)
+	})
+	a, b := New(Options{Chat: chat, Store: st}), New(Options{Chat: chat, Store: st})
+	doA, doB := serve(t, a), serve(t, b)
+	type resp struct {
+		ID         string `json:"id"`
+		Status     string `json:"status"`
+		Background bool   `json:"background"`
+		Output     []struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"output"`
+	}
+	decode := func(body string) resp {
+		var r resp
+		require.NoError(t, json.Unmarshal([]byte(body), &r), body)
+		return r
+	}
+	poll := func(do func(string, string, string) (int, http.Header, string), id, want string) resp {
+		var r resp
+		require.Eventually(t, func() bool {
+			status, _, body := do("GET", "/v1/responses/"+id, "")
+			r = decode(body)
+			return status == 200 && r.Status == want
+		}, 5*time.Second, 10*time.Millisecond, "status %s", want)
+		return r
+	}
+
+	status, _, body := doA("POST", "/v1/responses", `{"model":"m","input":"x","background":true}`)
+	require.Equal(t, 200, status, body)
+	q := decode(body)
+	assert.Equal(t, "queued", q.Status)
+	assert.True(t, q.Background)
+	done := poll(doA, q.ID, "completed")
+	assert.Equal(t, "hi there", done.Output[0].Content[0].Text)
+	assert.True(t, done.Background)
+	status, _, body = doA("POST", "/v1/responses/"+q.ID+"/cancel", "")
+	assert.Equal(t, 200, status)
+	assert.Equal(t, "completed", decode(body).Status, "an ended response is answered as it is")
+
+	// Cancelled on the replica that runs it.
+	_, _, body = doA("POST", "/v1/responses", `{"model":"m","input":"slow","background":true}`)
+	slow := decode(body)
+	poll(doA, slow.ID, "in_progress")
+	status, _, body = doA("POST", "/v1/responses/"+slow.ID+"/cancel", "")
+	require.Equal(t, 200, status, body)
+	assert.Equal(t, "cancelled", decode(body).Status)
+	poll(doB, slow.ID, "cancelled")
+
+	// Cancelled on another replica: the run sees the mark and stops.
+	_, _, body = doA("POST", "/v1/responses", `{"model":"m","input":"slow again","background":true}`)
+	other := decode(body)
+	poll(doA, other.ID, "in_progress")
+	status, _, body = doB("POST", "/v1/responses/"+other.ID+"/cancel", "")
+	require.Equal(t, 200, status, body)
+	assert.Equal(t, "cancelled", decode(body).Status)
+	require.Eventually(t, func() bool { return a.bg.get(other.ID) == nil }, 5*time.Second, 10*time.Millisecond, "the run stopped")
+	poll(doA, other.ID, "cancelled")
+	close(release)
+
+	_, _, body = doA("POST", "/v1/responses", `{"model":"m","input":"x"}`)
+	status, _, body = doA("POST", "/v1/responses/"+decode(body).ID+"/cancel", "")
+	assert.Equal(t, 400, status)
+	assert.Contains(t, body, "Cannot cancel a synchronous response.")
+	status, _, _ = doA("POST", "/v1/responses", `{"model":"m","input":"x","background":true,"store":false}`)
+	assert.Equal(t, 400, status)
+	status, _, _ = doA("POST", "/v1/responses", `{"model":"m","input":"x","background":true,"stream":true}`)
+	assert.Equal(t, 400, status)
 }

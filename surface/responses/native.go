@@ -49,7 +49,7 @@ func (h *Handler) native(w http.ResponseWriter, t *turn, ctx context.Context) (f
 func nativeBody(t *turn) ([]byte, error) {
 	b := t.view.Clone()
 	b.Set("store", []byte("false"))
-	b.Drop("previous_response_id")
+	b.Drop("previous_response_id", "background") // the gateway runs a background turn itself
 	if len(t.context) > 0 {
 		in, err := openaiwire.ResponsesTurnItems(t.body, []byte(`{"output":[]}`))
 		if err != nil {
@@ -83,6 +83,10 @@ func patchResponse(resp []byte, t *turn) ([]byte, string, error) {
 		return nil, "", err
 	}
 	b.Set("store", strconv.AppendBool(nil, t.store))
+	if t.background {
+		b.Set("id", quote(t.id))
+		b.Set("background", []byte("true"))
+	}
 	if t.prevID != "" {
 		b.Set("previous_response_id", quote(t.prevID))
 	} else {
