@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,9 +256,12 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 	out.GetBody = nil
-	had := make(map[string]bool, len(w.Header()))
+	// The names already set on w, to tell those a failed attempt adds: a handful, held in an
+	// array on the stack (no map to build for every request).
+	var names [8]string
+	had := names[:0]
 	for k := range w.Header() {
-		had[k] = true
+		had = append(had, k)
 	}
 	ew := &errorWriter{w: w, reqID: reqID}
 	defer func() { // also when the native handler aborts (panics) mid-answer
@@ -270,7 +274,7 @@ func (h *Handler) native(w http.ResponseWriter, r *http.Request, body []byte, re
 	h.opts.NativeHandler.ServeHTTP(ew, out)
 	if ew.hold && !ew.done && noMessagesRoute(ew.status, ew.buf) {
 		for k := range w.Header() { // what the attempt set (X-Infergate-Endpoint, ...) is not the answer's
-			if !had[k] {
+			if !slices.Contains(had, k) {
 				delete(w.Header(), k)
 			}
 		}

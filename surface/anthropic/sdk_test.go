@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -422,6 +423,50 @@ func TestNative(t *testing.T) {
 	assert.Equal(t, 404, apiErr.StatusCode)
 	assert.EqualValues(t, "not_found_error", apiErr.Type())
 	assert.Contains(t, apiErr.Message, "gone")
+}
+
+// TestNativeFallback: a native model whose upstream has no /v1/messages (an older vLLM's 404
+// {"detail":"Not Found"}) is translated instead, and the answer carries none of the headers the
+// failed attempt set (its X-Infergate-Endpoint, ...), while those set before it stay.
+func TestNativeFallback(t *testing.T) {
+	t.Parallel()
+	native := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Infergate-Endpoint", "old")
+		w.Header().Set("X-Olla-Mode", "passthrough")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"detail":"Not Found"}`)
+	})
+	h := anthropic.New(anthropic.Options{Chat: newFakeChat(nil), Native: func(string) bool { return true }, NativeHandler: native})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Before", "kept")
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	post := func(body string) (*http.Response, string) {
+		t.Helper()
+		res, err := http.Post(srv.URL+"/v1/messages", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, string(b)
+	}
+
+	res, body := post(`{"model":"llama","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	assert.Contains(t, body, `"type":"message"`, "translated")
+	assert.Equal(t, "fake", res.Header.Get("X-Infergate-Endpoint"), "the translation's endpoint")
+	assert.Empty(t, res.Header.Get("X-Olla-Mode"), "the failed attempt's header is not the answer's")
+	assert.Equal(t, "kept", res.Header.Get("X-Before"))
+
+	// The translation refuses the request: no endpoint answered it.
+	res, body = post(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode, body)
+	assert.Contains(t, body, "max_tokens")
+	assert.Empty(t, res.Header.Get("X-Infergate-Endpoint"), "the failed attempt's endpoint is not the answer's")
+	assert.Empty(t, res.Header.Get("X-Olla-Mode"))
+	assert.Equal(t, "kept", res.Header.Get("X-Before"))
 }
 
 // TestAcceptAPIKeyErrors: an error written outside the Handler (the gateway's key check) reaches
