@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,15 +22,13 @@ type chatWriter struct {
 	estimate  int
 	reqID     string
 
-	st   *streamer // set once the answer is a 200 stream
-	buf  []byte    // a whole answer, or an error's body
-	pool *buffer   // when set, where buf comes from (its owner releases it)
-	over bool      // buf passed maxAnswer
-	sent bool      // headers went to the client
-	out  outcome
-	// flush flushes w; found on first use (http.NewResponseController allocates per call).
-	flush func() error
-	werr  error // the client's write error
+	st     *streamer // set once the answer is a 200 stream
+	buf    []byte    // a whole answer, or an error's body
+	pool   *buffer   // when set, where buf comes from (its owner releases it)
+	over   bool      // buf passed maxAnswer
+	sent   bool      // headers went to the client
+	out    outcome
+	client httpapi.EventSender // w, flushed at each event; its error is the client's
 }
 
 // maxAnswer bounds a whole answer held for translation; maxErrorBody an error's body.
@@ -106,21 +103,9 @@ func (c *chatWriter) Write(p []byte) (int, error) {
 // send writes the translated events out, flushed: each reaches the client as soon as it exists.
 // Its error is the client's: once it failed, nothing more is written.
 func (c *chatWriter) send() error {
-	if c.werr != nil || len(c.st.out) == 0 {
-		return c.werr
-	}
-	_, c.werr = c.w.Write(c.st.out)
+	err := c.client.Send(c.w, c.st.out)
 	c.st.out = c.st.out[:0]
-	if c.werr != nil {
-		return c.werr
-	}
-	if c.flush == nil {
-		c.flush = http.NewResponseController(c.w).Flush
-	}
-	if err := c.flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		c.werr = err
-	}
-	return c.werr
+	return err
 }
 
 // Flush is the chat handler's flush: events are already flushed as they are written.

@@ -1,7 +1,6 @@
 package responses
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -20,8 +19,7 @@ type relay struct {
 	over   bool   // buf passed its bound
 	out    []byte // events not yet written
 	sent   bool   // headers went to the client
-	werr   error
-	flush  func() error // found on first use (NewResponseController allocates per call)
+	client httpapi.EventSender
 
 	outcome string
 }
@@ -72,21 +70,9 @@ func (c *relay) startStream() {
 // send writes out's events, flushed. Its error is the client's: once it failed, nothing more is
 // written.
 func (c *relay) send() error {
-	if c.werr != nil || len(c.out) == 0 {
-		return c.werr
-	}
-	_, c.werr = c.w.Write(c.out)
+	err := c.client.Send(c.w, c.out)
 	c.out = c.out[:0]
-	if c.werr != nil {
-		return c.werr
-	}
-	if c.flush == nil {
-		c.flush = http.NewResponseController(c.w).Flush
-	}
-	if err := c.flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		c.werr = err
-	}
-	return c.werr
+	return err
 }
 
 // settled answers what needs no translation once the handler returned: no answer, an error, a
