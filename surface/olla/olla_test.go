@@ -44,7 +44,7 @@ func startWith(tb testing.TB, opts openai.Options, info olla.Info, eps ...upstre
 			olla.Mount(mux, "/olla", p)
 			olla.MountStatus(mux, p, info)
 		}}})
-	return &env{srv: srv, proxy: p, URL: srv.URL}
+	return &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 }
 
 // fakeOllama is an Ollama server as far as the gateway sees it: / answers "Ollama is running",
@@ -133,7 +133,7 @@ func typed(e upstream.Endpoint, typ string) upstream.Endpoint {
 func (e *env) waitModels(t *testing.T, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		_, body := e.get(t, "/v1/models")
+		_, body := e.Get(t, "/v1/models")
 		var list struct{ Data []json.RawMessage }
 		return json.Unmarshal([]byte(body), &list) == nil && len(list.Data) == n
 	}, 10*time.Second, 10*time.Millisecond)
@@ -146,7 +146,7 @@ func TestOllaProviderRoutes(t *testing.T) {
 	v := openaitest.Start(t, "v", "llama")
 	l := openaitest.Start(t, "l", "llama")
 	o := startOllama(t, "o", "llama", "qwen")
-	e := startOlla(t, openai.Options{OllaHeaders: true}, ep(v, 0), typed(ep(l, 0), upstream.TypeLMStudio), o.endpoint())
+	e := startOlla(t, openai.Options{OllaHeaders: true}, v.Endpoint(0), typed(l.Endpoint(0), upstream.TypeLMStudio), o.endpoint())
 	e.waitModels(t, 2)
 
 	for _, tc := range []struct{ path, want string }{
@@ -156,7 +156,7 @@ func TestOllaProviderRoutes(t *testing.T) {
 		{"/olla/ollama/v1/chat/completions", "o"},
 	} {
 		for range 3 {
-			res, body := e.post(t, tc.path, chatBody("llama"))
+			res, body := e.Post(t, tc.path, openaitest.ChatBody("llama"))
 			require.Equal(t, http.StatusOK, res.StatusCode, body)
 			assert.Equal(t, tc.want, res.Header.Get(openai.HeaderEndpoint), tc.path)
 			assert.Equal(t, tc.want, res.Header.Get("X-Olla-Endpoint"), "Olla's headers, when asked for")
@@ -165,33 +165,33 @@ func TestOllaProviderRoutes(t *testing.T) {
 			assert.Equal(t, res.Header.Get(openai.HeaderBackendType), res.Header.Get("X-Olla-Backend-Type"))
 		}
 	}
-	res, body := e.post(t, "/olla/vllm/v1/chat/completions", chatBody("qwen"))
+	res, body := e.Post(t, "/olla/vllm/v1/chat/completions", openaitest.ChatBody("qwen"))
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	assert.Contains(t, body, `"code":"model_not_found"`)
 	assert.Contains(t, body, "not served by any vllm endpoint")
-	res, body = e.post(t, "/olla/proxy/v1/chat/completions", chatBody("qwen"))
+	res, body = e.Post(t, "/olla/proxy/v1/chat/completions", openaitest.ChatBody("qwen"))
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Equal(t, "o", res.Header.Get(openai.HeaderEndpoint))
 
-	_, body = e.get(t, "/olla/vllm/v1/models")
+	_, body = e.Get(t, "/olla/vllm/v1/models")
 	assert.Contains(t, body, `"id":"llama"`)
 	assert.NotContains(t, body, "qwen")
-	_, body = e.get(t, "/olla/proxy/v1/models")
+	_, body = e.Get(t, "/olla/proxy/v1/models")
 	assert.Contains(t, body, `"id":"qwen"`)
-	res, _ = e.get(t, "/olla/vllm/v1/models/qwen")
+	res, _ = e.Get(t, "/olla/vllm/v1/models/qwen")
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
-	res, _ = e.get(t, "/olla/ollama/v1/models/qwen")
+	res, _ = e.Get(t, "/olla/ollama/v1/models/qwen")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 
-	res, body = e.get(t, "/olla/triton/v1/models")
+	res, body = e.Get(t, "/olla/triton/v1/models")
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	assert.Contains(t, body, `"code":"unknown_provider"`)
 	assert.Contains(t, body, "vllm")
-	res, body = e.get(t, "/olla/vllm/v1/nothing")
+	res, body = e.Get(t, "/olla/vllm/v1/nothing")
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	assert.Contains(t, body, `"code":"unknown_url"`)
 
-	_, body = e.get(t, "/olla/models")
+	_, body = e.Get(t, "/olla/models")
 	var models struct {
 		Data []struct {
 			ID        string
@@ -205,7 +205,7 @@ func TestOllaProviderRoutes(t *testing.T) {
 	assert.Equal(t, []string{"lm-studio", "ollama", "vllm"}, models.Data[0].Providers)
 	assert.ElementsMatch(t, []string{"v", "l", "o"}, models.Data[0].Endpoints)
 
-	_, body = e.get(t, "/olla/vllm/health")
+	_, body = e.Get(t, "/olla/vllm/health")
 	assert.Contains(t, body, `"name":"v"`)
 	assert.NotContains(t, body, `"name":"o"`)
 }
@@ -217,10 +217,10 @@ func TestOllaOllamaNative(t *testing.T) {
 	o1 := startOllama(t, "o1", "llama", "qwen")
 	o2 := startOllama(t, "o2", "qwen", "phi")
 	v := openaitest.Start(t, "v", "llama")
-	e := startOlla(t, openai.Options{}, o1.endpoint(), o2.endpoint(), ep(v, 0))
+	e := startOlla(t, openai.Options{}, o1.endpoint(), o2.endpoint(), v.Endpoint(0))
 	e.waitModels(t, 3)
 
-	res, body := e.post(t, "/olla/ollama/api/chat", `{"model":"phi","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+	res, body := e.Post(t, "/olla/ollama/api/chat", `{"model":"phi","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Equal(t, "o2", res.Header.Get(openai.HeaderEndpoint))
 	assert.Contains(t, body, "Hi from o2")
@@ -244,13 +244,13 @@ func TestOllaOllamaNative(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, line, `"done":true`)
 
-	res, body = e.post(t, "/olla/ollama/api/chat", `{"model":"missing","messages":[]}`)
+	res, body = e.Post(t, "/olla/ollama/api/chat", `{"model":"missing","messages":[]}`)
 	assert.Equal(t, http.StatusNotFound, res.StatusCode, body)
-	res, body = e.post(t, "/olla/vllm/api/chat", `{"model":"llama","messages":[]}`)
+	res, body = e.Post(t, "/olla/vllm/api/chat", `{"model":"llama","messages":[]}`)
 	assert.Equal(t, http.StatusNotFound, res.StatusCode, "the /api/ routes are Ollama's: %s", body)
 	assert.EqualValues(t, 0, o1.chats.Load()+v.Requests(), "nothing went to another endpoint")
 
-	_, body = e.get(t, "/olla/ollama/api/tags")
+	_, body = e.Get(t, "/olla/ollama/api/tags")
 	var tags struct{ Models []struct{ Name, From string } }
 	require.NoError(t, json.Unmarshal([]byte(body), &tags), body)
 	var names []string
@@ -258,7 +258,7 @@ func TestOllaOllamaNative(t *testing.T) {
 		names = append(names, m.Name)
 	}
 	assert.ElementsMatch(t, []string{"llama", "qwen", "phi"}, names, "both endpoints' lists, each model once")
-	res, body = e.get(t, "/olla/ollama/api/version")
+	res, body = e.Get(t, "/olla/ollama/api/version")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.JSONEq(t, `{"version":"0.12.0"}`, body)
 }
@@ -271,13 +271,13 @@ func TestOllaVLLMLoad(t *testing.T) {
 	t.Parallel()
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := startOlla(t, openai.Options{}, ep(a, 0), ep(b, 0))
+	e := startOlla(t, openai.Options{}, a.Endpoint(0), b.Endpoint(0))
 	e.waitModels(t, 1)
 
 	release := a.Hold()
 	defer release()
 	go func() {
-		res, err := http.Post(a.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("llama")))
+		res, err := http.Post(a.URL+"/v1/chat/completions", "application/json", strings.NewReader(openaitest.ChatBody("llama")))
 		if err == nil {
 			res.Body.Close()
 		}
@@ -294,7 +294,7 @@ func TestOllaVLLMLoad(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool {
-		_, body := e.get(t, "/olla/vllm/health")
+		_, body := e.Get(t, "/olla/vllm/health")
 		return json.Unmarshal([]byte(body), &health) == nil && health.Running == 1
 	}, 10*time.Second, 10*time.Millisecond, "a's health check scraped its queue")
 	assert.Equal(t, "healthy", health.Status)
@@ -303,7 +303,7 @@ func TestOllaVLLMLoad(t *testing.T) {
 	for range 6 {
 		// a holds every request: one routed there fails at the deadline instead of hanging.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", strings.NewReader(chatBody("llama")))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", strings.NewReader(openaitest.ChatBody("llama")))
 		res, err := http.DefaultClient.Do(req)
 		require.NoError(t, err, "routed to a, whose server reports the longer queue")
 		res.Body.Close()
@@ -311,7 +311,7 @@ func TestOllaVLLMLoad(t *testing.T) {
 		assert.Equal(t, "b", res.Header.Get(openai.HeaderEndpoint), "the same outstanding here: the shorter reported queue")
 	}
 
-	res, body := e.get(t, "/olla/vllm/metrics")
+	res, body := e.Get(t, "/olla/vllm/metrics")
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, body, `vllm:num_requests_running{endpoint="a"} 1`)
 	// b's value is whatever its last scrape saw: 1 when it landed while b served one of the six.
@@ -324,11 +324,11 @@ func TestOllaStickySession(t *testing.T) {
 	t.Parallel()
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := startOlla(t, openai.Options{}, slowChecks(ep(a, 0)), slowChecks(ep(b, 0)))
+	e := startOlla(t, openai.Options{}, openaitest.SlowChecks(a.Endpoint(0)), openaitest.SlowChecks(b.Endpoint(0)))
 	e.waitModels(t, 1)
 	first := map[string]string{}
 	for _, s := range []string{"s1", "s2", "s3", "s4"} {
-		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+		res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), openai.HeaderOllaSession, s)
 		require.Equal(t, http.StatusOK, res.StatusCode, body)
 		assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky))
 		first[s] = res.Header.Get(openai.HeaderEndpoint)
@@ -336,7 +336,7 @@ func TestOllaStickySession(t *testing.T) {
 	assert.Len(t, map[string]bool{first["s1"]: true, first["s2"]: true, first["s3"]: true, first["s4"]: true}, 2, "new sessions spread")
 	for range 3 {
 		for s, want := range first {
-			res, _ := e.post(t, "/olla/vllm/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+			res, _ := e.Post(t, "/olla/vllm/v1/chat/completions", openaitest.ChatBody("llama"), openai.HeaderOllaSession, s)
 			assert.Equal(t, want, res.Header.Get(openai.HeaderEndpoint), s)
 			assert.Equal(t, "hit", res.Header.Get(openai.HeaderOllaSticky))
 		}
@@ -346,11 +346,11 @@ func TestOllaStickySession(t *testing.T) {
 		if was != "a" {
 			continue
 		}
-		res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, s)
+		res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), openai.HeaderOllaSession, s)
 		assert.Equal(t, "b", res.Header.Get(openai.HeaderEndpoint))
 		assert.Equal(t, "repin", res.Header.Get(openai.HeaderOllaSticky))
 	}
-	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "no session, no stickiness")
 }
 
@@ -361,38 +361,38 @@ func TestOllaStickyKeying(t *testing.T) {
 	t.Parallel()
 	a := openaitest.Start(t, "a", "llama", "qwen")
 	b := openaitest.Start(t, "b", "llama", "qwen")
-	e := startOlla(t, openai.Options{}, slowChecks(ep(a, 0)), slowChecks(ep(b, 0)))
+	e := startOlla(t, openai.Options{}, openaitest.SlowChecks(a.Endpoint(0)), openaitest.SlowChecks(b.Endpoint(0)))
 	e.waitModels(t, 2)
 	long := strings.Repeat("You are a helpful assistant. ", 30) // over 512 bytes: the tail differs
 	conv := func(q string) string {
 		return `{"model":"llama","messages":[{"role":"system","content":"` + long + `"},{"role":"user","content":"` + q + `"}]}`
 	}
-	res, body := e.post(t, "/olla/proxy/v1/chat/completions", conv("first"))
+	res, body := e.Post(t, "/olla/proxy/v1/chat/completions", conv("first"))
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky))
 	assert.Equal(t, "prefix_hash", res.Header.Get(openai.HeaderOllaStickySource))
 	pinned := res.Header.Get(openai.HeaderEndpoint)
 	for _, q := range []string{"second", "third", "fourth"} {
-		res, _ := e.post(t, "/olla/proxy/v1/chat/completions", conv(q))
+		res, _ := e.Post(t, "/olla/proxy/v1/chat/completions", conv(q))
 		assert.Equal(t, "hit", res.Header.Get(openai.HeaderOllaSticky), q)
 		assert.Equal(t, pinned, res.Header.Get(openai.HeaderEndpoint), "one system prompt, one endpoint")
 	}
 	other := strings.Replace(conv("first"), `"llama"`, `"qwen"`, 1)
-	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", other)
+	res, _ = e.Post(t, "/olla/proxy/v1/chat/completions", other)
 	assert.Equal(t, "miss", res.Header.Get(openai.HeaderOllaSticky), "pins are per model")
 
-	res, _ = e.post(t, "/olla/openai/v1/chat/completions", chatBody("llama"), openai.HeaderOllaSession, "sess-1")
+	res, _ = e.Post(t, "/olla/openai/v1/chat/completions", openaitest.ChatBody("llama"), openai.HeaderOllaSession, "sess-1")
 	assert.Equal(t, "session_header", res.Header.Get(openai.HeaderOllaStickySource))
 	assert.Equal(t, "sess-1", res.Header.Get("X-Olla-Session-Id"), "echoed")
 
 	empty := `{"model":"llama","messages":[]}`
-	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", empty, "Authorization", "Bearer k1")
+	res, _ = e.Post(t, "/olla/proxy/v1/chat/completions", empty, "Authorization", "Bearer k1")
 	assert.Equal(t, "auth_header", res.Header.Get(openai.HeaderOllaStickySource))
-	res, _ = e.post(t, "/olla/proxy/v1/chat/completions", empty)
+	res, _ = e.Post(t, "/olla/proxy/v1/chat/completions", empty)
 	assert.Equal(t, "disabled", res.Header.Get(openai.HeaderOllaSticky), "no key to stick by")
 	assert.Empty(t, res.Header.Get(openai.HeaderOllaStickySource))
 
-	res, _ = e.post(t, "/v1/chat/completions", conv("first"))
+	res, _ = e.Post(t, "/v1/chat/completions", conv("first"))
 	assert.Empty(t, res.Header.Get(openai.HeaderOllaSticky), "infergate's own routes stick only on a session id")
 }
 
@@ -401,14 +401,14 @@ func TestOllaStickyKeying(t *testing.T) {
 // route's time over /v1's (goal: 1, the same cost).
 func BenchmarkOllaRoute(b *testing.B) {
 	up := openaitest.Start(b, "bench", "llama")
-	e := startOlla(b, openai.Options{}, slowChecks(ep(up, 0)))
-	client := benchClient()
+	e := startOlla(b, openai.Options{}, openaitest.SlowChecks(up.Endpoint(0)))
+	client := openaitest.BenchClient()
 	defer client.CloseIdleConnections()
 	var buf bytes.Buffer
-	// chatOnce posts to its base URL + /v1/chat/completions: /olla/vllm is the route's base.
+	// ChatOnce posts to its base URL + /v1/chat/completions: /olla/vllm is the route's base.
 	send := func(base string) time.Duration {
 		s := time.Now()
-		chatOnce(b, client, e.URL+base, &buf)
+		openaitest.ChatOnce(b, client, e.URL+base, benchChat, &buf)
 		return time.Since(s)
 	}
 	for range 100 {

@@ -31,23 +31,23 @@ func TestStatusRoutes(t *testing.T) {
 	e := startWith(t, openai.Options{}, olla.Info{Version: "1.2.3", Commit: "abc", Started: started,
 		Translators: func() []olla.TranslatorStats {
 			return []olla.TranslatorStats{{Name: "anthropic", Requests: 3, Successes: 3, Translated: 2, Passthrough: 1, Streaming: 1, NonStreaming: 2}}
-		}}, ep(v, 10), o.endpoint())
+		}}, v.Endpoint(10), o.endpoint())
 	e.waitModels(t, 2)
 
-	res, body := e.get(t, "/internal/health")
+	res, body := e.Get(t, "/internal/health")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Equal(t, `{"status":"healthy"}`, body, "compact, as Olla's scripts grep it")
 
-	_, body = e.get(t, "/version")
+	_, body = e.Get(t, "/version")
 	var version struct{ Version, Name string }
 	decodeJSON(t, body, &version)
 	assert.Equal(t, "1.2.3", version.Version)
 
 	for range 3 {
-		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), "X-Olla-Session-Id", "s1")
+		res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "X-Olla-Session-Id", "s1")
 		require.Equal(t, http.StatusOK, res.StatusCode, body)
 	}
-	res, body = e.get(t, "/internal/status/endpoints")
+	res, body = e.Get(t, "/internal/status/endpoints")
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	var eps struct {
 		TotalCount   int `json:"total_count"`
@@ -96,7 +96,7 @@ func TestStatusRoutes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(unzipped), `"name":"v"`)
 
-	_, body = e.get(t, "/internal/status")
+	_, body = e.Get(t, "/internal/status")
 	var overview struct {
 		System struct {
 			Status        string `json:"status"`
@@ -113,7 +113,7 @@ func TestStatusRoutes(t *testing.T) {
 	assert.EqualValues(t, 3, overview.System.TotalRequests)
 	assert.Equal(t, "abc", overview.System.Commit)
 
-	_, body = e.get(t, "/internal/status/models")
+	_, body = e.Get(t, "/internal/status/models")
 	var models struct {
 		TotalModels  int `json:"total_models"`
 		RecentModels []struct {
@@ -127,7 +127,7 @@ func TestStatusRoutes(t *testing.T) {
 	assert.Equal(t, "llama", models.RecentModels[0].Name)
 	assert.Equal(t, []string{"v"}, models.RecentModels[0].Endpoints)
 
-	_, body = e.get(t, "/internal/stats/models")
+	_, body = e.Get(t, "/internal/stats/models")
 	var stats struct {
 		Models []struct {
 			Name       string
@@ -145,7 +145,7 @@ func TestStatusRoutes(t *testing.T) {
 	assert.EqualValues(t, 3, stats.Models[0].Successful)
 	assert.Equal(t, "llama", stats.Summary.MostPopular)
 
-	_, body = e.get(t, "/internal/stats/translators")
+	_, body = e.Get(t, "/internal/stats/translators")
 	var tr struct {
 		Translators []struct {
 			Name        string `json:"translator_name"`
@@ -159,7 +159,7 @@ func TestStatusRoutes(t *testing.T) {
 	assert.EqualValues(t, 1, tr.Translators[0].Passthrough)
 	assert.EqualValues(t, 2, tr.Translators[0].Translation)
 
-	_, body = e.get(t, "/internal/stats/sticky")
+	_, body = e.Get(t, "/internal/stats/sticky")
 	var sticky struct {
 		Enabled    bool
 		Active     int64 `json:"active_sessions"`
@@ -174,7 +174,7 @@ func TestStatusRoutes(t *testing.T) {
 	assert.EqualValues(t, 2, sticky.Hits)
 	assert.EqualValues(t, 1, sticky.Misses)
 
-	res, body = e.get(t, "/internal/process")
+	res, body = e.Get(t, "/internal/process")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	var proc struct {
 		Goroutines struct{ Count int }

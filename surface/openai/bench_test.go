@@ -26,31 +26,14 @@ import (
 // <= 100 µs at c=1, infergate >= 0.5x baseline req/s at c=64; streams: added time to first chunk
 // <= 200 µs, added per-chunk time <= 20 µs.
 
-func benchClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
-}
-
 type benchTarget struct{ name, url string }
 
 func benchTargets(b *testing.B, up *openaitest.Upstream) []benchTarget {
-	e := start(b, slowChecks(ep(up, 0)))
+	e := start(b, openaitest.SlowChecks(up.Endpoint(0)))
 	return []benchTarget{{"infergate", e.URL}, {"baseline", up.URL}}
 }
 
 var benchChat = []byte(`{"model":"llama","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about the weather in Paris."}],"temperature":0.7,"top_k":40,"max_tokens":64}`)
-
-func chatOnce(b *testing.B, c *http.Client, url string, buf *bytes.Buffer) {
-	res, err := c.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(benchChat))
-	if err != nil {
-		b.Fatal(err)
-	}
-	buf.Reset()
-	_, err = buf.ReadFrom(res.Body)
-	res.Body.Close()
-	if err != nil || res.StatusCode != http.StatusOK {
-		b.Fatalf("status %d, err %v: %s", res.StatusCode, err, buf.Bytes())
-	}
-}
 
 // BenchmarkProxyChat: one non-streaming chat completion per op, from c concurrent clients.
 func BenchmarkProxyChat(b *testing.B) {
@@ -94,7 +77,7 @@ func BenchmarkProxyFloor(b *testing.B) {
 		_, _ = io.Copy(w, res.Body)
 	}))
 	b.Cleanup(floor.Close)
-	infergate := start(b, slowChecks(ep(up, 0)))
+	infergate := start(b, openaitest.SlowChecks(up.Endpoint(0)))
 	for _, tg := range []benchTarget{{"infergate", infergate.URL}, {"baseline", floor.URL}} {
 		b.Run(tg.name, func(b *testing.B) { benchChats(b, tg.url, 64) })
 	}
@@ -105,11 +88,11 @@ func BenchmarkProxyFloor(b *testing.B) {
 // with other work req/s swings from run to run, while the CPU an op costs, whose ratio between
 // the arms bounds their req/s ratio once the cores are saturated, stays put.
 func benchChats(b *testing.B, url string, c int) {
-	client := benchClient()
+	client := openaitest.BenchClient()
 	defer client.CloseIdleConnections()
 	var warm bytes.Buffer
 	for range 100 {
-		chatOnce(b, client, url, &warm)
+		openaitest.ChatOnce(b, client, url, benchChat, &warm)
 	}
 	b.ReportAllocs()
 	var next atomic.Int64
@@ -123,7 +106,7 @@ func benchChats(b *testing.B, url string, c int) {
 			var buf bytes.Buffer
 			for next.Add(1) <= int64(b.N) {
 				s := time.Now()
-				chatOnce(b, client, url, &buf)
+				openaitest.ChatOnce(b, client, url, benchChat, &buf)
 				lat[w] = append(lat[w], time.Since(s))
 			}
 		})
@@ -153,7 +136,7 @@ func BenchmarkProxyStream(b *testing.B) {
 	body := []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	for _, tg := range benchTargets(b, up) {
 		b.Run(tg.name, func(b *testing.B) {
-			client := benchClient()
+			client := openaitest.BenchClient()
 			defer client.CloseIdleConnections()
 			var ttfc, rest time.Duration
 			r := bufio.NewReaderSize(nil, 32<<10)

@@ -26,7 +26,7 @@ import (
 // TestCall: internal callers reach upstreams with the routing HTTP clients get.
 func TestCall(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	ctx := context.Background()
 
 	res, err := e.proxy.Call(pipeline.WithRequestID(ctx, "req-7"), "/v1/completions", []byte(`{"model":"llama","prompt":"hi"}`))
@@ -76,7 +76,7 @@ func TestCall(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res.Close())
 	require.Eventually(t, func() bool { return a.Canceled() == 1 }, 10*time.Second, 5*time.Millisecond)
-	_, m := e.get(t, "/metrics")
+	_, m := e.Get(t, "/metrics")
 	assert.Contains(t, m, `infergate_openai_in_flight_requests{endpoint="a",model="llama"} 0`)
 	assert.Contains(t, m, `infergate_openai_requests_total{code="499",endpoint="a",model="llama"} 1`)
 	assert.Contains(t, m, `infergate_openai_requests_total{code="200",endpoint="a",model="llama"} 2`)
@@ -88,7 +88,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	reg := openaitest.Start(t, "reg", "llama", "mistral")
 	var changes atomic.Int32
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 10))}})
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(10))}})
 	require.NoError(t, err)
 	p.Watch(func() { changes.Add(1) })
 	p.Start(context.Background())
@@ -104,7 +104,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 		"exactly the registered models, whatever the upstream lists; llama's kinds differ")
 	assert.Greater(t, changes.Load(), before)
 
-	res, err := p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody("llama")))
+	res, err := p.Call(context.Background(), "/v1/chat/completions", []byte(openaitest.ChatBody("llama")))
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, res)
 	res.Close()
@@ -121,7 +121,7 @@ func TestAddRemoveEndpoint(t *testing.T) {
 	require.True(t, p.RemoveEndpoint("reg"))
 	require.False(t, p.RemoveEndpoint("reg"))
 	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}}, p.Models())
-	res, err = p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody("llama")))
+	res, err = p.Call(context.Background(), "/v1/chat/completions", []byte(openaitest.ChatBody("llama")))
 	require.NoError(t, err)
 	res.Close()
 	assert.Equal(t, "a", res.Endpoint)
@@ -134,7 +134,7 @@ func TestAdmission(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	var usage []pipeline.Usage
 	var mu sync.Mutex
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))},
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(0))},
 		Stages: pipeline.ForAll(pipeline.Admit(func(ctx context.Context, r *pipeline.Request) (pipeline.Admitted, error) {
 			model, body := r.Model(), r.Body()
 			if strings.Contains(string(body), "deny") {
@@ -151,9 +151,9 @@ func TestAdmission(t *testing.T) {
 	p.Start(context.Background())
 	defer p.Close()
 	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
-	e := &env{srv: srv, proxy: p, URL: srv.URL}
+	e := &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 
-	res, body := e.post(t, "/v1/chat/completions", `{"model":"llama","user":"deny"}`)
+	res, body := e.Post(t, "/v1/chat/completions", `{"model":"llama","user":"deny"}`)
 	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
 	assert.Equal(t, "2", res.Header.Get("Retry-After"))
 	assert.JSONEq(t, `{"error":{"message":"slow down llama","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, body)
@@ -163,7 +163,7 @@ func TestAdmission(t *testing.T) {
 	require.True(t, errors.As(err, &gwErr))
 	assert.Equal(t, http.StatusTooManyRequests, gwErr.Status)
 
-	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, _ = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Equal(t, "9", res.Header.Get("X-Ratelimit-Remaining-Requests"))
 	cr, err := p.Call(context.Background(), "/v1/completions", []byte(`{"model":"llama","prompt":"x"}`))
@@ -172,14 +172,14 @@ func TestAdmission(t *testing.T) {
 	cr.Close()
 	// A stream without a usage chunk reports its chunks: 4 content chunks, the finish chunk
 	// and [DONE].
-	res, _ = e.post(t, "/v1/chat/completions", `{"model":"llama","stream":true}`)
+	res, _ = e.Post(t, "/v1/chat/completions", `{"model":"llama","stream":true}`)
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	// An unknown model is answered without asking Admit; a request that never reached an
 	// upstream reports Status 0.
-	res, _ = e.post(t, "/v1/chat/completions", chatBody("nope"))
+	res, _ = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("nope"))
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	a.Stop()
-	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, _ = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusBadGateway, res.StatusCode)
 	mu.Lock()
 	defer mu.Unlock()

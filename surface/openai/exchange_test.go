@@ -41,7 +41,7 @@ func startWith(tb testing.TB, opts openai.Options) *env {
 	tb.Cleanup(p.Close)
 	srv := gatewaytest.Start(tb, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
 	srv.Gateway.Metrics().MustRegister(p.Collectors()...)
-	return &env{srv: srv, proxy: p, URL: srv.URL}
+	return &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 }
 
 // openAIError decodes an OpenAI error object, requiring every field of its shape.
@@ -76,19 +76,19 @@ func TestAllBreakersOpenAnswersCircuitOpen(t *testing.T) {
 	b := openaitest.Start(t, "b", "llama")
 	const openFor = 40 * time.Second
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1, OpenTimeout: openFor}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(100)), openaitest.SlowChecks(b.Endpoint(50))}})
 
 	a.FailWith(http.StatusInternalServerError)
 	b.FailWith(http.StatusInternalServerError)
 	for range 2 {
-		res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+		res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 		require.Equal(t, http.StatusInternalServerError, res.StatusCode, "a fails over to b, whose 500 is the answer")
 	}
 	require.Eventually(t, func() bool { return br.State("a") == breaker.Open && br.State("b") == breaker.Open },
 		5*time.Second, 5*time.Millisecond)
 	before := a.Requests() + b.Requests()
 
-	res, body := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, body)
 	typ, code, msg := openAIError(t, body)
 	assert.Equal(t, "server_error", typ)
@@ -143,11 +143,11 @@ func TestAllBreakersOpenAnswersCircuitOpen(t *testing.T) {
 func TestCoolingDownAnswersCircuitOpen(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{Cooldown: 7 * time.Second}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(0))}})
 	a.FailWith(http.StatusTooManyRequests)
-	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the upstream's 429 is the answer")
-	res, body := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, body)
 	_, code, _ := openAIError(t, body)
 	assert.Equal(t, "upstream_circuit_open", code)
@@ -160,15 +160,15 @@ func TestNoHealthyUpstreamHasRetryAfter(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
 	e := startWith(t, openai.Options{Breaker: breaker.NewLocal(breaker.Options{}),
-		Endpoints: []upstream.Endpoint{ep(a, 0), ep(b, 0)}})
+		Endpoints: []upstream.Endpoint{a.Endpoint(0), b.Endpoint(0)}})
 	e.servedBy(t, "llama") // the models are known
 	a.SetHealthy(false)
 	b.SetHealthy(false)
 	require.Eventually(t, func() bool {
-		res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+		res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 		return res.StatusCode == http.StatusServiceUnavailable
 	}, 10*time.Second, 10*time.Millisecond)
-	res, body := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, body)
 	typ, code, msg := openAIError(t, body)
 	assert.Equal(t, "server_error", typ)
@@ -180,7 +180,7 @@ func TestNoHealthyUpstreamHasRetryAfter(t *testing.T) {
 // requests499 is the proxy's count of requests for model that ended with the client gone.
 func requests499(t *testing.T, e *env, model string) int {
 	t.Helper()
-	_, m := e.get(t, "/metrics")
+	_, m := e.Get(t, "/metrics")
 	re := regexp.MustCompile(`infergate_openai_requests_total\{code="499",endpoint="[^"]*",model="` + model + `"\} (\d+)`)
 	n := 0
 	for _, s := range re.FindAllStringSubmatch(m, -1) {
@@ -198,7 +198,7 @@ func requests499(t *testing.T, e *env, model string) int {
 func TestClientCancelIsNotAnUpstreamFailure(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 3, ErrorRate: -1, OpenTimeout: time.Hour}})
-	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
+	e := startWith(t, openai.Options{Breaker: br, Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(0))}})
 	canceled := 0
 	// gone counts one more cancelled request, waits until the gateway has ended it (its
 	// outcome reported to the breaker: the 499 is counted after it) and checks the breaker.
@@ -213,7 +213,7 @@ func TestClientCancelIsNotAnUpstreamFailure(t *testing.T) {
 	release := a.Hold()
 	for range 4 {
 		ctx, cancel := context.WithCancel(context.Background())
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", strings.NewReader(chatBody("llama")))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions", strings.NewReader(openaitest.ChatBody("llama")))
 		require.NoError(t, err)
 		drainStarted(a)
 		done := make(chan struct{})
@@ -283,11 +283,11 @@ func TestClientCancelIsNotAnUpstreamFailure(t *testing.T) {
 	// The control: the same breaker does open on 3 real failures, so the above could have.
 	a.FailWith(http.StatusInternalServerError)
 	for range 3 {
-		res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+		res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 		require.Equal(t, http.StatusInternalServerError, res.StatusCode)
 	}
 	require.Eventually(t, func() bool { return br.State("a") == breaker.Open }, 5*time.Second, 5*time.Millisecond)
-	res, body := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode, body)
 }
 
@@ -316,7 +316,7 @@ func TestMidResponseFailuresLogThrottled(t *testing.T) {
 	a.DieAfter(2)
 	var logs logtest.Sink
 	e := startWith(t, openai.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))}})
+		Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(0))}})
 	const n = 8
 	for range n {
 		res, err := http.Post(e.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))

@@ -24,11 +24,11 @@ func TestPost(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
 	o := openaitest.Start(t, "o", "gpt")
-	alias := ep(a, 100)
+	alias := a.Endpoint(100)
 	alias.Aliases = map[string]string{"pub": "llama"}
-	other := ep(o, 100)
+	other := o.Endpoint(100)
 	other.Type = upstream.TypeOpenAI
-	e := start(t, slowChecks(alias), slowChecks(ep(b, 50)), slowChecks(other))
+	e := start(t, openaitest.SlowChecks(alias), openaitest.SlowChecks(b.Endpoint(50)), openaitest.SlowChecks(other))
 	require.Eventually(t, func() bool { return len(e.proxy.Models()) == 3 }, 5*time.Second, 10*time.Millisecond)
 	ctx := context.Background()
 
@@ -78,7 +78,7 @@ func TestPost(t *testing.T) {
 func TestPostFailures(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := start(t, slowChecks(ep(a, 100)), slowChecks(ep(b, 50)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(100)), openaitest.SlowChecks(b.Endpoint(50)))
 	require.Eventually(t, func() bool { return len(e.proxy.Models()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	body := []byte(`{"model":"llama","prompt":"hi"}`)
 	ctx := context.Background()
@@ -106,7 +106,7 @@ func TestPostFailures(t *testing.T) {
 
 func TestPostBoundsTheAnswer(t *testing.T) {
 	big := bigAnswerServer(t)
-	e := start(t, slowChecks(upstream.Endpoint{Name: "big", URL: big, Type: upstream.TypeVLLM, SkipDiscovery: true,
+	e := start(t, openaitest.SlowChecks(upstream.Endpoint{Name: "big", URL: big, Type: upstream.TypeVLLM, SkipDiscovery: true,
 		Models: []string{"llama"}, CheckTimeout: time.Second}))
 	require.Eventually(t, func() bool { return len(e.proxy.Models()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	for _, path := range []string{"/tokenize", "/detokenize"} {

@@ -26,7 +26,7 @@ import (
 func TestFailoverEndpointDownBeforeRequest(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := start(t, slowChecks(ep(a, 100)), slowChecks(ep(b, 50)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(100)), openaitest.SlowChecks(b.Endpoint(50)))
 	require.Equal(t, "a", e.servedBy(t, "llama"))
 	a.Stop() // health checks will not notice for an hour: the request finds out
 	assert.Equal(t, "b", e.servedBy(t, "llama"), "connection refused on a, retried on b")
@@ -36,14 +36,14 @@ func TestFailoverEndpointDownBeforeRequest(t *testing.T) {
 func TestFailoverOn503(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := start(t, slowChecks(ep(a, 100)), slowChecks(ep(b, 50)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(100)), openaitest.SlowChecks(b.Endpoint(50)))
 	a.FailWith(http.StatusServiceUnavailable)
 	assert.Equal(t, "b", e.servedBy(t, "llama"))
 	assert.EqualValues(t, 1, a.Requests())
 
 	// When every endpoint answers 5xx, the last answer goes to the client unchanged.
 	b.FailWith(http.StatusInternalServerError)
-	res, body := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusInternalServerError, res.StatusCode)
 	assert.Equal(t, "b", res.Header.Get(openai.HeaderEndpoint))
 	assert.Contains(t, body, "injected failure from b")
@@ -52,7 +52,7 @@ func TestFailoverOn503(t *testing.T) {
 func TestPriorityTiersAndHealthRecovery(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := start(t, ep(a, 100), ep(b, 50))
+	e := start(t, a.Endpoint(100), b.Endpoint(50))
 	for range 5 {
 		require.Equal(t, "a", e.servedBy(t, "llama"), "the lower tier is not used while the higher is healthy")
 	}
@@ -72,11 +72,11 @@ func TestPriorityTiersAndHealthRecovery(t *testing.T) {
 func TestLeastOutstandingInsideATier(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	e := start(t, slowChecks(ep(a, 10)), slowChecks(ep(b, 10)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(10)), openaitest.SlowChecks(b.Endpoint(10)))
 	releaseA, releaseB := a.Hold(), b.Hold()
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Go(func() { e.post(t, "/v1/chat/completions", chatBody("llama")) })
+		wg.Go(func() { e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama")) })
 		// Wait for this request to reach an upstream before sending the next, so each pick sees
 		// the previous ones outstanding.
 		select {
@@ -95,7 +95,7 @@ func TestLeastOutstandingInsideATier(t *testing.T) {
 
 func TestGatewayErrors(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	for _, tc := range []struct {
 		name, body string
 		status     int
@@ -105,28 +105,28 @@ func TestGatewayErrors(t *testing.T) {
 		{"not an object", `["llama"]`, 400, "invalid_json"},
 		{"model not a string", `{"model":7}`, 400, "invalid_json"},
 		{"missing model", `{"messages":[]}`, 400, "missing_required_parameter"},
-		{"unknown model", chatBody("gpt-5"), 404, "model_not_found"},
+		{"unknown model", openaitest.ChatBody("gpt-5"), 404, "model_not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, body := e.post(t, "/v1/chat/completions", tc.body)
+			res, body := e.Post(t, "/v1/chat/completions", tc.body)
 			assert.Equal(t, tc.status, res.StatusCode, body)
 			assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
 			assert.Contains(t, body, `"code":"`+tc.code+`"`)
 			assert.Contains(t, body, `"type":"invalid_request_error"`)
 		})
 	}
-	res, body := e.get(t, "/v1/nothing")
+	res, body := e.Get(t, "/v1/nothing")
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	assert.Contains(t, body, `"code":"unknown_url"`)
 
 	a.Stop() // still marked healthy: the request is what fails
-	res, body = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusBadGateway, res.StatusCode, body)
 	assert.Contains(t, body, `"code":"upstream_unreachable"`)
-	res, body = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode, body)
 	assert.Contains(t, body, `"code":"no_healthy_upstream"`)
-	res, body = e.get(t, "/health")
+	res, body = e.Get(t, "/health")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, body, `"status":"degraded"`)
 }
@@ -135,7 +135,7 @@ func TestGatewayErrors(t *testing.T) {
 // parameters and odd formatting included; an alias changes only the model's value.
 func TestBodyForwardedUnchanged(t *testing.T) {
 	a := openaitest.Start(t, "a", "meta-llama/Llama-3.1-8B-Instruct")
-	epA := ep(a, 0)
+	epA := a.Endpoint(0)
 	epA.Aliases = map[string]string{"llama": "meta-llama/Llama-3.1-8B-Instruct"}
 	e := start(t, epA)
 	body := `{ "messages" : [{"role":"user","content":"caf\u00e9 \"q\""}],
@@ -143,12 +143,12 @@ func TestBodyForwardedUnchanged(t *testing.T) {
   "guided_json": {"type":"object","properties":{"r":{"type":"integer"}}},
   "chat_template_kwargs": {"enable_thinking": false}, "x_unknown": [1e3, null, true],
   "stream": false }`
-	res, out := e.post(t, "/v1/chat/completions", body)
+	res, out := e.Post(t, "/v1/chat/completions", body)
 	require.Equal(t, http.StatusOK, res.StatusCode, out)
 	assert.Equal(t, body, string(a.LastBody()), "byte-identical")
 
 	aliased := strings.Replace(body, `"meta-llama/Llama-3.1-8B-Instruct"`, `"llama"`, 1)
-	res, out = e.post(t, "/v1/chat/completions", aliased)
+	res, out = e.Post(t, "/v1/chat/completions", aliased)
 	require.Equal(t, http.StatusOK, res.StatusCode, out)
 	assert.Equal(t, body, string(a.LastBody()), "only the model value was replaced")
 }
@@ -156,11 +156,11 @@ func TestBodyForwardedUnchanged(t *testing.T) {
 func TestHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	t.Setenv("INFERGATE_TEST_KEY", "s3cret")
-	epA := ep(a, 0)
+	epA := a.Endpoint(0)
 	epA.Headers = map[string]string{"Authorization": "Bearer ${INFERGATE_TEST_KEY}", "X-Tenant": "t1"}
 	e := start(t, epA)
 
-	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"), "Authorization", "Bearer client", "X-Custom", "kept")
+	res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "Authorization", "Bearer client", "X-Custom", "kept")
 	id := res.Header.Get(openai.HeaderRequestID)
 	assert.Len(t, id, 32, "generated when absent")
 	up := a.LastHeader()
@@ -177,7 +177,7 @@ func TestHeaders(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Regexp(t, `^[0-9.]+(ns|us|ms|s|m[0-9.]+s)$`, took, "an ASCII Go duration")
 
-	res, _ = e.post(t, "/v1/chat/completions", chatBody("llama"), "X-Request-Id", "mine-1", "X-Forwarded-For", "10.0.0.9")
+	res, _ = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "X-Request-Id", "mine-1", "X-Forwarded-For", "10.0.0.9")
 	assert.Equal(t, "mine-1", res.Header.Get(openai.HeaderRequestID))
 	assert.Equal(t, "mine-1", a.LastHeader().Get(openai.HeaderRequestID))
 	assert.Equal(t, "10.0.0.9, 127.0.0.1", a.LastHeader().Get("X-Forwarded-For"))
@@ -188,9 +188,9 @@ func TestHeaders(t *testing.T) {
 // identity unless the client chose one; the query string goes along.
 func TestHopHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, ep(a, 0))
+	e := start(t, a.Endpoint(0))
 
-	req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/chat/completions?api-version=1", strings.NewReader(chatBody("llama")))
+	req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/chat/completions?api-version=1", strings.NewReader(openaitest.ChatBody("llama")))
 	require.NoError(t, err)
 	for _, kv := range [][2]string{{"Connection", "X-Hop"}, {"X-Hop", "secret"}, {"Keep-Alive", "timeout=5"},
 		{"Proxy-Authorization", "Basic x"}, {"X-Kept", "yes"}} {
@@ -208,10 +208,10 @@ func TestHopHeaders(t *testing.T) {
 	}
 	assert.Equal(t, "yes", up.Get("X-Kept"))
 	assert.Equal(t, "identity", up.Get("Accept-Encoding"))
-	assert.Equal(t, []string{strconv.Itoa(len(chatBody("llama")))}, up.Values("Content-Length"))
+	assert.Equal(t, []string{strconv.Itoa(len(openaitest.ChatBody("llama")))}, up.Values("Content-Length"))
 	assert.Equal(t, "api-version=1", a.LastQuery())
 
-	res, out := e.post(t, "/v1/chat/completions", chatBody("llama"), "Accept-Encoding", "br")
+	res, out := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "Accept-Encoding", "br")
 	require.Equal(t, http.StatusOK, res.StatusCode, out)
 	assert.Equal(t, "br", a.LastHeader().Get("Accept-Encoding"))
 	assert.Empty(t, a.LastQuery())
@@ -221,7 +221,7 @@ func TestHopHeaders(t *testing.T) {
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	a.SetStream(1000, 20*time.Millisecond)
-	e := start(t, ep(a, 0))
+	e := start(t, a.Endpoint(0))
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"llama","stream":true}`))
@@ -241,7 +241,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 func TestStreamDrainsOnShutdown(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	a.SetStream(20, 10*time.Millisecond)
-	e := start(t, ep(a, 0))
+	e := start(t, a.Endpoint(0))
 	res, err := http.Post(e.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
 	require.NoError(t, err)
 	defer res.Body.Close()
@@ -259,12 +259,12 @@ func TestStreamDrainsOnShutdown(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, ep(a, 0))
+	e := start(t, a.Endpoint(0))
 	e.servedBy(t, "llama")
-	res, _ := e.post(t, "/v1/chat/completions", `{"model":"llama","stream":true,"stream_options":{"include_usage":true}}`)
+	res, _ := e.Post(t, "/v1/chat/completions", `{"model":"llama","stream":true,"stream_options":{"include_usage":true}}`)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	e.post(t, "/v1/chat/completions", chatBody("unknown"))
-	_, m := e.get(t, "/metrics")
+	e.Post(t, "/v1/chat/completions", openaitest.ChatBody("unknown"))
+	_, m := e.Get(t, "/metrics")
 	for _, want := range []string{
 		`infergate_openai_requests_total{code="200",endpoint="a",model="llama"} 2`,
 		`infergate_openai_requests_total{code="404",endpoint="",model=""} 1`,
@@ -280,10 +280,10 @@ func TestMetrics(t *testing.T) {
 		assert.Contains(t, m, want)
 	}
 	require.Eventually(t, func() bool {
-		_, m := e.get(t, "/metrics")
+		_, m := e.Get(t, "/metrics")
 		return strings.Contains(m, `infergate_openai_upstream_healthy{endpoint="a",type="vllm"} 1`)
 	}, 5*time.Second, 50*time.Millisecond)
-	res, body := e.get(t, "/health")
+	res, body := e.Get(t, "/health")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, body, fmt.Sprintf(`{"name":"a","type":"vllm","priority":0,"healthy":true`))
 }
@@ -297,12 +297,12 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 	br := breaker.NewLocal(breaker.Options{Settings: breaker.Settings{ConsecutiveFailures: 2, ErrorRate: -1,
 		OpenTimeout: 300 * time.Millisecond, Cooldown: time.Hour}})
 	p, err := openai.New(openai.Options{Logger: quiet(), Breaker: br,
-		Endpoints: []upstream.Endpoint{slowChecks(ep(a, 100)), slowChecks(ep(b, 50))}})
+		Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(100)), openaitest.SlowChecks(b.Endpoint(50))}})
 	require.NoError(t, err)
 	p.Start(context.Background())
 	defer p.Close()
 	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
-	e := &env{srv: srv, proxy: p, URL: srv.URL}
+	e := &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 
 	a.FailWith(http.StatusInternalServerError)
 	for range 4 {
@@ -318,7 +318,7 @@ func TestBreakerSkipsFailingEndpoint(t *testing.T) {
 	assert.Equal(t, "a", e.servedBy(t, "llama"))
 
 	a.FailWith(http.StatusTooManyRequests)
-	res, _ := e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, _ := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "a 4xx is the answer, not retried")
 	before := a.Requests()
 	assert.Equal(t, "b", e.servedBy(t, "llama"), "a cools down after its 429")
@@ -333,9 +333,9 @@ func TestStripHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
 	c := openaitest.Start(t, "c", "llama")
-	epB := slowChecks(ep(b, 0))
+	epB := openaitest.SlowChecks(b.Endpoint(0))
 	epB.Headers = map[string]string{"Authorization": "Bearer upstream-secret"}
-	epC := slowChecks(ep(c, 0))
+	epC := openaitest.SlowChecks(c.Endpoint(0))
 	epC.ForwardClientAuth = true
 	for _, tc := range []struct {
 		up            *openaitest.Upstream
@@ -344,8 +344,8 @@ func TestStripHeaders(t *testing.T) {
 		auth, cookie  string
 		apiKey, token string
 	}{
-		{a, slowChecks(ep(a, 0)), nil, "", "", "", ""},
-		{a, slowChecks(ep(a, 0)), []string{"Authorization"}, "", "", "", ""},
+		{a, openaitest.SlowChecks(a.Endpoint(0)), nil, "", "", "", ""},
+		{a, openaitest.SlowChecks(a.Endpoint(0)), []string{"Authorization"}, "", "", "", ""},
 		{b, epB, nil, "Bearer upstream-secret", "", "", ""},
 		{c, epC, nil, "Bearer client-key", "s=1", "k", "t"},
 		{c, epC, []string{"Authorization"}, "", "s=1", "k", "t"},
@@ -354,8 +354,8 @@ func TestStripHeaders(t *testing.T) {
 		require.NoError(t, err)
 		p.Start(context.Background())
 		srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
-		e := &env{srv: srv, proxy: p, URL: srv.URL}
-		res, body := e.post(t, "/v1/chat/completions", chatBody("llama"), "Authorization", "Bearer client-key", "Cookie", "s=1",
+		e := &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
+		res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "Authorization", "Bearer client-key", "Cookie", "s=1",
 			"X-Api-Key", "k", "X-Auth-Token", "t", "X-Other", "kept")
 		require.Equal(t, http.StatusOK, res.StatusCode, body)
 		h := tc.up.LastHeader()

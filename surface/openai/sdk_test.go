@@ -20,9 +20,9 @@ import (
 func TestSDK(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama", "qwen")
 	b := openaitest.Start(t, "b", "llama", "bge")
-	epA := ep(a, 100)
+	epA := a.Endpoint(100)
 	epA.Aliases = map[string]string{"gpt-4o": "llama"}
-	e := start(t, epA, ep(b, 50))
+	e := start(t, epA, b.Endpoint(50))
 	c := e.sdk()
 	ctx := context.Background()
 
@@ -118,7 +118,7 @@ func TestSDK(t *testing.T) {
 	t.Run("upstream 4xx passes through unchanged", func(t *testing.T) {
 		b.FailWith(http.StatusTooManyRequests)
 		defer b.FailWith(0)
-		res, body := e.post(t, "/v1/embeddings", `{"model":"bge","input":"x"}`)
+		res, body := e.Post(t, "/v1/embeddings", `{"model":"bge","input":"x"}`)
 		assert.Equal(t, http.StatusTooManyRequests, res.StatusCode)
 		assert.JSONEq(t, `{"object":"error","message":"injected failure from b","type":"BadRequestError","param":null,"code":429}`, body)
 	})
@@ -131,7 +131,7 @@ func TestStreamMidStreamDeath(t *testing.T) {
 	b := openaitest.Start(t, "b", "llama")
 	a.SetStream(10, time.Millisecond)
 	a.DieAfter(3)
-	e := start(t, ep(a, 100), ep(b, 50))
+	e := start(t, a.Endpoint(100), b.Endpoint(50))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := e.sdk()

@@ -203,7 +203,7 @@ func hi(model string) *openaiv1.CreateChatCompletionRequest {
 func TestServiceClients(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama", "e5")
 	a.SetStream(3, 0)
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	ctx := context.Background()
 	for _, c := range rpcClients(t, e) {
 		t.Run(c.name, func(t *testing.T) {
@@ -281,7 +281,7 @@ func TestServiceClients(t *testing.T) {
 // JSON, byte for byte; extra keys come last, sorted, with vLLM's parameters passed through.
 func TestServiceRequestBody(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama", "e5")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	c := rpcClients(t, e)[3]
 	ctx := context.Background()
 	mustStruct := func(m map[string]any) *structpb.Struct {
@@ -360,7 +360,7 @@ func TestServiceRequestBody(t *testing.T) {
 // and never reach an upstream.
 func TestServiceInvalidRequests(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	ctx := context.Background()
 	chat := func(edit func(r *openaiv1.CreateChatCompletionRequest)) *openaiv1.CreateChatCompletionRequest {
 		r := hi("llama")
@@ -437,7 +437,7 @@ func TestServiceInvalidRequests(t *testing.T) {
 // HTTP status to the matching code, on unary calls and streams alike.
 func TestServiceErrors(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	ctx := context.Background()
 	for _, c := range rpcClients(t, e) {
 		t.Run(c.name, func(t *testing.T) {
@@ -474,7 +474,7 @@ func TestServiceErrors(t *testing.T) {
 // serve) is NOT_FOUND with the upstream's message.
 func TestServiceUpstreamNotFound(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	reg := slowChecks(ep(a, 0))
+	reg := openaitest.SlowChecks(a.Endpoint(0))
 	reg.SkipDiscovery, reg.Models = true, []string{"ghost"}
 	e := start(t, reg)
 	c := rpcClients(t, e)[0]
@@ -489,7 +489,7 @@ func TestServiceStreamDies(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	a.SetStream(5, 0)
 	a.DieAfter(2)
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	for _, c := range rpcClients(t, e) {
 		t.Run(c.name, func(t *testing.T) {
 			chunks, err := all(c.openChat(context.Background(), hi("llama")))
@@ -511,7 +511,7 @@ func TestServiceStreamDies(t *testing.T) {
 func TestServiceCancel(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
 	a.SetStream(1000, 10*time.Millisecond)
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	for _, c := range rpcClients(t, e) {
 		t.Run(c.name, func(t *testing.T) {
 			before := a.Canceled()
@@ -559,7 +559,7 @@ func TestServiceCancel(t *testing.T) {
 // response headers; a finished stream counts as a 200 with its usage.
 func TestServiceMetadata(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	clients := rpcClients(t, e)
 
 	var hdr metadata.MD
@@ -580,7 +580,7 @@ func TestServiceMetadata(t *testing.T) {
 	assert.Equal(t, "a", info.ResponseHeader().Get("X-Infergate-Endpoint"))
 	assert.Equal(t, "llama", info.ResponseHeader().Get("X-Infergate-Model"))
 
-	_, m := e.get(t, "/metrics")
+	_, m := e.Get(t, "/metrics")
 	assert.Contains(t, m, `infergate_openai_requests_total{code="200",endpoint="a",model="llama"} 2`)
 	assert.NotContains(t, m, `code="499"`)
 	assert.Contains(t, m, `infergate_openai_tokens_total{direction="out",endpoint="a",model="llama"} 8`, "4 from the reply, 4 from the stream's usage chunk")
@@ -592,7 +592,7 @@ func TestServiceReflection(t *testing.T) {
 		t.Skip("builds grpcurl")
 	}
 	a := openaitest.Start(t, "a", "llama")
-	e := start(t, slowChecks(ep(a, 0)))
+	e := start(t, openaitest.SlowChecks(a.Endpoint(0)))
 	_, file, _, _ := runtime.Caller(0)
 	modfile := filepath.Join(filepath.Dir(file), "..", "..", "tools", "grpcurl", "go.mod")
 	grpcurl := func(args ...string) string {
@@ -611,7 +611,7 @@ func TestServiceReflection(t *testing.T) {
 // as response headers and gRPC clients as trailers.
 func TestServiceRefusalHeaders(t *testing.T) {
 	a := openaitest.Start(t, "a", "llama")
-	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{slowChecks(ep(a, 0))},
+	p, err := openai.New(openai.Options{Logger: quiet(), Endpoints: []upstream.Endpoint{openaitest.SlowChecks(a.Endpoint(0))},
 		Stages: pipeline.ForAll(pipeline.Admit(func(context.Context, *pipeline.Request) (pipeline.Admitted, error) {
 			return pipeline.Admitted{}, &pipeline.Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
 				Message: "slow down", Header: http.Header{"Retry-After": {"7"}}}

@@ -67,7 +67,7 @@ func TestStages(t *testing.T) {
 			return next(ctx, req)
 		}
 	}
-	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{slowChecks(ep(up, 0))}, Logger: quiet(),
+	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{openaitest.SlowChecks(up.Endpoint(0))}, Logger: quiet(),
 		Stages: func(model string) []pipeline.Interceptor {
 			if model == "llama" {
 				return []pipeline.Interceptor{answer, rewrite}
@@ -78,11 +78,11 @@ func TestStages(t *testing.T) {
 	p.Start(context.Background())
 	t.Cleanup(p.Close)
 	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
-	e := &env{srv: srv, proxy: p, URL: srv.URL}
+	e := &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 	ctx := context.Background()
 
 	// HTTP, answered by the stage.
-	res, body := e.post(t, "/v1/chat/completions", `{"model":"llama","messages":[{"role":"user","content":"canned"}]}`)
+	res, body := e.Post(t, "/v1/chat/completions", `{"model":"llama","messages":[{"role":"user","content":"canned"}]}`)
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Contains(t, body, "from the stage")
 	assert.NotEmpty(t, res.Header.Get(openai.HeaderRequestID))
@@ -103,7 +103,7 @@ func TestStages(t *testing.T) {
 	assert.Zero(t, up.Requests(), "answered without the upstream")
 
 	// Rewritten on the way upstream: HTTP, Call, and each RPC client.
-	res, body = e.post(t, "/v1/chat/completions", chatBody("llama"))
+	res, body = e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Contains(t, string(up.LastBody()), `"user":"tagged-by-stage"`)
 	cr, err := p.Call(ctx, "/v1/completions", []byte(`{"model":"llama","prompt":"canned"}`))
@@ -122,7 +122,7 @@ func TestStages(t *testing.T) {
 
 	// A model without stages: forwarded byte for byte.
 	const plain = `{"model":"qwen","messages":[{"role":"user","content":"hi"}] }`
-	res, _ = e.post(t, "/v1/chat/completions", plain)
+	res, _ = e.Post(t, "/v1/chat/completions", plain)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Equal(t, plain, string(up.LastBody()))
 	assert.EqualValues(t, 4+len(clients), seen.Load())

@@ -13,6 +13,7 @@ import (
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -28,7 +29,7 @@ func startTokens(tb testing.TB, tokens func(ctx context.Context, path string, bo
 	p.Start(context.Background())
 	tb.Cleanup(p.Close)
 	srv := gatewaytest.Start(tb, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
-	return &env{srv: srv, proxy: p, URL: srv.URL}
+	return &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}}
 }
 
 func (c rpcClient) tokenize(ctx context.Context, r *openaiv1.TokenizeRequest) (*openaiv1.TokenizeResponse, error) {

@@ -28,11 +28,11 @@ func TestTraceparentPropagatedThroughTheProxy(t *testing.T) {
 	on := tracing.Settings{Level: tracing.LevelTimestamps, Rate: 1, Count: -1}
 	tr, err := tracing.New(context.Background(), tracing.Config{Exporter: spans, Synchronous: true, Settings: &on})
 	require.NoError(t, err)
-	e := startWith(t, openai.Options{Endpoints: []upstream.Endpoint{ep(u, 100)}, Stages: pipeline.ForAll(tr.Interceptor())})
+	e := startWith(t, openai.Options{Endpoints: []upstream.Endpoint{u.Endpoint(100)}, Stages: pipeline.ForAll(tr.Interceptor())})
 
-	for _, body := range []string{chatBody("llama"), strings.TrimSuffix(chatBody("llama"), "}") + `,"stream":true}`} {
+	for _, body := range []string{openaitest.ChatBody("llama"), strings.TrimSuffix(openaitest.ChatBody("llama"), "}") + `,"stream":true}`} {
 		spans.Reset()
-		res, out := e.post(t, "/v1/chat/completions", body, "traceparent", clientTraceparent)
+		res, out := e.Post(t, "/v1/chat/completions", body, "traceparent", clientTraceparent)
 		require.Equal(t, http.StatusOK, res.StatusCode, out)
 
 		got := spans.GetSpans()
@@ -54,7 +54,7 @@ func TestTraceparentPropagatedThroughTheProxy(t *testing.T) {
 	_, err = tr.Update("", map[string][]string{tracing.SettingLevel: {"OFF"}})
 	require.NoError(t, err)
 	spans.Reset()
-	res, out := e.post(t, "/v1/chat/completions", chatBody("llama"), "traceparent", clientTraceparent)
+	res, out := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"), "traceparent", clientTraceparent)
 	require.Equal(t, http.StatusOK, res.StatusCode, out)
 	assert.Empty(t, spans.GetSpans())
 	assert.Equal(t, clientTraceparent, u.LastHeader().Get("Traceparent"))

@@ -24,7 +24,7 @@ import (
 // with the routing table as models come and go.
 func TestUpstreamsThenProxy(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama")
-	u, err := openaipool.New(openaipool.Options{Endpoints: []upstream.Endpoint{ep(up, 0)}, Logger: quiet()})
+	u, err := openaipool.New(openaipool.Options{Endpoints: []upstream.Endpoint{up.Endpoint(0)}, Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(u.Close)
 	assert.False(t, u.Serves("llama"), "nothing routed before Start")
@@ -32,7 +32,7 @@ func TestUpstreamsThenProxy(t *testing.T) {
 	require.True(t, u.Serves("llama"))
 	assert.False(t, u.Serves("qwen"))
 	assert.Equal(t, []openaipool.ModelInfo{{Name: "llama"}}, u.Models())
-	status, _, err := u.Post(context.Background(), upstream.TypeVLLM, "llama", "/v1/chat/completions", []byte(chatBody("llama")))
+	status, _, err := u.Post(context.Background(), upstream.TypeVLLM, "llama", "/v1/chat/completions", []byte(openaitest.ChatBody("llama")))
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusOK, status, "Post routes without a surface")
 
@@ -56,7 +56,7 @@ func TestUpstreamsThenProxy(t *testing.T) {
 	assert.Equal(t, []string{"llama"}, asked, "the chains of the table already built")
 	mu.Unlock()
 	call := func(model string) (*pipeline.Response, error) {
-		res, err := p.Call(context.Background(), "/v1/chat/completions", []byte(chatBody(model)))
+		res, err := p.Call(context.Background(), "/v1/chat/completions", []byte(openaitest.ChatBody(model)))
 		if err == nil {
 			_, _ = io.Copy(io.Discard, res.Body)
 			res.Body.Finish(nil)
@@ -73,7 +73,7 @@ func TestUpstreamsThenProxy(t *testing.T) {
 
 	// A model that appears gets its chain with the table that routes it.
 	up2 := openaitest.Start(t, "up2", "qwen")
-	require.NoError(t, u.AddEndpoint(ep(up2, 0)))
+	require.NoError(t, u.AddEndpoint(up2.Endpoint(0)))
 	require.Eventually(t, func() bool { return u.Serves("qwen") }, 5*time.Second, 5*time.Millisecond)
 	res, err = call("qwen")
 	require.NoError(t, err)

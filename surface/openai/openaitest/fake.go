@@ -2,7 +2,8 @@
 // /v1/chat/completions, /v1/completions and /v1/embeddings (SSE streaming with a configurable
 // chunk count and gap), vLLM's /tokenize and /detokenize (one token per byte), /health and
 // /metrics, on a real loopback socket, with injected failures: an HTTP status, refused
-// connections, and dying mid-stream.
+// connections, and dying mid-stream. Beside it, the client side of the tests that put a gateway
+// in front of fakes (client.go): the fake as an endpoint, small HTTP calls, a benchmark's client.
 package openaitest
 
 import (
