@@ -99,3 +99,25 @@ func IsHopHeader(k string) bool {
 
 // HeaderRequestID carries a request's id: the client's, passed upstream, or one the gateway made.
 const HeaderRequestID = "X-Request-Id"
+
+// WriteRawJSON answers with body, JSON already encoded, and its length.
+func WriteRawJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// CopyForNewBody copies an answer's headers from src to dst (sharing the values), less those
+// that describe its body: for a surface that answers with a body of its own, translated from
+// the one src came with (X-Request-Id, X-Infergate-*, rate limits and Retry-After pass).
+func CopyForNewBody(dst, src http.Header) {
+	for k, vv := range src {
+		switch k {
+		case "Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding", "Etag", "Last-Modified":
+			continue
+		}
+		dst[k] = vv
+	}
+}

@@ -60,16 +60,9 @@ func (c *chatWriter) WriteHeader(status int) {
 // copyHeaders passes the chat handler's headers (X-Request-Id, X-Infergate-*, rate limits,
 // Retry-After, the upstream's own) to the client, less those describing a body it does not get.
 func (c *chatWriter) copyHeaders() {
-	h := c.w.Header()
-	for k, vv := range c.h {
-		switch k {
-		case "Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding", "Etag", "Last-Modified":
-			continue
-		}
-		h[k] = vv
-	}
+	httpapi.CopyForNewBody(c.w.Header(), c.h)
 	if c.reqID != "" {
-		h.Set("Request-Id", c.reqID)
+		c.w.Header().Set("Request-Id", c.reqID)
 	}
 }
 

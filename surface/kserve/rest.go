@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/lib/tensor"
@@ -148,13 +149,7 @@ func writeRESTError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, append(body, '}'))
 }
 
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
+func writeJSON(w http.ResponseWriter, status int, body []byte) { httpapi.WriteRawJSON(w, status, body) }
 
 // writeProto writes a message as Triton renders it (see appendProtoJSON).
 func writeProto(w http.ResponseWriter, m proto.Message) error {

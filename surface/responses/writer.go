@@ -46,16 +46,7 @@ func (c *relay) hold(p []byte) {
 
 // copyHeaders passes the handler's headers (X-Request-Id, X-Infergate-*, rate limits,
 // Retry-After) to the client, less those describing a body it does not get.
-func (c *relay) copyHeaders() {
-	h := c.w.Header()
-	for k, vv := range c.h {
-		switch k {
-		case "Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding", "Etag", "Last-Modified":
-			continue
-		}
-		h[k] = vv
-	}
-}
+func (c *relay) copyHeaders() { httpapi.CopyForNewBody(c.w.Header(), c.h) }
 
 // startStream sends the headers of an event stream.
 func (c *relay) startStream() {
