@@ -345,6 +345,45 @@ auth:
 		return err == nil && got.Status == responses.ResponseStatusCompleted && got.OutputText() == "1 messages; last: Later"
 	}, 5*time.Second, 10*time.Millisecond)
 
+	// A stored response replayed as its events (GetStreaming), whole and from a sequence number
+	// on; a background one waited for. Its tool call as the SDK's accumulator needs it.
+	for _, id := range []string{r3.ID, bg.ID} {
+		var types []string
+		var final responses.Response
+		st := c.Responses.GetStreaming(ctx, id, responses.ResponseGetParams{})
+		for st.Next() {
+			ev := st.Current()
+			assert.EqualValues(t, len(types), ev.SequenceNumber)
+			types = append(types, ev.Type)
+			if ev.Type == "response.completed" {
+				final = ev.Response
+			}
+		}
+		require.NoError(t, st.Err())
+		assert.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added"}, types[:3])
+		got, err := c.Responses.Get(ctx, id, responses.ResponseGetParams{})
+		require.NoError(t, err)
+		assert.Equal(t, got.ID, final.ID)
+		assert.Equal(t, got.OutputText(), final.OutputText())
+		st = c.Responses.GetStreaming(ctx, id, responses.ResponseGetParams{StartingAfter: openai.Int(int64(len(types) - 2))})
+		var tail []string
+		for st.Next() {
+			tail = append(tail, st.Current().Type)
+		}
+		require.NoError(t, st.Err())
+		assert.Equal(t, types[len(types)-1:], tail)
+	}
+	running, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "agent-model", Background: openai.Bool(true),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Wait for me")}})
+	require.NoError(t, err)
+	st2 := c.Responses.GetStreaming(ctx, running.ID, responses.ResponseGetParams{})
+	var waited strings.Builder
+	for st2.Next() {
+		waited.WriteString(st2.Current().Delta)
+	}
+	require.NoError(t, st2.Err())
+	assert.Equal(t, "1 messages; last: Wait for me", waited.String())
+
 	// Cancel: a synchronous response cannot be. Delete, then it is gone.
 	_, err = c.Responses.Cancel(ctx, r1.ID)
 	assertAPIError(t, err, http.StatusBadRequest, "", "cancel")

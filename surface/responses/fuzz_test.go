@@ -82,3 +82,26 @@ func FuzzInputItems(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReplay: whatever a stored response holds, its replay never panics and every event it
+// makes is one JSON object with its sequence number.
+func FuzzReplay(f *testing.F) {
+	f.Add([]byte(`{"id":"resp_1","status":"completed","output":[{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"hi","annotations":[]},{"type":"refusal","refusal":"no"}]},{"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"},{"type":"reasoning","id":"rs_1","content":[{"type":"reasoning_text","text":"t"}]},{"type":"web_search_call"}]}`))
+	f.Add([]byte(`{"status":"cancelled","output":[{"content":[1]}]}`))
+	f.Add([]byte(`{"output":{}}`))
+	f.Fuzz(func(t *testing.T, resp []byte) {
+		events, err := replayEvents(resp)
+		if err != nil {
+			return
+		}
+		for i, ev := range events {
+			_, data, ok := strings.Cut(string(ev), "\ndata: ")
+			var e struct {
+				Seq int `json:"sequence_number"`
+			}
+			if !ok || json.Unmarshal([]byte(strings.TrimSuffix(data, "\n\n")), &e) != nil || e.Seq != i {
+				t.Fatalf("event %d is not one JSON object with its number: %q", i, ev)
+			}
+		}
+	})
+}

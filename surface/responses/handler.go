@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -175,15 +176,31 @@ func (h *Handler) retrieve(w http.ResponseWriter, r *http.Request, id string) {
 		h.m.requests.WithLabelValues("retrieve", "error").Inc()
 		return
 	}
-	if r.URL.Query().Get("stream") == "true" {
-		// The stored events of a background response; synchronous responses have none.
-		writeError(w, &openaiwire.ResponsesError{Message: "Streaming a stored response is only possible for a background response, which this gateway does not run.",
-			Type: "invalid_request_error", Param: "stream", Code: "unsupported_value"})
-		h.m.requests.WithLabelValues("retrieve", "error").Inc()
+	if r.URL.Query().Get("stream") == "true" || streamInBody(r) {
+		h.replay(w, r, rec)
+		h.m.requests.WithLabelValues("retrieve", "stream").Inc()
 		return
 	}
 	writeJSON(w, http.StatusOK, rec.Response)
 	h.m.requests.WithLabelValues("retrieve", "ok").Inc()
+}
+
+// streamInBody reports whether a GET carries {"stream": true} as a JSON body, as openai-go's
+// GetStreaming sends it. At most 4 KiB are read: a retrieve has nothing else to say.
+func streamInBody(r *http.Request) bool {
+	if r.Body == nil || r.ContentLength == 0 {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+	if err != nil {
+		return false
+	}
+	v, err := openaiwire.Parse(b)
+	if err != nil {
+		return false
+	}
+	s, ok := v.Get("stream")
+	return ok && string(s) == "true"
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, id string) {

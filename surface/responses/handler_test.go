@@ -470,3 +470,42 @@ func TestBackground(t *testing.T) {
 	status, _, _ = doA("POST", "/v1/responses", `{"model":"m","input":"x","background":true,"stream":true}`)
 	assert.Equal(t, 400, status)
 }
+
+// TestReplay: GET ?stream=true answers a stored response as the events that make it, from
+// starting_after on: lifecycle, each item's added/done, its parts' deltas, the terminal event
+// with the stored response.
+func TestReplay(t *testing.T) {
+	h := New(Options{Chat: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"sunny","reasoning_content":"think","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}]}`)
+	})})
+	do := serve(t, h)
+	status, _, body := do("POST", "/v1/responses", `{"model":"m","input":"x"}`)
+	require.Equal(t, 200, status, body)
+	var r struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	status, hdr, events := do("GET", "/v1/responses/"+r.ID+"?stream=true", "")
+	require.Equal(t, 200, status, events)
+	assert.Equal(t, "text/event-stream", hdr.Get("Content-Type"))
+	var types []string
+	for i, ev := range strings.Split(strings.TrimSuffix(events, "\n\n"), "\n\n") {
+		typ, data, ok := strings.Cut(strings.TrimPrefix(ev, "event: "), "\ndata: ")
+		require.True(t, ok, ev)
+		var e struct {
+			Type string `json:"type"`
+			Seq  int    `json:"sequence_number"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &e), data)
+		assert.Equal(t, typ, e.Type)
+		assert.Equal(t, i, e.Seq)
+		types = append(types, typ)
+	}
+	assert.Equal(t, []string{"response.created", "response.in_progress",
+		"response.output_item.added", "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+		"response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done",
+		"response.completed"}, types)
+	_, _, tail := do("GET", "/v1/responses/"+r.ID+"?stream=true&starting_after=17", "")
+	assert.True(t, strings.HasPrefix(tail, "event: response.completed\n"), tail)
+	status, _, _ = do("GET", "/v1/responses/"+r.ID+"?stream=true&starting_after=x", "")
+	assert.Equal(t, 400, status)
+}
