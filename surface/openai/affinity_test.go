@@ -74,3 +74,19 @@ func TestStickyKeys(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSticky: a sticky request's key derived, looked up and recorded, on Olla's routes with
+// a prompt longer than the 512 bytes its key reads.
+func BenchmarkSticky(b *testing.B) {
+	p := &Proxy{affinity: newAffinity()}
+	body := `{"model":"llama","messages":[{"role":"user","content":"` + strings.Repeat("abcdefgh", 100) + `"}]}`
+	req, err := pipeline.NewRequest("/v1/chat/completions", []byte(body))
+	require.NoError(b, err)
+	ctx := WithOllaSticky(context.Background())
+	h, out := http.Header{}, http.Header{}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, done := p.sticky(ctx, h, req)
+		done(out, "a")
+	}
+}
