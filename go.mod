@@ -13,6 +13,7 @@ require (
 	github.com/ardanlabs/jinja v1.8.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/dlclark/regexp2 v1.11.5
+	github.com/google/go-containerregistry v0.22.1
 	github.com/openai/openai-go/v3 v3.96.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -64,6 +65,8 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/errors v0.9.1 // indirect

@@ -49,9 +49,14 @@ func run(args []string) error {
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
 	ollaPath := fs.String("olla-config", "", "an Olla config file to run with, converted as `infergate import-olla` prints it (its notes are logged); without -listen, Olla's address")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	role := fs.String("role", app.RoleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println("infergate", version)
+		return nil
 	}
 
 	var level slog.Level
