@@ -337,6 +337,40 @@ type chatAnswer struct {
 	Usage json.RawMessage `json:"usage"`
 }
 
+// ChunkOfCompletion is a whole chat completion as the one stream chunk that says the same: its
+// first choice's message as a delta (reasoning, content, tool calls), its finish reason and
+// usage. A stream whose answer came whole (the response cache's) goes through ResponsesStream
+// with it.
+func ChunkOfCompletion(chat []byte) ([]byte, error) {
+	var a chatAnswer
+	if err := json.Unmarshal(chat, &a); err != nil {
+		return nil, fmt.Errorf("openaiwire: reading a chat answer as a chunk: %w", err)
+	}
+	if len(a.Choices) == 0 {
+		return nil, errors.New("openaiwire: reading a chat answer as a chunk: it has no choice")
+	}
+	c := &a.Choices[0]
+	for i := range a.Choices {
+		if a.Choices[i].Index == 0 {
+			c = &a.Choices[i]
+			break
+		}
+	}
+	m := &c.Message
+	d := Delta{Role: "assistant", Content: m.Content, ReasoningContent: m.ReasoningContent}
+	if d.ReasoningContent == nil {
+		d.ReasoningContent = m.Reasoning
+	}
+	for i, tc := range m.ToolCalls {
+		d.ToolCalls = append(d.ToolCalls, ToolCallDelta{Index: i, ID: tc.ID, Type: tc.Type, Function: tc.Function})
+	}
+	chunk := Chunk{Header: Header{Object: "chat.completion.chunk"}, Choices: []ChunkChoice{{Delta: &d, FinishReason: c.FinishReason}}}
+	if len(a.Usage) > 0 && string(a.Usage) != "null" {
+		chunk.Usage = &Usage{Raw: Raw(a.Usage)}
+	}
+	return chunk.AppendJSON(make([]byte, 0, len(chat)+64), Options{}), nil
+}
+
 // ChatToResponse translates a whole chat completion into a Response object for meta: a
 // reasoning item (from vLLM's reasoning, or the older reasoning_content), a message (unless
 // the answer is tool calls and its text only white space), then a function_call item per tool

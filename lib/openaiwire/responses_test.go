@@ -909,3 +909,36 @@ func TestResponsesBackgroundMeta(t *testing.T) {
 		t.Fatalf("failed: %v %+v", err, r)
 	}
 }
+
+// ChunkOfCompletion says in one chunk what a whole answer says: the stream translation of it
+// ends in the Response ChatToResponse makes of the whole.
+func TestChunkOfCompletion(t *testing.T) {
+	chat := []byte(`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"sunny","reasoning":"think","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`)
+	chunk, err := ChunkOfCompletion(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeChunk(chunk)
+	if err != nil {
+		t.Fatalf("%s: %v", chunk, err)
+	}
+	if len(c.Choices) != 1 || c.Choices[0].Delta == nil || *c.Choices[0].Delta.Content != "sunny" || *c.Choices[0].FinishReason != "tool_calls" || c.Usage == nil {
+		t.Fatalf("chunk %s", chunk)
+	}
+	meta := ResponsesMeta{ID: "resp_x", Model: "m", Store: true}
+	s := NewResponsesStream(meta)
+	if _, err := s.Chunk(nil, chunk); err != nil {
+		t.Fatal(err)
+	}
+	_, streamed := s.Finish(nil, nil)
+	whole, err := ChatToResponse(chat, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(streamed) != string(whole) {
+		t.Fatalf("streamed:\n%s\nwhole:\n%s", streamed, whole)
+	}
+	if _, err := ChunkOfCompletion([]byte(`{"choices":[]}`)); err == nil {
+		t.Fatal("an answer without a choice")
+	}
+}

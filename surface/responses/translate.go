@@ -1,9 +1,7 @@
 package responses
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -121,7 +119,7 @@ func (c *translateWriter) whole() {
 // wholeAsStream answers a stream request whose answer came whole (the response cache's): the
 // answer as one chunk, through the same stream translation.
 func (c *translateWriter) wholeAsStream() {
-	chunk, err := completionAsChunk(c.buf)
+	chunk, err := openaiwire.ChunkOfCompletion(c.buf)
 	if err != nil {
 		c.fail(badUpstream("The upstream's answer could not be read: " + err.Error()))
 		return
@@ -131,71 +129,4 @@ func (c *translateWriter) wholeAsStream() {
 	c.out = c.st.Start(c.out)
 	c.out, c.serr = c.st.Chunk(c.out, chunk)
 	c.endStream(c.serr)
-}
-
-// completionAsChunk is a whole chat completion as the one stream chunk that says the same: its
-// first choice's message as a delta, the finish reason, the usage.
-func completionAsChunk(chat []byte) ([]byte, error) {
-	var a struct {
-		ID      string `json:"id"`
-		Model   string `json:"model"`
-		Choices []struct {
-			Index   int `json:"index"`
-			Message struct {
-				Content          *string               `json:"content"`
-				ReasoningContent *string               `json:"reasoning_content"`
-				Reasoning        *string               `json:"reasoning"`
-				ToolCalls        []openaiwire.ToolCall `json:"tool_calls"`
-			} `json:"message"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage"`
-	}
-	if err := json.Unmarshal(chat, &a); err != nil {
-		return nil, err
-	}
-	if len(a.Choices) == 0 {
-		return nil, errors.New("it has no choice")
-	}
-	type call struct {
-		Index    int                 `json:"index"`
-		ID       string              `json:"id,omitempty"`
-		Type     string              `json:"type,omitempty"`
-		Function openaiwire.Function `json:"function"`
-	}
-	type delta struct {
-		Role             string  `json:"role"`
-		Content          *string `json:"content,omitempty"`
-		ReasoningContent *string `json:"reasoning_content,omitempty"`
-		ToolCalls        []call  `json:"tool_calls,omitempty"`
-	}
-	m := a.Choices[0].Message
-	d := delta{Role: "assistant", Content: m.Content, ReasoningContent: m.ReasoningContent}
-	if d.ReasoningContent == nil {
-		d.ReasoningContent = m.Reasoning
-	}
-	for i, tc := range m.ToolCalls {
-		d.ToolCalls = append(d.ToolCalls, call{Index: i, ID: tc.ID, Type: tc.Type, Function: tc.Function})
-	}
-	chunk := struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Model   string `json:"model"`
-		Choices []struct {
-			Index        int     `json:"index"`
-			Delta        delta   `json:"delta"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage json.RawMessage `json:"usage,omitempty"`
-	}{ID: a.ID, Object: "chat.completion.chunk", Model: a.Model, Usage: a.Usage}
-	chunk.Choices = append(chunk.Choices, struct {
-		Index        int     `json:"index"`
-		Delta        delta   `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	}{Delta: d, FinishReason: a.Choices[0].FinishReason})
-	b, err := json.Marshal(chunk)
-	if err != nil {
-		return nil, fmt.Errorf("writing the chunk: %w", err)
-	}
-	return b, nil
 }
