@@ -45,3 +45,22 @@ func TestEventSender(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ServeInProcess reports an abort, answers nothing for it, and lets any other panic through.
+func TestServeInProcess(t *testing.T) {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	if ServeInProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), w, r) {
+		t.Fatal("a handler that returned is not aborted")
+	}
+	if !ServeInProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), w, r) {
+		t.Fatal("ErrAbortHandler is an abort")
+	}
+	defer func() {
+		if v := recover(); v != "boom" {
+			t.Fatalf("another panic: %v", v)
+		}
+	}()
+	ServeInProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }), w, r)
+	t.Fatal("a panic other than ErrAbortHandler went unseen")
+}

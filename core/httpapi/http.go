@@ -121,3 +121,20 @@ func CopyForNewBody(dst, src http.Header) {
 		dst[k] = vv
 	}
 }
+
+// ServeInProcess runs h for a request the gateway makes of itself (a surface calling the chat
+// handler in-process). aborted is true when h gave up mid-answer by panicking with
+// http.ErrAbortHandler (its upstream failed), which the caller then answers for; any other
+// panic goes on up.
+func ServeInProcess(h http.Handler, w http.ResponseWriter, r *http.Request) (aborted bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	h.ServeHTTP(w, r)
+	return false
+}

@@ -146,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer out.release()
 	// A map for 8 headers is one group of slots; 16 would take a table and a directory.
 	cw := &chatWriter{w: w, h: make(http.Header, 8), stream: t.stream, id: "msg_" + reqID, model: t.model, estimate: t.estimate, reqID: reqID, pool: out}
-	aborted := h.serveChat(cw, chatRequest(r, t.body, reqID))
+	aborted := httpapi.ServeInProcess(h.opts.Chat, cw, chatRequest(r, t.body, reqID))
 	cw.finish(aborted)
 	if cw.buf != nil {
 		out.b = cw.buf // grown past the pooled buffer's size: pool the larger one
@@ -163,21 +163,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// client mistakes the cut for a complete answer (the error event went first).
 		panic(http.ErrAbortHandler)
 	}
-}
-
-// serveChat runs the chat handler; aborted is true when it gave up mid-answer with
-// http.ErrAbortHandler (its upstream failed), which this handler then answers for.
-func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request) (aborted bool) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
-				panic(v)
-			}
-			aborted = true
-		}
-	}()
-	h.opts.Chat.ServeHTTP(w, r)
-	return false
 }
 
 // Headers that never reach the chat handler: Anthropic's protocol headers, the client's

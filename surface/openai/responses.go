@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
 	"google.golang.org/grpc"
@@ -91,16 +92,9 @@ func (s *service) route(ctx context.Context, method, target string, body []byte,
 	r.Header.Set(HeaderRequestID, incomingRequestID(ctx))
 	r.RequestURI = r.URL.RequestURI()
 	a := &httpAnswer{h: make(http.Header), onEvent: onEvent}
-	func() {
-		defer func() {
-			if v := recover(); v != nil && v != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
-				panic(v)
-			} else if v != nil && a.err == nil {
-				a.err = errors.New("the answer was cut short")
-			}
-		}()
-		s.mux.ServeHTTP(a, r)
-	}()
+	if httpapi.ServeInProcess(s.mux, a, r) && a.err == nil {
+		a.err = errors.New("the answer was cut short")
+	}
 	switch {
 	case a.status == 0:
 		return nil, serverError(connect.CodeInternal, "", "the route gave no answer")

@@ -114,7 +114,7 @@ func (h *Handler) runBackground(ctx context.Context, t *turn, meta openaiwire.Re
 	stop := make(chan struct{})
 	go h.watchCancel(ctx, t, r.cancel, stop)
 	held := &heldAnswer{h: make(http.Header)}
-	serveChat(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { h.serve(w, t) }), held, t.r)
+	httpapi.ServeInProcess(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { h.serve(w, t) }), held, t.r)
 	close(stop)
 	var final []byte
 	switch {

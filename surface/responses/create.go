@@ -129,7 +129,7 @@ func (h *Handler) translate(w http.ResponseWriter, t *turn) {
 		}
 		meta.ID, meta.CreatedAt = t.id, t.start.Unix()
 		tw := &translateWriter{relay: newRelay(w), t: t, meta: meta, hd: h}
-		aborted := serveChat(h.opts.Chat, tw, chatRequest(t.r, chat, t.reqID))
+		aborted := httpapi.ServeInProcess(h.opts.Chat, tw, chatRequest(t.r, chat, t.reqID))
 		if auto && !aborted && !tw.sent && len(t.context) > 0 && contextExceeded(tw.status, tw.buf) {
 			// truncation auto: the oldest turns go, twice as many at each refusal, so that a
 			// long conversation takes a few tries, and none goes that another would have fit.
@@ -178,21 +178,6 @@ func isUserMessage(item []byte) bool {
 	}
 	typ := stringMember(b, "type")
 	return (typ == "message" || typ == "") && stringMember(b, "role") == "user"
-}
-
-// serveChat runs an in-process handler; aborted is true when it gave up mid-answer with
-// http.ErrAbortHandler (its upstream failed), which the caller then answers for.
-func serveChat(hd http.Handler, w http.ResponseWriter, r *http.Request) (aborted bool) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
-				panic(v)
-			}
-			aborted = true
-		}
-	}()
-	hd.ServeHTTP(w, r)
-	return false
 }
 
 // chatRequest is the in-process request for body at path /v1/chat/completions: the client's

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/lib/openaiwire"
 )
@@ -27,7 +28,7 @@ func (h *Handler) native(w http.ResponseWriter, t *turn, ctx context.Context) (f
 		return false
 	}
 	nw := &nativeWriter{relay: newRelay(w), t: t, hd: h}
-	aborted := serveChat(h.opts.NativeHandler, nw, inProcess(t.r.WithContext(ctx), apiPath, body, t.reqID))
+	aborted := httpapi.ServeInProcess(h.opts.NativeHandler, nw, inProcess(t.r.WithContext(ctx), apiPath, body, t.reqID))
 	if !nw.sent && !aborted && h.opts.Mode(t.model) != Native && noResponsesRoute(nw.status, nw.buf) {
 		if ep := nw.h.Get(headerEndpoint); ep != "" {
 			h.chatOnly.add(ep)
