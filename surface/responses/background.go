@@ -90,11 +90,7 @@ func (h *Handler) startBackground(w http.ResponseWriter, t *turn) {
 // refuses what translation cannot serve before anything is queued; for a model served natively,
 // what the request says, the upstream being the judge of the rest.
 func (h *Handler) backgroundMeta(t *turn) (openaiwire.ResponsesMeta, error) {
-	prev := make([]openaiwire.Raw, len(t.context))
-	for i, c := range t.context {
-		prev[i] = openaiwire.Raw(c)
-	}
-	_, meta, err := openaiwire.ResponsesToChat(t.body, prev)
+	_, meta, err := t.translated()
 	if err != nil {
 		if _, native := h.nativeScope(t.r.Context(), t.model); h.opts.Mode == nil || t.model == "" || !native {
 			return meta, err

@@ -44,26 +44,17 @@ func (c batchCaller) Call(ctx context.Context, path string, body []byte) (*pipel
 	if t.view, err = openaiwire.Parse(body); err != nil {
 		return nil, pipeline.InvalidRequest("", "invalid_json", "The body is not a JSON object: "+err.Error())
 	}
-	t.model, t.prevID = stringMember(t.view, "model"), stringMember(t.view, "previous_response_id")
-	t.store = true
-	if v, ok := t.view.Get("store"); ok && string(v) == "false" {
-		t.store = false
-	}
+	t.readView()
 	if v, ok := t.view.Get("background"); ok && string(v) == "true" {
 		return nil, pipeline.InvalidRequest("background", "unsupported_value", "A batch line cannot run in the background: the batch is.")
 	}
 	if err := h.loadContext(ctx, t); err != nil {
 		return nil, pipelineError(err)
 	}
-	prev := make([]openaiwire.Raw, len(t.context))
-	for i, it := range t.context {
-		prev[i] = openaiwire.Raw(it)
-	}
-	chat, meta, err := openaiwire.ResponsesToChat(body, prev)
+	chat, meta, err := t.translated()
 	if err != nil {
 		return nil, pipelineError(err)
 	}
-	meta.ID, meta.CreatedAt = t.id, t.start.Unix()
 	res, err := c.next.Call(ctx, "/v1/chat/completions", chat)
 	if err != nil {
 		return nil, err

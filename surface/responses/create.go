@@ -34,6 +34,27 @@ type turn struct {
 	background, noSave bool
 }
 
+// readView reads what every way of serving needs of the parsed body: model,
+// previous_response_id, and store (true unless false, as OpenAI's default).
+func (t *turn) readView() {
+	t.model = stringMember(t.view, "model")
+	t.prevID = stringMember(t.view, "previous_response_id")
+	v, ok := t.view.Get("store")
+	t.store = !ok || string(v) != "false"
+}
+
+// translated is the turn as a chat completions body over its conversation (t.context), and its
+// Response's meta with the turn's id and time.
+func (t *turn) translated() ([]byte, openaiwire.ResponsesMeta, error) {
+	prev := make([]openaiwire.Raw, len(t.context))
+	for i, c := range t.context {
+		prev[i] = openaiwire.Raw(c)
+	}
+	chat, meta, err := openaiwire.ResponsesToChat(t.body, prev)
+	meta.ID, meta.CreatedAt = t.id, t.start.Unix()
+	return chat, meta, err
+}
+
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, reqID string) {
 	t := &turn{r: r, reqID: reqID, start: h.opts.Now(), id: newResponseID()}
 	body, err := httpapi.ReadBody(r, h.opts.MaxBodyBytes)
@@ -52,12 +73,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, reqID string) {
 			". The body must be a JSON object.", Type: "invalid_request_error"})
 		return
 	}
-	t.model = stringMember(t.view, "model")
-	t.prevID = stringMember(t.view, "previous_response_id")
-	t.store = true
-	if v, ok := t.view.Get("store"); ok && string(v) == "false" {
-		t.store = false
-	}
+	t.readView()
 	t.owner = h.opts.Owner(r.Context())
 	if err := h.loadContext(r.Context(), t); err != nil {
 		h.refuse(w, err)
@@ -118,16 +134,11 @@ func (h *Handler) translate(w http.ResponseWriter, t *turn) {
 	auto := stringMember(t.view, "truncation") == "auto"
 	drop := 1 // turns to leave out at the next context-length refusal
 	for {
-		prev := make([]openaiwire.Raw, len(t.context))
-		for i, c := range t.context {
-			prev[i] = openaiwire.Raw(c)
-		}
-		chat, meta, err := openaiwire.ResponsesToChat(t.body, prev)
+		chat, meta, err := t.translated()
 		if err != nil {
 			h.refuse(w, err)
 			return
 		}
-		meta.ID, meta.CreatedAt = t.id, t.start.Unix()
 		tw := &translateWriter{relay: newRelay(w), t: t, meta: meta, hd: h}
 		aborted := httpapi.ServeInProcess(h.opts.Chat, tw, chatRequest(t.r, chat, t.reqID))
 		if auto && !aborted && !tw.sent && len(t.context) > 0 && contextExceeded(tw.status, tw.buf) {
