@@ -76,5 +76,13 @@ func TestRequestLog(t *testing.T) {
 	}
 	assert.EqualValues(t, 7, lines[0]["prompt_tokens"], "the upstream's usage")
 	assert.EqualValues(t, 4, lines[0]["completion_tokens"])
-	assert.NotNil(t, lines[1]["chunks"], "a stream without a usage chunk counts its events")
+	// The stream's line is written when its body is finished, which may come after the next
+	// request's: it is found by what it holds, not by its place.
+	streams := 0
+	for _, l := range lines[1:] {
+		if l["chunks"] != nil {
+			streams++
+		}
+	}
+	assert.Equal(t, 1, streams, "a stream without a usage chunk counts its events")
 }
