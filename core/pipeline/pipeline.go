@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/internal/jsonwire"
 	"github.com/infergate/infergate/lib/openaiwire"
 )
@@ -75,8 +76,10 @@ type Request struct {
 	// fills in, an upstream that takes token ids, routing on prefix caches.
 	PromptTokens []int
 
-	// body is the body as it goes upstream; nil while wire holds edits not encoded yet.
+	// body is the body as it goes upstream; nil while wire holds edits not encoded yet, and for
+	// a form.
 	body   []byte
+	form   *httpapi.Spool // a form request's body (NewFormRequest); nil for JSON
 	scan   Routing
 	fields map[string]json.RawMessage // Fields' result, until the body changes
 	// wire is the parsed view of the body, made on the first Wire, Edit, Fields or EditBody and
@@ -87,12 +90,14 @@ type Request struct {
 }
 
 // NewFormRequest is a request whose body is a multipart form rather than JSON (vLLM's audio
-// routes), routed on the form's model field, whose value is body[start:end] (start < 0: not
-// known, and the body goes to every endpoint as it is). It has no parsed view (Wire fails, Has
-// is false): the stages that read bodies act on the JSON routes only.
-func NewFormRequest(path string, body []byte, model string, start, end int, stream bool) *Request {
-	return &Request{Path: path, body: body,
-		scan: Routing{Model: model, Stream: stream, form: true, MaxTokens: -1, ModelStart: start, ModelEnd: end, maxTokens: -1, maxCompl: -1}}
+// routes), held in form (which may be partly on disk: the request reads it, never changes it;
+// its caller closes it once the answer is done), routed on the form's model field, whose value
+// is the form's bytes [start, end) (start < 0: not known, and the form goes to every endpoint as
+// it is). It has no parsed view (Wire fails, Has is false) and Body is nil: the stages that read
+// bodies act on the JSON routes only, and the upstream client sends FormBody.
+func NewFormRequest(path string, form *httpapi.Spool, model string, start, end int, stream bool) *Request {
+	return &Request{Path: path, form: form,
+		scan: Routing{Model: model, Stream: stream, MaxTokens: -1, ModelStart: start, ModelEnd: end}}
 }
 
 // GatewayHeader reports whether name, in any case (a canonical HTTP header, or grpc-go's lower-case
@@ -109,16 +114,12 @@ func GatewayHeader(name string) bool {
 type Routing struct {
 	Model  string
 	Stream bool
-	// form: the body is a multipart form (NewFormRequest), not JSON. Here rather than in
-	// Request, in Stream's padding: Request stays in its allocation size class.
-	form bool
 	// MaxTokens is the top-level max_completion_tokens, else max_tokens, when it is a
 	// non-negative integer; -1 otherwise.
 	MaxTokens int
 	// ModelStart and ModelEnd delimit the model's JSON string in Body's bytes, quotes included,
 	// so a model name can be replaced in place without re-encoding the body.
 	ModelStart, ModelEnd int
-	maxTokens, maxCompl  int // each key's value, -1 when absent
 }
 
 // NewRequest reads body's routing fields and returns a request for path. The error is an *Error
@@ -143,6 +144,9 @@ func (r *Request) Body() []byte {
 // BodyLen is len(Body()), without encoding an edited body: for a stage that sizes the request
 // (a token estimate) between another's edit and the upstream call.
 func (r *Request) BodyLen() int {
+	if r.form != nil {
+		return int(r.form.Size())
+	}
 	if r.body == nil && r.wire != nil {
 		return r.wire.Len()
 	}
@@ -195,7 +199,7 @@ func (r *Request) Wire() (*openaiwire.Body, error) {
 // byte search always did, it misses a name spelled with escapes); an edited body, whose names
 // are written as json.Marshal writes them, is asked through its view without an encode.
 func (r *Request) Has(name string) (bool, error) {
-	if r.scan.form || r.body != nil && !r.mentions(name) {
+	if r.form != nil || r.body != nil && !r.mentions(name) {
 		return false, nil
 	}
 	w, err := r.Wire()
@@ -213,7 +217,7 @@ func (r *Request) mentions(name string) bool {
 
 // view is Wire with the parser's error.
 func (r *Request) view() (*openaiwire.Body, error) {
-	if r.scan.form {
+	if r.form != nil {
 		return nil, errors.New("the request body is a multipart form, not JSON")
 	}
 	if r.wire == nil {
@@ -327,20 +331,31 @@ func (r *Request) EditBody(set map[string]json.RawMessage, drop ...string) ([]by
 
 // BodyWithModel is the body with the model's name replaced by name and every other byte as it
 // was (a copy: the request's own body is kept, for a retry on an endpoint that names the model
-// otherwise).
+// otherwise). A form's is FormBody.
 func (r *Request) BodyWithModel(name string) []byte {
 	body := r.Body()
 	q, _ := json.Marshal(name)
-	if r.scan.form {
-		if r.scan.ModelStart < 0 {
-			return body
-		}
-		q = []byte(name) // a form field's value is its bytes
-	}
 	out := make([]byte, 0, len(body)-(r.scan.ModelEnd-r.scan.ModelStart)+len(q))
 	out = append(out, body[:r.scan.ModelStart]...)
 	out = append(out, q...)
 	return append(out, body[r.scan.ModelEnd:]...)
+}
+
+// Form is a form request's body (NewFormRequest), nil for a JSON request.
+func (r *Request) Form() *httpapi.Spool { return r.form }
+
+// FormBody is a form request's body as it goes to an endpoint that names the model name: a
+// reader of it from its first byte, and its length. Every byte but the model field's value is
+// as the client sent it (all of them when the value's place is not known). Each call is a new
+// reader, for each attempt.
+func (r *Request) FormBody(name string) (io.Reader, int64) {
+	f := r.form
+	start, end := int64(r.scan.ModelStart), int64(r.scan.ModelEnd)
+	if name == r.scan.Model || start < 0 {
+		return f.Section(0, f.Size()), f.Size()
+	}
+	return io.MultiReader(f.Section(0, start), strings.NewReader(name), f.Section(end, f.Size()-end)),
+		f.Size() - (end - start) + int64(len(name))
 }
 
 // Response is an answer to a Request: an upstream's, or one a stage made. The caller reads the

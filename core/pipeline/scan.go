@@ -16,10 +16,10 @@ var errNotObject = errors.New("request body must be a JSON object")
 // keys match, and null leaves a field unset. It rejects malformed JSON it walks over, so a bad
 // body is a 400 from the gateway, not a round trip to the upstream.
 func scanRouting(b []byte) (Routing, error) {
-	r, err := scanTop(b)
-	r.MaxTokens = r.maxCompl
+	r, maxTokens, maxCompl, err := scanTop(b)
+	r.MaxTokens = maxCompl
 	if r.MaxTokens < 0 {
-		r.MaxTokens = r.maxTokens
+		r.MaxTokens = maxTokens
 	}
 	return r, err
 }
@@ -33,20 +33,22 @@ const (
 	maxComplKey
 )
 
-// scanTop walks the body's top level for scanRouting. Any error is worded by explain.
-func scanTop(b []byte) (Routing, error) {
-	r := Routing{MaxTokens: -1, maxTokens: -1, maxCompl: -1}
+// scanTop walks the body's top level for scanRouting, and returns max_tokens's and
+// max_completion_tokens's values beside (-1 when absent). Any error is worded by explain.
+func scanTop(b []byte) (r Routing, maxTokens, maxCompl int, err error) {
+	r, maxTokens, maxCompl = Routing{MaxTokens: -1}, -1, -1
+	fail := func(err error) (Routing, int, int, error) { return r, maxTokens, maxCompl, explain(b, err) }
 	s := jsonwire.NewScanner(b, jsonwire.Options{})
 	if s.Peek() != '{' {
-		return r, errNotObject
+		return r, maxTokens, maxCompl, errNotObject
 	}
 	if err := s.EnterObject(); err != nil {
-		return r, explain(b, err)
+		return fail(err)
 	}
 	for {
 		key, more, err := s.NextMember()
 		if err != nil {
-			return r, explain(b, err)
+			return fail(err)
 		}
 		if !more {
 			break
@@ -59,11 +61,11 @@ func scanTop(b []byte) (Routing, error) {
 			}
 			t, err := s.ReadString()
 			if err != nil {
-				return r, explain(b, err)
+				return fail(err)
 			}
 			m, err := jsonwire.UnescapeString(t.Contents(b), jsonwire.ReplaceInvalid)
 			if err != nil { // the scanner checked the string: not reached
-				return r, fmt.Errorf("bad JSON string: %w", err)
+				return r, maxTokens, maxCompl, fmt.Errorf("bad JSON string: %w", err)
 			}
 			r.Model, r.ModelStart, r.ModelEnd = m, t.Start, t.End
 		case streamKey:
@@ -73,29 +75,29 @@ func scanTop(b []byte) (Routing, error) {
 			}
 			v, err := s.ReadBool()
 			if err != nil {
-				return r, explain(b, err)
+				return fail(err)
 			}
 			r.Stream = v
 		case maxTokensKey, maxComplKey:
 			t, err := s.ReadValue()
 			if err != nil {
-				return r, explain(b, err)
+				return fail(err)
 			}
 			if n := wholeNumber(t.Raw(b)); k == maxTokensKey {
-				r.maxTokens = n
+				maxTokens = n
 			} else {
-				r.maxCompl = n
+				maxCompl = n
 			}
 		default:
 			if _, err := s.ReadValue(); err != nil {
-				return r, explain(b, err)
+				return fail(err)
 			}
 		}
 	}
 	if err := s.Finish(); err != nil {
-		return r, explain(b, err)
+		return fail(err)
 	}
-	return r, nil
+	return r, maxTokens, maxCompl, nil
 }
 
 // whichKey says which of the members scanTop reads key names. An escaped key matches its value,

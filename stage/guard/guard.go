@@ -576,6 +576,6 @@ func (g *Guard) estimate(req *pipeline.Request) (total, prompt float64) {
 			}
 		}
 	}
-	prompt = ratelimit.EstimateTokens(len(req.Body()), 0)
+	prompt = ratelimit.EstimateTokens(req.BodyLen(), 0)
 	return prompt + float64(maxTokens), prompt
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
 )
 
@@ -17,27 +18,28 @@ import (
 // forwarded as they came, routed on the form's model field through the model's stages,
 // routing, failover and metrics.
 //
-// The body is held whole, up to ProxyOptions.MaxBodyBytes, before it goes upstream: the model
-// may follow the file in the form (openai-node writes the fields in the order the caller gave
-// them, file first), and a failover resends it. Nothing else is copied: the form is read in
-// place, its file part skipped.
+// The form is received whole before it goes upstream, as nginx's request buffering does: the
+// model may follow the file in the form (openai-node and openai-go write the file first), a
+// failover resends it, and vLLM reads the whole form before it starts. Only its first
+// ProxyOptions.FormMemoryBytes are held in memory; the rest waits in a temporary file
+// (httpapi.Spool). The form is read in place: its file part is skipped, never copied.
 var AudioPaths = []string{"/v1/audio/transcriptions", "/v1/audio/translations"}
 
 // maxFormField bounds a form field the gateway reads (model, stream): more is not a model name.
 const maxFormField = 1 << 10
 
 // formRequest reads a multipart form's routing fields and returns the request for path.
-func formRequest(path, contentType string, body []byte) (*pipeline.Request, error) {
+func formRequest(path, contentType string, form *httpapi.Spool) (*pipeline.Request, *pipeline.Error) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return nil, pipeline.InvalidRequest("", "invalid_content_type", "The body must be multipart/form-data with a boundary.")
 	}
 	boundary := params["boundary"]
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	mr := multipart.NewReader(form.Section(0, form.Size()), boundary)
 	var model, stream string
-	hasModel := false
+	models := 0
 	for {
-		p, err := mr.NextPart()
+		p, err := mr.NextRawPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -51,7 +53,8 @@ func formRequest(path, contentType string, body []byte) (*pipeline.Request, erro
 				return nil, pipeline.InvalidRequest(p.FormName(), "invalid_value", "The form field "+p.FormName()+" is not a short text value.")
 			}
 			if p.FormName() == "model" {
-				model, hasModel = string(v), true
+				model = string(v)
+				models++
 			} else {
 				stream = string(v)
 			}
@@ -61,45 +64,68 @@ func formRequest(path, contentType string, body []byte) (*pipeline.Request, erro
 			}
 		}
 	}
-	if !hasModel || model == "" {
+	if models == 0 || model == "" {
 		return nil, pipeline.MissingModel()
 	}
-	start, end := modelSpan(body, boundary, model)
-	return pipeline.NewFormRequest(path, body, model, start, end, strings.EqualFold(stream, "true")), nil
+	start, end := -1, -1
+	if models == 1 { // with two, which one vLLM reads is its business: the form goes as it is
+		start, end = modelSpan(form, form.Size(), boundary, model)
+	}
+	return pipeline.NewFormRequest(path, form, model, start, end, strings.EqualFold(stream, "true")), nil
 }
 
-// modelSpan finds where the form's model field's value is in body, for a route that names the
-// model otherwise upstream: the one part named model whose content is the value read; -1 when
-// it is not found exactly so (the body then goes as it is).
-func modelSpan(body []byte, boundary, model string) (start, end int) {
+// modelSpan finds where the value of the form's one model field is, for a route that names the
+// model otherwise upstream; -1 when it is not found exactly so (the form then goes as it is). It
+// reads the form in windows, never all at once: the value is the bytes between a part's header
+// (which names the field model) and the next delimiter, so it looks for
+// "\r\n\r\n" model "\r\n--" boundary, and checks each place found against the header before it.
+func modelSpan(form io.ReaderAt, size int64, boundary, model string) (start, end int) {
+	needle := []byte("\r\n\r\n" + model + "\r\n--" + boundary)
 	delim := []byte("--" + boundary)
-	found := -1
-	for i := 0; ; {
-		j := bytes.Index(body[i:], delim)
-		if j < 0 {
-			break
+	const window = 64 << 10
+	buf := make([]byte, window+len(needle))
+	for off := int64(0); off < size; off += window {
+		n, err := form.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return -1, -1
 		}
-		hs := i + j + len(delim)
-		he := bytes.Index(body[hs:], []byte("\r\n\r\n"))
-		if he < 0 {
-			break
-		}
-		head := strings.ToLower(string(body[hs : hs+he]))
-		cs := hs + he + 4
-		if strings.Contains(head, `name="model"`) {
-			if found >= 0 {
-				return -1, -1 // two: which one vLLM reads is its business
+		for i := 0; ; {
+			j := bytes.Index(buf[i:n], needle)
+			if j < 0 || i+j >= window { // one past the window is the next window's
+				break
 			}
-			if bytes.HasPrefix(body[cs:], []byte(model+"\r\n"+string(delim))) {
-				found = cs
+			at := off + int64(i+j)
+			if isModelHeader(form, at, delim) {
+				s := at + 4
+				return int(s), int(s) + len(model)
 			}
+			i += j + 1
 		}
-		i = cs
 	}
-	if found < 0 {
-		return -1, -1
+	return -1, -1
+}
+
+// maxPartHeader bounds the header modelSpan reads back for: more is not a form field's header.
+const maxPartHeader = 8 << 10
+
+// isModelHeader reports whether the "\r\n\r\n" at at ends a part header naming the field model:
+// the bytes from the last delimiter before it hold no other blank line (so it is the header's
+// end, not bytes in a part's content) and name the field so.
+func isModelHeader(form io.ReaderAt, at int64, delim []byte) bool {
+	from := max(0, at-maxPartHeader)
+	head := make([]byte, at-from)
+	if _, err := form.ReadAt(head, from); err != nil {
+		return false
 	}
-	return found, found + len(model)
+	k := bytes.LastIndex(head, delim)
+	if k < 0 || k > 0 && head[k-1] != '\n' && from+int64(k) != 0 {
+		return false // no delimiter, or one not at a line's start
+	}
+	h := head[k+len(delim):]
+	if bytes.Contains(h, []byte("\r\n\r\n")) {
+		return false
+	}
+	return bytes.Contains(bytes.ToLower(h), []byte(`name="model"`))
 }
 
 // isForm reports whether r carries a multipart form.

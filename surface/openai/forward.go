@@ -29,26 +29,12 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // proxy serves one POST of the OpenAI API: the HTTP adapter onto the request pipeline.
 func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, err := httpapi.ReadBody(r, p.opts.MaxBodyBytes)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			p.reject(w, pipeline.TooLarge(tooBig.Limit))
-			return
-		}
-		p.reject(w, pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error()))
+	req, done, perr := p.readRequest(r)
+	if perr != nil {
+		p.reject(w, perr)
 		return
 	}
-	var req *pipeline.Request
-	if isForm(r) && slices.Contains(AudioPaths, r.URL.Path) {
-		req, err = formRequest(r.URL.Path, r.Header.Get("Content-Type"), body)
-	} else {
-		req, err = pipeline.NewRequest(r.URL.Path, body)
-	}
-	if err != nil {
-		p.reject(w, err.(*pipeline.Error))
-		return
-	}
+	defer done()
 	req.RawQuery, req.Header, req.RemoteAddr, req.Start = r.URL.RawQuery, r.Header, r.RemoteAddr, start
 	if req.ID = r.Header.Get(HeaderRequestID); req.ID == "" {
 		req.ID = pipeline.NewRequestID()
@@ -110,6 +96,44 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// readRequest reads the client's request: a JSON body held in memory, or, on the audio routes,
+// a multipart form spooled (ProxyOptions.FormMemoryBytes in memory, the rest on disk). done
+// frees what it holds, once the answer is written.
+func (p *Proxy) readRequest(r *http.Request) (req *pipeline.Request, done func(), _ *pipeline.Error) {
+	unreadable := func(err error) *pipeline.Error {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return pipeline.TooLarge(tooBig.Limit)
+		}
+		return pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error())
+	}
+	if isForm(r) && slices.Contains(AudioPaths, r.URL.Path) {
+		form, err := httpapi.SpoolBody(r, p.opts.MaxBodyBytes, p.opts.FormMemoryBytes, p.opts.SpoolDir)
+		if errors.Is(err, httpapi.ErrSpool) {
+			return nil, nil, pipeline.ServerError(http.StatusInternalServerError, "spool_failed",
+				"The gateway could not hold the form: "+err.Error())
+		}
+		if err != nil {
+			return nil, nil, unreadable(err)
+		}
+		req, perr := formRequest(r.URL.Path, r.Header.Get("Content-Type"), form)
+		if perr != nil {
+			form.Close()
+			return nil, nil, perr
+		}
+		return req, func() { form.Close() }, nil
+	}
+	body, err := httpapi.ReadBody(r, p.opts.MaxBodyBytes)
+	if err != nil {
+		return nil, nil, unreadable(err)
+	}
+	req, err = pipeline.NewRequest(r.URL.Path, body)
+	if err != nil {
+		return nil, nil, err.(*pipeline.Error)
+	}
+	return req, func() {}, nil
 }
 
 // Handle runs a request through its model's pipeline: the stages configured for it (the guard

@@ -57,6 +57,11 @@ type Options struct {
 type ProxyOptions struct {
 	// MaxBodyBytes limits a request body; default 64 MiB (multimodal requests carry base64 images).
 	MaxBodyBytes int64
+	// FormMemoryBytes is how much of a multipart form (the audio routes) is held in memory; the
+	// rest waits in a temporary file in SpoolDir (default: os.TempDir(), $TMPDIR) until it is
+	// sent. Default 1 MiB.
+	FormMemoryBytes int
+	SpoolDir        string
 	// Ready, when set, makes /health report 503 once it returns false (the gateway draining).
 	Ready func() bool
 	// Stages, when set, returns the interceptors a model's requests pass through before the
@@ -109,6 +114,9 @@ func New(opts Options) (*Proxy, error) {
 // NewProxy builds the OpenAI surface on u: from then on, each model u routes has its chain of
 // opts.Stages, rebuilt with u's routing table before u publishes it.
 func NewProxy(u *openaipool.Pool, opts ProxyOptions) *Proxy {
+	if opts.FormMemoryBytes <= 0 {
+		opts.FormMemoryBytes = 1 << 20
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 20
 	}

@@ -127,7 +127,7 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 	}
 
 	body := out.Body()
-	if route.upstream != route.public {
+	if route.upstream != route.public && out.Form() == nil {
 		body = out.BodyWithModel(route.upstream)
 	}
 	target := ep.urlFor(out.Path)
@@ -157,6 +157,16 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
 		ContentLength: int64(len(body)),
 		Host:          target.Host,
+	}
+	if out.Form() != nil {
+		// A form may be mostly on disk: it is read from there as it is sent, anew on a resend.
+		name := out.Model()
+		if route.upstream != route.public {
+			name = route.upstream
+		}
+		form, n := out.FormBody(name)
+		req.Body, req.ContentLength = io.NopCloser(form), n
+		req.GetBody = func() (io.ReadCloser, error) { form, _ := out.FormBody(name); return io.NopCloser(form), nil }
 	}
 	res, err := ep.rt.roundTrip(ctx, req)
 	if err != nil {

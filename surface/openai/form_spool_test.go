@@ -1,0 +1,131 @@
+package openai_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/infergate/infergate/surface/openai"
+	"github.com/infergate/infergate/surface/openai/openaitest"
+	"github.com/infergate/infergate/upstream"
+	"github.com/infergate/infergate/upstream/openaipool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFormSpooled: an audio form larger than the memory a form may hold reaches the upstream
+// byte for byte (its model field renamed for an endpoint that names the model otherwise, the
+// file after it untouched), is sent again, whole, to the next endpoint when the first fails, and
+// costs the gateway a small fraction of its size in memory: the rest waits in a temporary file
+// that is already unlinked while the request runs, so nothing is left in the spool directory.
+func TestFormSpooled(t *testing.T) {
+	spoolDir := t.TempDir()
+	var failed, served atomic.Int64
+	var heard atomic.Value // the body the good endpoint received
+	var leftovers atomic.Value
+	upstreamServer := func(name string, fail bool) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, `{"object":"list","data":[{"id":"whisper-large","object":"model"}]}`)
+		})
+		mux.HandleFunc("POST /v1/audio/transcriptions", func(w http.ResponseWriter, r *http.Request) {
+			h := sha256.New()
+			n, err := io.Copy(h, r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			if fail {
+				failed.Add(1)
+				http.Error(w, `{"error":{"message":"gpu fell over","type":"server_error"}}`, 500)
+				return
+			}
+			served.Add(1)
+			heard.Store(fmt.Sprintf("%x %d", h.Sum(nil), n))
+			files, _ := os.ReadDir(spoolDir)
+			leftovers.Store(len(files))
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"text":"%s"}`, name)
+		})
+		s := httptest.NewServer(mux)
+		t.Cleanup(s.Close)
+		return s
+	}
+	bad, good := upstreamServer("bad", true), upstreamServer("good", false)
+	eps := []upstream.Endpoint{
+		openaitest.SlowChecks(upstream.Endpoint{Name: "bad", URL: bad.URL, Type: upstream.TypeVLLM, Priority: 1,
+			Aliases: map[string]string{"whisper": "whisper-large"}}),
+		openaitest.SlowChecks(upstream.Endpoint{Name: "good", URL: good.URL, Type: upstream.TypeVLLM,
+			Aliases: map[string]string{"whisper": "whisper-large"}}),
+	}
+	u, err := openaipool.New(openaipool.Options{Endpoints: eps, Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(u.Close)
+	u.Start(context.Background())
+	p := openai.NewProxy(u, openai.ProxyOptions{FormMemoryBytes: 64 << 10, SpoolDir: spoolDir})
+	mux := http.NewServeMux()
+	p.Mount(mux, nil)
+	gw := httptest.NewServer(mux)
+	t.Cleanup(gw.Close)
+
+	// The file first and the model after it, as openai-go and openai-node write them.
+	audio := bytes.Repeat([]byte("RIFF\r\n--b0undary\r\n\r\nwhisper\r\n"), 300_000) // 8.7 MB
+	form := func(model string) ([]byte, string) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		_ = mw.SetBoundary("b0undary-x")
+		fw, _ := mw.CreateFormFile("file", "speech.wav")
+		fw.Write(audio)
+		mw.WriteField("model", model)
+		mw.WriteField("language", "en")
+		mw.Close()
+		return buf.Bytes(), mw.FormDataContentType()
+	}
+	body, ct := form("whisper")
+	want, _ := form("whisper-large")
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err := http.Post(gw.URL+"/v1/audio/transcriptions", ct, bytes.NewReader(body))
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	runtime.ReadMemStats(&after)
+	require.Equal(t, 200, res.StatusCode, string(answer))
+	assert.JSONEq(t, `{"text":"good"}`, string(answer))
+	assert.EqualValues(t, 1, failed.Load(), "the first endpoint heard it and failed")
+	assert.EqualValues(t, 1, served.Load())
+	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), heard.Load(),
+		"the resent form is the client's, byte for byte, with the upstream's model name")
+	assert.Equal(t, 0, leftovers.Load(), "the spooled file is unlinked while it is in use")
+	files, _ := os.ReadDir(spoolDir)
+	assert.Empty(t, files)
+	// Everything in this process (client, gateway, both upstreams) allocated a small part of the
+	// form's size: the gateway held no copy of it, nor did it read it whole to find the model.
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %d KB for a %d KB form", alloc>>10, len(body)>>10)
+	assert.Less(t, alloc, uint64(len(body)/4), "allocated %d bytes for a %d-byte form", alloc, len(body))
+
+	// Over the body limit: refused, and nothing spooled is left.
+	small := openai.NewProxy(u, openai.ProxyOptions{MaxBodyBytes: 1 << 20, FormMemoryBytes: 64 << 10, SpoolDir: spoolDir})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v1/audio/transcriptions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	req.ContentLength = -1 // chunked: found too big while spooling
+	m := http.NewServeMux()
+	small.Mount(m, nil)
+	m.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+	files, _ = os.ReadDir(spoolDir)
+	assert.Empty(t, files)
+}
