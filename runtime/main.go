@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/internal/memrelease"
 	"github.com/infergate/infergate/runtime/app"
 	"github.com/infergate/infergate/runtime/ollaconfig"
 	"github.com/infergate/infergate/surface/gateway"
@@ -125,6 +126,8 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A burst's memory goes back to the OS once the process is idle again.
+	go memrelease.Run(ctx, memrelease.Options{Logger: logger})
 
 	served := make(chan error, 1)
 	if *role == app.RoleBatchWorker {

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/surface/openai/openaitest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMemoryAfterLoad runs the binary through a burst of 3,000 concurrent five-second streams
+// and then leaves it idle: its resident set must come back to within twice what it was idle
+// before the burst, within a minute of the burst ending. Go's runtime alone holds the burst's
+// heap until the next GC, which an idle process only has every two minutes, and then hands pages
+// back to the OS a little at a time.
+func TestMemoryAfterLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3,000 streams through the binary, then up to a minute idle")
+	}
+	const streams = 3000
+	up := openaitest.Start(t, "up", "llama")
+	up.SetStream(50, 100*time.Millisecond) // five seconds a stream
+	cfg := filepath.Join(t.TempDir(), "infergate.yaml")
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, "builtin_models: false\nupstreams:\n  - {name: up, url: %s, type: vllm}\n", up.URL), 0o600))
+	addr, cmd := startProcess(t, nil, "/health", "-config", cfg)
+	base := "http://" + addr
+	pid := cmd.Process.Pid
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, MaxConnsPerHost: 0}}
+	post := func(body []byte) error {
+		res, err := client.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		if _, err := io.Copy(io.Discard, res.Body); err != nil {
+			return err
+		}
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d", res.StatusCode)
+		}
+		return nil
+	}
+	chat := []byte(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`)
+	stream := []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Eventually(t, func() bool { return post(chat) == nil }, 20*time.Second, 50*time.Millisecond)
+	time.Sleep(time.Second)
+	idle := procRSS(t, pid)
+
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+				peak.Store(max(peak.Load(), procRSS(t, pid)))
+			}
+		}
+	}()
+	start := time.Now()
+	for range streams {
+		wg.Go(func() {
+			if err := post(stream); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	load := time.Since(start)
+	client.CloseIdleConnections()
+	require.Zero(t, failed.Load(), "streams failed: %v", firstErr.Load())
+	atEnd := procRSS(t, pid)
+	t.Logf("idle %d MiB; %d streams in %v, peak %d MiB, %d MiB at the end", idle>>10, streams, load.Round(time.Millisecond), peak.Load()>>10, atEnd>>10)
+
+	var back time.Duration
+	for s := time.Duration(0); s <= time.Minute; s += time.Second {
+		if rss := procRSS(t, pid); rss <= 2*idle {
+			back = s
+			t.Logf("back to %d MiB (%.2fx idle) %v after the burst", rss>>10, float64(rss)/float64(idle), s)
+			return
+		} else if s%(10*time.Second) == 0 {
+			t.Logf("%v after: %d MiB", s, rss>>10)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Errorf("RSS %d MiB a minute after the burst: more than twice the %d MiB idle (back=%v)", procRSS(t, pid)>>10, idle>>10, back)
+}
+
+// procRSS is a process's resident set in KiB, from /proc.
+func procRSS(t testing.TB, pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	s := bufio.NewScanner(bytes.NewReader(b))
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			require.NoError(t, err)
+			return kb
+		}
+	}
+	t.Fatal("no VmRSS in /proc status")
+	return 0
+}
