@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 )
 
 // State is one endpoint's run-time state as routing sees it: whether it is in rotation (healthy),
@@ -18,6 +19,51 @@ type State struct {
 	outstanding atomic.Int64
 	reported    atomic.Int64  // the server's own queue, as it last reported it; 0 unknown
 	kick        chan struct{} // asks the health loop for an early check
+	// checks is what the last health checks found, for status pages; nil before the first.
+	checks atomic.Pointer[Health]
+}
+
+// Health is what an endpoint's health checks found, for status pages (the console).
+type Health struct {
+	// LastCheck is when the last check ended; NextCheck when the next is due at the latest (a
+	// failing request brings it forward).
+	LastCheck, NextCheck time.Time
+	// Failures counts the checks failed in a row; LastError is the last failure's, a check's or
+	// a request's, kept once the endpoint recovers ("" before any).
+	Failures  int
+	LastError string
+}
+
+// Health is what the endpoint's health checks found so far.
+func (s *State) Health() Health {
+	if h := s.checks.Load(); h != nil {
+		return *h
+	}
+	return Health{}
+}
+
+// noteCheck records a check's outcome (err nil: passed), or a failed request's (check false).
+func (s *State) noteCheck(err error, check bool) {
+	var h Health
+	if p := s.checks.Load(); p != nil {
+		h = *p
+	}
+	if check {
+		h.LastCheck = time.Now()
+		h.Failures++
+		if err == nil {
+			h.Failures = 0
+		}
+		interval := 5 * time.Second
+		if s.cfg != nil && s.cfg.CheckInterval > 0 {
+			interval = s.cfg.CheckInterval
+		}
+		h.NextCheck = h.LastCheck.Add(Backoff(interval, h.Failures))
+	}
+	if err != nil {
+		h.LastError = err.Error()
+	}
+	s.checks.Store(&h)
 }
 
 // Init sets the endpoint's config (its name, priority and check interval are what routing reads)
@@ -59,6 +105,9 @@ func (s *State) reportedQueue() int64 { return min(s.reported.Load(), maxReporte
 // to route to it.
 func (s *State) Check(ctx context.Context, check func(context.Context) error) (was bool, err error) {
 	err = check(ctx)
+	if ctx.Err() == nil {
+		s.noteCheck(err, true)
+	}
 	was = s.healthy.Load()
 	if err != nil {
 		if was || !s.checked.Swap(true) {
@@ -82,6 +131,9 @@ func (s *State) Failed(err error) {
 // Down takes the endpoint out of rotation until a health check passes, warning msg with err when
 // it was in rotation (so a failing endpoint is logged once, not once per request).
 func (s *State) Down(msg string, err error) {
+	if err != nil {
+		s.noteCheck(err, false)
+	}
 	if s.healthy.Swap(false) {
 		s.log.Warn(msg, "err", err)
 	}

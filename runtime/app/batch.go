@@ -113,6 +113,7 @@ type batchParts struct {
 	service *batch.Service // nil in a batch-worker process
 	worker  *batch.Worker  // nil when this gateway runs no lines
 	metrics *batch.Metrics
+	state   batchstate.Store // the batches' state, for the console
 }
 
 // newBatch builds the Files and Batches API and the batch worker: files in a directory, state in
@@ -160,7 +161,7 @@ func newBatch(cfg *Config, role string, rdb rueidis.Client, caller batch.Caller,
 	if redispatch == 0 && rdb != nil && len(c.Kafka.Brokers) == 0 {
 		redispatch = 2 * time.Minute
 	}
-	p := &batchParts{metrics: batch.NewMetrics()}
+	p := &batchParts{metrics: batch.NewMetrics(), state: state}
 	if role != RoleBatchWorker {
 		p.service, err = batch.New(batch.Options{Files: fs, State: state, Bus: b, Topics: topics, Logger: log,
 			Metrics: p.metrics, MaxFileBytes: int64(c.MaxFileBytes), MaxLines: c.MaxLines, MaxLineBytes: maxLine, ChunkLines: c.ChunkLines,

@@ -58,6 +58,9 @@ type Config struct {
 	Compat compatConfig `yaml:"compat"`
 	// Tracing exports spans of inference requests over OTLP, as Triton's trace settings decide.
 	Tracing tracingConfig `yaml:"tracing"`
+
+	// source names where the config came from (the file's path), for the console.
+	source string
 }
 
 // tracingConfig: OpenTelemetry export and Triton's trace settings at start (changed at run time
@@ -419,7 +422,15 @@ type serverConfig struct {
 	// DynamicBatchingRemote batches registered backends' and KServe upstreams' models too, when
 	// their config has dynamic_batching; default false (their servers may batch themselves).
 	DynamicBatchingRemote bool `yaml:"dynamic_batching_remote"`
+	// Console serves the operator console (GET /console and its JSON API, docs/console.md);
+	// default true. With API keys on it needs an admin key.
+	Console *bool `yaml:"console"`
+	// ConsoleListen serves the console on this address (host:port) instead of the main
+	// listener, which then does not serve it.
+	ConsoleListen string `yaml:"console_listen"`
 }
+
+func (c serverConfig) console() bool { return c.Console == nil || *c.Console }
 
 func (c serverConfig) decompression() inflate.Config {
 	return inflate.Config{MaxBytes: int64(c.MaxDecompressedBytes), MaxRatio: int64(c.MaxDecompressionRatio),
@@ -515,7 +526,7 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig decodes, overrides from the environment and validates one config document; every
 // error names the file, and validation errors the endpoint and field too, one per line.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	var c Config
+	c := Config{source: name}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {

@@ -50,38 +50,84 @@ import (
 //
 // With sessions on for some model (sm not nil), every model has the sessions stage: a turn
 // naming a session on a model without sessions is refused with a clear error, not passed on.
-func llmStages(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager) func(model string) []pipeline.Interceptor {
-	admit := pipeline.Admit(g.OpenAI())
-	span := tr.Interceptor()
+func llmStages(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager, meter func(model string) pipeline.Interceptor) func(model string) []pipeline.Interceptor {
+	named := llmStageList(tr, g, models, sm, meter)
 	return func(model string) []pipeline.Interceptor {
-		stages := []pipeline.Interceptor{span, admit, disagg.DropClientParams}
+		list := named(model)
+		out := make([]pipeline.Interceptor, len(list))
+		for i, s := range list {
+			out[i] = s.stage
+		}
+		return out
+	}
+}
+
+// llmStageNames names a model's stages in llmStages' order, for the console.
+func llmStageNames(models map[string]*llmModel, sm *sessions.Manager, metered bool) func(model string) []string {
+	named := llmStageList(nil, nil, models, sm, nil)
+	return func(model string) []string {
+		var out []string
+		if metered {
+			out = append(out, "console meter")
+		}
+		for _, s := range named(model) {
+			out = append(out, s.name)
+		}
+		return append(out, "routing and forwarding")
+	}
+}
+
+// namedStage is a stage and the name the console shows it by.
+type namedStage struct {
+	name  string
+	stage pipeline.Interceptor
+}
+
+// llmStageList is llmStages with each stage's name. With tr and g nil it only names the stages
+// (their interceptors are then nil). meter, when set, is first: it sees every request, the
+// guard's refusals included.
+func llmStageList(tr *tracing.Tracer, g *guard.Guard, models map[string]*llmModel, sm *sessions.Manager, meter func(model string) pipeline.Interceptor) func(model string) []namedStage {
+	var admit, span pipeline.Interceptor
+	if g != nil {
+		admit = pipeline.Admit(g.OpenAI())
+	}
+	if tr != nil {
+		span = tr.Interceptor()
+	}
+	return func(model string) []namedStage {
+		var stages []namedStage
+		if meter != nil {
+			stages = append(stages, namedStage{"console meter", meter(model)})
+		}
+		stages = append(stages, namedStage{"tracing", span}, namedStage{"guard", admit},
+			namedStage{"drop client disaggregation params", disagg.DropClientParams})
 		if sm != nil {
-			stages = append(stages, sm.Interceptor(model))
+			stages = append(stages, namedStage{"sessions", sm.Interceptor(model)})
 		}
 		m := models[model]
 		if m == nil {
 			return stages
 		}
 		if m.cache != nil {
-			stages = append(stages, m.cache)
+			stages = append(stages, namedStage{"cache", m.cache})
 		}
 		if m.Model != nil {
-			stages = append(stages, m.Usage())
+			stages = append(stages, namedStage{"usage", m.Usage()})
 			if m.MaxModelLen() > 0 {
-				stages = append(stages, m.Limit(m.needsIDs))
+				stages = append(stages, namedStage{"context length", m.Limit(m.needsIDs)})
 			}
 			if m.tokens {
-				stages = append(stages, tokeninput.Stage(m.Model))
+				stages = append(stages, namedStage{"token input", tokeninput.Stage(m.Model)})
 			}
 		}
 		if m.granite != nil {
-			stages = append(stages, m.granite)
+			stages = append(stages, namedStage{"granite", m.granite})
 		}
 		if m.disagg != nil {
-			stages = append(stages, m.disagg)
+			stages = append(stages, namedStage{"disaggregation", m.disagg})
 		}
 		if m.route != nil {
-			stages = append(stages, m.route)
+			stages = append(stages, namedStage{"routing policy", m.route})
 		}
 		return stages
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/engines/batcher"
@@ -21,6 +22,7 @@ import (
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/store/ratelimit"
 	"github.com/infergate/infergate/surface/bridge"
+	"github.com/infergate/infergate/surface/console"
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/olla"
 	"github.com/infergate/infergate/surface/openai"
@@ -29,6 +31,7 @@ import (
 	"github.com/infergate/infergate/upstream/openaipool"
 	"github.com/infergate/infergate/upstream/registry"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 )
@@ -182,13 +185,20 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	// tokenizer when it has one configured, else its vLLM upstream's endpoints.
 	tokenize := &prompt.Endpoints{Lookup: tokenizers(models), Visible: visible, Forward: vllmTokenize(ups)}
 	sm := sessionManager(cfg.Models, models, rdb, redisPrefix(cfg), visible, ups.Serves, &collectors, log)
+	// The console's traffic figures: every transport and every model's pipeline feed them.
+	var rec *console.Recorder
+	var meter func(model string) pipeline.Interceptor
+	if cfg.Server.console() && role != RoleBatchWorker {
+		rec = console.NewRecorder()
+		meter = rec.Stage
+	}
 	// The gateway's readiness, turned false by its Shutdown: /health reports it.
 	ready := new(gateway.Readiness)
 	gwCfg.Readiness = ready
 	// The OpenAI surface on the pool: each model's requests through its stages.
 	proxy := openai.NewProxy(ups, openai.ProxyOptions{Visible: visible, Ready: ready.Ready,
 		OllaHeaders: cfg.Compat.OllaHeaders,
-		Stages:      llmStages(tr, g, models, sm),
+		Stages:      llmStages(tr, g, models, sm, meter),
 		Tokens:      tokenize.Serve})
 	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
 	bridged := bridge.New(reg, proxy, bridge.WithLogger(log), bridge.WithChatResult(func(name string) bool {
@@ -211,6 +221,11 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
+	}
+	if rec != nil {
+		// Inside the key check: each request's key is known to it.
+		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, rec.HTTP)
+		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions, rec.GRPCOptions()...)
 	}
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
 	responsesMount, batchCaller := responsesAPI(cfg, proxy, rdb, &collectors, log)
@@ -253,6 +268,30 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The console reads the parts built above, when asked; the gateway's metrics registry is
+	// made by gateway.New below, hence the late binding.
+	var gw *gateway.Gateway
+	if rec != nil {
+		cp := consoleParts{cfg: cfg, version: gwCfg.Version, started: started, ups: ups, kp: kp, br: br, store: store,
+			reg: reg, stages: llmStageNames(models, sm, true), metrics: prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+				return gw.Metrics().Gather()
+			}), log: log, recorder: rec}
+		if bp != nil {
+			cp.batches = bp.state
+		}
+		c := newConsole(cp)
+		if addr := cfg.Server.ConsoleListen; addr != "" {
+			var authHTTP func(http.Handler) http.Handler
+			if auth != nil {
+				authHTTP = auth.HTTP
+			}
+			if err := serveConsole(addr, c, authHTTP, log, &closers); err != nil {
+				return nil, err
+			}
+		} else {
+			gwCfg.Services = append(gwCfg.Services, func(mux *http.ServeMux, _ grpc.ServiceRegistrar) { c.Mount(mux) })
+		}
+	}
 	if bp != nil {
 		if bp.service != nil {
 			gwCfg.Services = append(gwCfg.Services, bp.service.Mount)
@@ -260,7 +299,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		collectors = append(collectors, bp.collectors()...)
 	}
 
-	gw := gateway.New(reg, gwCfg)
+	gw = gateway.New(reg, gwCfg)
 	gw.Metrics().MustRegister(ups.Collectors()...)
 	gw.Metrics().MustRegister(kp.Collectors()...)
 	gw.Metrics().MustRegister(collectors...)

@@ -50,7 +50,15 @@ func open(path string) bool {
 // adminOnly reports whether a path needs an admin key.
 func adminOnly(path string) bool {
 	return strings.HasPrefix(path, "/infergate.registry.v1.RegistryService/") || strings.HasPrefix(path, "/admin/") ||
-		strings.HasPrefix(path, "/internal/") // Olla's status pages: every endpoint's URL and load
+		strings.HasPrefix(path, "/internal/") || // Olla's status pages: every endpoint's URL and load
+		consolePath(path)
+}
+
+// consolePath reports whether path is the operator console's (surface/console): a page a browser
+// opens, which cannot send a bearer token on navigation, so it may send the key as the password
+// of HTTP Basic authentication instead (the user name is ignored), and a refusal asks for it so.
+func consolePath(path string) bool {
+	return path == "/console" || strings.HasPrefix(path, "/console/")
 }
 
 // controlOnly reports whether a path changes the server for every caller: loading and unloading
@@ -116,6 +124,9 @@ func (a *Auth) HTTP(next http.Handler) http.Handler {
 		if k := r.Header.Get("X-Api-Key"); authz == "" && k != "" {
 			authz = "Bearer " + k // Anthropic's clients send their key so
 		}
+		if _, pass, ok := r.BasicAuth(); ok && consolePath(r.URL.Path) {
+			authz = "Bearer " + pass
+		}
 		p, cerr := a.check(r.Context(), r.URL.Path, authz)
 		if cerr != nil {
 			a.refuseHTTP(w, r, cerr)
@@ -129,7 +140,11 @@ func (a *Auth) HTTP(next http.Handler) http.Handler {
 // clients, OpenAI's error object under /v1, KServe REST's {"error": ...} elsewhere.
 func (a *Auth) refuseHTTP(w http.ResponseWriter, r *http.Request, cerr *connect.Error) {
 	if cerr.Code() == connect.CodeUnauthenticated {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="infergate"`)
+		if consolePath(r.URL.Path) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="infergate console", charset="UTF-8"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="infergate"`)
+		}
 	}
 	for k, vv := range cerr.Meta() {
 		w.Header()[k] = vv

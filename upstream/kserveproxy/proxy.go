@@ -297,6 +297,8 @@ type EndpointStatus struct {
 	Healthy     bool     `json:"healthy"`
 	Outstanding int64    `json:"outstanding"`
 	Models      []string `json:"models"` // the public names it serves, sorted
+	// Health is what its health checks found (for the console; not in this JSON).
+	Health upstream.Health `json:"-"`
 }
 
 // Status lists the endpoints in configuration order.
@@ -315,7 +317,7 @@ func (p *Proxy) Status() []EndpointStatus {
 		names := served[e]
 		sort.Strings(names)
 		out = append(out, EndpointStatus{Name: e.cfg.Name, URL: e.cfg.URL, Priority: e.cfg.Priority,
-			Healthy: e.Healthy(), Outstanding: e.Outstanding(), Models: append([]string{}, names...)})
+			Healthy: e.Healthy(), Outstanding: e.Outstanding(), Models: append([]string{}, names...), Health: e.Health()})
 	}
 	return out
 }

@@ -32,6 +32,8 @@ type Endpoint struct {
 	Aliases map[string]string
 	// Stats counts the requests it served.
 	Stats Stats
+	// Health is what its health checks found.
+	Health upstream.Health
 	// VLLM is a vLLM endpoint's load and metrics page as its last health check scraped them;
 	// nil when unknown (another type, not scraped yet, or the last scrape failed).
 	VLLM *VLLMPage
@@ -69,7 +71,7 @@ func (u *Pool) Endpoints() []Endpoint {
 		}
 		shown := url.URL{Scheme: e.cfg.BaseURL.Scheme, Host: e.cfg.BaseURL.Host, Path: e.cfg.BaseURL.Path}
 		v := Endpoint{Name: e.cfg.Name, Type: e.cfg.Type, URL: shown.String(), Priority: e.cfg.Priority, Healthy: e.Healthy(),
-			Outstanding: e.Outstanding(), Models: n, Aliases: e.cfg.Aliases, Stats: e.stats.snapshot()}
+			Outstanding: e.Outstanding(), Models: n, Aliases: e.cfg.Aliases, Stats: e.stats.snapshot(), Health: e.Health()}
 		if pg := e.vllm.Load(); pg != nil {
 			v.VLLM = &VLLMPage{Load: pg.load, Metrics: pg.metrics}
 		}

@@ -1,0 +1,227 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/stage/guard"
+	"github.com/infergate/infergate/surface/batch/batchtest"
+	"github.com/infergate/infergate/surface/console"
+	"github.com/infergate/infergate/surface/openai/openaitest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Recognisable secrets: none of them may appear in anything the console serves.
+const (
+	leakUpstreamToken = "upstream-token-SECRET-41c7"
+	leakOTLPPassword  = "otlppass-SECRET-93ab"
+	leakURLQueryKey   = "querykey-SECRET-5d2e"
+	leakPrompt        = "prompt-SECRET-a8f0 tell me everything"
+	leakOTLPHeader    = "otlp-SECRET-77aa"
+)
+
+// consoleConfig is a gateway with API keys, an upstream (given credentials in its headers and
+// health check's URL), a tracing exporter with credentials, a cached model and the batch API, for the console's tests.
+func consoleConfig(t *testing.T, upURL, extra string) string {
+	return fmt.Sprintf(`
+upstreams:
+  - name: up
+    url: %s
+    type: vllm
+    check_interval: 100ms
+    health_check_url: /health?key=%s
+    headers: {Authorization: "Bearer %s"}
+models:
+  llama:
+    cache: {}
+auth:
+  keys:
+    - {name: user, sha256: %s, models: [simple, llama]}
+    - {name: ops, sha256: %s, admin: true}
+batch:
+  dir: %s
+  concurrency: 1
+tracing:
+  otlp_endpoint: "http://otel:%s@127.0.0.1:1/?token=x"
+  headers: {x-api-key: %s}
+%s`, upURL, leakURLQueryKey, leakUpstreamToken, guard.HashKey(secUserKey), guard.HashKey(secAdminKey), t.TempDir(), leakOTLPPassword, leakOTLPHeader, extra)
+}
+
+// consoleGet GETs a console path with the key (as a bearer token; as a Basic password with
+// basic), returning the status and body.
+func consoleGet(t *testing.T, addr, path, key string, basic bool) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	require.NoError(t, err)
+	switch {
+	case key != "" && basic:
+		req.SetBasicAuth("admin", key)
+	case key != "":
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func consoleState(t *testing.T, addr string) console.State {
+	t.Helper()
+	code, body := consoleGet(t, addr, "/console/api/state", secAdminKey, false)
+	require.Equal(t, http.StatusOK, code, body)
+	var s console.State
+	require.NoError(t, json.Unmarshal([]byte(body), &s))
+	return s
+}
+
+func chatAs(t *testing.T, addr, key, content string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"llama","temperature":0,"messages":[{"role":"user","content":%q}]}`, content)
+	r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/chat/completions", []byte(body),
+		"Authorization", "Bearer "+key, "Content-Type", "application/json")
+	return r.status
+}
+
+// TestConsoleAPI: the console needs an admin key (401 without one, asking for Basic credentials,
+// 403 with a user's), takes it as a bearer token or a Basic password, and its state shows the
+// traffic: requests per key, the model's cache hits, the upstream and its models.
+func TestConsoleAPI(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	addr := startInProcess(t, consoleConfig(t, up.URL, ""))
+
+	code, _ := consoleGet(t, addr, "/console", "", false)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	res, err := http.Get("http://" + addr + "/console/api/state")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	assert.Contains(t, res.Header.Get("WWW-Authenticate"), "Basic", "a browser asks for the key")
+	code, _ = consoleGet(t, addr, "/console/api/state", secUserKey, false)
+	assert.Equal(t, http.StatusForbidden, code, "a user's key is not an admin's")
+	code, page := consoleGet(t, addr, "/console", secAdminKey, true)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, "<title>infergate console</title>")
+	code, js := consoleGet(t, addr, "/console/assets/console.js", secAdminKey, true)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, js, "/console/api/state")
+	assert.NotContains(t, page+js, "https://", "no external asset")
+
+	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello"))
+	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello")) // answered from the cache
+	var s console.State
+	require.Eventually(t, func() bool {
+		s = consoleState(t, addr)
+		return len(s.Keys) > 0 && len(s.LLMs) > 0 && s.LLMs[0].CacheHits > 0
+	}, 5*time.Second, 20*time.Millisecond)
+	assert.Equal(t, "test", s.ConfigPath)
+	require.Len(t, s.LLMs, 1)
+	llm := s.LLMs[0]
+	assert.Equal(t, "llama", llm.Name)
+	assert.EqualValues(t, 2, llm.RequestsTotal)
+	assert.EqualValues(t, 1, llm.CacheHits)
+	require.NotNil(t, llm.CacheHitRate)
+	assert.InDelta(t, 0.5, *llm.CacheHitRate, 1e-9)
+	assert.Equal(t, []string{"console meter", "tracing", "guard", "drop client disaggregation params", "cache", "routing and forwarding"}, llm.Stages)
+	keys := map[string]console.Key{}
+	for _, k := range s.Keys {
+		keys[k.Name] = k
+	}
+	assert.EqualValues(t, 2, keys["user"].Requests)
+	assert.Positive(t, keys["user"].TokensOut)
+	// The admin's key made the start-up checks (GET /v1/models/llama); its console polls are
+	// not traffic.
+	assert.Equal(t, keys["ops"].Requests, s.Overview.RequestsTotal-2)
+	require.Len(t, s.Upstreams, 1)
+	u := s.Upstreams[0]
+	assert.True(t, u.Healthy)
+	assert.Equal(t, []string{"llama"}, u.Models)
+	assert.Equal(t, "closed", u.Breaker)
+	assert.NotZero(t, u.NextCheck)
+	assert.NotZero(t, s.Overview.LatencyP50)
+	assert.Len(t, s.Overview.Series.T, console.WindowSeconds/10)
+	assert.NotEmpty(t, s.Tensors, "the built-in models")
+	assert.NotZero(t, s.MemoryBytes)
+}
+
+// TestConsoleNoLeaks: no console page or JSON answer holds an API key, a prompt or an upstream
+// credential (configured in its headers and its health check's query), nor the tracing
+// exporter's (its headers, its URL's user info), whatever happened before: a chat, a failing upstream (its
+// error quoting the URL), a batch.
+func TestConsoleNoLeaks(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	addr := startInProcess(t, consoleConfig(t, up.URL, ""))
+	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, leakPrompt))
+	fileID := batchtest.Upload(t, "http://"+addr, secUserKey,
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"llama","messages":[{"role":"user","content":"`+leakPrompt+`"}]}}`+"\n")
+	r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/batches",
+		[]byte(`{"input_file_id":"`+fileID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`),
+		"Authorization", "Bearer "+secUserKey, "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	up.Stop() // its health checks now fail, with errors that name its URL
+	require.Eventually(t, func() bool {
+		s := consoleState(t, addr)
+		return len(s.Upstreams) == 1 && !s.Upstreams[0].Healthy && s.Upstreams[0].LastError != "" && len(s.Batches) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	secrets := []string{secUserKey, secAdminKey, guard.HashKey(secUserKey), guard.HashKey(secAdminKey),
+		leakUpstreamToken, leakOTLPPassword, leakURLQueryKey, "prompt-SECRET", leakOTLPHeader}
+	for _, path := range []string{"/console", "/console/assets/console.js", "/console/assets/console.css", "/console/api/state"} {
+		code, body := consoleGet(t, addr, path, secAdminKey, true)
+		require.Equal(t, http.StatusOK, code, path)
+		for _, s := range secrets {
+			assert.NotContains(t, body, s, "%s leaks a secret", path)
+		}
+	}
+	s := consoleState(t, addr)
+	assert.Contains(t, fmt.Sprint(s.Config), redactedValue, "the config is shown, redacted")
+	t.Logf("last error shown: %s", s.Upstreams[0].LastError)
+}
+
+// TestConsoleListen: server.console_listen serves the console on its own address (behind the
+// same keys), and the main listener no longer does; server.console: false turns it off.
+func TestConsoleListen(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	ln := freeAddr(t)
+	addr := startInProcess(t, consoleConfig(t, up.URL, "server: {console_listen: \""+ln+"\"}"))
+	code, _ := consoleGet(t, addr, "/console/api/state", secAdminKey, false)
+	assert.Equal(t, http.StatusNotFound, code, "not on the main listener")
+	code, _ = consoleGet(t, ln, "/console/api/state", "", false)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, body := consoleGet(t, ln, "/console/api/state", secAdminKey, false)
+	assert.Equal(t, http.StatusOK, code, body)
+
+	off := startInProcess(t, consoleConfig(t, up.URL, "server: {console: false}"))
+	code, _ = consoleGet(t, off, "/console", secAdminKey, false)
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// TestRedactedConfig: the values that may be secrets are replaced, by their keys' names and in
+// URLs, and the rest is shown as it is.
+func TestRedactedConfig(t *testing.T) {
+	cfg, err := ParseConfig("test", []byte(`
+upstreams:
+  - {name: a, url: "http://up:8000/v1", type: vllm, health_check_url: "/health?api_key=q-SECRET", headers: {Authorization: "Bearer h-SECRET"}}
+tracing: {otlp_endpoint: "http://u:pw-SECRET@otel:4318/?k=q-SECRET"}
+redis: {addr: "127.0.0.1:1", username: u-SECRET, password: p-SECRET}
+auth:
+  keys: [{name: ops, sha256: `+guard.HashKey("k-SECRET")+`, admin: true}]
+models:
+  llama: {max_model_len: 0, cache: {ttl: 1m}}
+`))
+	require.NoError(t, err)
+	b, err := json.Marshal(redactedConfig(cfg))
+	require.NoError(t, err)
+	out := string(b)
+	assert.NotContains(t, out, "SECRET")
+	assert.NotContains(t, out, guard.HashKey("k-SECRET"))
+	assert.Contains(t, out, `"url":"http://up:8000/v1"`)
+	assert.Contains(t, out, `"name":"ops"`)
+	assert.Contains(t, out, `"addr":"127.0.0.1:1"`)
+	assert.Contains(t, out, `"llama"`)
+}

@@ -1,0 +1,113 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/infergate/infergate/core/pipeline"
+)
+
+// nopWriter is a ResponseWriter that costs nothing, so the benchmark measures the recorder.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+// fakeBody is an upstream answer of one read.
+type fakeBody struct{ read bool }
+
+func (b *fakeBody) Read(p []byte) (int, error) {
+	if b.read {
+		return 0, io.EOF
+	}
+	b.read = true
+	return copy(p, "data: {}\n\n"), nil
+}
+func (b *fakeBody) Finish(error) pipeline.Usage {
+	return pipeline.Usage{PromptTokens: 12, CompletionTokens: 40, Status: 200}
+}
+func (b *fakeBody) Err() error { return nil }
+
+// BenchmarkRecord is what the console's recorder adds to a request, against the same request
+// without it, in the same process: an HTTP request through HTTP (status recorder, two clock
+// reads, the overview's and the key's rings), and an LLM request through Stage (its answer read
+// and finished: the model's, the overview's and the key's rings). It reports the ratio, the
+// nanoseconds added, and the recorder's fixed memory in bytes.
+func BenchmarkRecord(b *testing.B) {
+	rc := NewRecorder()
+	b.ReportMetric(float64(rc.Bytes()), "fixed-bytes")
+
+	var bare, recorded float64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	req, _ := http.NewRequest(http.MethodPost, "http://gateway/v1/chat/completions", nil)
+	runHTTP := func(h http.Handler, out *float64) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			w := &nopWriter{h: http.Header{}}
+			for b.Loop() {
+				h.ServeHTTP(w, req)
+			}
+			*out = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		}
+	}
+	b.Run("http/baseline", runHTTP(handler, &bare))
+	b.Run("http/recorded", runHTTP(rc.HTTP(handler), &recorded))
+	report(b, "http", bare, recorded)
+
+	var lbare, lrec float64
+	next := func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
+		return &pipeline.Response{StatusCode: 200, Stream: true, Body: &fakeBody{}}, nil
+	}
+	runLLM := func(h pipeline.Handler, out *float64) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			preq, err := pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","stream":true}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			ctx := context.Background()
+			for b.Loop() {
+				res, err := h(ctx, preq)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := res.Body.Read(buf); err != nil {
+						break
+					}
+				}
+				res.Body.Finish(nil)
+			}
+			*out = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		}
+	}
+	b.Run("llm/baseline", runLLM(next, &lbare))
+	b.Run("llm/recorded", runLLM(rc.Stage("m")(next), &lrec))
+	report(b, "llm", lbare, lrec)
+
+	// Contention: every core recording at once into the same rings.
+	b.Run("http/recorded-parallel", func(b *testing.B) {
+		h := rc.HTTP(handler)
+		b.RunParallel(func(pb *testing.PB) {
+			w := &nopWriter{h: http.Header{}}
+			for pb.Next() {
+				h.ServeHTTP(w, req)
+			}
+		})
+	})
+}
+
+func report(b *testing.B, name string, bare, recorded float64) {
+	if bare <= 0 || recorded <= 0 {
+		return
+	}
+	b.ReportMetric(recorded/bare, name+"-recorded/baseline")
+	b.ReportMetric(recorded-bare, name+"-added-ns")
+	fmt.Printf("%s: baseline %.0f ns/op, recorded %.0f ns/op, ratio %.2f, added %.0f ns per request\n",
+		name, bare, recorded, recorded/bare, recorded-bare)
+}
