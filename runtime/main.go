@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -51,6 +52,7 @@ func run(args []string) error {
 	configPath := fs.String("config", "", "YAML config file (upstreams, Redis, registry); see runtime/infergate.example.yaml. INFERGATE_* variables override it")
 	ollaPath := fs.String("olla-config", "", "an Olla config file to run with, converted as `infergate import-olla` prints it (its notes are logged); without -listen, Olla's address")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	pprofListen := fs.String("pprof-listen", "", "address to serve Go's profiler (/debug/pprof/) on, e.g. 127.0.0.1:6060; off when empty. Never expose it: it has no authentication")
 	role := fs.String("role", app.RoleGateway, "gateway (every surface, and batch lines unless batch.worker is false) or batch-worker (batch lines only; serves just /metrics and /health)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -128,6 +130,13 @@ func run(args []string) error {
 	defer stop()
 	// A burst's memory goes back to the OS once the process is idle again.
 	go memrelease.Run(ctx, memrelease.Options{Logger: logger})
+	if *pprofListen != "" {
+		stopProfiler, err := serveProfiler(*pprofListen, logger)
+		if err != nil {
+			return err
+		}
+		defer stopProfiler()
+	}
 
 	served := make(chan error, 1)
 	if *role == app.RoleBatchWorker {
@@ -157,6 +166,25 @@ func run(args []string) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// serveProfiler serves net/http/pprof's handlers on their own listener, apart from the
+// gateway's port and its API keys: for an operator on the host, never for the network.
+func serveProfiler(addr string, logger *slog.Logger) (stop func(), _ error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-pprof-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Warn("serving Go's profiler, unauthenticated", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 // workerServer serves a batch worker's /metrics and /health: a worker takes no traffic of its own.

@@ -1,0 +1,498 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/surface/openai/openaitest"
+)
+
+// BenchmarkHotPath measures the OpenAI proxy's hot path as issue 39 states its goal: the binary
+// in front of a fake vLLM upstream, against calling the upstream directly and against nginx as
+// a plain keep-alive reverse proxy of the same upstream (when nginx is on PATH: Debian's
+// nginx-light), in interleaved rounds, every process on the same machine. Run it alone:
+//
+//	go test ./runtime/app -run '^$' -bench HotPath -benchtime 1x
+//
+// INFERGATE_HOTPATH_ROUNDS (default 3) and INFERGATE_HOTPATH_SECONDS (default 3, per arm and
+// load) set its length. Each round measures, for every arm in turn:
+//   - c=64: non-streaming chat completions from 64 keep-alive connections, as fast as they go;
+//   - c=1: the same from one connection, for the added median latency;
+//   - stream: time to the first byte of a 16-chunk stream's body, one at a time.
+//
+// The arms: direct (the upstream), nginx (2 workers, keep-alive to the upstream, buffering off
+// as a streaming gateway needs, no access log), infergate (the default config: metrics on,
+// tracing configured but not sampling, no request log) and infergate+keys (the same with an API
+// key checked on every request). The load client speaks HTTP/1.1 over raw connections with
+// pre-built requests, so that it spends as little of the two cores as it can. Reported: medians
+// over the rounds, and the ratios the goal is stated in.
+func BenchmarkHotPath(b *testing.B) {
+	rounds, seconds := envInt(b, "INFERGATE_HOTPATH_ROUNDS", 3), envInt(b, "INFERGATE_HOTPATH_SECONDS", 3)
+	up := openaitest.Start(b, "up", "llama")
+	up.SetStream(16, 0)
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "infergate")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	upAddr := strings.TrimPrefix(up.URL, "http://")
+	type arm struct {
+		name, addr string
+		auth       string
+		pids       []int  // the processes serving it, for strace
+		pprof      string // the infergate binary's profiler
+	}
+	arms := []arm{{name: "direct", addr: upAddr}}
+	if nginx, err := exec.LookPath("nginx"); err == nil {
+		addr, pids := startNginx(b, nginx, dir, upAddr)
+		arms = append(arms, arm{name: "nginx", addr: addr, pids: pids})
+	} else {
+		b.Log("nginx is not on PATH (apt-get install nginx-light): no nginx arm")
+	}
+	gw := func(name, extra string) arm {
+		cfg := filepath.Join(dir, name+".yaml")
+		conf := fmt.Sprintf("builtin_models: false\nupstreams:\n  - {name: up, url: %s, type: vllm}\n"+
+			"tracing: {otlp_endpoint: 'http://127.0.0.1:1', level: [OFF]}\n%s", up.URL, extra)
+		if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		addr, pprofAddr := freeAddrB(b), freeAddrB(b)
+		cmd := exec.Command(bin, "-listen", addr, "-config", cfg, "-log-level", "error", "-pprof-listen", pprofAddr)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return arm{name: name, addr: addr, pids: []int{cmd.Process.Pid}, pprof: pprofAddr}
+	}
+	keyed := gw("infergate+keys", "auth:\n  keys:\n    - {name: bench, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n")
+	keyed.auth = "test" // sha256("test") above
+	arms = append(arms, gw("infergate", ""), keyed)
+	for _, a := range arms {
+		waitChat(b, a.addr, a.auth)
+	}
+
+	chat := `{"model":"llama","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about the weather in Paris."}],"temperature":0.7,"max_tokens":64}`
+	stream := `{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	type result struct{ rps, p50, ttfb []float64 }
+	res := map[string]*result{}
+	dur := time.Duration(seconds) * time.Second
+	for r := range rounds {
+		for _, a := range arms {
+			x := res[a.name]
+			if x == nil {
+				x = &result{}
+				res[a.name] = x
+			}
+			rps, _ := load(b, a.addr, a.auth, chat, 64, dur)
+			_, lat := load(b, a.addr, a.auth, chat, 1, dur)
+			ttfb := firstEvents(b, a.addr, a.auth, stream, dur)
+			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(lat)), append(x.ttfb, median(ttfb))
+			b.Logf("round %d %-15s c=64 %8.0f req/s   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs", r+1, a.name, rps, median(lat), median(ttfb))
+		}
+	}
+	// What a request costs each proxy, from a c=64 load of its own after the rounds:
+	// allocations (the binary's own counter), and, with INFERGATE_HOTPATH_STRACE=1, system
+	// calls (strace -c on its processes, which slows them: counts only). With
+	// INFERGATE_HOTPATH_PROFILE=DIR, the infergate arm's CPU profile during such a load is saved
+	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof).
+	for _, a := range arms {
+		if a.pprof == "" {
+			continue
+		}
+		before := mallocs(b, a.addr)
+		load(b, a.addr, a.auth, chat, 64, dur)
+		after := mallocs(b, a.addr)
+		b.ReportMetric((after.mallocs-before.mallocs)/(after.requests-before.requests), a.name+"-allocs/req")
+	}
+	if dir := os.Getenv("INFERGATE_HOTPATH_PROFILE"); dir != "" {
+		for _, a := range arms {
+			if a.name == "infergate" {
+				profile(b, a.pprof, filepath.Join(dir, "infergate.cpu.pprof"), func() { load(b, a.addr, a.auth, chat, 64, dur) })
+			}
+		}
+	}
+	if os.Getenv("INFERGATE_HOTPATH_STRACE") != "" {
+		for _, a := range arms {
+			if a.name == "direct" {
+				continue
+			}
+			var reqs float64
+			calls := straceCalls(b, a.pids, func() {
+				_, lat := load(b, a.addr, a.auth, chat, 64, dur)
+				reqs = float64(len(lat))
+			})
+			total := 0
+			var top []string
+			for _, k := range slices.SortedFunc(maps.Keys(calls), func(x, y string) int { return calls[y] - calls[x] }) {
+				total += calls[k]
+				if len(top) < 8 {
+					top = append(top, fmt.Sprintf("%s %.2f", k, float64(calls[k])/reqs))
+				}
+			}
+			b.ReportMetric(float64(total)/reqs, a.name+"-syscalls/req")
+			b.Logf("%s: %.2f system calls a request: %s", a.name, float64(total)/reqs, strings.Join(top, ", "))
+		}
+	}
+
+	med := func(name string, f func(*result) []float64) float64 { return median(f(res[name])) }
+	rps := func(x *result) []float64 { return x.rps }
+	p50 := func(x *result) []float64 { return x.p50 }
+	ttfb := func(x *result) []float64 { return x.ttfb }
+	for _, a := range arms {
+		b.ReportMetric(med(a.name, rps), a.name+"-req/s")
+	}
+	b.ReportMetric(med("infergate", rps)/med("direct", rps), "c64-x-direct")
+	b.ReportMetric(med("infergate+keys", rps)/med("infergate", rps), "keys-x-infergate")
+	added := func(name string, f func(*result) []float64) float64 {
+		return med(name, f) - med("direct", f)
+	}
+	b.ReportMetric(added("infergate", p50), "c1-added-us")
+	b.ReportMetric(added("infergate", ttfb), "ttfb-added-us")
+	if res["nginx"] != nil {
+		b.ReportMetric(med("nginx", rps)/med("direct", rps), "nginx-c64-x-direct")
+		b.ReportMetric(med("infergate", rps)/med("nginx", rps), "c64-x-nginx")
+		b.ReportMetric(added("nginx", p50), "nginx-c1-added-us")
+		b.ReportMetric(added("nginx", ttfb), "nginx-ttfb-added-us")
+		b.ReportMetric(added("infergate", p50)/added("nginx", p50), "c1-added-x-nginx")
+		b.ReportMetric(added("infergate", ttfb)/added("nginx", ttfb), "ttfb-added-x-nginx")
+	}
+}
+
+// startNginx runs nginx as a plain keep-alive reverse proxy of upstream and returns its address
+// and its processes (master and workers).
+func startNginx(b *testing.B, nginx, dir, upstream string) (string, []int) {
+	addr := freeAddrB(b)
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `worker_processes 2;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream up { server %[2]s; keepalive 256; }
+  server {
+    listen %[3]s;
+    keepalive_requests 1000000;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`, dir, upstream, addr), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(nginx, "-c", conf, "-p", dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitChat(b, addr, "")
+	pids := []int{cmd.Process.Pid}
+	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return addr, pids
+}
+
+type counters struct{ mallocs, requests float64 }
+
+// mallocs reads the gateway's allocation count and its OpenAI requests from /metrics.
+func mallocs(b *testing.B, addr string) counters {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	var c counters
+	s := bufio.NewScanner(res.Body)
+	s.Buffer(nil, 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch {
+		case f[0] == "go_memstats_mallocs_total":
+			c.mallocs = v
+		case strings.HasPrefix(f[0], "infergate_openai_requests_total{"):
+			c.requests += v
+		}
+	}
+	if c.requests == 0 {
+		b.Fatalf("no infergate_openai_requests_total in %s/metrics", addr)
+	}
+	return c
+}
+
+// profile saves a CPU profile of the binary whose profiler is at pprofAddr while run runs.
+func profile(b *testing.B, pprofAddr, file string, run func()) {
+	done := make(chan error, 1)
+	go func() {
+		res, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=2")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer res.Body.Close()
+		f, err := os.Create(file)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, res.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	run()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("CPU profile: go tool pprof -top %s", file)
+}
+
+// straceCalls counts the system calls pids make while run runs (strace -c).
+func straceCalls(b *testing.B, pids []int, run func()) map[string]int {
+	out := filepath.Join(b.TempDir(), "strace.txt")
+	args := []string{"-c", "-f", "-o", out}
+	for _, p := range pids {
+		args = append(args, "-p", strconv.Itoa(p))
+	}
+	cmd := exec.Command("strace", args...)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("strace: %v", err)
+	}
+	time.Sleep(time.Second) // attached
+	run()
+	_ = cmd.Process.Signal(os.Interrupt)
+	_ = cmd.Wait()
+	text, err := os.ReadFile(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(string(text), "\n") {
+		f := strings.Fields(line)
+		// % time, seconds, usecs/call, calls, [errors,] syscall
+		if len(f) < 5 || f[len(f)-1] == "total" || f[len(f)-1] == "syscall" {
+			continue
+		}
+		if n, err := strconv.Atoi(f[3]); err == nil {
+			calls[f[len(f)-1]] += n
+		}
+	}
+	return calls
+}
+
+// waitChat waits until a chat request through addr succeeds.
+func waitChat(b *testing.B, addr, auth string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := dialH1(addr, auth, `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`)
+		if err == nil {
+			_, err = c.do()
+			c.Close()
+		}
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never answered a chat request: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// load sends the chat request from c keep-alive connections for d and returns the rate and each
+// request's latency.
+func load(b *testing.B, addr, auth, body string, c int, d time.Duration) (float64, []float64) {
+	conns := make([]*h1Conn, c)
+	for i := range conns {
+		var err error
+		if conns[i], err = dialH1(addr, auth, body); err != nil {
+			b.Fatal(err)
+		}
+		defer conns[i].Close()
+		if _, err := conns[i].do(); err != nil { // warm: the connection's first request
+			b.Fatal(err)
+		}
+	}
+	var stop atomic.Bool
+	lats := make([][]float64, c)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for i, conn := range conns {
+		wg.Go(func() {
+			for !stop.Load() {
+				s := time.Now()
+				if _, err := conn.do(); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				lats[i] = append(lats[i], float64(time.Since(s).Nanoseconds())/1e3)
+			}
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("%s: %v", addr, err)
+	}
+	all := slices.Concat(lats...)
+	return float64(len(all)) / elapsed.Seconds(), all
+}
+
+// firstEvents streams one request at a time for d and returns each one's time to its first SSE
+// event, in µs.
+func firstEvents(b *testing.B, addr, auth, body string, d time.Duration) []float64 {
+	conn, err := dialH1(addr, auth, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	var out []float64
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		first, err := conn.do()
+		if err != nil {
+			b.Fatalf("%s: %v", addr, err)
+		}
+		out = append(out, float64(first.Nanoseconds())/1e3)
+	}
+	return out[min(len(out)-1, 10):] // the first few warm up
+}
+
+// h1Conn is a minimal HTTP/1.1 client connection sending one pre-built POST again and again.
+type h1Conn struct {
+	net.Conn
+	br  *bufio.Reader
+	req []byte
+}
+
+func dialH1(addr, auth, body string) (*h1Conn, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	h := "POST /v1/chat/completions HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
+	if auth != "" {
+		h += "Authorization: Bearer " + auth + "\r\n"
+	}
+	return &h1Conn{Conn: nc, br: bufio.NewReaderSize(nc, 64<<10), req: []byte(h + "\r\n" + body)}, nil
+}
+
+var errStatus = errors.New("not a 200")
+
+// do sends the request and reads the whole answer, Content-Length or chunked; it returns the
+// time from sending to the first byte of the body.
+func (c *h1Conn) do() (time.Duration, error) {
+	start := time.Now()
+	if _, err := c.Write(c.req); err != nil {
+		return 0, err
+	}
+	line, err := c.br.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !bytes.HasPrefix(line, []byte("HTTP/1.1 200")) {
+		return 0, fmt.Errorf("%w: %q", errStatus, line)
+	}
+	length, chunked := -1, false
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		k, v, _ := bytes.Cut(line, []byte(":"))
+		v = bytes.TrimSpace(v)
+		switch {
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			length, _ = strconv.Atoi(string(v))
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(v, []byte("chunked"))
+		}
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		return 0, err
+	}
+	first := time.Since(start)
+	if !chunked {
+		if length < 0 {
+			return 0, errors.New("neither Content-Length nor chunked")
+		}
+		_, err := c.br.Discard(length)
+		return first, err
+	}
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
+		if err != nil {
+			return 0, fmt.Errorf("chunk size %q: %w", line, err)
+		}
+		if _, err := c.br.Discard(int(n) + 2); err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return first, nil
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
