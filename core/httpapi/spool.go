@@ -1,12 +1,12 @@
 package httpapi
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"sync/atomic"
 )
 
 // Spool is a request body read once from the client and then read as often as the gateway needs
@@ -15,80 +15,139 @@ import (
 // of memory, as nginx's request buffering does; the file is unlinked as soon as it is created,
 // so nothing is left behind when the process dies, and its space is freed by Close.
 type Spool struct {
-	head []byte
-	file *os.File // the bytes after head; nil when the body fit in memory
-	size int64
+	head   []byte
+	file   *os.File // the bytes after head; nil when the body fit in memory
+	size   int64
+	budget *SpoolBudget // what size is counted against, until Close
 }
 
 // ErrSpool marks SpoolBody's failures that are the gateway's own (its temporary file could not
 // be made or written), not the client's.
 var ErrSpool = errors.New("spooling the request body")
 
-// SpoolBody reads r's body into a Spool: up to memLimit bytes in memory, the rest in a file in
-// dir (os.TempDir() when empty). A body over limit (announced by Content-Length, or found so while
-// reading) is an *http.MaxBytesError, with nothing kept.
-func SpoolBody(r *http.Request, limit int64, memLimit int, dir string) (*Spool, error) {
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
+// ErrSpoolFull is SpoolBody's error when the body would take its SpoolBudget past its cap.
+var ErrSpoolFull = errors.New("the gateway holds as many request bodies as it may: retry later")
+
+// SpoolOptions configures SpoolBody.
+type SpoolOptions struct {
+	// Limit is the largest body accepted.
+	Limit int64
+	// Memory is how many of the body's bytes are held in memory; the rest go to a file.
+	Memory int
+	// Dir is where the file is made; os.TempDir() when empty.
+	Dir string
+	// Budget, when set, caps the bytes of every spool that shares it, together.
+	Budget *SpoolBudget
+}
+
+// SpoolBudget caps what the spools sharing it hold at once, in memory and on disk together: a
+// server's bound on the space its concurrent uploads take, whatever each one's size.
+type SpoolBudget struct{ left atomic.Int64 }
+
+// NewSpoolBudget is a budget of n bytes.
+func NewSpoolBudget(n int64) *SpoolBudget {
+	b := &SpoolBudget{}
+	b.left.Store(n)
+	return b
+}
+
+// take reserves n bytes, or reports that they are not there.
+func (b *SpoolBudget) take(n int64) bool {
+	if b == nil {
+		return true
 	}
-	if memLimit < 0 || int64(memLimit) > limit {
-		memLimit = int(limit)
+	if b.left.Add(-n) < 0 {
+		b.left.Add(n)
+		return false
 	}
-	s := &Spool{}
-	if r.ContentLength >= 0 && r.ContentLength <= int64(memLimit) {
+	return true
+}
+
+func (b *SpoolBudget) give(n int64) {
+	if b != nil {
+		b.left.Add(n)
+	}
+}
+
+// spoolChunk is how much SpoolBody reads at a time.
+const spoolChunk = 32 << 10
+
+// SpoolBody reads r's body into a Spool: up to o.Memory bytes in memory, the rest in a file. A
+// body over o.Limit (announced by Content-Length, or found so while reading) is an
+// *http.MaxBytesError, one past o.Budget ErrSpoolFull, a failure of the file ErrSpool; on any
+// error nothing is kept.
+func SpoolBody(r *http.Request, o SpoolOptions) (_ *Spool, err error) {
+	if r.ContentLength > o.Limit {
+		return nil, &http.MaxBytesError{Limit: o.Limit}
+	}
+	mem := int64(max(o.Memory, 0))
+	s := &Spool{budget: o.Budget}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if r.ContentLength >= 0 && r.ContentLength <= mem {
+		if !s.grow(r.ContentLength) {
+			return nil, ErrSpoolFull
+		}
 		s.head = make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, s.head); err != nil {
 			return nil, err
 		}
-		s.size = r.ContentLength
 		return s, nil
 	}
-	// Unknown length, or more than memory holds: fill the head (growing as it reads, so that a
-	// small chunked body costs its size), then the file with whatever follows.
-	var head bytes.Buffer
 	if r.ContentLength > 0 {
-		head.Grow(memLimit)
+		s.head = make([]byte, 0, mem) // it will fill
 	}
-	if _, err := head.ReadFrom(io.LimitReader(r.Body, int64(memLimit))); err != nil {
-		return nil, err
-	}
-	s.head, s.size = head.Bytes(), int64(head.Len())
-	if s.size < int64(memLimit) {
-		return s, nil // the body ended in memory's bound
-	}
-	var first [1]byte
-	switch n, err := io.ReadFull(r.Body, first[:]); {
-	case n == 0 && (err == io.EOF || err == io.ErrUnexpectedEOF):
-		return s, nil // exactly memLimit bytes
-	case err != nil:
-		return nil, err
-	}
-	f, err := os.CreateTemp(dir, "infergate-body-*")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSpool, err)
-	}
-	// Unlinked at once: the open file is all that holds its space.
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w: %w", ErrSpool, err)
-	}
-	s.file = f
-	rest := limit - s.size // what the file may hold
-	n, err := io.Copy(f, io.MultiReader(bytes.NewReader(first[:]), io.LimitReader(r.Body, rest)))
-	s.size += n
-	switch {
-	case err != nil:
-		s.Close()
-		var pe *os.PathError
-		if errors.As(err, &pe) { // the file's, not the client's
-			err = fmt.Errorf("%w: %w", ErrSpool, err)
+	body := http.MaxBytesReader(nil, r.Body, o.Limit)
+	chunk := make([]byte, spoolChunk)
+	for {
+		n, rerr := body.Read(chunk)
+		if n > 0 {
+			if !s.grow(int64(n)) {
+				return nil, ErrSpoolFull
+			}
+			if s.file == nil && int64(len(s.head)+n) <= mem {
+				s.head = append(s.head, chunk[:n]...)
+			} else if err := s.write(chunk[:n], o.Dir); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSpool, err)
+			}
 		}
-		return nil, err
-	case n > rest:
-		s.Close()
-		return nil, &http.MaxBytesError{Limit: limit}
+		if rerr == io.EOF {
+			return s, nil
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
 	}
-	return s, nil
+}
+
+// grow counts n more bytes against the budget.
+func (s *Spool) grow(n int64) bool {
+	if !s.budget.take(n) {
+		return false
+	}
+	s.size += n
+	return true
+}
+
+// write appends p, already counted in size, to the file, making it first. The file is unlinked
+// at once: the open file is all that holds its space.
+func (s *Spool) write(p []byte, dir string) error {
+	if s.file == nil {
+		f, err := os.CreateTemp(dir, "infergate-body-*")
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(f.Name()); err != nil {
+			f.Close()
+			return err
+		}
+		s.file = f
+	}
+	_, err := s.file.Write(p)
+	return err
 }
 
 // NewSpool is a Spool of bytes already in memory (a body read otherwise, a test's form).
@@ -132,6 +191,8 @@ func (s *Spool) Section(off, n int64) *io.SectionReader { return io.NewSectionRe
 // Close frees the file's space; the Spool must not be read after. It is safe to call more than
 // once, and on a Spool held only in memory.
 func (s *Spool) Close() error {
+	s.budget.give(s.size)
+	s.budget = nil // given back once
 	if s.file == nil {
 		return nil
 	}

@@ -28,7 +28,7 @@ func TestSpoolBody(t *testing.T) {
 		if chunked {
 			r.ContentLength = -1
 		}
-		return SpoolBody(r, limit, mem, dir)
+		return SpoolBody(r, SpoolOptions{Limit: limit, Memory: mem, Dir: dir})
 	}
 	for _, tc := range []struct {
 		name    string
@@ -86,17 +86,39 @@ func TestSpoolBody(t *testing.T) {
 	broken := errors.New("client went away")
 	r := httptest.NewRequest("POST", "/", io.MultiReader(bytes.NewReader(body[:20_000]), iotest.ErrReader(broken)))
 	r.ContentLength = -1
-	_, err = SpoolBody(r, 1<<20, 4096, dir)
+	_, err = SpoolBody(r, SpoolOptions{Limit: 1 << 20, Memory: 4096, Dir: dir})
 	require.ErrorIs(t, err, broken)
 	assert.NotErrorIs(t, err, ErrSpool, "the client's failure, not the gateway's")
 	r = httptest.NewRequest("POST", "/", bytes.NewReader(body[:20_000]))
 	r.ContentLength = 30_000
-	_, err = SpoolBody(r, 1<<20, 40_000, dir)
+	_, err = SpoolBody(r, SpoolOptions{Limit: 1 << 20, Memory: 40_000, Dir: dir})
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF, "shorter than announced")
 
 	r = httptest.NewRequest("POST", "/", bytes.NewReader(body))
-	_, err = SpoolBody(r, 1<<20, 4096, dir+"/no-such-dir")
+	_, err = SpoolBody(r, SpoolOptions{Limit: 1 << 20, Memory: 4096, Dir: dir + "/no-such-dir"})
 	require.ErrorIs(t, err, ErrSpool, "no place to spool is the gateway's failure")
 	files, _ := os.ReadDir(dir)
+	assert.Empty(t, files)
+
+	// A budget shared by spools: what they hold together stays under it, a body that would pass
+	// it is refused whole, and what a spool held is given back when it is closed.
+	budget := NewSpoolBudget(150_000)
+	opts := SpoolOptions{Limit: 1 << 20, Memory: 4096, Dir: dir, Budget: budget}
+	r = httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	a, err := SpoolBody(r, opts)
+	require.NoError(t, err)
+	r = httptest.NewRequest("POST", "/", bytes.NewReader(body))
+	r.ContentLength = -1
+	_, err = SpoolBody(r, opts)
+	require.ErrorIs(t, err, ErrSpoolFull)
+	r = httptest.NewRequest("POST", "/", bytes.NewReader(body[:40_000]))
+	c, err := SpoolBody(r, opts)
+	require.NoError(t, err, "what the refused one took was given back")
+	assert.EqualValues(t, 10_000, budget.left.Load())
+	require.NoError(t, a.Close())
+	require.NoError(t, a.Close())
+	require.NoError(t, c.Close())
+	assert.EqualValues(t, 150_000, budget.left.Load(), "all given back, once")
+	files, _ = os.ReadDir(dir)
 	assert.Empty(t, files)
 }

@@ -27,6 +27,7 @@ import (
 // file after it untouched), is sent again, whole, to the next endpoint when the first fails, and
 // costs the gateway a small fraction of its size in memory: the rest waits in a temporary file
 // that is already unlinked while the request runs, so nothing is left in the spool directory.
+// A form past the body limit is a 413, one past what all forms may hold together a 503.
 func TestFormSpooled(t *testing.T) {
 	spoolDir := t.TempDir()
 	var failed, served atomic.Int64
@@ -128,4 +129,16 @@ func TestFormSpooled(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
 	files, _ = os.ReadDir(spoolDir)
 	assert.Empty(t, files)
+
+	// Past what all forms in flight may hold together: a 503 to retry, not a 413.
+	full := openai.NewProxy(u, openai.ProxyOptions{MaxSpoolBytes: 4 << 20, FormMemoryBytes: 64 << 10, SpoolDir: spoolDir})
+	m = http.NewServeMux()
+	full.Mount(m, nil)
+	rec = httptest.NewRecorder()
+	req = httptest.NewRequest("POST", "/v1/audio/transcriptions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	m.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.Contains(t, rec.Body.String(), "server_busy")
 }

@@ -32,7 +32,7 @@ func FuzzFormRequest(f *testing.F) {
 		// The same form spooled half to disk reads the same.
 		hr := httptest.NewRequest("POST", "/v1/audio/transcriptions", bytes.NewReader(body))
 		hr.ContentLength = -1
-		spool, err := httpapi.SpoolBody(hr, 1<<20, len(body)/2, t.TempDir())
+		spool, err := httpapi.SpoolBody(hr, httpapi.SpoolOptions{Limit: 1 << 20, Memory: len(body) / 2, Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

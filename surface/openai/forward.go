@@ -110,7 +110,12 @@ func (p *Proxy) readRequest(r *http.Request) (req *pipeline.Request, done func()
 		return pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error())
 	}
 	if isForm(r) && slices.Contains(AudioPaths, r.URL.Path) {
-		form, err := httpapi.SpoolBody(r, p.opts.MaxBodyBytes, p.opts.FormMemoryBytes, p.opts.SpoolDir)
+		form, err := httpapi.SpoolBody(r, httpapi.SpoolOptions{Limit: p.opts.MaxBodyBytes,
+			Memory: p.opts.FormMemoryBytes, Dir: p.opts.SpoolDir, Budget: p.spoolBudget})
+		if errors.Is(err, httpapi.ErrSpoolFull) {
+			return nil, nil, pipeline.Unavailable("server_busy", time.Second,
+				"The gateway is holding as many uploaded forms as it may; retry shortly.")
+		}
 		if errors.Is(err, httpapi.ErrSpool) {
 			return nil, nil, pipeline.ServerError(http.StatusInternalServerError, "spool_failed",
 				"The gateway could not hold the form: "+err.Error())

@@ -59,9 +59,12 @@ type ProxyOptions struct {
 	MaxBodyBytes int64
 	// FormMemoryBytes is how much of a multipart form (the audio routes) is held in memory; the
 	// rest waits in a temporary file in SpoolDir (default: os.TempDir(), $TMPDIR) until it is
-	// sent. Default 1 MiB.
+	// sent. Default 1 MiB. MaxSpoolBytes caps what all forms being received or sent hold at
+	// once, in memory and on disk; a form that would pass it is refused with a 503 and
+	// Retry-After. Default 2 GiB.
 	FormMemoryBytes int
 	SpoolDir        string
+	MaxSpoolBytes   int64
 	// Ready, when set, makes /health report 503 once it returns false (the gateway draining).
 	Ready func() bool
 	// Stages, when set, returns the interceptors a model's requests pass through before the
@@ -97,6 +100,8 @@ type Proxy struct {
 	chains atomic.Pointer[map[string]pipeline.Handler]
 	// affinity pins Olla's sticky sessions (X-Olla-Session-ID) to endpoints.
 	affinity *affinity
+	// spoolBudget is MaxSpoolBytes, shared by the forms in flight.
+	spoolBudget *httpapi.SpoolBudget
 }
 
 // New validates the endpoints and builds the pool and the proxy on it: NewUpstreams, then
@@ -117,10 +122,13 @@ func NewProxy(u *openaipool.Pool, opts ProxyOptions) *Proxy {
 	if opts.FormMemoryBytes <= 0 {
 		opts.FormMemoryBytes = 1 << 20
 	}
+	if opts.MaxSpoolBytes <= 0 {
+		opts.MaxSpoolBytes = 2 << 30
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 20
 	}
-	p := &Proxy{Pool: u, opts: opts, affinity: newAffinity()}
+	p := &Proxy{Pool: u, opts: opts, affinity: newAffinity(), spoolBudget: httpapi.NewSpoolBudget(opts.MaxSpoolBytes)}
 	u.OnRebuild(p.rechain)
 	return p
 }
