@@ -198,13 +198,16 @@ batch: {dir: %s, concurrency: 1, chunk_lines: 1}
 	assert.NotEqual(t, "0.00%", width)
 	screenshot(t, ctx, "console-desktop")
 
-	// An upstream that dies turns red within one health interval (and the page's poll).
+	require.Eventually(t, func() bool { return done() == 12 }, 15*time.Second, 50*time.Millisecond, "the batch ends")
+
+	// An upstream that dies with no request on it turns red within one health interval (and the
+	// page's poll): its next health check finds it.
 	b.Stop()
 	killed := time.Now()
 	require.Eventually(t, func() bool { return eval[string](t, ctx, ups) == "a:up,b:down" },
 		interval+2*time.Second, 25*time.Millisecond, "b turns red")
 	t.Logf("b shown down %v after it stopped (health interval %v)", time.Since(killed).Round(10*time.Millisecond), interval)
-	require.Eventually(t, func() bool { return done() == 12 }, 15*time.Second, 50*time.Millisecond, "the batch ends")
+	assert.NotEmpty(t, eval[string](t, ctx, `document.querySelector('tr[data-upstream="b"] td.err').textContent`), "with its error")
 
 	// At phone width, in dark mode: nothing wider than the screen but the tables' scrollers, and
 	// a dark background with light text.

@@ -27,7 +27,9 @@ import (
 // requests, from every surface (OpenAI HTTP, OpenAIService over gRPC and Connect, the KServe
 // bridge, batch workers), pass through them, outermost first, before the upstream exchange:
 //
-//	tracing: a span for the request, as Triton's trace settings sample (an upstream call is
+//	console meter: the operator console's figures of the model (requests, refusals, latency,
+//	  time to first token, tokens, cache hits), when the console is on (server.console)
+//	  -> tracing: a span for the request, as Triton's trace settings sample (an upstream call is
 //	  its child, and the upstream gets its traceparent)
 //	  -> guard (API key limits, rate limits, load shedding)
 //	  -> chat sessions: a turn of a stored conversation gets its history, trimmed to the

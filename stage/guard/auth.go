@@ -22,8 +22,8 @@ import (
 // arrive, before any of its messages is read or decompressed. A request with a valid key carries
 // its Principal in its context; without one it is refused with the protocol's 401 /
 // UNAUTHENTICATED. Health checks, metrics and server reflection need no key; loading and
-// unloading models needs a key with the control permission (or admin); the backend registry and
-// the admin endpoint need an admin key.
+// unloading models needs a key with the control permission (or admin); the backend registry,
+// the admin endpoint and the operator console need an admin key.
 type Auth struct {
 	keys KeyStore
 	log  *logthrottle.Throttle // a key store that fails, fails every request: one line per interval

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -205,4 +206,34 @@ func TestStaticKeysValidation(t *testing.T) {
 	assert.False(t, p.MayUse("other"))
 	_, err = keys.Lookup(context.Background(), "K")
 	assert.ErrorIs(t, err, guard.ErrUnknownKey)
+}
+
+// The operator console is an admin's, and a browser opens it: the key may come as a Basic
+// password there (and only there), and a refusal asks for one.
+func TestAuthConsole(t *testing.T) {
+	keys, err := guard.NewStaticKeys([]guard.KeyConfig{{Name: "user", SHA256: guard.HashKey(userKey)},
+		{Name: "ops", SHA256: guard.HashKey(adminKey), Admin: true}})
+	require.NoError(t, err)
+	h := guard.NewAuth(keys, nil).HTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(guard.PrincipalFrom(r.Context()).Name))
+	}))
+	get := func(path string, set func(*http.Request)) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		set(req)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	none := func(*http.Request) {}
+	basic := func(key string) func(*http.Request) { return func(r *http.Request) { r.SetBasicAuth("anyone", key) } }
+	w := get("/console", none)
+	assert.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Equal(t, `Basic realm="infergate console", charset="UTF-8"`, w.Header().Get("WWW-Authenticate"))
+	assert.Equal(t, http.StatusForbidden, get("/console/api/state", basic(userKey)).Code, "a user's key")
+	w = get("/console/api/state", basic(adminKey))
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "ops", w.Body.String())
+	assert.Equal(t, http.StatusOK, get("/console", func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+adminKey) }).Code)
+	assert.Equal(t, http.StatusUnauthorized, get("/v1/models", basic(userKey)).Code, "Basic is for the console only")
+	assert.Equal(t, http.StatusUnauthorized, get("/consoles", basic(adminKey)).Code, "not a console path")
 }

@@ -39,12 +39,11 @@ func (b *fakeBody) Err() error { return nil }
 // nanoseconds added, and the recorder's fixed memory in bytes.
 func BenchmarkRecord(b *testing.B) {
 	rc := NewRecorder()
-	b.ReportMetric(float64(rc.Bytes()), "fixed-bytes")
 
 	var bare, recorded float64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	req, _ := http.NewRequest(http.MethodPost, "http://gateway/v1/chat/completions", nil)
-	runHTTP := func(h http.Handler, out *float64) func(b *testing.B) {
+	runHTTP := func(h http.Handler, out, baseline *float64) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.ReportAllocs()
 			w := &nopWriter{h: http.Header{}}
@@ -52,17 +51,17 @@ func BenchmarkRecord(b *testing.B) {
 				h.ServeHTTP(w, req)
 			}
 			*out = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			report(b, "http", baseline, *out, rc)
 		}
 	}
-	b.Run("http/baseline", runHTTP(handler, &bare))
-	b.Run("http/recorded", runHTTP(rc.HTTP(handler), &recorded))
-	report(b, "http", bare, recorded)
+	b.Run("http/baseline", runHTTP(handler, &bare, nil))
+	b.Run("http/recorded", runHTTP(rc.HTTP(handler), &recorded, &bare))
 
 	var lbare, lrec float64
 	next := func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
 		return &pipeline.Response{StatusCode: 200, Stream: true, Body: &fakeBody{}}, nil
 	}
-	runLLM := func(h pipeline.Handler, out *float64) func(b *testing.B) {
+	runLLM := func(h pipeline.Handler, out, baseline *float64) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.ReportAllocs()
 			preq, err := pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","stream":true}`))
@@ -84,11 +83,11 @@ func BenchmarkRecord(b *testing.B) {
 				res.Body.Finish(nil)
 			}
 			*out = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			report(b, "llm", baseline, *out, rc)
 		}
 	}
-	b.Run("llm/baseline", runLLM(next, &lbare))
-	b.Run("llm/recorded", runLLM(rc.Stage("m")(next), &lrec))
-	report(b, "llm", lbare, lrec)
+	b.Run("llm/baseline", runLLM(next, &lbare, nil))
+	b.Run("llm/recorded", runLLM(rc.Stage("m")(next), &lrec, &lbare))
 
 	// Contention: every core recording at once into the same rings.
 	b.Run("http/recorded-parallel", func(b *testing.B) {
@@ -102,12 +101,16 @@ func BenchmarkRecord(b *testing.B) {
 	})
 }
 
-func report(b *testing.B, name string, bare, recorded float64) {
-	if bare <= 0 || recorded <= 0 {
+// report adds, to a recorded run, its ratio to the baseline run before it, the nanoseconds the
+// recorder added, and the recorder's fixed memory; a baseline run (baseline nil) reports nothing.
+func report(b *testing.B, name string, baseline *float64, recorded float64, rc *Recorder) {
+	if baseline == nil || *baseline <= 0 || recorded <= 0 {
 		return
 	}
-	b.ReportMetric(recorded/bare, name+"-recorded/baseline")
-	b.ReportMetric(recorded-bare, name+"-added-ns")
-	fmt.Printf("%s: baseline %.0f ns/op, recorded %.0f ns/op, ratio %.2f, added %.0f ns per request\n",
-		name, bare, recorded, recorded/bare, recorded-bare)
+	bare := *baseline
+	b.ReportMetric(recorded/bare, "recorded/baseline")
+	b.ReportMetric(recorded-bare, "added-ns")
+	b.ReportMetric(float64(rc.Bytes()), "fixed-bytes")
+	fmt.Printf("%s: baseline %.0f ns/op, recorded %.0f ns/op, ratio %.2f, added %.0f ns per request, fixed memory %d bytes\n",
+		name, bare, recorded, recorded/bare, recorded-bare, rc.Bytes())
 }

@@ -119,7 +119,7 @@
       el("td", {}, m.cache_entries == null ? "–" : num(m.cache_entries, 0) + " entries, " + bytes(m.cache_bytes)),
       el("td", {}, m.active_sessions == null ? "–" : num(m.active_sessions, 0)),
       el("td", {}, pct(m.disaggregated_rate)),
-      el("td", {}, el("small", {}, m.stages.join(" → "))))), "No LLM routed.");
+      el("td", { class: "stages" }, el("small", {}, m.stages.join(" → "))))), "No LLM routed.");
     fillTable("tensor-table", s.tensor_models.map((t) => el("tr", { "data-tensor": t.name },
       el("td", {}, t.name, el("small", { class: "muted" }, " v" + t.version)),
       el("td", {}, t.ready ? "ready" : "not ready"),
