@@ -39,7 +39,9 @@ import (
 // The arms: direct (the upstream), nginx (2 workers, keep-alive to the upstream, buffering off
 // as a streaming gateway needs, no access log), infergate (the default config: metrics on,
 // tracing configured but not sampling, no request log) and infergate+keys (the same with an API
-// key checked on every request). The load client speaks HTTP/1.1 over raw connections with
+// key checked on every request); with INFERGATE_HOTPATH_FLOORS=1 also the least a proxy can do
+// on net/http's server, fasthttp's and a hand-written connection loop (tools/hotpath/floor). The
+// load client speaks HTTP/1.1 over raw connections with
 // pre-built requests, so that it spends as little of the two cores as it can. Reported: medians
 // over the rounds, and the ratios the goal is stated in.
 func BenchmarkHotPath(b *testing.B) {
@@ -84,6 +86,26 @@ func BenchmarkHotPath(b *testing.B) {
 	keyed := gw("infergate+keys", "auth:\n  keys:\n    - {name: bench, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n")
 	keyed.auth = "test" // sha256("test") above
 	arms = append(arms, gw("infergate", ""), keyed)
+	if os.Getenv("INFERGATE_HOTPATH_FLOORS") != "" {
+		// The least a proxy can do on each server a Go gateway could be built on
+		// (tools/hotpath/floor): what a change of server could gain, before it is made.
+		floor := filepath.Join(dir, "floor")
+		build := exec.Command("go", "build", "-o", floor, "./floor")
+		build.Dir = filepath.Join("..", "..", "tools", "hotpath")
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("building the floors: %v\n%s", err, out)
+		}
+		for _, server := range []string{"nethttp", "fasthttp", "loop"} {
+			addr := freeAddrB(b)
+			cmd := exec.Command(floor, "-listen", addr, "-upstream", upAddr, "-server", server)
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			arms = append(arms, arm{name: "floor-" + server, addr: addr, pids: []int{cmd.Process.Pid}})
+		}
+	}
 	for _, a := range arms {
 		waitChat(b, a.addr, a.auth)
 	}
