@@ -209,4 +209,3 @@ func (c *chunked) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
