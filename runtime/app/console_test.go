@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,12 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/gen/inference"
+	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/surface/batch/batchtest"
 	"github.com/infergate/infergate/surface/console"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Recognisable secrets: none of them may appear in anything the console serves.
@@ -224,4 +229,58 @@ models:
 	assert.Contains(t, out, `"name":"ops"`)
 	assert.Contains(t, out, `"addr":"127.0.0.1:1"`)
 	assert.Contains(t, out, `"llama"`)
+}
+
+// TestConsoleTensorsAndBackends: a native gRPC inference shows in the overview (the gRPC
+// interceptor) and in the tensor model's Triton statistics; a registered backend shows with its
+// lease as a short hash, never the lease id, which lets its holder change or end it.
+func TestConsoleTensorsAndBackends(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	addr := serveYAML(t, fmt.Sprintf("upstreams:\n  - {name: up, url: %s, type: vllm, check_interval: 100ms}\n", up.URL), io.Discard)
+	conn := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in := make([]int32, 16)
+	_, err := inference.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}},
+			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}},
+		},
+		RawInputContents: [][]byte{tensor.Bytes(in), tensor.Bytes(in)}})
+	require.NoError(t, err)
+	other := openaitest.Start(t, "registered", "mistral")
+	reg, err := registryv1.NewRegistryServiceClient(conn).Register(ctx, &registryv1.RegisterRequest{
+		Backend: &registryv1.Backend{ModelName: "mistral", ModelType: registryv1.ModelType_MODEL_TYPE_CHAT,
+			ModelInput: registryv1.ModelInput_MODEL_INPUT_TEXT, Url: other.URL, BackendType: registryv1.BackendType_BACKEND_TYPE_VLLM},
+		Ttl: durationpb.New(time.Minute)})
+	require.NoError(t, err)
+
+	res, err := http.Get("http://" + addr + "/console/api/state") // keys off: the console is open
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.NotContains(t, string(body), reg.GetLeaseId())
+	var s console.State
+	require.NoError(t, json.Unmarshal(body, &s))
+	require.Len(t, s.Backends, 1)
+	assert.Equal(t, "mistral", s.Backends[0].Model)
+	assert.Equal(t, "vllm", s.Backends[0].Type)
+	assert.Len(t, s.Backends[0].Lease, 8)
+	names := []string{}
+	for _, u := range s.Upstreams {
+		names = append(names, u.Name)
+	}
+	assert.Contains(t, names, "registry:"+s.Backends[0].Lease, "its endpoint, named by the same hash")
+	var simple *console.Tensor
+	for i := range s.Tensors {
+		if s.Tensors[i].Name == "simple" {
+			simple = &s.Tensors[i]
+		}
+	}
+	require.NotNil(t, simple)
+	assert.EqualValues(t, 1, simple.Inferences)
+	assert.EqualValues(t, 1, simple.Success)
+	assert.GreaterOrEqual(t, s.Overview.RequestsTotal, int64(2), "the gRPC inference and registration")
+	assert.Empty(t, s.Keys, "keys are off")
 }

@@ -336,6 +336,7 @@ func (c *Console) upstreams(now time.Time) []Upstream {
 		if out[i].Models == nil {
 			out[i].Models = []string{}
 		}
+		out[i].Name = endpointName(out[i].Name) // after health: the breaker knows the real name
 	}
 	return out
 }
@@ -390,7 +391,7 @@ func (c *Console) llms(now time.Time, fams map[string]*dto.MetricFamily) []LLM {
 			l.Stages = c.src.Stages(m.Name)
 		}
 		for _, r := range m.Routes {
-			l.Endpoints = append(l.Endpoints, r.Endpoint)
+			l.Endpoints = append(l.Endpoints, endpointName(r.Endpoint))
 		}
 		pt := c.rec.models.Of(m.Name).Total(now, windowMinutes)
 		l.Requests = round2(pt.Rate(pt.Counts.Requests))
@@ -512,6 +513,16 @@ func safeURL(u string) string {
 		return "(not shown)"
 	}
 	return (&url.URL{Scheme: p.Scheme, Host: p.Host, Path: p.Path}).String()
+}
+
+// endpointName is how the console shows an endpoint's name: a registered backend's endpoint is
+// named after its lease (registry.EndpointName), whose id lets its holder change or end it, so
+// the id is shown as the same short hash as the backend's lease.
+func endpointName(name string) string {
+	if lease, ok := strings.CutPrefix(name, registry.EndpointName("")); ok {
+		return registry.EndpointName(shortHash(lease))
+	}
+	return name
 }
 
 // shortHash names a secret-bearing id (a lease's) without giving it away.
