@@ -119,29 +119,37 @@ func TestConsoleAPI(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello"))
 	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello")) // answered from the cache
+	// A stream of 5 chunks 20 ms apart: its first token's time, and the gaps between its tokens.
+	up.SetStream(5, 20*time.Millisecond)
+	r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/chat/completions",
+		[]byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"stream"}]}`),
+		"Authorization", "Bearer "+secUserKey, "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, r.status, r.body)
 	var s console.State
 	require.Eventually(t, func() bool {
 		s = consoleState(t, addr)
-		return len(s.Keys) > 0 && len(s.LLMs) > 0 && s.LLMs[0].CacheHits > 0
+		return len(s.Keys) > 0 && len(s.LLMs) > 0 && s.LLMs[0].RequestsTotal == 3
 	}, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "test", s.ConfigPath)
 	require.Len(t, s.LLMs, 1)
 	llm := s.LLMs[0]
 	assert.Equal(t, "llama", llm.Name)
-	assert.EqualValues(t, 2, llm.RequestsTotal)
 	assert.EqualValues(t, 1, llm.CacheHits)
 	require.NotNil(t, llm.CacheHitRate)
-	assert.InDelta(t, 0.5, *llm.CacheHitRate, 1e-9)
+	assert.InDelta(t, 0.33, *llm.CacheHitRate, 1e-9)
+	assert.Positive(t, llm.TTFTP50)
+	assert.Positive(t, llm.ITLP50)
+	assert.Positive(t, s.Overview.TTFTP50)
 	assert.Equal(t, []string{"console meter", "tracing", "guard", "drop client disaggregation params", "cache", "routing and forwarding"}, llm.Stages)
 	keys := map[string]console.Key{}
 	for _, k := range s.Keys {
 		keys[k.Name] = k
 	}
-	assert.EqualValues(t, 2, keys["user"].Requests)
+	assert.EqualValues(t, 3, keys["user"].Requests)
 	assert.Positive(t, keys["user"].TokensOut)
 	// The admin's key made the start-up checks (GET /v1/models/llama); its console polls are
 	// not traffic.
-	assert.Equal(t, keys["ops"].Requests, s.Overview.RequestsTotal-2)
+	assert.Equal(t, keys["ops"].Requests, s.Overview.RequestsTotal-3)
 	require.Len(t, s.Upstreams, 1)
 	u := s.Upstreams[0]
 	assert.True(t, u.Healthy)
