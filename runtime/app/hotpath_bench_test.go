@@ -141,7 +141,8 @@ func BenchmarkHotPath(b *testing.B) {
 	// allocations (the binary's own counter), and, with INFERGATE_HOTPATH_STRACE=1, system
 	// calls (strace -c on its processes, which slows them: counts only). With
 	// INFERGATE_HOTPATH_PROFILE=DIR, the infergate arm's CPU profile during such a load is saved
-	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof).
+	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof), and an execution
+	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits).
 	for _, a := range arms {
 		if a.pprof == "" {
 			continue
@@ -154,7 +155,8 @@ func BenchmarkHotPath(b *testing.B) {
 	if dir := os.Getenv("INFERGATE_HOTPATH_PROFILE"); dir != "" {
 		for _, a := range arms {
 			if a.name == "infergate" {
-				profile(b, a.pprof, filepath.Join(dir, "infergate.cpu.pprof"), func() { load(b, a.addr, a.auth, chat, 64, dur) })
+				profile(b, a.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), func() { load(b, a.addr, a.auth, chat, 64, dur) })
+				profile(b, a.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), func() { load(b, a.addr, a.auth, chat, 1, dur) })
 			}
 		}
 	}
@@ -310,11 +312,12 @@ func mallocs(b *testing.B, addr string) counters {
 	return c
 }
 
-// profile saves a CPU profile of the binary whose profiler is at pprofAddr while run runs.
-func profile(b *testing.B, pprofAddr, file string, run func()) {
+// profile saves a CPU profile or an execution trace (kind: profile or trace) of the binary whose
+// profiler is at pprofAddr while run runs.
+func profile(b *testing.B, pprofAddr, kind, file string, run func()) {
 	done := make(chan error, 1)
 	go func() {
-		res, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=2")
+		res, err := http.Get("http://" + pprofAddr + "/debug/pprof/" + kind + "?seconds=1")
 		if err != nil {
 			done <- err
 			return
@@ -332,7 +335,11 @@ func profile(b *testing.B, pprofAddr, file string, run func()) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("CPU profile: go tool pprof -top %s", file)
+	if kind == "trace" {
+		b.Logf("execution trace at c=1: go tool trace -pprof=sched %s > sched.pprof (or go tool trace %s)", file, file)
+		return
+	}
+	b.Logf("CPU profile at c=64: go tool pprof -top %s", file)
 }
 
 // straceCalls counts the system calls pids make while run runs (strace -c).
