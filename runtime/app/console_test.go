@@ -44,6 +44,7 @@ upstreams:
 models:
   llama:
     cache: {}
+    session: {}
 auth:
   keys:
     - {name: user, sha256: %s, models: [simple, llama]}
@@ -119,6 +120,8 @@ func TestConsoleAPI(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello"))
 	require.Equal(t, http.StatusOK, chatAs(t, addr, secUserKey, "hello")) // answered from the cache
+	status, body := sessionCall(t, addr, secUserKey, http.MethodPost, "/v1/sessions", `{"model":"llama"}`)
+	require.Equal(t, http.StatusCreated, status, body)
 	// A stream of 5 chunks 20 ms apart: its first token's time, and the gaps between its tokens.
 	up.SetStream(5, 20*time.Millisecond)
 	r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/chat/completions",
@@ -140,16 +143,22 @@ func TestConsoleAPI(t *testing.T) {
 	assert.Positive(t, llm.TTFTP50)
 	assert.Positive(t, llm.ITLP50)
 	assert.Positive(t, s.Overview.TTFTP50)
-	assert.Equal(t, []string{"console meter", "tracing", "guard", "drop client disaggregation params", "cache", "routing and forwarding"}, llm.Stages)
+	require.NotNil(t, llm.CacheEntries)
+	assert.InDelta(t, 1, *llm.CacheEntries, 0)
+	require.NotNil(t, llm.CacheBytes)
+	assert.Positive(t, *llm.CacheBytes)
+	require.NotNil(t, llm.Sessions)
+	assert.InDelta(t, 1, *llm.Sessions, 0, "the session opened above")
+	assert.Equal(t, []string{"console meter", "tracing", "guard", "drop client disaggregation params", "sessions", "cache", "routing and forwarding"}, llm.Stages)
 	keys := map[string]console.Key{}
 	for _, k := range s.Keys {
 		keys[k.Name] = k
 	}
-	assert.EqualValues(t, 3, keys["user"].Requests)
+	assert.EqualValues(t, 4, keys["user"].Requests, "three chats and a session")
 	assert.Positive(t, keys["user"].TokensOut)
 	// The admin's key made the start-up checks (GET /v1/models/llama); its console polls are
 	// not traffic.
-	assert.Equal(t, keys["ops"].Requests, s.Overview.RequestsTotal-3)
+	assert.Equal(t, keys["ops"].Requests, s.Overview.RequestsTotal-4)
 	require.Len(t, s.Upstreams, 1)
 	u := s.Upstreams[0]
 	assert.True(t, u.Healthy)
