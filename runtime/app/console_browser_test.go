@@ -130,8 +130,8 @@ func TestConsoleBrowser(t *testing.T) {
 	const interval = 2 * time.Second
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
-	a.SetLatency(100 * time.Millisecond) // a batch of 12 one-line chunks, one at a time: about a second
-	b.SetLatency(100 * time.Millisecond)
+	a.SetLatency(200 * time.Millisecond) // a batch of 12 one-line chunks, one at a time: over 2 s
+	b.SetLatency(200 * time.Millisecond)
 	addr := startInProcess(t, fmt.Sprintf(`
 upstreams:
   - {name: a, url: %s, type: vllm, check_interval: %s}
