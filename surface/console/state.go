@@ -173,7 +173,7 @@ type LLM struct {
 	Name           string   `json:"name"`
 	Stages         []string `json:"stages"`
 	Endpoints      []string `json:"endpoints"`
-	Requests       float64  `json:"requests_per_second"`
+	Requests       float64  `json:"requests_per_second"` // over the last 61 to 120 s
 	RequestsTotal  int64    `json:"requests_in_window"`
 	Errors         int64    `json:"errors"`
 	Refused        int64    `json:"refused"`
@@ -393,8 +393,11 @@ func (c *Console) llms(now time.Time, fams map[string]*dto.MetricFamily) []LLM {
 		for _, r := range m.Routes {
 			l.Endpoints = append(l.Endpoints, endpointName(r.Endpoint))
 		}
-		pt := c.rec.models.Of(m.Name).Total(now, windowMinutes)
-		l.Requests = round2(pt.Rate(pt.Counts.Requests))
+		ring := c.rec.models.Of(m.Name)
+		pt := ring.Total(now, windowMinutes)
+		// The rate is the recent one: this minute and the last (61 to 120 s).
+		recent := ring.Total(now, 2)
+		l.Requests = round2(recent.Rate(recent.Counts.Requests))
 		l.RequestsTotal = pt.Counts.Requests
 		l.Errors, l.Refused, l.ContextRefused = pt.Counts.Errors, pt.Counts.Refused, pt.Counts.ContextRefused
 		l.CacheHits, l.TokensIn, l.TokensOut = pt.Counts.CacheHits, pt.Counts.TokensIn, pt.Counts.TokensOut

@@ -57,11 +57,10 @@
     const grid = document.createElementNS("http://www.w3.org/2000/svg", "line");
     grid.setAttribute("x1", 0); grid.setAttribute("x2", W); grid.setAttribute("y1", P); grid.setAttribute("y2", P);
     grid.setAttribute("class", "grid");
-    const label = document.createElementNS("http://www.w3.org/2000/svg", "text");
-    label.setAttribute("x", 2); label.setAttribute("y", 10);
-    label.textContent = num(max, 2);
-    svg.replaceChildren(grid, label, ...[line(a, "s1"), b && line(b, "s2")].filter(Boolean));
+    svg.replaceChildren(grid, ...[line(a, "s1"), b && line(b, "s2")].filter(Boolean));
     svg.setAttribute("data-points", String(a.length));
+    // Text stays out of the SVG, which stretches to its box: the peak is written under it.
+    svg.nextElementSibling.querySelector(".peak").textContent = "top line " + num(max, 2);
   }
 
   function overview(s) {
