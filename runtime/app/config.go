@@ -428,6 +428,12 @@ type serverConfig struct {
 	// ConsoleListen serves the console on this address (host:port) instead of the main
 	// listener, which then does not serve it.
 	ConsoleListen string `yaml:"console_listen"`
+	// MaxSpoolBytes caps what the multipart forms of the audio routes hold at once while they
+	// are received and sent (their first MiB each in memory, the rest in temporary files);
+	// default 2 GiB. A form past it is refused with a 503 and Retry-After.
+	MaxSpoolBytes int64 `yaml:"max_spool_bytes"`
+	// SpoolDir is where those temporary files are made (unlinked at once); default $TMPDIR.
+	SpoolDir string `yaml:"spool_dir"`
 }
 
 func (c serverConfig) console() bool { return c.Console == nil || *c.Console }
@@ -608,6 +614,14 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	}
 	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 {
 		lines = append(lines, fmt.Sprintf("%s: server: timeouts must be positive", name))
+	}
+	if c.Server.MaxSpoolBytes < 0 {
+		lines = append(lines, fmt.Sprintf("%s: server.max_spool_bytes must be positive", name))
+	}
+	if d := c.Server.SpoolDir; d != "" {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			lines = append(lines, fmt.Sprintf("%s: server.spool_dir %q is not a directory", name, d))
+		}
 	}
 	if len(lines) > 0 {
 		return nil, errors.New(strings.Join(lines, "\n"))
