@@ -216,16 +216,21 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		return nil, err
 	}
 	messagesMount, messagesOuter, messagesInner, messagesMetrics := messagesAPI(cfg, models, proxy, visible, &collectors, log)
+	if rec != nil {
+		// Outside the key check, so the requests it refuses are counted; HTTPKey, inside it,
+		// names each request's key. Native gRPC calls refused in the transport's tap never
+		// reach the interceptors.
+		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, rec.HTTP)
+		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions, rec.GRPCOptions()...)
+	}
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesOuter)
 	if auth != nil {
 		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, auth.HTTP)
 		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions,
 			auth.GRPCOption())
-	}
-	if rec != nil {
-		// Inside the key check: each request's key is known to it.
-		gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, rec.HTTP)
-		gwCfg.GRPCOptions = append(gwCfg.GRPCOptions, rec.GRPCOptions()...)
+		if rec != nil {
+			gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, rec.HTTPKey)
+		}
 	}
 	gwCfg.HTTPMiddleware = append(gwCfg.HTTPMiddleware, messagesInner)
 	responsesMount, batchCaller := responsesAPI(cfg, proxy, rdb, &collectors, log)

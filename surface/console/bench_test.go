@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/stage/guard"
 )
 
 // nopWriter is a ResponseWriter that costs nothing, so the benchmark measures the recorder.
@@ -32,17 +33,19 @@ func (b *fakeBody) Finish(error) pipeline.Usage {
 }
 func (b *fakeBody) Err() error { return nil }
 
-// BenchmarkRecord is what the console's recorder adds to a request, against the same request
-// without it, in the same process: an HTTP request through HTTP (status recorder, two clock
-// reads, the overview's and the key's rings), and an LLM request through Stage (its answer read
-// and finished: the model's, the overview's and the key's rings). It reports the ratio, the
+// BenchmarkRecord is what the console's recorder adds to a request with an API key, against the
+// same request without it, in the same process: an HTTP request through HTTP and HTTPKey (status
+// recorder, two clock reads, the overview's and the key's rings), and an LLM request through
+// Stage (its answer read and finished: the model's, the overview's and the key's rings). It reports the ratio, the
 // nanoseconds added, and the recorder's fixed memory in bytes.
 func BenchmarkRecord(b *testing.B) {
 	rc := NewRecorder()
 
 	var bare, recorded float64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	req, _ := http.NewRequest(http.MethodPost, "http://gateway/v1/chat/completions", nil)
+	// A request with an API key: the key's ring is recorded too.
+	req, _ := http.NewRequestWithContext(guard.WithPrincipal(context.Background(), &guard.Principal{Name: "team-a"}),
+		http.MethodPost, "http://gateway/v1/chat/completions", nil)
 	runHTTP := func(h http.Handler, out, baseline *float64) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.ReportAllocs()
@@ -55,7 +58,7 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	}
 	b.Run("http/baseline", runHTTP(handler, &bare, nil))
-	b.Run("http/recorded", runHTTP(rc.HTTP(handler), &recorded, &bare))
+	b.Run("http/recorded", runHTTP(rc.HTTP(rc.HTTPKey(handler)), &recorded, &bare))
 
 	var lbare, lrec float64
 	next := func(ctx context.Context, req *pipeline.Request) (*pipeline.Response, error) {
@@ -69,7 +72,7 @@ func BenchmarkRecord(b *testing.B) {
 				b.Fatal(err)
 			}
 			buf := make([]byte, 64)
-			ctx := context.Background()
+			ctx := guard.WithPrincipal(context.Background(), &guard.Principal{Name: "team-a"})
 			for b.Loop() {
 				res, err := h(ctx, preq)
 				if err != nil {
@@ -91,7 +94,7 @@ func BenchmarkRecord(b *testing.B) {
 
 	// Contention: every core recording at once into the same rings.
 	b.Run("http/recorded-parallel", func(b *testing.B) {
-		h := rc.HTTP(handler)
+		h := rc.HTTP(rc.HTTPKey(handler))
 		b.RunParallel(func(pb *testing.PB) {
 			w := &nopWriter{h: http.Header{}}
 			for pb.Next() {

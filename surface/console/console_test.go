@@ -32,7 +32,17 @@ func newTestRecorder() (*Recorder, *clock) {
 
 func TestRecorderHTTP(t *testing.T) {
 	rc, clk := newTestRecorder()
-	h := rc.HTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// HTTP, then (as a key check would) the request's key in its context, then HTTPKey.
+	var inner http.Handler
+	withKey := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/nokey" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r.WithContext(guard.WithPrincipal(r.Context(), &guard.Principal{Name: "team-a"})))
+	})
+	h := rc.HTTP(withKey)
+	inner = rc.HTTPKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		clk.t = clk.t.Add(20 * time.Millisecond)
 		switch r.URL.Path {
 		case "/v1/fail":
@@ -43,17 +53,16 @@ func TestRecorderHTTP(t *testing.T) {
 			_, _ = w.Write([]byte("ok"))
 		}
 	}))
-	ctx := guard.WithPrincipal(context.Background(), &guard.Principal{Name: "team-a"})
-	for _, path := range []string{"/v1/ok", "/v1/ok", "/v1/fail", "/v1/limited", "/console/api/state", "/metrics", "/health"} {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+	for _, path := range []string{"/v1/ok", "/v1/ok", "/v1/fail", "/v1/limited", "/v1/nokey", "/console/api/state", "/metrics", "/health"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
 	}
 	pt := rc.overview.Total(clk.t, 60)
-	assert.EqualValues(t, 4, pt.Counts.Requests, "the console, metrics and health are not traffic")
+	assert.EqualValues(t, 5, pt.Counts.Requests, "the console, metrics and health are not traffic")
 	assert.EqualValues(t, 1, pt.Counts.Errors)
-	assert.EqualValues(t, 1, pt.Counts.Refused)
+	assert.EqualValues(t, 2, pt.Counts.Refused, "a rate limit and a missing key")
 	assert.InDelta(t, 20, pt.Hists[0].Quantile(0.5).Seconds()*1000, 4)
 	k := rc.keys.Of("team-a").Total(clk.t, windowMinutes)
-	assert.EqualValues(t, 4, k.Counts.Requests)
+	assert.EqualValues(t, 4, k.Counts.Requests, "the request without a key is no key's")
 	assert.EqualValues(t, 1, k.Counts.Refused)
 	assert.Zero(t, rc.inflight.Load())
 }

@@ -30,7 +30,7 @@ const (
 
 // Recorder keeps what the console shows of traffic, in fixed memory: the overview's per-second
 // ring, a per-minute ring per LLM model and per API key, and the requests in flight. The
-// gateway's transports feed it (HTTP and HTTP/2 through HTTP, native gRPC through its
+// gateway's transports feed it (HTTP and HTTP/2 through HTTP and HTTPKey, native gRPC through its
 // interceptors), and every model's LLM pipeline through Stage. It is safe for concurrent use;
 // recording costs a few additions under a mutex and no allocation beyond the status recorder of
 // an HTTP request.
@@ -86,18 +86,19 @@ func classify(c *window.Counts, code int) {
 	}
 }
 
-// request records one finished request of the transports.
-func (rc *Recorder) request(ctx context.Context, start, end time.Time, code int) {
+// request records one finished request of the transports; key is its API key's name ("" for
+// none).
+func (rc *Recorder) request(key string, start, end time.Time, code int) {
 	ev := window.Event{Latency: end.Sub(start)}
 	classify(&ev.Counts, code)
 	rc.overview.Record(end, &ev)
-	if k := keyName(ctx); k != "" {
-		rc.keys.Of(k).Record(end, &window.Event{Counts: ev.Counts})
+	if key != "" {
+		rc.keys.Of(key).Record(end, &window.Event{Counts: ev.Counts})
 	}
 }
 
 // HTTP counts every HTTP request but the console's own, health checks and metrics. Mount it
-// inside the API key check, so each request's key is known.
+// before the API key check, so the requests it refuses count too, and HTTPKey after it.
 func (rc *Recorder) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if untracked(r.URL.Path) {
@@ -113,17 +114,40 @@ func (rc *Recorder) HTTP(next http.Handler) http.Handler {
 			if code == 0 {
 				code = http.StatusOK // nothing written: net/http answers 200
 			}
-			rc.request(r.Context(), start, rc.now(), code)
+			rc.request(sw.key, start, rc.now(), code)
 		}()
 		next.ServeHTTP(sw, r)
 	})
 }
 
-// statusWriter remembers the status a handler wrote. Flush and Unwrap keep streaming answers
-// (SSE, Connect streams) working through it.
+// HTTPKey tells HTTP which API key a request carries: mount it after the key check. It finds
+// HTTP's status recorder among the writers wrapping the response (Unwrap), so it costs no
+// allocation.
+func (rc *Recorder) HTTPKey(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name := keyName(r.Context()); name != "" {
+			for cur := w; cur != nil; {
+				if sw, ok := cur.(*statusWriter); ok {
+					sw.key = name
+					break
+				}
+				u, ok := cur.(interface{ Unwrap() http.ResponseWriter })
+				if !ok {
+					break
+				}
+				cur = u.Unwrap()
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter remembers the status a handler wrote, and the request's key (HTTPKey). Flush and
+// Unwrap keep streaming answers (SSE, Connect streams) working through it.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	key    string
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -182,7 +206,7 @@ func (rc *Recorder) GRPCOptions() []grpc.ServerOption {
 		rc.inflight.Add(1)
 		res, err := handler(ctx, req)
 		rc.inflight.Add(-1)
-		rc.request(ctx, start, rc.now(), grpcStatus(err))
+		rc.request(keyName(ctx), start, rc.now(), grpcStatus(err))
 		return res, err
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -193,7 +217,7 @@ func (rc *Recorder) GRPCOptions() []grpc.ServerOption {
 		rc.inflight.Add(1)
 		err := handler(srv, ss)
 		rc.inflight.Add(-1)
-		rc.request(ss.Context(), start, rc.now(), grpcStatus(err))
+		rc.request(keyName(ss.Context()), start, rc.now(), grpcStatus(err))
 		return err
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
