@@ -198,8 +198,8 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	// The OpenAI surface on the pool: each model's requests through its stages.
 	proxy := openai.NewProxy(ups, openai.ProxyOptions{Visible: visible, Ready: ready.Ready,
 		OllaHeaders: cfg.Compat.OllaHeaders, MaxSpoolBytes: cfg.Server.MaxSpoolBytes, SpoolDir: cfg.Server.SpoolDir,
-		Stages:      llmStages(tr, g, models, sm, meter),
-		Tokens:      tokenize.Serve})
+		Stages: llmStages(tr, g, models, sm, meter),
+		Tokens: tokenize.Serve})
 	// The bridge gives every LLM the proxy routes a KServe model, following the proxy's model set.
 	bridged := bridge.New(reg, proxy, bridge.WithLogger(log), bridge.WithChatResult(func(name string) bool {
 		m := models[name]
