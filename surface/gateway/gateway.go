@@ -58,6 +58,9 @@ type Config struct {
 	// gateway stops accepting (the kernel's backlog queues the rest), so this bounds how long a
 	// silent or trickling client keeps others waiting.
 	FirstByteTimeout time.Duration
+	// HeaderTimeout bounds the time an HTTP/1.1 request's header may take to arrive, so a client
+	// trickling it (slowloris) cannot hold a connection; default 10 s.
+	HeaderTimeout time.Duration
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger
 	// Services mounts more services next to the KServe service, such as the typed services that
@@ -128,6 +131,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 10 * time.Second
 	}
 	if cfg.FirstByteTimeout <= 0 {
 		cfg.FirstByteTimeout = 10 * time.Second
@@ -217,9 +223,9 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC clients speak HTTP/2 with prior knowledge
 	g.srv = &http.Server{
-		Handler:           g.handler,
+		Handler:           closeAfterChunked(g.handler),
 		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.HeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		HTTP2: &http.HTTP2Config{
 			// Large tensors: bigger flow-control windows and frames keep a 64 MiB message from
@@ -233,6 +239,58 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	}
 	return g
 }
+
+// closeAfterChunked closes an HTTP/1.1 connection after a request whose body came chunked.
+// RFC 9112 §6.1: a request with both Transfer-Encoding and Content-Length is read by its
+// Transfer-Encoding, and the server MUST close the connection after answering it, since a
+// proxy in front may have read it by its Content-Length (request smuggling). net/http's server
+// reads it so but keeps the connection, and drops the Content-Length before a handler sees the
+// request, so every chunked request closes its connection: a rare case among API clients, which
+// send lengths, and one reconnect for those that do not (h1contract's check).
+func closeAfterChunked(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w = &closingWriter{ResponseWriter: w}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// closingWriter sends Connection: close with the answer's header, which makes net/http's
+// server close the connection after it: set as the header goes out, since a handler may clear
+// hop-by-hop headers from its map (the proxy does), and r.Close is read before the handler runs.
+type closingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *closingWriter) mark() {
+	if !w.wrote {
+		w.wrote = true
+		w.ResponseWriter.Header().Set("Connection", "close")
+	}
+}
+
+func (w *closingWriter) WriteHeader(code int) {
+	if code >= 200 { // not on 1xx: the final answer carries it
+		w.mark()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closingWriter) Write(p []byte) (int, error) {
+	w.mark()
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps the writer an http.Flusher (streams).
+func (w *closingWriter) Flush() {
+	w.mark()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Handler is the gateway's HTTP handler, for embedding in another server.
 func (g *Gateway) Handler() http.Handler { return g.handler }
