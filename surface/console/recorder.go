@@ -284,7 +284,7 @@ type meteredBody struct {
 
 func (b *meteredBody) Read(p []byte) (int, error) {
 	n, err := b.Body.Read(p)
-	if n > 0 && b.first.IsZero() {
+	if n > 0 && b.stream && b.first.IsZero() { // only a stream has a first token to time
 		b.first = b.rc.now()
 	}
 	return n, err
