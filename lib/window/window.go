@@ -1,8 +1,8 @@
 // Package window keeps request aggregates over a sliding window of time in fixed memory: a ring
 // of slots, one per period (a second for the console's overview, a minute per model or API key),
 // each holding counters and, optionally, log-scale latency histograms. Recording a request is a
-// few additions under a mutex on the slot of its period; a slot is reused, zeroed, once its
-// period has left the window. Nothing grows with traffic, so the memory is what New allocates
+// few atomic additions to the slot of its period, with no lock; a slot is reused, zeroed, once
+// its period has left the window. Nothing grows with traffic, so the memory is what New allocates
 // (Bytes), however many requests are recorded.
 //
 // It is written here because what the console needs is small and specific (per-period points
@@ -16,6 +16,7 @@ package window
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,16 +32,6 @@ type Counts struct {
 	CacheHits int64
 	// TokensIn and TokensOut are prompt and completion tokens.
 	TokensIn, TokensOut int64
-}
-
-func (c *Counts) add(o *Counts) {
-	c.Requests += o.Requests
-	c.Errors += o.Errors
-	c.Refused += o.Refused
-	c.ContextRefused += o.ContextRefused
-	c.CacheHits += o.CacheHits
-	c.TokensIn += o.TokensIn
-	c.TokensOut += o.TokensOut
 }
 
 // Event is one thing to record: counters and, when positive, durations for the histograms.
@@ -102,12 +93,6 @@ func (h *Histogram) Count() int64 {
 	return n
 }
 
-func (h *Histogram) add(o *Histogram) {
-	for i, c := range o {
-		h[i] += c
-	}
-}
-
 // Quantile is the duration at or under which the fraction q (0..1) of the counted durations
 // lie, as the upper bound of the bucket that holds it; 0 when nothing was counted.
 func (h *Histogram) Quantile(q float64) time.Duration {
@@ -128,17 +113,32 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	return bucketUpper(Buckets - 1)
 }
 
-// slot is one period's aggregates.
+// The counters of a slot, by index.
+const (
+	cRequests = iota
+	cErrors
+	cRefused
+	cContextRefused
+	cCacheHits
+	cTokensIn
+	cTokensOut
+	nCounters
+)
+
+// slot is one period's aggregates, added to with atomics: recording takes no lock, so the
+// gateway's cores do not queue on one mutex to count their requests.
 type slot struct {
-	period int64 // the period's number (Unix seconds / width); 0: never used
-	counts Counts
-	hists  []Histogram // len = the ring's histogram count, backed by the ring's one array
+	period atomic.Int64 // the period's number (Unix seconds / width); 0: never used
+	counts [nCounters]atomic.Int64
+	hists  []atomic.Uint32 // nh*Buckets, backed by the ring's one array
 }
 
 // Ring holds the last n periods of a fixed width. It is safe for concurrent use.
 type Ring struct {
 	width int64 // seconds per period
-	mu    sync.Mutex
+	// reset serializes the zeroing of a slot taken over by a new period (once per period), so
+	// two recorders of that period's first events do not both zero it.
+	reset sync.Mutex
 	slots []slot
 	nh    int
 }
@@ -150,16 +150,17 @@ func New(slots int, width time.Duration, hists int) *Ring {
 	hists = min(max(hists, 0), 3)
 	w := max(int64(width/time.Second), 1)
 	r := &Ring{width: w, slots: make([]slot, slots), nh: hists}
-	backing := make([]Histogram, slots*hists)
+	backing := make([]atomic.Uint32, slots*hists*Buckets)
 	for i := range r.slots {
-		r.slots[i].hists = backing[i*hists : (i+1)*hists : (i+1)*hists]
+		n := hists * Buckets
+		r.slots[i].hists = backing[i*n : (i+1)*n : (i+1)*n]
 	}
 	return r
 }
 
 // Bytes is the memory the ring holds: fixed at New.
 func (r *Ring) Bytes() int {
-	const slotHeader = 8 + 7*8 + 24 // period, Counts, the hists slice header
+	const slotHeader = 8 + nCounters*8 + 24 // period, counters, the hists slice header
 	return len(r.slots)*(slotHeader+r.nh*Buckets*4) + 64
 }
 
@@ -172,34 +173,62 @@ func (r *Ring) Len() int { return len(r.slots) }
 func (r *Ring) period(now time.Time) int64 { return now.Unix() / r.width }
 
 // Record adds ev to the period of now. An event older than the window is dropped.
+//
+// The adds are atomic and take no lock. A slot is zeroed, under reset, when the first event of
+// a new period finds it holding a period that left the window; an event of the old period that
+// raced with that zeroing (one recorded a whole window late) may be lost or counted in the new
+// one, which a status page can afford.
 func (r *Ring) Record(now time.Time, ev *Event) {
 	p := r.period(now)
-	var b [3]int
-	durs := [3]time.Duration{ev.Latency, ev.TTFT, ev.ITL}
-	for i := range r.nh {
-		b[i] = -1
-		if durs[i] > 0 {
-			b[i] = bucketOf(durs[i])
-		}
-	}
-	r.mu.Lock()
 	s := &r.slots[p%int64(len(r.slots))]
-	switch {
-	case s.period < p: // the slot last held a period that has left the window
-		s.period = p
-		s.counts = Counts{}
-		clear(s.hists)
-	case s.period > p: // older than the window: its slot holds a newer period
-		r.mu.Unlock()
-		return
+	if cur := s.period.Load(); cur != p {
+		if cur > p {
+			return // older than the window: its slot holds a newer period
+		}
+		r.reset.Lock()
+		switch cur = s.period.Load(); {
+		case cur < p:
+			for i := range s.counts {
+				s.counts[i].Store(0)
+			}
+			for i := range s.hists {
+				s.hists[i].Store(0)
+			}
+			s.period.Store(p)
+		case cur > p:
+			r.reset.Unlock()
+			return
+		}
+		r.reset.Unlock()
 	}
-	s.counts.add(&ev.Counts)
-	for i := range r.nh {
-		if b[i] >= 0 {
-			s.hists[i][b[i]]++
+	c := &ev.Counts
+	for i, v := range [nCounters]int64{c.Requests, c.Errors, c.Refused, c.ContextRefused, c.CacheHits, c.TokensIn, c.TokensOut} {
+		if v != 0 {
+			s.counts[i].Add(v)
 		}
 	}
-	r.mu.Unlock()
+	for i, d := range [3]time.Duration{ev.Latency, ev.TTFT, ev.ITL} {
+		if i < r.nh && d > 0 {
+			s.hists[i*Buckets+bucketOf(d)].Add(1)
+		}
+	}
+}
+
+// addTo adds the slot's aggregates to pt.
+func (r *Ring) addTo(pt *Point, s *slot) {
+	c := &pt.Counts
+	c.Requests += s.counts[cRequests].Load()
+	c.Errors += s.counts[cErrors].Load()
+	c.Refused += s.counts[cRefused].Load()
+	c.ContextRefused += s.counts[cContextRefused].Load()
+	c.CacheHits += s.counts[cCacheHits].Load()
+	c.TokensIn += s.counts[cTokensIn].Load()
+	c.TokensOut += s.counts[cTokensOut].Load()
+	for h := range r.nh {
+		for b := range Buckets {
+			pt.Hists[h][b] += s.hists[h*Buckets+b].Load()
+		}
+	}
 }
 
 // Point is the aggregates of a span of periods.
@@ -242,18 +271,12 @@ func (r *Ring) Series(now time.Time, step int) []Point {
 		out[len(out)-1].Seconds -= r.width - now.Unix()%r.width - 1
 		out[len(out)-1].End = now
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for p := first; p <= last; p++ {
 		s := &r.slots[p%int64(n)]
-		if s.period != p {
+		if s.period.Load() != p {
 			continue
 		}
-		pt := &out[(p-first)/int64(step)]
-		pt.Counts.add(&s.counts)
-		for h := range r.nh {
-			pt.Hists[h].add(&s.hists[h])
-		}
+		r.addTo(&out[(p-first)/int64(step)], s)
 	}
 	return out
 }
@@ -264,26 +287,24 @@ func (r *Ring) Total(now time.Time, periods int) Point {
 	last := r.period(now)
 	first := last - int64(periods) + 1
 	pt := Point{End: now, Seconds: int64(periods-1)*r.width + now.Unix()%r.width + 1}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for p := first; p <= last; p++ {
 		s := &r.slots[p%int64(len(r.slots))]
-		if s.period != p {
+		if s.period.Load() != p {
 			continue
 		}
-		pt.Counts.add(&s.counts)
-		for h := range r.nh {
-			pt.Hists[h].add(&s.hists[h])
-		}
+		r.addTo(&pt, s)
 	}
 	return pt
 }
 
 // Keyed is a Ring per name (an API key's, a model's), up to a fixed number of names: past it,
 // new names share the ring named Other, so a caller cannot grow the memory by inventing names.
+// Finding a name's ring takes no lock once it exists (a sync.Map, which suits keys written once
+// and read on every request).
 type Keyed struct {
-	mu     sync.RWMutex
-	rings  map[string]*Ring
+	rings  sync.Map // name -> *Ring
+	mu     sync.Mutex
+	n      int // names in rings, under mu
 	max    int
 	slots  int
 	width  time.Duration
@@ -296,43 +317,37 @@ const Other = "(other)"
 
 // NewKeyed keeps up to maxNames rings of New(slots, width, hists).
 func NewKeyed(maxNames, slots int, width time.Duration, hists int) *Keyed {
-	return &Keyed{rings: map[string]*Ring{}, max: max(maxNames, 1), slots: slots, width: width, hists: hists,
-		others: New(slots, width, hists)}
+	return &Keyed{max: max(maxNames, 1), slots: slots, width: width, hists: hists, others: New(slots, width, hists)}
 }
 
 // Of is name's ring, made on first use.
 func (k *Keyed) Of(name string) *Ring {
-	k.mu.RLock()
-	r := k.rings[name]
-	k.mu.RUnlock()
-	if r != nil {
-		return r
+	if r, ok := k.rings.Load(name); ok {
+		return r.(*Ring)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if r = k.rings[name]; r != nil {
-		return r
+	if r, ok := k.rings.Load(name); ok {
+		return r.(*Ring)
 	}
-	if len(k.rings) >= k.max {
+	if k.n >= k.max {
 		return k.others
 	}
-	r = New(k.slots, k.width, k.hists)
-	k.rings[name] = r
+	r := New(k.slots, k.width, k.hists)
+	k.rings.Store(name, r)
+	k.n++
 	return r
 }
 
 // Each calls f with every name's ring (Other's last, when used), in no particular order.
 func (k *Keyed) Each(f func(name string, r *Ring)) {
-	k.mu.RLock()
-	rings := make(map[string]*Ring, len(k.rings))
-	for n, r := range k.rings {
-		rings[n] = r
-	}
-	full := len(k.rings) >= k.max
-	k.mu.RUnlock()
-	for n, r := range rings {
-		f(n, r)
-	}
+	k.rings.Range(func(name, r any) bool {
+		f(name.(string), r.(*Ring))
+		return true
+	})
+	k.mu.Lock()
+	full := k.n >= k.max
+	k.mu.Unlock()
 	if full {
 		f(Other, k.others)
 	}
