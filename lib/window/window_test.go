@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,4 +130,24 @@ func TestBoundedMemory(t *testing.T) {
 	assert.Len(t, names, 4, "three names and the rest under Other")
 	assert.EqualValues(t, 7, names[Other])
 	assert.Equal(t, 4*k.others.Bytes(), k.Bytes())
+}
+
+// TestConcurrentRecord: records from many goroutines at once, across a period's change, are all
+// counted (run with -race: the adds are atomic, the reset is serialized).
+func TestConcurrentRecord(t *testing.T) {
+	r := New(60, time.Second, 2)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				now := t0.Add(time.Duration((g+i)%3) * time.Second)
+				r.Record(now, &Event{Counts: Counts{Requests: 1, TokensOut: 2}, Latency: time.Millisecond})
+			}
+		})
+	}
+	wg.Wait()
+	pt := r.Total(t0.Add(2*time.Second), 60)
+	assert.EqualValues(t, 16000, pt.Counts.Requests)
+	assert.EqualValues(t, 32000, pt.Counts.TokensOut)
+	assert.EqualValues(t, 16000, pt.Hists[0].Count())
 }
