@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,4 +301,33 @@ func TestConsoleTensorsAndBackends(t *testing.T) {
 	assert.EqualValues(t, 1, simple.Success)
 	assert.GreaterOrEqual(t, s.Overview.RequestsTotal, int64(2), "the gRPC inference and registration")
 	assert.Empty(t, s.Keys, "keys are off")
+}
+
+// TestConsolePrefixHitRate: a model routed on its prompts' prefixes (routing: cache_aware) shows
+// the share of their blocks the chosen endpoint had been sent before: none for a first prompt,
+// all of it for the same prompt again.
+func TestConsolePrefixHitRate(t *testing.T) {
+	a, b := openaitest.Start(t, "a", "llama"), openaitest.Start(t, "b", "llama")
+	addr := startInProcess(t, fmt.Sprintf(`
+builtin_models: false
+upstreams:
+  - {name: a, url: %s, type: vllm}
+  - {name: b, url: %s, type: vllm}
+models:
+  llama: {routing: cache_aware}
+`, a.URL, b.URL))
+	prompt := strings.Repeat("The same long system prompt, sent twice. ", 20)
+	body := fmt.Sprintf(`{"model":"llama","messages":[{"role":"user","content":%q}]}`, prompt)
+	for range 2 {
+		r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/chat/completions", []byte(body), "Content-Type", "application/json")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+	}
+	res, err := http.Get("http://" + addr + "/console/api/state") // keys off: the console is open
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var s console.State
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&s))
+	require.Len(t, s.LLMs, 1)
+	require.NotNil(t, s.LLMs[0].PrefixHitRate, "a cache_aware model has a prefix hit rate")
+	assert.InDelta(t, 0.5, *s.LLMs[0].PrefixHitRate, 1e-9, "the first prompt's blocks were new, the second's all sent before")
 }

@@ -164,6 +164,8 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 			"(a stream without stream_options.include_usage, a server that sends none); infergate_openai_tokens_total counts those it reported.",
 	}, []string{"model"})
 	*collectors = append(*collectors, counted)
+	km := kvroute.NewMetrics() // cache_aware routing's hits, for every model that has it
+	*collectors = append(*collectors, km.Collectors()...)
 	for _, name := range slices.Sorted(maps.Keys(cfg)) {
 		c := cfg[name]
 		lm := &llmModel{tokens: c.Input == "tokens",
@@ -183,7 +185,7 @@ func loadModels(cfg map[string]modelConfig, dm *disagg.Metrics, rdb rueidis.Clie
 		case "round_robin":
 			lm.route = roundRobin
 		case "cache_aware":
-			x := kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks})
+			x := kvroute.New(name, kvroute.Options{BlockSize: c.KVBlockSize, Capacity: c.KVCacheBlocks, Metrics: km})
 			if rdb != nil {
 				sh := kvroute.Share(x, rdb, kvroute.ShareOptions{Prefix: redisPrefix + ":kvroute:", Logger: log})
 				*closers = append(*closers, sh.Close)

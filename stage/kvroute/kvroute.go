@@ -27,6 +27,7 @@ import (
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/stage/prompt"
 	"github.com/infergate/infergate/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options tune the index. Zero values take the defaults.
@@ -43,7 +44,36 @@ type Options struct {
 	// MaxBlocks bounds the blocks hashed per prompt (default 1024): a longer prompt is routed
 	// on its first MaxBlocks blocks.
 	MaxBlocks int
+	// Metrics, when set, counts the index's picks (NewMetrics; shared by every model).
+	Metrics *Metrics
 }
+
+// Metrics count how often the routing found a prompt's prefix where it sent it, for every
+// model: the prefix-routing hit rate operators watch (the console shows it).
+type Metrics struct {
+	picks  *prometheus.CounterVec
+	blocks *prometheus.CounterVec
+}
+
+// NewMetrics makes the metrics; register Collectors once.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_kvroute_picks_total",
+			Help: "Requests routed on their prompt's prefix, by whether the chosen endpoint had been sent any of it (hit) or none (miss)."},
+			[]string{"model", "result"}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infergate_kvroute_blocks_total",
+			Help: "Prompt blocks of the requests routed on their prefix: cached (the chosen endpoint had been sent them) or prefill (it had not)."},
+			[]string{"model", "result"}),
+	}
+}
+
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.picks, m.blocks}
+}
+
+// counters are one model's series of Metrics, looked up once.
+type counters struct{ hit, miss, cached, prefill prometheus.Counter }
 
 func (o Options) withDefaults() Options {
 	if o.BlockSize <= 0 {
@@ -73,12 +103,18 @@ type Index struct {
 	// sent, when the index is shared (Share), takes each pick's endpoint and blocks for the
 	// other replicas; it must not block.
 	sent func(endpoint string, hashes []uint64)
+	c    *counters // nil without Options.Metrics
 }
 
 // New is an empty index for model.
 func New(model string, opts Options) *Index {
-	return &Index{opts: opts.withDefaults(), model: model, seed: xxhash.Sum64String(model), eps: map[string]*blocks{},
+	x := &Index{opts: opts.withDefaults(), model: model, seed: xxhash.Sum64String(model), eps: map[string]*blocks{},
 		active: map[string]int64{}}
+	if m := opts.Metrics; m != nil {
+		x.c = &counters{hit: m.picks.WithLabelValues(model, "hit"), miss: m.picks.WithLabelValues(model, "miss"),
+			cached: m.blocks.WithLabelValues(model, "cached"), prefill: m.blocks.WithLabelValues(model, "prefill")}
+	}
+	return x
 }
 
 // Stage is the interceptor that routes each request of the model with the index: it hashes the
@@ -228,7 +264,7 @@ func (b *doneBody) Finish(clientErr error) pipeline.Usage {
 func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 	x := p.x
 	n := c.Len()
-	best := -1
+	best, bestMatched := -1, 0
 	var bestCost float64
 	var bestLoad int64
 	x.mu.Lock()
@@ -245,9 +281,10 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 			}
 			name := c.Name(e)
 			load := c.Outstanding(e)
-			cost := float64(len(p.hashes)-x.eps[name].prefix(p.hashes)) + x.opts.LoadWeight*float64(x.active[name])
+			matched := x.eps[name].prefix(p.hashes)
+			cost := float64(len(p.hashes)-matched) + x.opts.LoadWeight*float64(x.active[name])
 			if best < 0 || cost < bestCost || cost == bestCost && load < bestLoad {
-				best, bestCost, bestLoad = e, cost, load
+				best, bestCost, bestLoad, bestMatched = e, cost, load, matched
 			}
 		}
 		if best >= 0 {
@@ -266,6 +303,15 @@ func (p *picker) Pick(c upstream.Candidates, rotate uint32) int {
 	x.mu.Unlock()
 	if best >= 0 && x.sent != nil {
 		x.sent(c.Name(best), p.hashes)
+	}
+	if best >= 0 && x.c != nil {
+		if bestMatched > 0 {
+			x.c.hit.Inc()
+		} else {
+			x.c.miss.Inc()
+		}
+		x.c.cached.Add(float64(bestMatched))
+		x.c.prefill.Add(float64(len(p.hashes) - bestMatched))
 	}
 	return best
 }

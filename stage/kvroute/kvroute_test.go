@@ -6,6 +6,7 @@ import (
 
 	"github.com/infergate/infergate/stage/kvroute"
 	"github.com/infergate/infergate/upstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -103,4 +104,38 @@ func TestCapacity(t *testing.T) {
 func pickerFor(t *testing.T, x *kvroute.Index, prompt []int) upstream.Picker {
 	t.Helper()
 	return kvroute.PickerFor(x, x.TokenHashes(prompt))
+}
+
+// The metrics count each pick as a hit when the chosen endpoint had been sent part of the
+// prompt, and the prompt's blocks as cached or to prefill there.
+func TestMetrics(t *testing.T) {
+	m := kvroute.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	x := kvroute.New("m", kvroute.Options{BlockSize: 4, Metrics: m})
+	c := cands{{0, 0, true}, {0, 0, true}}
+	pick := func(prompt []int) {
+		p := pickerFor(t, x, prompt)
+		require.GreaterOrEqual(t, p.Pick(c, 0), 0)
+		kvroute.Done(p)
+	}
+	conv := ids(64, 1)
+	pick(conv[:32]) // 8 blocks sent nowhere before: a miss, 8 to prefill
+	pick(conv)      // 16 blocks, 8 of them where the first went: a hit, 8 cached, 8 to prefill
+	got := map[string]float64{}
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "result" {
+					got[f.GetName()+" "+l.GetValue()] = s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"infergate_kvroute_picks_total hit": 1, "infergate_kvroute_picks_total miss": 1,
+		"infergate_kvroute_blocks_total cached": 8, "infergate_kvroute_blocks_total prefill": 16,
+	}, got)
 }

@@ -185,6 +185,9 @@ type LLM struct {
 	Sessions       *float64 `json:"active_sessions,omitempty"`
 	// Disaggregated is the share of the model's requests served prefill-then-decode, since start.
 	Disaggregated *float64 `json:"disaggregated_rate,omitempty"`
+	// PrefixHitRate is, for a model routed on its prompts' prefixes (routing: cache_aware), the
+	// share of their blocks the chosen endpoint had been sent before, since start.
+	PrefixHitRate *float64 `json:"prefix_hit_rate,omitempty"`
 	LatencyP50    float64  `json:"latency_p50_ms"`
 	LatencyP99    float64  `json:"latency_p99_ms"`
 	TTFTP50       float64  `json:"ttft_p50_ms"`
@@ -422,6 +425,12 @@ func (c *Console) llms(now time.Time, fams map[string]*dto.MetricFamily) []LLM {
 				l.Disaggregated = &r
 			}
 		}
+		if c := metricValue(fams, "infergate_kvroute_blocks_total", m.Name, "result", "cached"); c != nil {
+			if all := metricValue(fams, "infergate_kvroute_blocks_total", m.Name, "", ""); all != nil && *all > 0 {
+				r := round2(*c / *all)
+				l.PrefixHitRate = &r
+			}
+		}
 		out = append(out, l)
 	}
 	return out
@@ -439,7 +448,8 @@ func (c *Console) gather() map[string]*dto.MetricFamily {
 	}
 	for _, f := range fams {
 		switch f.GetName() {
-		case "infergate_respcache_bytes", "infergate_respcache_entries", "infergate_sessions_active", "infergate_disagg_requests_total":
+		case "infergate_respcache_bytes", "infergate_respcache_entries", "infergate_sessions_active", "infergate_disagg_requests_total",
+			"infergate_kvroute_blocks_total":
 			out[f.GetName()] = f
 		}
 	}

@@ -118,6 +118,7 @@
       el("td", {}, m.cache_entries == null ? "–" : num(m.cache_entries, 0) + " entries, " + bytes(m.cache_bytes)),
       el("td", {}, m.active_sessions == null ? "–" : num(m.active_sessions, 0)),
       el("td", {}, pct(m.disaggregated_rate)),
+      el("td", { "data-prefix-hit-rate": m.prefix_hit_rate == null ? "" : String(m.prefix_hit_rate) }, pct(m.prefix_hit_rate)),
       el("td", { class: "stages" }, el("small", {}, m.stages.join(" → "))))), "No LLM routed.");
     fillTable("tensor-table", s.tensor_models.map((t) => el("tr", { "data-tensor": t.name },
       el("td", {}, t.name, el("small", { class: "muted" }, " v" + t.version)),
