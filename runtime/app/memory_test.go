@@ -1,15 +1,12 @@
 package app
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,7 +53,7 @@ func TestMemoryAfterLoad(t *testing.T) {
 	stream := []byte(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Eventually(t, func() bool { return post(chat) == nil }, 20*time.Second, 50*time.Millisecond)
 	time.Sleep(time.Second)
-	idle := procRSS(t, pid)
+	idle := rssKB(t, pid)
 
 	var failed atomic.Int64
 	var firstErr atomic.Value
@@ -69,7 +66,7 @@ func TestMemoryAfterLoad(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(250 * time.Millisecond):
-				peak.Store(max(peak.Load(), procRSS(t, pid)))
+				peak.Store(max(peak.Load(), rssKB(t, pid)))
 			}
 		}
 	}()
@@ -92,12 +89,12 @@ func TestMemoryAfterLoad(t *testing.T) {
 	load := time.Since(start)
 	client.CloseIdleConnections()
 	require.Zero(t, failed.Load(), "streams failed: %v", firstErr.Load())
-	atEnd := procRSS(t, pid)
+	atEnd := rssKB(t, pid)
 	t.Logf("idle %d MiB; %d streams in %v, peak %d MiB, %d MiB at the end", idle>>10, streams, load.Round(time.Millisecond), peak.Load()>>10, atEnd>>10)
 
 	var back time.Duration
 	for s := time.Duration(0); s <= time.Minute; s += time.Second {
-		if rss := procRSS(t, pid); rss <= 2*idle {
+		if rss := rssKB(t, pid); rss <= 2*idle {
 			back = s
 			t.Logf("back to %d MiB (%.2fx idle) %v after the burst", rss>>10, float64(rss)/float64(idle), s)
 			return
@@ -106,21 +103,5 @@ func TestMemoryAfterLoad(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Errorf("RSS %d MiB a minute after the burst: more than twice the %d MiB idle (back=%v)", procRSS(t, pid)>>10, idle>>10, back)
-}
-
-// procRSS is a process's resident set in KiB, from /proc.
-func procRSS(t testing.TB, pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(t, err)
-	s := bufio.NewScanner(bytes.NewReader(b))
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			require.NoError(t, err)
-			return kb
-		}
-	}
-	t.Fatal("no VmRSS in /proc status")
-	return 0
+	t.Errorf("RSS %d MiB a minute after the burst: more than twice the %d MiB idle (back=%v)", rssKB(t, pid)>>10, idle>>10, back)
 }

@@ -174,8 +174,8 @@ func waitRoutable(b *testing.B, c *http.Client, base string) {
 	b.Fatal("the gateway never listed the upstream's model")
 }
 
-// rssKB reads the process's resident set size from /proc.
-func rssKB(b *testing.B, pid int) int64 {
+// rssKB reads the process's resident set size, in KiB, from /proc.
+func rssKB(b testing.TB, pid int) int64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
