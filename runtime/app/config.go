@@ -407,6 +407,9 @@ type serverConfig struct {
 	// FirstByteTimeout closes a new connection that has not begun its first request in time;
 	// default 10s.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// HeaderTimeout bounds the time an HTTP/1.1 request's header may take to arrive (a client
+	// trickling it is cut off); default 10s.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
 	// IdleTimeout closes a connection that carried nothing for that long; default 5m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// SystemSharedMemory serves Triton's system shared memory extension (Linux); default true.
@@ -612,7 +615,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			lines = append(lines, fmt.Sprintf("%s: %s", name, l))
 		}
 	}
-	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 {
+	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 || c.Server.HeaderTimeout < 0 {
 		lines = append(lines, fmt.Sprintf("%s: server: timeouts must be positive", name))
 	}
 	if c.Server.MaxSpoolBytes < 0 {

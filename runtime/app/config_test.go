@@ -56,6 +56,7 @@ func TestParseConfig(t *testing.T) {
 		{"server: {max_decompressed_bytes: 8589934592}", "bad.yaml: server.max_decompressed_bytes must be between 1 and 4294967295"},
 		{"server: {max_decompressed_bytes: 1048576, max_decompression_in_flight_bytes: 1024}", "bad.yaml: server.max_decompression_in_flight_bytes (1024) must hold at least one body"},
 		{"server: {first_byte_timeout: -1s}", "bad.yaml: server: timeouts must be positive"},
+		{"server: {header_timeout: -1s}", "bad.yaml: server: timeouts must be positive"},
 		{"server: {spool_dir: /no/such/dir}", `bad.yaml: server.spool_dir "/no/such/dir" is not a directory`},
 		{"server: {max_spool_bytes: -1}", "bad.yaml: server.max_spool_bytes must be positive"},
 	} {

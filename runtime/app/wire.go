@@ -71,6 +71,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	log := gwCfg.Logger
 	gwCfg.Decompression = cfg.Server.decompression()
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
+	gwCfg.HeaderTimeout = cfg.Server.HeaderTimeout
 	gwCfg.IdleTimeout = cfg.Server.IdleTimeout
 	gwCfg.DisableSystemSharedMemory = cfg.Server.SystemSharedMemory != nil && !*cfg.Server.SystemSharedMemory
 	gwCfg.SharedMemoryMaxRegions = cfg.Server.SharedMemoryMaxRegions
