@@ -3,16 +3,17 @@ package gateway_test
 import (
 	"bufio"
 	"context"
-	"github.com/infergate/infergate/surface/gateway/gatewaytest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/surface/gateway/gatewaytest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/surface/gateway"
