@@ -8,9 +8,12 @@
 // they ended. Setting GOGC or GOMEMLIMIT lower would cost every request under load; this costs
 // two collections and a scavenge (debug.FreeOSMemory) per burst, paid when nothing else runs.
 //
-// Idleness is read from the runtime's own allocation counter (runtime/metrics), so the request
-// path pays nothing: the process is idle when it allocated less than IdleBytes in the last
-// Interval, and a release is worth making once BusyBytes were allocated since the last one.
+// Idleness is read from the runtime's own counters (runtime/metrics), so the request path pays
+// nothing: the process is idle when it allocated less than IdleBytes in the last Interval. A
+// release is worth making once BusyBytes were allocated since the last one, or once
+// DropGoroutines fewer goroutines run than just after it: connections and streams that were
+// still open then (a burst's clients closing their connections takes a while on a loaded
+// machine) have ended, and what they held is free now.
 package memrelease
 
 import (
@@ -32,6 +35,9 @@ type Options struct {
 	// BusyBytes: what must have been allocated since the last release (or the start) for another
 	// to be worth its collection; default 64 MiB.
 	BusyBytes uint64
+	// DropGoroutines: this many fewer goroutines than just after the last release makes another
+	// worth it; default 256.
+	DropGoroutines int
 	// Release returns memory to the OS; default release.
 	Release func()
 	// Logger, when set, logs each release at debug level.
@@ -58,19 +64,25 @@ func Run(ctx context.Context, opts Options) {
 	if opts.BusyBytes == 0 {
 		opts.BusyBytes = 64 << 20
 	}
+	if opts.DropGoroutines <= 0 {
+		opts.DropGoroutines = 256
+	}
 	if opts.Release == nil {
 		opts.Release = release
 	}
-	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	allocated := func() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+	read := func() (allocated uint64, goroutines int) {
 		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
-			return 0
+		if sample[0].Value.Kind() == metrics.KindUint64 {
+			allocated = sample[0].Value.Uint64()
 		}
-		return sample[0].Value.Uint64()
+		if sample[1].Value.Kind() == metrics.KindUint64 {
+			goroutines = int(sample[1].Value.Uint64())
+		}
+		return allocated, goroutines
 	}
-	last := allocated()
-	since := last // the counter at the last release
+	last, _ := read()
+	since, after := last, 0 // at the last release: the counter, and the goroutines just after (0: none yet)
 	t := time.NewTicker(opts.Interval)
 	defer t.Stop()
 	for {
@@ -79,14 +91,17 @@ func Run(ctx context.Context, opts Options) {
 			return
 		case <-t.C:
 		}
-		now := allocated()
-		if now-last < opts.IdleBytes && now-since >= opts.BusyBytes {
+		now, g := read()
+		idle := now-last < opts.IdleBytes
+		worth := now-since >= opts.BusyBytes || after > 0 && after-g >= opts.DropGoroutines
+		if idle && worth {
 			start := time.Now()
 			opts.Release()
 			if opts.Logger != nil {
-				opts.Logger.Debug("returned idle memory to the OS", "allocated_since_last_MiB", (now-since)>>20, "took", time.Since(start))
+				opts.Logger.Debug("returned idle memory to the OS", "allocated_since_last_MiB", (now-since)>>20,
+					"goroutines", g, "took", time.Since(start))
 			}
-			now = allocated()
+			now, after = read()
 			since = now
 		}
 		last = now
