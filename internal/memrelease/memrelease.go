@@ -11,7 +11,7 @@
 // Idleness is read from the runtime's own counters (runtime/metrics), so the request path pays
 // nothing: the process is idle when it allocated less than IdleBytes in the last Interval. A
 // release is worth making once BusyBytes were allocated since the last one, or once
-// DropGoroutines fewer goroutines run than just after it: connections and streams that were
+// DropGoroutines fewer goroutines run than just after it (32): connections and streams that were
 // still open then (a burst's clients closing their connections takes a while on a loaded
 // machine) have ended, and what they held is free now.
 package memrelease
@@ -36,7 +36,8 @@ type Options struct {
 	// to be worth its collection; default 64 MiB.
 	BusyBytes uint64
 	// DropGoroutines: this many fewer goroutines than just after the last release makes another
-	// worth it; default 256.
+	// worth it; default 32 (a release at idle costs a millisecond or so: better one too many
+	// than a burst's memory kept because the last release came while part of it was live).
 	DropGoroutines int
 	// Release returns memory to the OS; default release.
 	Release func()
@@ -65,7 +66,7 @@ func Run(ctx context.Context, opts Options) {
 		opts.BusyBytes = 64 << 20
 	}
 	if opts.DropGoroutines <= 0 {
-		opts.DropGoroutines = 256
+		opts.DropGoroutines = 32
 	}
 	if opts.Release == nil {
 		opts.Release = release
