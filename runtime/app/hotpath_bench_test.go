@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,7 +248,9 @@ http {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// SIGTERM, not a kill: the master then stops its workers, which a killed master leaves
+	// running.
+	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	waitChat(b, addr, "")
 	pids := []int{cmd.Process.Pid}
 	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
