@@ -419,18 +419,8 @@ func (c *Console) llms(now time.Time, fams map[string]*dto.MetricFamily) []LLM {
 		if slices.Contains(l.Stages, "sessions") {
 			l.Sessions = metricValue(fams, "infergate_sessions_active", m.Name, "", "")
 		}
-		if d := metricValue(fams, "infergate_disagg_requests_total", m.Name, "path", "disaggregated"); d != nil {
-			if all := metricValue(fams, "infergate_disagg_requests_total", m.Name, "", ""); all != nil && *all > 0 {
-				r := round2(*d / *all)
-				l.Disaggregated = &r
-			}
-		}
-		if c := metricValue(fams, "infergate_kvroute_blocks_total", m.Name, "result", "cached"); c != nil {
-			if all := metricValue(fams, "infergate_kvroute_blocks_total", m.Name, "", ""); all != nil && *all > 0 {
-				r := round2(*c / *all)
-				l.PrefixHitRate = &r
-			}
-		}
+		l.Disaggregated = metricShare(fams, "infergate_disagg_requests_total", m.Name, "path", "disaggregated")
+		l.PrefixHitRate = metricShare(fams, "infergate_kvroute_blocks_total", m.Name, "result", "cached")
 		out = append(out, l)
 	}
 	return out
@@ -454,6 +444,18 @@ func (c *Console) gather() map[string]*dto.MetricFamily {
 		}
 	}
 	return out
+}
+
+// metricShare is the share of model's series of the family that have label = value, rounded;
+// nil when the family has none of model's, or they sum to 0.
+func metricShare(fams map[string]*dto.MetricFamily, name, model, label, value string) *float64 {
+	part := metricValue(fams, name, model, label, value)
+	all := metricValue(fams, name, model, "", "")
+	if part == nil || all == nil || *all <= 0 {
+		return nil
+	}
+	r := round2(*part / *all)
+	return &r
 }
 
 // metricValue sums the family's series of model (and, when label is set, with label = value);
