@@ -123,10 +123,15 @@ func Unavailable(code string, retryAfter time.Duration, msg string) *Error {
 	return withRetryAfter(ServerError(http.StatusServiceUnavailable, code, msg), retryAfter)
 }
 
-// Canceled is the 499 (nginx's "client closed request") for a request whose caller went away
-// before it was answered: nobody reads it, but it stays truthful. err is the context's error.
+// StatusClientClosed is nginx's 499, "client closed request": the status of Canceled, which
+// metrics count and no client is sent.
+const StatusClientClosed = 499
+
+// Canceled is the 499 (StatusClientClosed) for a request whose caller went away before it was
+// answered: metrics and logs count it, and the HTTP surfaces end the exchange unanswered rather
+// than send it. err is the context's error.
 func Canceled(err error) *Error {
-	return ServerError(499, "", err.Error())
+	return ServerError(StatusClientClosed, "", err.Error())
 }
 
 func withRetryAfter(e *Error, retryAfter time.Duration) *Error {

@@ -147,6 +147,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A map for 8 headers is one group of slots; 16 would take a table and a directory.
 	cw := &chatWriter{w: w, h: make(http.Header, 8), stream: t.stream, id: "msg_" + reqID, model: t.model, estimate: t.estimate, reqID: reqID, pool: out}
 	aborted := httpapi.ServeInProcess(h.opts.Chat, cw, chatRequest(r, t.body, reqID))
+	if aborted && !cw.sent && r.Context().Err() != nil {
+		// The client went away before any answer: end unanswered (see the chat handler).
+		h.m.requests.WithLabelValues(modeTranslate, "canceled").Inc()
+		panic(http.ErrAbortHandler)
+	}
 	cw.finish(aborted)
 	if cw.buf != nil {
 		out.b = cw.buf // grown past the pooled buffer's size: pool the larger one

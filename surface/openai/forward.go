@@ -43,10 +43,15 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 	res, err := p.Handle(ctx, req)
 	if err != nil {
 		var gwErr *pipeline.Error
-		if errors.As(err, &gwErr) {
+		if errors.As(err, &gwErr) && gwErr.Status != pipeline.StatusClientClosed {
 			gwErr.Write(w)
+			return
 		}
-		return // otherwise the client went away: nobody to answer
+		// The client went away, or half-closed its side, which net/http reads the same way.
+		// Returning with nothing written would send net/http's empty 200, a false answer to a
+		// client still reading: end the connection (or the HTTP/2 stream) unanswered instead,
+		// as nginx does with its 499.
+		panic(http.ErrAbortHandler)
 	}
 
 	h := w.Header()

@@ -149,6 +149,11 @@ func (h *Handler) translate(w http.ResponseWriter, t *turn) {
 			h.m.truncations.Inc()
 			continue
 		}
+		if aborted && !tw.sent && t.r.Context().Err() != nil {
+			// The client went away before any answer: end unanswered (see the chat handler).
+			h.m.requests.WithLabelValues("create", "canceled").Inc()
+			panic(http.ErrAbortHandler)
+		}
 		tw.finish(aborted)
 		h.m.requests.WithLabelValues("create", tw.outcome).Inc()
 		h.m.observe("translate", tw.outcome, meta.Stream, t.start, h.opts.Now())

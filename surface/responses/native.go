@@ -37,6 +37,11 @@ func (h *Handler) native(w http.ResponseWriter, t *turn, ctx context.Context) (f
 		}
 		return true
 	}
+	if aborted && !nw.sent && t.r.Context().Err() != nil {
+		// The client went away before any answer: end unanswered (see the chat handler).
+		h.m.requests.WithLabelValues("create", "canceled").Inc()
+		panic(http.ErrAbortHandler)
+	}
 	nw.finish(aborted)
 	h.m.requests.WithLabelValues("create", nw.outcome).Inc()
 	h.m.observe("native", nw.outcome, nw.stream, t.start, h.opts.Now())
