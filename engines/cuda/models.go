@@ -1,0 +1,413 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/engines/dense"
+	"github.com/infergate/infergate/gen/inference"
+	"google.golang.org/protobuf/proto"
+)
+
+// instance is one model instance: a stream of its own and the C memory its launches read their
+// arguments from. A model's instances run requests in parallel, as Triton's do.
+type instance struct {
+	st *stream
+	a  *args
+}
+
+// instances is a model's set of instances, taken one per request.
+type instances struct {
+	d    *Device
+	free chan *instance
+	all  []*instance
+}
+
+func newInstances(d *Device, count int) (*instances, error) {
+	if count < 1 {
+		count = 1
+	}
+	is := &instances{d: d, free: make(chan *instance, count)}
+	for range count {
+		st, err := d.newStream()
+		if err != nil {
+			is.close()
+			return nil, err
+		}
+		in := &instance{st: st, a: newArgs()}
+		is.all = append(is.all, in)
+		is.free <- in
+	}
+	return is, nil
+}
+
+// run takes a free instance (waiting while all are busy, until ctx ends) and calls fn with it
+// on a thread with the device's context current.
+func (is *instances) run(ctx context.Context, fn func(*instance) error) error {
+	var in *instance
+	select {
+	case in = <-is.free:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { is.free <- in }()
+	return is.d.run(func() error { return fn(in) })
+}
+
+func (is *instances) close() {
+	for _, in := range is.all {
+		in.st.close()
+		in.a.free()
+	}
+}
+
+// staging is what one request holds from the device's pools, given back by release.
+type staging struct {
+	d      *Device
+	dev    []block[uintptr]
+	pinned []block[unsafe.Pointer]
+}
+
+func (s *staging) device(n int) (uintptr, error) {
+	b, err := s.d.mem.get(int64(n))
+	if err != nil {
+		return 0, err
+	}
+	s.dev = append(s.dev, b)
+	return b.ptr, nil
+}
+
+// host returns n bytes of pinned host memory, as a slice over it.
+func (s *staging) host(n int) ([]byte, error) {
+	b, err := s.d.pinned.get(int64(n))
+	if err != nil {
+		return nil, err
+	}
+	s.pinned = append(s.pinned, b)
+	return unsafe.Slice((*byte)(b.ptr), n), nil
+}
+
+func (s *staging) release() {
+	for _, b := range s.dev {
+		s.d.mem.put(b)
+	}
+	for _, b := range s.pinned {
+		s.d.pinned.put(b)
+	}
+}
+
+// upload copies data to fresh device memory by way of pinned memory, so that the copy runs at
+// the bus's speed and asynchronously (a copy from pageable Go memory is staged by the driver
+// and synchronous).
+func (s *staging) upload(st *stream, data []byte) (uintptr, error) {
+	h, err := s.host(len(data))
+	if err != nil {
+		return 0, err
+	}
+	copy(h, data)
+	p, err := s.device(len(data))
+	if err != nil {
+		return 0, err
+	}
+	return p, st.upload(p, unsafe.Pointer(&h[0]), len(data))
+}
+
+// download queues the copy of n bytes at p to pinned memory; the bytes are there once the
+// stream is synchronized.
+func (s *staging) download(st *stream, p uintptr, n int) ([]byte, error) {
+	h, err := s.host(n)
+	if err != nil {
+		return nil, err
+	}
+	return h, st.download(unsafe.Pointer(&h[0]), p, n)
+}
+
+// gpuConfig is cfg served on GPU ordinal with count instances.
+func gpuConfig(cfg *inference.ModelConfig, ordinal, count int) *inference.ModelConfig {
+	c := proto.Clone(cfg).(*inference.ModelConfig)
+	c.InstanceGroup = []*inference.ModelInstanceGroup{{
+		Name: c.GetName(), Kind: inference.ModelInstanceGroup_KIND_GPU, Count: int32(max(count, 1)), Gpus: []int32{int32(ordinal)},
+	}}
+	return c
+}
+
+// Simple is Triton's `simple` on the GPU: OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 -
+// INPUT1 over INT32 [batch, 16], computed by a kernel.
+type Simple struct {
+	cfg *inference.ModelConfig
+	is  *instances
+}
+
+// NewSimple places `simple` (whose CPU config is cfg) on d with count instances.
+func NewSimple(d *Device, cfg *inference.ModelConfig, count int) (*Simple, error) {
+	is, err := newInstances(d, count)
+	if err != nil {
+		return nil, err
+	}
+	return &Simple{cfg: gpuConfig(cfg, d.ordinal, count), is: is}, nil
+}
+
+// Config implements engines.Model.
+func (m *Simple) Config() *inference.ModelConfig { return m.cfg }
+
+// Close frees the model's streams.
+func (m *Simple) Close() { m.is.close() }
+
+// Execute implements engines.Model.
+func (m *Simple) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
+	a, b := req.Input("INPUT0"), req.Input("INPUT1")
+	if a == nil || b == nil || len(a.Data) != len(b.Data) || len(a.Data) == 0 {
+		return fmt.Errorf("simple: INPUT0 and INPUT1 must be the same shape")
+	}
+	n := len(a.Data)
+	var sum, diff []byte
+	err := m.is.run(ctx, func(in *instance) error {
+		s := &staging{d: m.is.d}
+		defer s.release()
+		da, err := s.upload(in.st, a.Data)
+		if err != nil {
+			return err
+		}
+		db, err := s.upload(in.st, b.Data)
+		if err != nil {
+			return err
+		}
+		dsum, err := s.device(n)
+		if err != nil {
+			return err
+		}
+		ddiff, err := s.device(n)
+		if err != nil {
+			return err
+		}
+		in.a.set(uint64(da), uint64(db), uint64(dsum), uint64(ddiff), uint64(n/4))
+		if err := in.st.launch(m.is.d.addSub, n/4, in.a); err != nil {
+			return err
+		}
+		hsum, err := s.download(in.st, dsum, n)
+		if err != nil {
+			return err
+		}
+		hdiff, err := s.download(in.st, ddiff, n)
+		if err != nil {
+			return err
+		}
+		if err := in.st.sync(); err != nil {
+			return err
+		}
+		sum, diff = append([]byte(nil), hsum...), append([]byte(nil), hdiff...)
+		return nil
+	})
+	if err != nil {
+		return status(m.cfg.GetName(), err)
+	}
+	return send(&engines.Response{Outputs: []engines.Tensor{
+		{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape, Data: sum},
+		{Name: "OUTPUT1", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape, Data: diff},
+	}})
+}
+
+// Identity is identity_fp32 on the GPU: the input goes to the device and comes back, which is
+// the round trip's cost and nothing else.
+type Identity struct {
+	cfg *inference.ModelConfig
+	is  *instances
+}
+
+// NewIdentity places identity_fp32 (whose CPU config is cfg) on d with count instances.
+func NewIdentity(d *Device, cfg *inference.ModelConfig, count int) (*Identity, error) {
+	is, err := newInstances(d, count)
+	if err != nil {
+		return nil, err
+	}
+	return &Identity{cfg: gpuConfig(cfg, d.ordinal, count), is: is}, nil
+}
+
+// Config implements engines.Model.
+func (m *Identity) Config() *inference.ModelConfig { return m.cfg }
+
+// Close frees the model's streams.
+func (m *Identity) Close() { m.is.close() }
+
+// Execute implements engines.Model.
+func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
+	in := req.Input("INPUT0")
+	if in == nil {
+		return fmt.Errorf("identity_fp32: no INPUT0")
+	}
+	out := make([]byte, len(in.Data))
+	if len(in.Data) > 0 {
+		err := m.is.run(ctx, func(inst *instance) error {
+			s := &staging{d: m.is.d}
+			defer s.release()
+			p, err := s.upload(inst.st, in.Data)
+			if err != nil {
+				return err
+			}
+			h, err := s.download(inst.st, p, len(in.Data))
+			if err != nil {
+				return err
+			}
+			if err := inst.st.sync(); err != nil {
+				return err
+			}
+			copy(out, h)
+			return nil
+		})
+		if err != nil {
+			return status(m.cfg.GetName(), err)
+		}
+	}
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_FP32, Shape: in.Shape, Data: out}}})
+}
+
+// Dense is a dense network on the GPU: its weights uploaded once, each layer a cuBLAS SGEMM and
+// a bias-and-activation kernel, the whole request one queue of work on an instance's stream.
+type Dense struct {
+	cfg    *inference.ModelConfig
+	net    *dense.Network
+	is     *instances
+	layers []deviceLayer
+}
+
+type deviceLayer struct {
+	w, b uintptr
+}
+
+// NewDense uploads net's weights to d and serves it as name, batched up to maxBatch, with
+// count instances.
+func NewDense(d *Device, name string, net *dense.Network, maxBatch int32, count int) (*Dense, error) {
+	if err := loadDriver(); err != nil {
+		return nil, err
+	}
+	if driver.blasErr != nil {
+		return nil, fmt.Errorf("cuda: the dense model needs cuBLAS: %w", driver.blasErr)
+	}
+	is, err := newInstances(d, count)
+	if err != nil {
+		return nil, err
+	}
+	m := &Dense{net: net, is: is, cfg: dense.Config(name, net, maxBatch, inference.ModelInstanceGroup_KIND_GPU, int32(max(count, 1)), "infergate_cuda")}
+	m.cfg.InstanceGroup[0].Gpus = []int32{int32(d.ordinal)}
+	alloc := deviceAlloc{d}
+	st := is.all[0].st
+	err = d.run(func() error {
+		for _, l := range net.Layers {
+			var dl deviceLayer
+			for _, t := range []struct {
+				dst *uintptr
+				src []float32
+			}{{&dl.w, l.W}, {&dl.b, l.B}} {
+				p, err := alloc.alloc(int64(4 * len(t.src)))
+				if err != nil {
+					return err
+				}
+				*t.dst = p
+				// A synchronous copy from Go memory: once, at load.
+				if err := st.upload(p, unsafe.Pointer(&t.src[0]), 4*len(t.src)); err != nil {
+					return err
+				}
+				if err := st.sync(); err != nil {
+					return err
+				}
+			}
+			m.layers = append(m.layers, dl)
+		}
+		return nil
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Config implements engines.Model.
+func (m *Dense) Config() *inference.ModelConfig { return m.cfg }
+
+// Close frees the weights and the streams.
+func (m *Dense) Close() {
+	alloc := deviceAlloc{m.is.d}
+	for _, l := range m.layers {
+		if l.w != 0 {
+			_ = alloc.free(l.w)
+		}
+		if l.b != 0 {
+			_ = alloc.free(l.b)
+		}
+	}
+	m.layers = nil
+	m.is.close()
+}
+
+// Execute implements engines.Model.
+func (m *Dense) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
+	in, rows, err := dense.Rows(req, m.net)
+	if err != nil {
+		return err
+	}
+	outBytes := 4 * rows * m.net.Out()
+	out := make([]byte, outBytes)
+	err = m.is.run(ctx, func(inst *instance) error {
+		s := &staging{d: m.is.d}
+		defer s.release()
+		x, err := s.upload(inst.st, in.Data)
+		if err != nil {
+			return err
+		}
+		y, err := m.forward(inst, s, x, rows)
+		if err != nil {
+			return err
+		}
+		h, err := s.download(inst.st, y, outBytes)
+		if err != nil {
+			return err
+		}
+		if err := inst.st.sync(); err != nil {
+			return err
+		}
+		copy(out, h)
+		return nil
+	})
+	if err != nil {
+		return status(m.cfg.GetName(), err)
+	}
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: dense.Output, Datatype: inference.DataType_TYPE_FP32,
+		Shape: []int64{int64(rows), int64(m.net.Out())}, Data: out}}})
+}
+
+// forward queues the network on x (rows×In on the device) and returns where the output will be.
+func (m *Dense) forward(inst *instance, s *staging, x uintptr, rows int) (uintptr, error) {
+	if err := inst.st.gemmHandle(); err != nil {
+		return 0, err
+	}
+	var buf [2]uintptr
+	for i := range buf {
+		p, err := s.device(4 * rows * m.net.Widest())
+		if err != nil {
+			return 0, err
+		}
+		buf[i] = p
+	}
+	cur := x
+	for i, l := range m.net.Layers {
+		y := buf[i%2]
+		if err := inst.st.gemm(y, cur, m.layers[i].w, rows, l.In, l.Out); err != nil {
+			return 0, err
+		}
+		relu := uint64(0)
+		if l.ReLU {
+			relu = 1
+		}
+		inst.a.set(uint64(y), uint64(m.layers[i].b), uint64(rows), uint64(l.Out), relu)
+		if err := inst.st.launch(m.is.d.biasAct, rows*l.Out, inst.a); err != nil {
+			return 0, err
+		}
+		cur = y
+	}
+	return cur, nil
+}
