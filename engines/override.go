@@ -78,13 +78,23 @@ func (e *Entry) OverrideConfig(override *inference.ModelConfig) (*inference.Mode
 	if groups := override.GetInstanceGroup(); len(groups) > 0 {
 		cfg.InstanceGroup = nil
 		for i, g := range groups {
-			if g.GetKind() != inference.ModelInstanceGroup_KIND_CPU && g.GetKind() != inference.ModelInstanceGroup_KIND_AUTO {
+			kind := g.GetKind()
+			switch {
+			case kind == inference.ModelInstanceGroup_KIND_AUTO:
+				kind = inference.ModelInstanceGroup_KIND_CPU
+			case kind == inference.ModelInstanceGroup_KIND_GPU && (e.reg == nil || e.reg.placer.Load() == nil):
 				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
-					"failed to load '%s': instance group %d has kind %s; infergate's built-in models run on CPU only", name, i, g.GetKind()))
+					"failed to load '%s': its instance group has kind KIND_GPU, and this server has no GPU engine (a build with -tags cuda, on a machine whose CUDA driver sees a GPU)", name))
+			case kind != inference.ModelInstanceGroup_KIND_CPU && kind != inference.ModelInstanceGroup_KIND_GPU:
+				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+					"failed to load '%s': instance group %d has kind %s; infergate runs models on the CPU or a GPU only", name, i, g.GetKind()))
 			}
-			if len(g.GetGpus()) > 0 || g.GetProfile() != nil || g.GetHostPolicy() != "" || g.GetSecondaryDevices() != nil || g.GetPassive() || g.GetRateLimiter() != nil {
+			if kind != inference.ModelInstanceGroup_KIND_GPU && len(g.GetGpus()) > 0 {
+				return nil, invalid("failed to load '%s': instance group %d names gpus but is not KIND_GPU", name, i)
+			}
+			if g.GetProfile() != nil || g.GetHostPolicy() != "" || g.GetSecondaryDevices() != nil || g.GetPassive() || g.GetRateLimiter() != nil {
 				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
-					"failed to load '%s': instance group %d sets more than its name, kind and count, which infergate cannot honour", name, i))
+					"failed to load '%s': instance group %d sets more than its name, kind, count and gpus, which infergate cannot honour", name, i))
 			}
 			if g.GetCount() < 1 || g.GetCount() > 1024 {
 				return nil, invalid("failed to load '%s': instance group %d count %d is out of range [1, 1024]", name, i, g.GetCount())
@@ -93,7 +103,7 @@ func (e *Entry) OverrideConfig(override *inference.ModelConfig) (*inference.Mode
 			if gn == "" {
 				gn = name
 			}
-			cfg.InstanceGroup = append(cfg.InstanceGroup, &inference.ModelInstanceGroup{Name: gn, Kind: inference.ModelInstanceGroup_KIND_CPU, Count: g.GetCount()})
+			cfg.InstanceGroup = append(cfg.InstanceGroup, &inference.ModelInstanceGroup{Name: gn, Kind: kind, Count: g.GetCount(), Gpus: g.GetGpus()})
 		}
 	}
 	return cfg, nil
@@ -142,6 +152,16 @@ func (r *Registry) Reconfigure(name string, cfg *inference.ModelConfig) error {
 	}
 	e := newEntry(old.model, cfg)
 	e.reg = r
+	if onGPU(cfg) {
+		// Placing uploads weights and makes streams: done under the lock, so two loads of one
+		// model cannot race to place it twice. Loads are rare and operator-driven.
+		m, err := r.place(old.model, cfg)
+		if err != nil {
+			r.mu.Unlock()
+			return err
+		}
+		e.run = m
+	}
 	r.schedule(e)
 	r.entries[name] = e
 	r.mu.Unlock()
@@ -150,6 +170,16 @@ func (r *Registry) Reconfigure(name string, cfg *inference.ModelConfig) error {
 		old.seq.reset()
 	}
 	return nil
+}
+
+// onGPU reports whether cfg has a KIND_GPU instance group.
+func onGPU(cfg *inference.ModelConfig) bool {
+	for _, g := range cfg.GetInstanceGroup() {
+		if g.GetKind() == inference.ModelInstanceGroup_KIND_GPU {
+			return true
+		}
+	}
+	return false
 }
 
 // Overridden reports whether the entry serves under a config other than its model's own.

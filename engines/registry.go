@@ -24,6 +24,35 @@ type Registry struct {
 	admit   atomic.Pointer[Admission]
 	visible atomic.Pointer[Visibility]
 	sched   atomic.Pointer[SchedulerFactory]
+	placer  atomic.Pointer[Placer]
+}
+
+// Placer puts models on GPUs: the CUDA engine (engines/cuda), in a binary built with it and on
+// a machine with a GPU.
+type Placer interface {
+	// Place returns m serving under cfg, whose instance groups are KIND_GPU: the same model,
+	// computed on the GPU. It refuses (UNIMPLEMENTED) a model it has no GPU version of.
+	Place(m Model, cfg *inference.ModelConfig) (Model, error)
+}
+
+// place puts m on a GPU, serving under cfg.
+func (r *Registry) place(m Model, cfg *inference.ModelConfig) (Model, error) {
+	p := r.placer.Load()
+	if p == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+			"failed to load '%s': its instance group has kind KIND_GPU, and this server has no GPU engine (a build with -tags cuda, on a machine whose CUDA driver sees a GPU)", cfg.GetName()))
+	}
+	return (*p).Place(m, cfg)
+}
+
+// SetPlacer makes p serve the KIND_GPU instance groups of models registered from now on and of
+// config overrides (nil: they are refused, as on a machine without a GPU).
+func (r *Registry) SetPlacer(p Placer) {
+	if p == nil {
+		r.placer.Store(nil)
+	} else {
+		r.placer.Store(&p)
+	}
 }
 
 // SetScheduler makes f choose the scheduler (the dynamic batcher) of every entry registered or
@@ -48,7 +77,7 @@ func (r *Registry) schedule(e *Entry) {
 		e.sched.Store(nil)
 		return
 	}
-	if s := (*f)(e, e.model.Execute); s != nil {
+	if s := (*f)(e, e.run.Execute); s != nil {
 		e.sched.Store(&s)
 	} else {
 		e.sched.Store(nil)
@@ -123,12 +152,19 @@ func (r *Registry) Register(m Model) (*Entry, error) {
 	}
 	e := newEntry(m, cfg)
 	e.reg = r
-	r.schedule(e)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.entries[cfg.GetName()]; ok {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("model '%s' is already registered", cfg.GetName()))
 	}
+	if onGPU(cfg) {
+		run, err := r.place(m, cfg)
+		if err != nil {
+			return nil, err
+		}
+		e.run = run
+	}
+	r.schedule(e)
 	r.entries[cfg.GetName()] = e
 	r.order = append(r.order, cfg.GetName())
 	return e, nil
@@ -258,7 +294,8 @@ func (r *Registry) Unload(name string) error {
 
 // Entry is one model in the registry: the model, its derived metadata, readiness and statistics.
 type Entry struct {
-	model    Model
+	model    Model // the model as registered
+	run      Model // what serves the entry's config: model, or its GPU placement
 	cfg      *inference.ModelConfig
 	version  int64
 	versionS string
@@ -276,6 +313,7 @@ type Entry struct {
 func newEntry(m Model, cfg *inference.ModelConfig) *Entry {
 	e := &Entry{
 		model:    m,
+		run:      m,
 		cfg:      cfg,
 		version:  1,
 		versionS: "1",
@@ -356,7 +394,7 @@ func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) 
 	if s := e.sched.Load(); s != nil {
 		return (*s).Execute(ctx, req, send)
 	}
-	return e.model.Execute(ctx, req, send)
+	return e.run.Execute(ctx, req, send)
 }
 
 // Remote reports whether the entry's model runs outside the gateway (a RemoteModel: a registered

@@ -34,6 +34,7 @@ CUresult ig_cuIpcGetMemHandle(void *handle, CUdeviceptr p);
 CUresult ig_cuIpcOpenMemHandle(CUdeviceptr *p, const void *handle);
 CUresult ig_cuIpcCloseMemHandle(CUdeviceptr p);
 CUresult ig_cuMemGetInfo(size_t *free, size_t *total);
+CUresult ig_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 int ig_cublasCreate(cublasHandle_t *h);
 int ig_cublasDestroy(cublasHandle_t h);
 int ig_cublasSetStream(cublasHandle_t h, CUstream s);
@@ -373,6 +374,17 @@ func (d *Device) OpenIPC(handle []byte) (uintptr, error) {
 		return check("cuIpcOpenMemHandle", C.ig_cuIpcOpenMemHandle(&p, buf))
 	})
 	return uintptr(p), err
+}
+
+// allocationEnd is the end of the allocation p lies in: the most a client's region that starts
+// at p may span (the driver knows each allocation's range; a client's byte size is only a claim).
+func (d *Device) allocationEnd(p uintptr) (uintptr, error) {
+	var base C.CUdeviceptr
+	var size C.size_t
+	err := d.run(func() error {
+		return check("cuMemGetAddressRange", C.ig_cuMemGetAddressRange(&base, &size, C.CUdeviceptr(p)))
+	})
+	return uintptr(base) + uintptr(size), err
 }
 
 // CloseIPC unmaps device memory OpenIPC mapped.

@@ -50,6 +50,7 @@ IG_FN(cuIpcGetMemHandle)
 IG_FN(cuIpcOpenMemHandle_v2)
 IG_FN(cuIpcCloseMemHandle)
 IG_FN(cuMemGetInfo_v2)
+IG_FN(cuMemGetAddressRange_v2)
 IG_FN(cublasCreate_v2)
 IG_FN(cublasDestroy_v2)
 IG_FN(cublasSetStream_v2)
@@ -88,6 +89,7 @@ static int ig_load_driver(const char *path, char *err, size_t errlen) {
 	IG_SYM(lib, cuEventCreate); IG_SYM(lib, cuEventRecord); IG_SYM(lib, cuEventSynchronize);
 	IG_SYM(lib, cuEventElapsedTime); IG_SYM(lib, cuEventDestroy_v2); IG_SYM(lib, cuIpcGetMemHandle);
 	IG_SYM(lib, cuIpcOpenMemHandle_v2); IG_SYM(lib, cuIpcCloseMemHandle); IG_SYM(lib, cuMemGetInfo_v2);
+	IG_SYM(lib, cuMemGetAddressRange_v2);
 	return 0;
 }
 
@@ -156,6 +158,7 @@ CUresult ig_cuIpcOpenMemHandle(CUdeviceptr *p, const void *handle) {
 }
 CUresult ig_cuIpcCloseMemHandle(CUdeviceptr p) { return p_cuIpcCloseMemHandle(p); }
 CUresult ig_cuMemGetInfo(size_t *free, size_t *total) { return p_cuMemGetInfo_v2(free, total); }
+CUresult ig_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p) { return p_cuMemGetAddressRange_v2(base, size, p); }
 int ig_ipc_handle_size(void) { return (int)sizeof(CUipcMemHandle); }
 
 // Kernel launches take their arguments by address: the callers pass up to 8 pointers to

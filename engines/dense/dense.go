@@ -355,3 +355,10 @@ func Random(seed uint64, widths ...int) *Network {
 	}
 	return net
 }
+
+// OnInstances sets the instance group the model's config declares: kind KIND_GPU makes the
+// registry place it on a GPU (engines.Placer) when it is registered.
+func (m *Model) OnInstances(kind inference.ModelInstanceGroup_Kind, count int32, gpus []int32) *Model {
+	m.cfg.InstanceGroup = []*inference.ModelInstanceGroup{{Name: m.cfg.GetName(), Kind: kind, Count: max(count, 1), Gpus: gpus}}
+	return m
+}

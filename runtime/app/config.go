@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/core/tracing"
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/lib/granite"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/store/breaker"
@@ -29,6 +30,11 @@ import (
 type Config struct {
 	// BuiltinModels serves Triton's example models (simple, repeat_int32, ...); default true.
 	BuiltinModels *bool `yaml:"builtin_models"`
+	// DenseModels serves dense networks (stacks of fully connected layers) from safetensors
+	// files, keyed by model name: on the CPU, or on a GPU in a binary built with -tags cuda.
+	DenseModels map[string]denseModelConfig `yaml:"dense_models"`
+	// GPU bounds the CUDA engine's memory pools (a binary built with -tags cuda).
+	GPU gpuConfig `yaml:"gpu"`
 	// Upstreams are the servers behind the gateway: vLLM, OpenAI and Ollama behind the OpenAI API
 	// (and, through the bridge, the KServe surface), Triton/KServe servers behind the KServe surface.
 	Upstreams []upstream.Endpoint `yaml:"upstreams"`
@@ -510,6 +516,30 @@ type registryConfig struct {
 	MaxTTL     time.Duration `yaml:"max_ttl"`
 }
 
+// denseModelConfig is one dense network: its file and how Triton's instance_group places it.
+type denseModelConfig struct {
+	// Path is the safetensors file: <layer>.weight [out, in] and <layer>.bias [out] in F32
+	// (engines/dense).
+	Path string `yaml:"path"`
+	// MaxBatchSize is the most rows a request may hold; default 64.
+	MaxBatchSize int32 `yaml:"max_batch_size"`
+	// Kind is KIND_CPU (the default) or KIND_GPU; Count the instances (default 1); GPUs the GPU
+	// they run on (default [0]).
+	Kind  string  `yaml:"kind"`
+	Count int32   `yaml:"count"`
+	GPUs  []int32 `yaml:"gpus"`
+}
+
+// gpuConfig bounds the GPU engine's pools on each GPU.
+type gpuConfig struct {
+	// MaxDeviceBytes caps the device memory held for requests' tensors (weights apart);
+	// default 1 GiB.
+	MaxDeviceBytes int64 `yaml:"max_device_bytes"`
+	// MaxPinnedBytes caps the pinned host memory held for copies to and from the GPU; default
+	// 256 MiB.
+	MaxPinnedBytes int64 `yaml:"max_pinned_bytes"`
+}
+
 // builtins reports whether the built-in models are served.
 func (c *Config) builtins() bool { return c.BuiltinModels == nil || *c.BuiltinModels }
 
@@ -548,6 +578,23 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	if err := upstream.Validate(c.Upstreams); err != nil {
 		for _, e := range unjoin(err) {
 			lines = append(lines, fmt.Sprintf("%s: upstreams: %v", name, e))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.DenseModels)) {
+		d := c.DenseModels[m]
+		if d.Path == "" {
+			lines = append(lines, fmt.Sprintf("%s: dense_models.%s.path: the safetensors file is required", name, m))
+		}
+		switch d.Kind {
+		case "", "KIND_CPU", "KIND_GPU":
+		default:
+			lines = append(lines, fmt.Sprintf("%s: dense_models.%s.kind: %q is not one of KIND_CPU, KIND_GPU", name, m, d.Kind))
+		}
+		if d.MaxBatchSize < 0 || d.MaxBatchSize > engines.MaxOverrideBatchSize || d.Count < 0 || d.Count > 1024 {
+			lines = append(lines, fmt.Sprintf("%s: dense_models.%s: max_batch_size must be 0 to %d and count 0 to 1024", name, m, engines.MaxOverrideBatchSize))
+		}
+		if len(d.GPUs) > 0 && d.Kind != "KIND_GPU" {
+			lines = append(lines, fmt.Sprintf("%s: dense_models.%s.gpus: needs kind: KIND_GPU", name, m))
 		}
 	}
 	switch c.UpstreamClient {

@@ -125,9 +125,17 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		}
 	})
 	gwCfg.Tracer = tr
-	if cfg.builtins() && role != RoleBatchWorker {
-		if err := builtin.Register(reg); err != nil {
-			return nil, fmt.Errorf("registering built-in models: %w", err)
+	if role != RoleBatchWorker {
+		// The GPU engine, in a build with -tags cuda: KIND_GPU instance groups (a dense
+		// model's, a load's config override) run on it.
+		setPlacer(reg, cfg.GPU, &gwCfg, log, &closers)
+		if cfg.builtins() {
+			if err := builtin.Register(reg); err != nil {
+				return nil, fmt.Errorf("registering built-in models: %w", err)
+			}
+		}
+		if err := registerDense(reg, cfg.DenseModels, log); err != nil {
+			return nil, err
 		}
 	}
 

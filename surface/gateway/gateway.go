@@ -82,6 +82,10 @@ type Config struct {
 	// SharedMemoryOwner names the caller a request's shared memory regions belong to (the
 	// runtime passes its API key's name); nil: one namespace for every caller, as in Triton.
 	SharedMemoryOwner func(context.Context) string
+	// CUDASharedMemory opens CUDA IPC handles for Triton's CUDA shared memory extension: the GPU
+	// engine, in a build with it; nil: the extension answers as a GPU-less Triton. Its regions
+	// share the system shared memory extension's owners and cap, and need it on.
+	CUDASharedMemory shm.OpenCUDA
 	// Tracer serves Triton's trace extension and spans inference requests (nil: the extension
 	// is not served and nothing is traced).
 	Tracer *tracing.Tracer
@@ -146,7 +150,7 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	}
 	g := &Gateway{cfg: cfg}
 	inflater := inflate.New(cfg.Decompression)
-	g.svc = kserve.NewService(reg,
+	svcOpts := []kserve.Option{
 		kserve.WithServerName(cfg.ServerName),
 		kserve.WithServerVersion(cfg.Version),
 		kserve.WithMaxMessageBytes(cfg.MaxMessageBytes),
@@ -155,7 +159,12 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		kserve.WithSharedMemoryMaxRegions(cfg.SharedMemoryMaxRegions),
 		kserve.WithSharedMemoryOwner(cfg.SharedMemoryOwner),
 		kserve.WithTracing(cfg.Tracer),
-		kserve.WithLogLevel(cfg.LogLevel))
+		kserve.WithLogLevel(cfg.LogLevel),
+	}
+	if cfg.CUDASharedMemory != nil {
+		svcOpts = append(svcOpts, kserve.WithCUDASharedMemory(cfg.CUDASharedMemory))
+	}
+	g.svc = kserve.NewService(reg, svcOpts...)
 	g.health = grpchealth.NewStaticChecker(inferenceconnect.GRPCInferenceServiceName)
 
 	g.metrics = prometheus.NewRegistry()

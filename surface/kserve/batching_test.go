@@ -306,7 +306,7 @@ func TestLoadConfigOverrideSwitchesBatchingOn(t *testing.T) {
 			"dynamic batching preferred size must be <= max batch size for simple"},
 		{"default priority", "simple", loadParams("config", `{"dynamic_batching":{"priority_levels":2}}`), codes.InvalidArgument,
 			"default priority level must be in range [1, 2] for simple"},
-		{"GPU instances", "simple", loadParams("config", `{"instance_group":[{"kind":"KIND_GPU","count":1}]}`), codes.Unimplemented, "failed to load 'simple': instance group 0 has kind KIND_GPU"},
+		{"GPU instances", "simple", loadParams("config", `{"instance_group":[{"kind":"KIND_GPU","count":1}]}`), codes.Unimplemented, "failed to load 'simple': its instance group has kind KIND_GPU, and this server has no GPU engine"},
 		{"sequence model", "simple_sequence", loadParams("config", `{"dynamic_batching":{}}`), codes.Unimplemented,
 			"failed to load 'simple_sequence': dynamic batching cannot be enabled on a sequence or decoupled model"},
 		{"registered model", "registered", loadParams("config", `{"max_batch_size":4}`), codes.Unimplemented,

@@ -25,8 +25,9 @@ import (
 )
 
 // Extensions lists the Triton protocol extensions every service implements, as ServerMetadata
-// reports them; a service with system shared memory on adds "system_shared_memory", one with a
-// Tracer "trace", one with a log level "logging".
+// reports them; a service with system shared memory on adds "system_shared_memory" (and
+// "cuda_shared_memory" with WithCUDASharedMemory), one with a Tracer "trace", one with a log
+// level "logging".
 var Extensions = []string{"model_configuration", "model_repository", "statistics", "sequence", "parameters", "binary_tensor_data", "classification"}
 
 // Service implements inference.GRPCInferenceService on a model registry.
@@ -43,6 +44,7 @@ type Service struct {
 	shmOwner func(context.Context) string
 	shmOff   bool
 	shmMax   int
+	shmCUDA  shm.OpenCUDA // nil: CUDA shared memory answers as a GPU-less Triton
 	exts     []string
 	tracer   *tracing.Tracer // nil: the trace extension is off, and requests get no spans
 	logs     *tracing.Logs   // nil: the logging extension is off
@@ -65,6 +67,13 @@ func WithMaxMessageBytes(n int) Option { return func(s *Service) { s.maxBytes = 
 // defaults, with a budget of the service's own).
 func WithInflater(in *inflate.Inflater) Option { return func(s *Service) { s.inflater = in } }
 
+// WithCUDASharedMemory serves Triton's CUDA shared memory extension, opening clients' CUDA IPC
+// handles with open (the GPU engine's): regions live in the system shared memory extension's
+// manager (its owners, cap and lifetime; see package shm), so the extension needs that one on.
+// Without it (or with open nil) CudaSharedMemoryRegister answers UNIMPLEMENTED and Status and
+// Unregister as a GPU-less Triton.
+func WithCUDASharedMemory(open shm.OpenCUDA) Option { return func(s *Service) { s.shmCUDA = open } }
+
 // NewService returns a service for the models in reg.
 func NewService(reg *engines.Registry, opts ...Option) *Service {
 	s := &Service{reg: reg, name: "triton", version: "dev", maxBytes: engines.DefaultMaxMessageBytes, codec: newTensorCodec(), frames: newFramePool()}
@@ -82,8 +91,14 @@ func NewService(reg *engines.Registry, opts ...Option) *Service {
 			// register another's object under its own region name and read or overwrite it.
 			opts = append(opts, shm.ExclusiveObjects())
 		}
+		if s.shmCUDA != nil {
+			opts = append(opts, shm.WithCUDA(s.shmCUDA))
+		}
 		s.shm = shm.New(s.shmMax, opts...)
 		s.exts = append(s.exts, extSystemSharedMemory)
+		if s.shm.CUDA() {
+			s.exts = append(s.exts, extCUDASharedMemory)
+		}
 	}
 	if s.tracer != nil {
 		s.exts = append(s.exts, extTrace)

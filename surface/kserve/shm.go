@@ -3,6 +3,7 @@ package kserve
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +27,11 @@ const (
 	paramShmByteSize = "shared_memory_byte_size"
 )
 
-// extSystemSharedMemory is the extension's name in ServerMetadata.
-const extSystemSharedMemory = "system_shared_memory"
+// extSystemSharedMemory and extCUDASharedMemory are the extensions' names in ServerMetadata.
+const (
+	extSystemSharedMemory = "system_shared_memory"
+	extCUDASharedMemory   = "cuda_shared_memory"
+)
 
 // WithSystemSharedMemory turns Triton's system shared memory extension on or off (default on
 // where the build supports it: Linux). Off, its RPCs and routes answer UNIMPLEMENTED and it is
@@ -194,29 +198,56 @@ func (s *Service) SystemSharedMemoryUnregister(ctx context.Context, req *inferen
 // errNoCUDA refuses CUDA shared memory: this build has no GPU support.
 var errNoCUDA = errors.New("infergate does not implement the cuda_shared_memory extension: this build has no GPU support, so CUDA IPC handles cannot be opened; use system shared memory")
 
-// CudaSharedMemoryRegister is refused. Status and Unregister answer as a GPU-less Triton does
-// (no regions; unregistering none succeeds), because Triton's example clients unregister CUDA
-// regions before they start whether or not they use them.
-func (s *Service) CudaSharedMemoryRegister(context.Context, *inference.CudaSharedMemoryRegisterRequest) (*inference.CudaSharedMemoryRegisterResponse, error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoCUDA)
+// cudaOn reports whether CUDA shared memory regions can be registered: the shared memory
+// extension is on and the service opens CUDA IPC handles (WithCUDASharedMemory).
+func (s *Service) cudaOn() bool { return s.shm != nil && s.shm.CUDA() }
+
+// CudaSharedMemoryRegister opens a client's CUDA IPC handle as a region (package shm), when the
+// service has a GPU engine to open it (WithCUDASharedMemory); without one it is refused, and
+// Status and Unregister answer as a GPU-less Triton does (no regions; unregistering none
+// succeeds), because Triton's example clients unregister CUDA regions before they start whether
+// or not they use them.
+func (s *Service) CudaSharedMemoryRegister(ctx context.Context, req *inference.CudaSharedMemoryRegisterRequest) (*inference.CudaSharedMemoryRegisterResponse, error) {
+	if !s.cudaOn() {
+		return nil, connect.NewError(connect.CodeUnimplemented, errNoCUDA)
+	}
+	if err := s.shm.RegisterCUDA(s.shmScope(ctx).owner, req.GetName(), req.GetRawHandle(), req.GetDeviceId(), req.GetByteSize()); err != nil {
+		return nil, err
+	}
+	return &inference.CudaSharedMemoryRegisterResponse{}, nil
 }
 
+// CudaSharedMemoryStatus lists the caller's CUDA regions: none without a GPU engine.
 func (s *Service) CudaSharedMemoryStatus(ctx context.Context, req *inference.CudaSharedMemoryStatusRequest) (*inference.CudaSharedMemoryStatusResponse, error) {
 	if s.shm == nil {
-		return nil, unimplemented("cuda_shared_memory")
+		return nil, unimplemented(extCUDASharedMemory)
 	}
-	if name := req.GetName(); name != "" {
-		if _, err := s.shm.Status(s.shmScope(ctx).owner, name); err == nil {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("The region named '%s' is registered as system shared memory, not CUDA shared memory", name))
-		}
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find cuda shared memory region: '%s'", name))
+	st, err := s.shm.CUDAStatus(s.shmScope(ctx).owner, req.GetName())
+	if err != nil {
+		return nil, err
 	}
-	return &inference.CudaSharedMemoryStatusResponse{}, nil
+	resp := &inference.CudaSharedMemoryStatusResponse{Regions: make(map[string]*inference.CudaSharedMemoryStatusResponse_RegionStatus, len(st))}
+	for _, r := range st {
+		resp.Regions[r.Name] = &inference.CudaSharedMemoryStatusResponse_RegionStatus{Name: r.Name, DeviceId: uint64(r.DeviceID), ByteSize: r.ByteSize}
+	}
+	return resp, nil
 }
 
-func (s *Service) CudaSharedMemoryUnregister(context.Context, *inference.CudaSharedMemoryUnregisterRequest) (*inference.CudaSharedMemoryUnregisterResponse, error) {
+// CudaSharedMemoryUnregister removes the caller's CUDA region name, or all of them: none without
+// a GPU engine.
+func (s *Service) CudaSharedMemoryUnregister(ctx context.Context, req *inference.CudaSharedMemoryUnregisterRequest) (*inference.CudaSharedMemoryUnregisterResponse, error) {
 	if s.shm == nil {
-		return nil, unimplemented("cuda_shared_memory")
+		return nil, unimplemented(extCUDASharedMemory)
+	}
+	owner := s.shmScope(ctx).owner
+	var err error
+	if req.GetName() == "" {
+		err = s.shm.UnregisterAllCUDA(owner)
+	} else {
+		err = s.shm.UnregisterCUDA(owner, req.GetName())
+	}
+	if err != nil {
+		return nil, err
 	}
 	return &inference.CudaSharedMemoryUnregisterResponse{}, nil
 }
@@ -234,9 +265,7 @@ func (s *Service) mountSharedMemory(get, post func(string, restFunc)) {
 		get(base+"/status", s.restCudaStatus)
 		post(base+"/unregister", s.restCudaUnregister)
 	}
-	post("/v2/cudasharedmemory/region/{region}/register", func(http.ResponseWriter, *http.Request) error {
-		return connect.NewError(connect.CodeUnimplemented, errNoCUDA)
-	})
+	post("/v2/cudasharedmemory/region/{region}/register", s.restCudaRegister)
 }
 
 // shmRESTError gives shared memory errors Triton's HTTP statuses: ALREADY_EXISTS is a 400 there.
@@ -305,16 +334,54 @@ func (s *Service) restShmUnregister(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
+// restCudaStatus answers Triton's JSON: [{"name", "device_id", "byte_size"}], sorted by name.
 func (s *Service) restCudaStatus(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.CudaSharedMemoryStatus(r.Context(), &inference.CudaSharedMemoryStatusRequest{Name: r.PathValue("region")}); err != nil {
+	if s.shm == nil {
+		return unimplemented(extCUDASharedMemory)
+	}
+	st, err := s.shm.CUDAStatus(s.shmScope(r.Context()).owner, r.PathValue("region"))
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, []byte("[]"))
+	b := []byte{'['}
+	for i, x := range st {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = tensor.AppendJSONString(b, x.Name)
+		b = append(b, `,"device_id":`...)
+		b = strconv.AppendInt(b, x.DeviceID, 10)
+		b = append(b, `,"byte_size":`...)
+		b = strconv.AppendUint(b, x.ByteSize, 10)
+		b = append(b, '}')
+	}
+	writeJSON(w, http.StatusOK, append(b, ']'))
+	return nil
+}
+
+func (s *Service) restCudaRegister(w http.ResponseWriter, r *http.Request) error {
+	if !s.cudaOn() {
+		return connect.NewError(connect.CodeUnimplemented, errNoCUDA)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxShmRegisterBody)
+	body, err := s.readBody(w, r, 0)
+	if err != nil {
+		return err
+	}
+	handle, device, size, err := parseCudaShmRegisterBody(body)
+	if err != nil {
+		return err
+	}
+	if err := s.shm.RegisterCUDA(s.shmScope(r.Context()).owner, r.PathValue("region"), handle, device, size); err != nil {
+		return shmRESTError(err)
+	}
+	writeJSON(w, http.StatusOK, nil)
 	return nil
 }
 
 func (s *Service) restCudaUnregister(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.CudaSharedMemoryUnregister(r.Context(), nil); err != nil {
+	if _, err := s.CudaSharedMemoryUnregister(r.Context(), &inference.CudaSharedMemoryUnregisterRequest{Name: r.PathValue("region")}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, nil)
@@ -352,4 +419,49 @@ func parseShmRegisterBody(body []byte) (key string, offset, size uint64, err err
 		return "", 0, 0, invalid("Unable to parse 'byte_size': expected a non-negative integer, got %s", clip(j.ByteSize))
 	}
 	return key, offset, size, nil
+}
+
+// parseCudaShmRegisterBody reads a CUDA register request as Triton's HTTP client sends it:
+// {"raw_handle": {"b64": base64 string}, "device_id": int, "byte_size": uint}, with Triton's
+// messages for missing fields and for a handle that is not base64. The handle's length is the
+// GPU engine's to check (it knows the size of a CUDA IPC handle).
+func parseCudaShmRegisterBody(body []byte) (handle []byte, device int64, size uint64, err error) {
+	var j struct {
+		RawHandle jsonValue `json:"raw_handle"`
+		DeviceID  jsonValue `json:"device_id"`
+		ByteSize  jsonValue `json:"byte_size"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &j); err != nil {
+			return nil, 0, 0, jsonSyntaxError("the shared memory register request JSON", err)
+		}
+	}
+	if j.RawHandle == nil {
+		return nil, 0, 0, invalid("Shared memory register request has no 'raw_handle' field")
+	}
+	var raw struct {
+		B64 jsonValue `json:"b64"`
+	}
+	var b64 string
+	if j.RawHandle[0] != '{' || json.Unmarshal(j.RawHandle, &raw) != nil || raw.B64 == nil || raw.B64[0] != '"' || json.Unmarshal(raw.B64, &b64) != nil {
+		return nil, 0, 0, invalid(`Unable to parse 'raw_handle': expected an object {"b64": string}, got %s`, clip(j.RawHandle))
+	}
+	if handle, err = base64.StdEncoding.DecodeString(b64); err != nil {
+		if handle, err = base64.RawStdEncoding.DecodeString(b64); err != nil {
+			return nil, 0, 0, invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+		}
+	}
+	if j.DeviceID == nil {
+		return nil, 0, 0, invalid("Shared memory register request has no 'device_id' field")
+	}
+	if device, err = strconv.ParseInt(string(j.DeviceID), 10, 64); err != nil {
+		return nil, 0, 0, invalid("Unable to parse 'device_id': expected an integer, got %s", clip(j.DeviceID))
+	}
+	if j.ByteSize == nil {
+		return nil, 0, 0, invalid("Shared memory register request has no 'byte_size' field")
+	}
+	if size, err = strconv.ParseUint(string(j.ByteSize), 10, 64); err != nil {
+		return nil, 0, 0, invalid("Unable to parse 'byte_size': expected a non-negative integer, got %s", clip(j.ByteSize))
+	}
+	return handle, device, size, nil
 }

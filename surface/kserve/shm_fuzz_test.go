@@ -3,6 +3,8 @@
 package kserve
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -108,6 +110,38 @@ func FuzzSharedMemoryRegisterBody(f *testing.F) {
 		}
 		if _, err := json.Marshal(key); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzCudaSharedMemoryRegisterBody: a CUDA register body either parses or is refused with
+// INVALID_ARGUMENT; what parses, written back as Triton's client writes it, parses to the same.
+func FuzzCudaSharedMemoryRegisterBody(f *testing.F) {
+	for _, s := range []string{``, `{}`, `[`, `null`,
+		`{"raw_handle":{"b64":"AAECAw=="},"device_id":0,"byte_size":8}`,
+		`{"raw_handle":{"b64":"AAECAw"},"device_id":1,"byte_size":8}`,
+		`{"raw_handle":{"b64":""},"device_id":0,"byte_size":8}`,
+		`{"raw_handle":{"b64":"not base64!"},"device_id":0,"byte_size":8}`,
+		`{"raw_handle":"AAECAw==","device_id":0,"byte_size":8}`,
+		`{"raw_handle":{"b64":7},"device_id":0,"byte_size":8}`,
+		`{"raw_handle":{"b64":null},"device_id":0,"byte_size":8}`,
+		`{"raw_handle":{"b64":"AAECAw=="},"device_id":-1,"byte_size":18446744073709551615}`,
+		`{"raw_handle":{"b64":"AAECAw=="},"device_id":1e3,"byte_size":8}`,
+		`{"raw_handle":{"b64":"AAECAw=="},"device_id":0,"byte_size":-8}`,
+		`{"raw_handle":{"b64":"AAECAw=="},"byte_size":8}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		handle, device, size, err := parseCudaShmRegisterBody(body)
+		if err != nil {
+			requireCode(t, err, connect.CodeInvalidArgument)
+			return
+		}
+		again := fmt.Sprintf(`{"raw_handle":{"b64":%q},"device_id":%d,"byte_size":%d}`, base64.StdEncoding.EncodeToString(handle), device, size)
+		h2, d2, s2, err := parseCudaShmRegisterBody([]byte(again))
+		if err != nil || !bytes.Equal(h2, handle) || d2 != device || s2 != size {
+			t.Fatalf("%s parsed to %x %d %d, written back %s to %x %d %d (%v)", body, handle, device, size, again, h2, d2, s2, err)
 		}
 	})
 }

@@ -2,6 +2,14 @@
 // shared memory objects a client creates on the server's host, registers by key, and then names
 // in infer requests so tensors travel through memory instead of the socket.
 //
+// With WithCUDA it holds the CUDA shared memory extension's regions too: device memory a client
+// exported with a CUDA IPC handle, opened by the GPU engine, which tensors are copied to and from
+// (see cuda.go). Both kinds share the owners' namespaces (a name is one region, of either kind),
+// the cap and the lifetime below; each kind's status and unregister calls see only its own. With
+// ExclusiveObjects a handle is held as an object is, and another owner naming it is answered as
+// for a handle that cannot be opened. What a CUDA region reaches is the opener's to bound: the
+// manager copies only inside [0, byte_size) of what it opened.
+//
 // Trust model. The extension is for clients on the same host as the server. Every region has an
 // owner, a namespace the caller names (the runtime passes the caller's API key): a region is found,
 // listed and unregistered only through its owner's calls. With ExclusiveObjects (the runtime's

@@ -46,6 +46,9 @@ type Manager struct {
 	exclusive bool
 	names     map[string]*claim
 	files     map[fileID]*claim
+	handles   map[string]*claim // CUDA IPC handles, by their bytes (see RegisterCUDA)
+
+	open OpenCUDA // nil: CUDA regions are refused (see WithCUDA)
 }
 
 // fileID is a file's identity: what stays the same under any of its names.
@@ -67,7 +70,7 @@ type Option func(*Manager)
 // owner naming the object, by any of its names, gets exactly the error a missing object gets,
 // so it can neither read nor overwrite the owner's bytes nor learn that the object exists. The
 // runtime sets it with API keys on; without it (keys off, Triton's model) any caller may register
-// any object.
+// any object. CUDA IPC handles are held the same way (see RegisterCUDA).
 func ExclusiveObjects() Option { return func(m *Manager) { m.exclusive = true } }
 
 // regionID names a region within its owner's namespace: with API keys on, each key has its own
@@ -75,16 +78,26 @@ func ExclusiveObjects() Option { return func(m *Manager) { m.exclusive = true } 
 // another's requests.
 type regionID struct{ owner, name string }
 
-// region is one registered window. refs counts its registration (while registered) and every
-// View handed out; the mapping is released when it drops to zero.
+// region is one registered window: a system region's mapping, or a CUDA region's device memory
+// (dev non-nil). Both kinds share the owners' namespaces, the cap and the lifetime. refs counts
+// its registration (while registered) and every View handed out; the mapping (or the device
+// memory) is released when it drops to zero.
 type region struct {
 	m       *Manager
+	size    uint64 // the window's size, either kind
 	status  Status
 	mapping []byte // what mmap returned
 	data    []byte // the registered window inside it
 	refs    int    // guarded by m.mu
 	file    string // the object's name under /dev/shm, and
 	id      fileID // its identity: the claims released with the mapping (exclusive managers)
+
+	// A CUDA region: its status, its opened memory (nil once released) and the handle claimed
+	// with it (exclusive managers).
+	cuda   CUDAStatus
+	dev    DeviceMemory
+	isCUDA bool
+	handle string
 }
 
 // New returns a manager holding at most maxRegions regions (DefaultMaxRegions when <= 0).
@@ -97,7 +110,7 @@ func New(maxRegions int, opts ...Option) *Manager {
 		o(m)
 	}
 	if m.exclusive {
-		m.names, m.files = make(map[string]*claim), make(map[fileID]*claim)
+		m.names, m.files, m.handles = make(map[string]*claim), make(map[fileID]*claim), make(map[string]*claim)
 	}
 	return m
 }
@@ -105,7 +118,8 @@ func New(maxRegions int, opts ...Option) *Manager {
 // Supported reports whether this build can map shared memory (Linux only).
 func Supported() bool { return supported }
 
-// Mapped is the number of live mappings: registered regions plus unregistered ones still in use.
+// Mapped is the number of live mappings: registered regions plus unregistered ones still in use,
+// CUDA regions' opened memory included.
 func (m *Manager) Mapped() int { return int(m.mapped.Load()) }
 
 // ValidKey reports whether key names a POSIX shared memory object the server may open, and the
@@ -175,7 +189,7 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': %w", name, err))
 	}
 	m.mapped.Add(1)
-	m.regions[id] = &region{m: m, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1,
+	m.regions[id] = &region{m: m, size: byteSize, status: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mapping: mapping, data: data, refs: 1,
 		file: file, id: fid}
 	if m.exclusive {
 		hold(m.names, file, owner)
@@ -213,32 +227,37 @@ func letGo[K comparable](claims map[K]*claim, k K) {
 	}
 }
 
-// Unregister removes owner's region name; an unknown name is not an error, as in Triton. The
-// mapping goes when the last request using it finishes.
+// Unregister removes owner's system region name; an unknown name, or a CUDA region's, is not an
+// error, as in Triton. The mapping goes when the last request using it finishes.
 func (m *Manager) Unregister(owner, name string) error {
+	return m.unregister(owner, name, false)
+}
+
+// unregister removes owner's region name if it is of the kind asked for.
+func (m *Manager) unregister(owner, name string, cuda bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := regionID{owner, name}
 	r, ok := m.regions[id]
-	if !ok {
+	if !ok || r.isCUDA != cuda {
 		return nil
 	}
 	delete(m.regions, id)
 	return r.dropLocked()
 }
 
-// UnregisterAll removes every region of owner.
+// UnregisterAll removes every system region of owner (its CUDA regions stay).
 func (m *Manager) UnregisterAll(owner string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.unregisterLocked(func(id regionID) bool { return id.owner == owner })
+	return m.unregisterLocked(false, func(id regionID) bool { return id.owner == owner })
 }
 
-// unregisterLocked removes the regions that match.
-func (m *Manager) unregisterLocked(match func(regionID) bool) error {
+// unregisterLocked removes the regions of one kind that match.
+func (m *Manager) unregisterLocked(cuda bool, match func(regionID) bool) error {
 	var failed []string
 	for id, r := range m.regions {
-		if !match(id) {
+		if r.isCUDA != cuda || !match(id) {
 			continue
 		}
 		delete(m.regions, id)
@@ -248,23 +267,35 @@ func (m *Manager) unregisterLocked(match func(regionID) bool) error {
 	}
 	if failed != nil {
 		sort.Strings(failed)
+		kind := "system"
+		if cuda {
+			kind = "cuda"
+		}
 		return connect.NewError(connect.CodeInternal,
-			fmt.Errorf("Failed to unregister the following system shared memory regions: %s ,", strings.Join(failed, " ,")))
+			fmt.Errorf("Failed to unregister the following %s shared memory regions: %s ,", kind, strings.Join(failed, " ,")))
 	}
 	return nil
 }
 
-// Close unregisters every region and refuses new ones; regions still in use are unmapped when
-// their requests finish.
+// Close unregisters every region, of both kinds, and refuses new ones; regions still in use are
+// unmapped (and CUDA ones closed) when their requests finish.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	return m.unregisterLocked(func(regionID) bool { return true })
+	all := func(regionID) bool { return true }
+	errSystem, errCUDA := m.unregisterLocked(false, all), m.unregisterLocked(true, all)
+	switch {
+	case errSystem != nil && errCUDA != nil:
+		return errors.Join(errSystem, errCUDA)
+	case errSystem != nil:
+		return errSystem
+	}
+	return errCUDA
 }
 
-// Status describes owner's region name, or every region of owner (sorted by name) when name is
-// empty.
+// Status describes owner's system region name, or every system region of owner (sorted by name)
+// when name is empty; CUDA regions are CUDAStatus's.
 func (m *Manager) Status(owner, name string) ([]Status, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -273,11 +304,14 @@ func (m *Manager) Status(owner, name string) ([]Status, error) {
 		if !ok {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find system shared memory region: '%s'", name))
 		}
+		if r.isCUDA {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("The region named '%s' is registered as CUDA shared memory, not system shared memory", name))
+		}
 		return []Status{r.status}, nil
 	}
 	out := []Status{}
 	for id, r := range m.regions {
-		if id.owner == owner {
+		if id.owner == owner && !r.isCUDA {
 			out = append(out, r.status)
 		}
 	}
@@ -285,28 +319,43 @@ func (m *Manager) Status(owner, name string) ([]Status, error) {
 	return out, nil
 }
 
-// dropLocked releases one reference and unmaps at zero, when the owner's claim on the object
-// (exclusive managers) goes with the mapping: not at unregistering, since a request may still
-// write into the region.
+// dropLocked releases one reference and, at zero, unmaps a system region or closes a CUDA
+// region's device memory, when the owner's claim on the object or handle (exclusive managers)
+// goes with it: not at unregistering, since a request may still write into the region.
 func (r *region) dropLocked() error {
 	r.refs--
 	if r.refs > 0 {
+		return nil
+	}
+	r.m.mapped.Add(-1)
+	if r.isCUDA {
+		if r.m.exclusive {
+			letGo(r.m.handles, r.handle)
+		}
+		dev := r.dev
+		r.dev = nil
+		if err := dev.Close(); err != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("failed to close CUDA IPC handle of shared memory region '%s': %w", r.cuda.Name, err))
+		}
 		return nil
 	}
 	if r.m.exclusive {
 		letGo(r.m.names, r.file)
 		letGo(r.m.files, r.id)
 	}
-	r.m.mapped.Add(-1)
 	mapping := r.mapping
 	r.mapping, r.data = nil, nil
 	return unmap(mapping)
 }
 
-// View is a window of a region a request uses: the region stays mapped until Release.
+// View is a window of a region a request uses: the region stays mapped (a CUDA region's memory
+// open) until Release.
 type View struct {
 	r    *region
-	data []byte
+	data []byte       // a system region's window, or
+	dev  DeviceMemory // a CUDA region's memory, and the window's start in it
+	off  int64
+	n    int
 	name string
 }
 
@@ -320,7 +369,7 @@ func (m *Manager) Acquire(owner, name string, offset, byteSize int64) (*View, er
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("Unable to find shared memory region: '%s'", name))
 	}
-	size := uint64(len(r.data))
+	size := r.size
 	if offset < 0 || uint64(offset) >= size {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid offset for shared memory region: '%s'", name))
 	}
@@ -328,11 +377,14 @@ func (m *Manager) Acquire(owner, name string, offset, byteSize int64) (*View, er
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid offset + byte size for shared memory region: '%s'", name))
 	}
 	r.refs++
-	return &View{r: r, data: r.data[offset : offset+byteSize : offset+byteSize], name: name}, nil
+	if r.isCUDA {
+		return &View{r: r, dev: r.dev, off: offset, n: int(byteSize), name: name}, nil
+	}
+	return &View{r: r, data: r.data[offset : offset+byteSize : offset+byteSize], n: int(byteSize), name: name}, nil
 }
 
 // Len is the view's size in bytes.
-func (v *View) Len() int { return len(v.data) }
+func (v *View) Len() int { return v.n }
 
 // Release lets the region go; a released view must not be used again. Releasing twice is a
 // no-op.
@@ -344,22 +396,41 @@ func (v *View) Release() {
 	m.mu.Lock()
 	_ = v.r.dropLocked()
 	m.mu.Unlock()
-	v.r, v.data = nil, nil
+	v.r, v.data, v.dev, v.n = nil, nil, nil, 0
 }
 
-// ReadAll copies the view into a new slice.
+// ReadAll copies the view into a new slice (from the device, for a CUDA region).
 func (v *View) ReadAll() ([]byte, error) {
-	out := make([]byte, len(v.data))
+	out := make([]byte, v.n)
+	if v.dev != nil {
+		if v.n == 0 {
+			return out, nil
+		}
+		if err := v.dev.ReadAt(out, v.off); err != nil {
+			return nil, v.deviceError(err)
+		}
+		return out, nil
+	}
 	if err := safeCopy(out, v.data); err != nil {
 		return nil, v.faultError()
 	}
 	return out, nil
 }
 
-// WriteAt copies p into the view at its start; the caller checked that p fits.
+// Write copies p into the view at its start (to the device, for a CUDA region); the caller
+// checked that p fits.
 func (v *View) Write(p []byte) error {
-	if len(p) > len(v.data) {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("%d bytes do not fit shared memory region '%s' (%d bytes)", len(p), v.name, len(v.data)))
+	if len(p) > v.n {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("%d bytes do not fit shared memory region '%s' (%d bytes)", len(p), v.name, v.n))
+	}
+	if v.dev != nil {
+		if len(p) == 0 {
+			return nil
+		}
+		if err := v.dev.WriteAt(p, v.off); err != nil {
+			return v.deviceError(err)
+		}
+		return nil
 	}
 	if err := safeCopy(v.data, p); err != nil {
 		return v.faultError()

@@ -1,0 +1,179 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/infergate/infergate/gen/inference"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/gateway/gatewaytest"
+	"github.com/infergate/infergate/surface/kserve/shm"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// openCUDA is the runtime's adapter from the placer to Triton's CUDA shared memory extension.
+func openCUDA(p *Placer) shm.OpenCUDA {
+	return func(device int64, handle []byte, byteSize uint64) (shm.DeviceMemory, error) {
+		m, err := p.OpenIPC(device, handle, byteSize)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+}
+
+// Triton's CUDA shared memory, as its clients use it: another process (this test binary, run
+// again) allocates device memory and exports its IPC handle; the test registers it over gRPC,
+// runs `simple` on the GPU with both inputs and both outputs in the region, and the other
+// process reads the sums and differences back from its own device memory. A byte size larger
+// than the allocation is refused.
+func TestCUDASharedMemoryOverGRPC(t *testing.T) {
+	if os.Getenv("INFERGATE_SHM_CHILD") == "1" {
+		shmChild()
+		return
+	}
+	gpu(t, Limits{})
+	p := NewPlacer(Limits{})
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	srv := gatewaytest.Start(t, gateway.Config{CUDASharedMemory: openCUDA(p)})
+	srv.Registry.SetPlacer(p)
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	client := inference.NewGRPCInferenceServiceClient(conn)
+	ctx := context.Background()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDASharedMemoryOverGRPC$")
+	cmd.Env = append(os.Environ(), "INFERGATE_SHM_CHILD=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	next := func(prefix string) string {
+		for lines.Scan() {
+			if v, ok := strings.CutPrefix(lines.Text(), prefix); ok {
+				return v
+			}
+		}
+		t.Fatalf("the child said no %q", prefix)
+		return ""
+	}
+	handle, err := hex.DecodeString(next("HANDLE "))
+	require.NoError(t, err)
+
+	_, err = client.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{Name: "too_big", RawHandle: handle, DeviceId: 0, ByteSize: 1 << 30})
+	require.Error(t, err, "a byte size past the allocation")
+	_, err = client.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{Name: "io", RawHandle: handle, DeviceId: 0, ByteSize: 256})
+	require.NoError(t, err)
+	st, err := client.CudaSharedMemoryStatus(ctx, &inference.CudaSharedMemoryStatusRequest{})
+	require.NoError(t, err)
+	require.Equal(t, uint64(256), st.GetRegions()["io"].GetByteSize())
+
+	_, err = client.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "simple",
+		Parameters: map[string]*inference.ModelRepositoryParameter{"config": {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `{"instance_group":[{"kind":"KIND_GPU"}]}`}}}})
+	require.NoError(t, err)
+	region := func(offset int64) map[string]*inference.InferParameter {
+		return map[string]*inference.InferParameter{
+			"shared_memory_region":    {ParameterChoice: &inference.InferParameter_StringParam{StringParam: "io"}},
+			"shared_memory_offset":    {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: offset}},
+			"shared_memory_byte_size": {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 64}},
+		}
+	}
+	res, err := client.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
+		Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(0)},
+			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(64)},
+		},
+		Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{
+			{Name: "OUTPUT0", Parameters: region(128)}, {Name: "OUTPUT1", Parameters: region(192)},
+		}})
+	require.NoError(t, err)
+	require.Empty(t, res.GetRawOutputContents(), "outputs in shared memory are not sent")
+
+	_, err = io.WriteString(stdin, "READ\n")
+	require.NoError(t, err)
+	out, err := hex.DecodeString(next("OUTPUTS "))
+	require.NoError(t, err)
+	for i := range 16 {
+		a, b := int32(i), int32(100*i) // what the child wrote
+		require.Equal(t, a+b, int32(binary.LittleEndian.Uint32(out[4*i:])), "OUTPUT0[%d]", i)
+		require.Equal(t, a-b, int32(binary.LittleEndian.Uint32(out[64+4*i:])), "OUTPUT1[%d]", i)
+	}
+	_, err = client.CudaSharedMemoryUnregister(ctx, &inference.CudaSharedMemoryUnregisterRequest{Name: "io"})
+	require.NoError(t, err)
+}
+
+// shmChild: 256 bytes of device memory, INPUT0 = 0..15 at 0 and INPUT1 = 0, 100, ..., 1500 at
+// 64; prints the IPC handle; on "READ" prints the 128 bytes of outputs at 128.
+func shmChild() {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	d, err := Open(0, Limits{})
+	if err != nil {
+		fail(err)
+	}
+	buf := make([]byte, 256)
+	for i := range 16 {
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(i))
+		binary.LittleEndian.PutUint32(buf[64+4*i:], uint32(100*i))
+	}
+	p, err := deviceAlloc{d}.alloc(int64(len(buf)))
+	if err != nil {
+		fail(err)
+	}
+	st, err := d.newStream()
+	if err != nil {
+		fail(err)
+	}
+	copyWith := func(up bool) error {
+		return d.run(func() error {
+			var err error
+			if up {
+				err = st.upload(p, unsafe.Pointer(&buf[0]), len(buf))
+			} else {
+				err = st.download(unsafe.Pointer(&buf[0]), p, len(buf))
+			}
+			if err != nil {
+				return err
+			}
+			return st.sync()
+		})
+	}
+	if err := copyWith(true); err != nil {
+		fail(err)
+	}
+	h, err := d.ipcHandle(p)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println("HANDLE " + hex.EncodeToString(h))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "READ" {
+			if err := copyWith(false); err != nil {
+				fail(err)
+			}
+			fmt.Println("OUTPUTS " + hex.EncodeToString(buf[128:]))
+		}
+	}
+	os.Exit(0)
+}
