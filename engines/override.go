@@ -96,14 +96,18 @@ func (e *Entry) OverrideConfig(override *inference.ModelConfig) (*inference.Mode
 				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
 					"failed to load '%s': instance group %d sets more than its name, kind, count and gpus, which infergate cannot honour", name, i))
 			}
-			if g.GetCount() < 1 || g.GetCount() > 1024 {
+			count := g.GetCount()
+			if count == 0 {
+				count = 1 // Triton's default
+			}
+			if count < 1 || count > 1024 {
 				return nil, invalid("failed to load '%s': instance group %d count %d is out of range [1, 1024]", name, i, g.GetCount())
 			}
 			gn := g.GetName()
 			if gn == "" {
 				gn = name
 			}
-			cfg.InstanceGroup = append(cfg.InstanceGroup, &inference.ModelInstanceGroup{Name: gn, Kind: kind, Count: g.GetCount(), Gpus: g.GetGpus()})
+			cfg.InstanceGroup = append(cfg.InstanceGroup, &inference.ModelInstanceGroup{Name: gn, Kind: kind, Count: count, Gpus: g.GetGpus()})
 		}
 	}
 	return cfg, nil

@@ -87,3 +87,24 @@ func TestRegisterKindGPU(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "gpu", who(t, e))
 }
+
+// onGPU is a model already on a GPU, as the CUDA engine's are.
+type onGPU struct{ named }
+
+func (*onGPU) GPU() int { return 0 }
+
+// A model that runs on a GPU itself is served as it is, without a placer; a count left out of
+// an override's instance group is Triton's default, 1.
+func TestGPUModelAndDefaultCount(t *testing.T) {
+	reg := engines.NewRegistry()
+	e, err := reg.Register(&onGPU{named{cfg: modelConfig(inference.ModelInstanceGroup_KIND_GPU), name: "own"}})
+	require.NoError(t, err)
+	require.Equal(t, "own", who(t, e))
+
+	reg2 := engines.NewRegistry()
+	e, err = reg2.Register(&named{cfg: modelConfig(inference.ModelInstanceGroup_KIND_CPU), name: "cpu"})
+	require.NoError(t, err)
+	cfg, err := e.OverrideConfig(&inference.ModelConfig{InstanceGroup: []*inference.ModelInstanceGroup{{Kind: inference.ModelInstanceGroup_KIND_CPU}}})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), cfg.GetInstanceGroup()[0].GetCount())
+}

@@ -35,6 +35,14 @@ type Placer interface {
 	Place(m Model, cfg *inference.ModelConfig) (Model, error)
 }
 
+// GPUModel is a model that runs on a GPU itself (the CUDA engine's): registered, it is served as
+// it is, without the Placer.
+type GPUModel interface {
+	Model
+	// GPU is the ordinal of the GPU it runs on.
+	GPU() int
+}
+
 // place puts m on a GPU, serving under cfg.
 func (r *Registry) place(m Model, cfg *inference.ModelConfig) (Model, error) {
 	p := r.placer.Load()
@@ -157,7 +165,7 @@ func (r *Registry) Register(m Model) (*Entry, error) {
 	if _, ok := r.entries[cfg.GetName()]; ok {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("model '%s' is already registered", cfg.GetName()))
 	}
-	if onGPU(cfg) {
+	if _, placed := m.(GPUModel); onGPU(cfg) && !placed {
 		run, err := r.place(m, cfg)
 		if err != nil {
 			return nil, err

@@ -181,6 +181,9 @@ func NewSimple(d *Device, cfg *inference.ModelConfig, count int) (*Simple, error
 // Config implements engines.Model.
 func (m *Simple) Config() *inference.ModelConfig { return m.cfg }
 
+// GPU implements engines.GPUModel.
+func (m *Simple) GPU() int { return m.is.d.ordinal }
+
 // Close frees the model's streams.
 func (m *Simple) Close() { m.is.close() }
 
@@ -256,6 +259,9 @@ func NewIdentity(d *Device, cfg *inference.ModelConfig, count int) (*Identity, e
 
 // Config implements engines.Model.
 func (m *Identity) Config() *inference.ModelConfig { return m.cfg }
+
+// GPU implements engines.GPUModel.
+func (m *Identity) GPU() int { return m.is.d.ordinal }
 
 // Close frees the model's streams.
 func (m *Identity) Close() { m.is.close() }
@@ -355,6 +361,9 @@ func NewDense(d *Device, name string, net *dense.Network, maxBatch int32, count 
 
 // Config implements engines.Model.
 func (m *Dense) Config() *inference.ModelConfig { return m.cfg }
+
+// GPU implements engines.GPUModel.
+func (m *Dense) GPU() int { return m.is.d.ordinal }
 
 // Close frees the weights and the streams.
 func (m *Dense) Close() {
