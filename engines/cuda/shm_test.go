@@ -105,7 +105,9 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 			{Name: "OUTPUT0", Parameters: region(128)}, {Name: "OUTPUT1", Parameters: region(192)},
 		}})
 	require.NoError(t, err)
-	require.Empty(t, res.GetRawOutputContents(), "outputs in shared memory are not sent")
+	for _, raw := range res.GetRawOutputContents() {
+		require.Empty(t, raw, "outputs in shared memory are not sent")
+	}
 
 	_, err = io.WriteString(stdin, "READ\n")
 	require.NoError(t, err)
