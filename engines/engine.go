@@ -19,6 +19,27 @@ type Tensor struct {
 	Datatype inference.DataType
 	Shape    []int64
 	Data     []byte
+	// Device, for an input, holds its bytes in GPU memory in place of Data (Triton's CUDA
+	// shared memory), given only to a GPUModel on that GPU, and only for a fixed-size
+	// datatype. For an output, it says the model wrote the tensor to the request's
+	// OutputBuffer for it, and Data is nil.
+	Device *DeviceBuffer
+}
+
+// DeviceBuffer is Len bytes of GPU memory at device address Ptr on GPU Ordinal, valid in this
+// process until the request ends (a client's CUDA shared memory region, opened here).
+type DeviceBuffer struct {
+	Ordinal int
+	Ptr     uintptr
+	Len     int
+}
+
+// ByteLen is the size of the tensor's bytes, wherever they are.
+func (t *Tensor) ByteLen() int {
+	if t.Device != nil {
+		return t.Device.Len
+	}
+	return len(t.Data)
 }
 
 // Sequence carries the sequence-batching fields of a request to a sequence model.
@@ -42,9 +63,13 @@ type Request struct {
 	ID     string
 	Inputs []Tensor
 	// Outputs lists the requested output names in request order; empty means all outputs.
-	Outputs    []string
-	Parameters map[string]*inference.InferParameter
-	Sequence   Sequence
+	Outputs []string
+	// OutputBuffers, for a GPUModel, holds where on its GPU each requested output may be
+	// written in place (a client's CUDA shared memory region), aligned with Outputs; nil
+	// entries, or a nil slice: none.
+	OutputBuffers []*DeviceBuffer
+	Parameters    map[string]*inference.InferParameter
+	Sequence      Sequence
 	// Priority is the request's "priority" parameter (0: the model's default level) and Timeout
 	// its "timeout" parameter (0: none); a scheduler such as the dynamic batcher reads them.
 	Priority uint64
@@ -54,6 +79,16 @@ type Request struct {
 	// adapter does not count it again).
 	Queued  time.Duration
 	Batched bool
+}
+
+// OutputBuffer returns the device buffer output name may be written to in place, or nil.
+func (r *Request) OutputBuffer(name string) *DeviceBuffer {
+	for i, o := range r.Outputs {
+		if o == name && i < len(r.OutputBuffers) {
+			return r.OutputBuffers[i]
+		}
+	}
+	return nil
 }
 
 // Input returns the input tensor called name, or nil.

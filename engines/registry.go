@@ -43,6 +43,17 @@ type GPUModel interface {
 	GPU() int
 }
 
+// DeviceOrdinal reports the GPU the entry's model runs on when it takes tensors in GPU memory
+// (Tensor.Device, Request.OutputBuffers): a GPUModel that no scheduler stands in front of (the
+// dynamic batcher joins its requests' bytes on the host).
+func (e *Entry) DeviceOrdinal() (int, bool) {
+	g, ok := e.run.(GPUModel)
+	if !ok || e.sched.Load() != nil {
+		return 0, false
+	}
+	return g.GPU(), true
+}
+
 // place puts m on a GPU, serving under cfg.
 func (r *Registry) place(m Model, cfg *inference.ModelConfig) (Model, error) {
 	p := r.placer.Load()

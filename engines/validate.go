@@ -139,11 +139,14 @@ func checkData(t *Tensor, model string) error {
 		if n > math.MaxInt64/int64(size) {
 			return invalid("input '%s' for model '%s' has a shape with too many elements: %s", t.Name, model, dimsString(t.Shape))
 		}
-		if n*int64(size) != int64(len(t.Data)) {
+		if n*int64(size) != int64(t.ByteLen()) {
 			return invalid("input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d",
-				t.Name, model, n*int64(size), len(t.Data))
+				t.Name, model, n*int64(size), t.ByteLen())
 		}
 		return nil
+	}
+	if t.Device != nil {
+		return invalid("input '%s' for model '%s' is of a variable-size datatype, which cannot be read from GPU memory", t.Name, model)
 	}
 	got, err := tensor.CountBytes(t.Data)
 	if err != nil {

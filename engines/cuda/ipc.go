@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -19,7 +20,12 @@ type IPCMemory struct {
 	mu     sync.Mutex // one copy at a time on the region's stream
 	st     *stream
 	closed bool
+
+	hostCopies atomic.Int64 // ReadAt and WriteAt calls: what a GPU model computing in place spares
 }
+
+// DevicePointer says where the memory is: a GPU model reads and writes it in place.
+func (m *IPCMemory) DevicePointer() (ordinal int, ptr uintptr) { return m.d.ordinal, m.ptr }
 
 // OpenIPC opens handle, byteSize bytes of device memory on GPU device, for reading and writing
 // from the host.
@@ -65,6 +71,7 @@ func (m *IPCMemory) ReadAt(p []byte, off int64) error {
 	if err := m.span(len(p), off); err != nil {
 		return err
 	}
+	m.hostCopies.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -86,6 +93,7 @@ func (m *IPCMemory) WriteAt(p []byte, off int64) error {
 	if err := m.span(len(p), off); err != nil {
 		return err
 	}
+	m.hostCopies.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -129,6 +129,28 @@ func (s *staging) upload(st *stream, data []byte) (uintptr, error) {
 	return p, st.upload(p, unsafe.Pointer(&h[0]), len(data))
 }
 
+// input returns where t's bytes are on the device: in place when they are in GPU memory on
+// this device already (a client's CUDA shared memory), else uploaded.
+func (s *staging) input(st *stream, t *engines.Tensor) (uintptr, error) {
+	if t.Device != nil {
+		if t.Device.Ordinal != s.d.ordinal {
+			return 0, fmt.Errorf("cuda: input '%s' is on GPU %d, not this model's GPU %d", t.Name, t.Device.Ordinal, s.d.ordinal)
+		}
+		return t.Device.Ptr, nil
+	}
+	return s.upload(st, t.Data)
+}
+
+// outputTarget returns the device buffer output name is written to in place, when the request
+// gives one on this device big enough for n bytes.
+func (s *staging) outputTarget(req *engines.Request, name string, n int) *engines.DeviceBuffer {
+	b := req.OutputBuffer(name)
+	if b == nil || b.Ordinal != s.d.ordinal || b.Len < n {
+		return nil
+	}
+	return b
+}
+
 // downloadTo copies len(dst) bytes at p into dst, once the stream's work before it is done:
 // directly from directBytes up (the call returns when they are there), else by way of pinned
 // memory, whose bytes finish reaches dst after the stream's sync.
@@ -190,55 +212,65 @@ func (m *Simple) Close() { m.is.close() }
 // Execute implements engines.Model.
 func (m *Simple) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
 	a, b := req.Input("INPUT0"), req.Input("INPUT1")
-	if a == nil || b == nil || len(a.Data) != len(b.Data) || len(a.Data) == 0 {
+	if a == nil || b == nil || a.ByteLen() != b.ByteLen() || a.ByteLen() == 0 {
 		return fmt.Errorf("simple: INPUT0 and INPUT1 must be the same shape")
 	}
-	n := len(a.Data)
-	var sum, diff []byte
+	n := a.ByteLen()
+	outs := []engines.Tensor{
+		{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape},
+		{Name: "OUTPUT1", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape},
+	}
 	err := m.is.run(ctx, func(in *instance) error {
 		s := &staging{d: m.is.d}
 		defer s.release()
-		da, err := s.upload(in.st, a.Data)
+		da, err := s.input(in.st, a)
 		if err != nil {
 			return err
 		}
-		db, err := s.upload(in.st, b.Data)
+		db, err := s.input(in.st, b)
 		if err != nil {
 			return err
 		}
-		dsum, err := s.device(n)
-		if err != nil {
-			return err
+		// Each output goes where the request wants it on the device, or to scratch memory and
+		// then to the host.
+		var dst [2]uintptr
+		for i := range outs {
+			if t := s.outputTarget(req, outs[i].Name, n); t != nil {
+				dst[i], outs[i].Device = t.Ptr, t
+				continue
+			}
+			if dst[i], err = s.device(n); err != nil {
+				return err
+			}
 		}
-		ddiff, err := s.device(n)
-		if err != nil {
-			return err
-		}
-		in.a.set(uint64(da), uint64(db), uint64(dsum), uint64(ddiff), uint64(n/4))
+		in.a.set(uint64(da), uint64(db), uint64(dst[0]), uint64(dst[1]), uint64(n/4))
 		if err := in.st.launch(m.is.d.addSub, n/4, in.a); err != nil {
 			return err
 		}
-		hsum, err := s.download(in.st, dsum, n)
-		if err != nil {
-			return err
-		}
-		hdiff, err := s.download(in.st, ddiff, n)
-		if err != nil {
-			return err
+		var finish []func()
+		for i := range outs {
+			if outs[i].Device != nil {
+				continue
+			}
+			outs[i].Data = make([]byte, n)
+			f, err := s.downloadTo(in.st, outs[i].Data, dst[i])
+			if err != nil {
+				return err
+			}
+			finish = append(finish, f)
 		}
 		if err := in.st.sync(); err != nil {
 			return err
 		}
-		sum, diff = append([]byte(nil), hsum...), append([]byte(nil), hdiff...)
+		for _, f := range finish {
+			f()
+		}
 		return nil
 	})
 	if err != nil {
 		return status(m.cfg.GetName(), err)
 	}
-	return send(&engines.Response{Outputs: []engines.Tensor{
-		{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape, Data: sum},
-		{Name: "OUTPUT1", Datatype: inference.DataType_TYPE_INT32, Shape: a.Shape, Data: diff},
-	}})
+	return send(&engines.Response{Outputs: outs})
 }
 
 // Identity is identity_fp32 on the GPU: the input goes to the device and comes back, which is
@@ -272,16 +304,31 @@ func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(
 	if in == nil {
 		return fmt.Errorf("identity_fp32: no INPUT0")
 	}
-	out := make([]byte, len(in.Data))
-	if len(in.Data) > 0 {
+	n := in.ByteLen()
+	res := engines.Tensor{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_FP32, Shape: in.Shape}
+	if n > 0 {
 		err := m.is.run(ctx, func(inst *instance) error {
 			s := &staging{d: m.is.d}
 			defer s.release()
-			p, err := s.upload(inst.st, in.Data)
+			if t := s.outputTarget(req, "OUTPUT0", n); t != nil {
+				// Into the client's region: a device-to-device copy from its input region, or
+				// the upload itself.
+				res.Device = t
+				if in.Device != nil {
+					if err := inst.st.copyDevice(t.Ptr, in.Device.Ptr, n); err != nil {
+						return err
+					}
+				} else if err := inst.st.upload(t.Ptr, unsafe.Pointer(&in.Data[0]), n); err != nil {
+					return err
+				}
+				return inst.st.sync()
+			}
+			p, err := s.input(inst.st, in)
 			if err != nil {
 				return err
 			}
-			finish, err := s.downloadTo(inst.st, out, p)
+			res.Data = make([]byte, n)
+			finish, err := s.downloadTo(inst.st, res.Data, p)
 			if err != nil {
 				return err
 			}
@@ -294,8 +341,10 @@ func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(
 		if err != nil {
 			return status(m.cfg.GetName(), err)
 		}
+	} else {
+		res.Data = []byte{}
 	}
-	return send(&engines.Response{Outputs: []engines.Tensor{{Name: "OUTPUT0", Datatype: inference.DataType_TYPE_FP32, Shape: in.Shape, Data: out}}})
+	return send(&engines.Response{Outputs: []engines.Tensor{res}})
 }
 
 // Dense is a dense network on the GPU: its weights uploaded once, each layer a cuBLAS SGEMM and
@@ -387,11 +436,11 @@ func (m *Dense) Execute(ctx context.Context, req *engines.Request, send func(*en
 		return err
 	}
 	outBytes := 4 * rows * m.net.Out()
-	out := make([]byte, outBytes)
+	res := engines.Tensor{Name: dense.Output, Datatype: inference.DataType_TYPE_FP32, Shape: []int64{int64(rows), int64(m.net.Out())}}
 	err = m.is.run(ctx, func(inst *instance) error {
 		s := &staging{d: m.is.d}
 		defer s.release()
-		x, err := s.upload(inst.st, in.Data)
+		x, err := s.input(inst.st, in)
 		if err != nil {
 			return err
 		}
@@ -399,7 +448,15 @@ func (m *Dense) Execute(ctx context.Context, req *engines.Request, send func(*en
 		if err != nil {
 			return err
 		}
-		finish, err := s.downloadTo(inst.st, out, y)
+		if t := s.outputTarget(req, dense.Output, outBytes); t != nil {
+			res.Device = t
+			if err := inst.st.copyDevice(t.Ptr, y, outBytes); err != nil {
+				return err
+			}
+			return inst.st.sync()
+		}
+		res.Data = make([]byte, outBytes)
+		finish, err := s.downloadTo(inst.st, res.Data, y)
 		if err != nil {
 			return err
 		}
@@ -412,8 +469,7 @@ func (m *Dense) Execute(ctx context.Context, req *engines.Request, send func(*en
 	if err != nil {
 		return status(m.cfg.GetName(), err)
 	}
-	return send(&engines.Response{Outputs: []engines.Tensor{{Name: dense.Output, Datatype: inference.DataType_TYPE_FP32,
-		Shape: []int64{int64(rows), int64(m.net.Out())}, Data: out}}})
+	return send(&engines.Response{Outputs: []engines.Tensor{res}})
 }
 
 // forward queues the network on x (rows×In on the device) and returns where the output will be.

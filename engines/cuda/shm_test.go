@@ -24,22 +24,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// openCUDA is the runtime's adapter from the placer to Triton's CUDA shared memory extension.
-func openCUDA(p *Placer) shm.OpenCUDA {
-	return func(device int64, handle []byte, byteSize uint64) (shm.DeviceMemory, error) {
-		m, err := p.OpenIPC(device, handle, byteSize)
-		if err != nil {
-			return nil, err
-		}
-		return m, nil
-	}
-}
-
 // Triton's CUDA shared memory, as its clients use it: another process (this test binary, run
 // again) allocates device memory and exports its IPC handle; the test registers it over gRPC,
-// runs `simple` on the GPU with both inputs and both outputs in the region, and the other
-// process reads the sums and differences back from its own device memory. A byte size larger
-// than the allocation is refused.
+// runs `simple` with both inputs and both outputs in the region, and the other process reads
+// the sums and differences back from its own device memory: on the GPU with no copy through
+// the host, then on the CPU through it. A byte size larger than the allocation is refused.
 func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 	if os.Getenv("INFERGATE_SHM_CHILD") == "1" {
 		shmChild()
@@ -48,7 +37,15 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 	gpu(t, Limits{})
 	p := NewPlacer(Limits{})
 	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	srv := gatewaytest.Start(t, gateway.Config{CUDASharedMemory: openCUDA(p)})
+	var opened []*IPCMemory
+	srv := gatewaytest.Start(t, gateway.Config{CUDASharedMemory: func(device int64, handle []byte, byteSize uint64) (shm.DeviceMemory, error) {
+		m, err := p.OpenIPC(device, handle, byteSize)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, m)
+		return m, nil
+	}})
 	srv.Registry.SetPlacer(p)
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -96,34 +93,69 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 			"shared_memory_byte_size": {ParameterChoice: &inference.InferParameter_Int64Param{Int64Param: 64}},
 		}
 	}
-	res, err := client.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
-		Inputs: []*inference.ModelInferRequest_InferInputTensor{
-			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(0)},
-			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(64)},
-		},
-		Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{
-			{Name: "OUTPUT0", Parameters: region(128)}, {Name: "OUTPUT1", Parameters: region(192)},
-		}})
-	require.NoError(t, err)
-	for _, raw := range res.GetRawOutputContents() {
-		require.Empty(t, raw, "outputs in shared memory are not sent")
+	infer := func() {
+		t.Helper()
+		res, err := client.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
+			Inputs: []*inference.ModelInferRequest_InferInputTensor{
+				{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(0)},
+				{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}, Parameters: region(64)},
+			},
+			Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{
+				{Name: "OUTPUT0", Parameters: region(128)}, {Name: "OUTPUT1", Parameters: region(192)},
+			}})
+		require.NoError(t, err)
+		for _, raw := range res.GetRawOutputContents() {
+			require.Empty(t, raw, "outputs in shared memory are not sent")
+		}
+		_, err = io.WriteString(stdin, "READ\n")
+		require.NoError(t, err)
+		out, err := hex.DecodeString(next("OUTPUTS "))
+		require.NoError(t, err)
+		for i := range 16 {
+			a, b := int32(i), int32(100*i) // what the child wrote
+			require.Equal(t, a+b, int32(binary.LittleEndian.Uint32(out[4*i:])), "OUTPUT0[%d]", i)
+			require.Equal(t, a-b, int32(binary.LittleEndian.Uint32(out[64+4*i:])), "OUTPUT1[%d]", i)
+		}
+		_, err = io.WriteString(stdin, "CLEAR\n") // the outputs, so the next run must write them again
+		require.NoError(t, err)
+		next("CLEARED")
 	}
-
+	require.Len(t, opened, 1)
+	// On the GPU, simple reads its inputs and writes its outputs in the region in place: no copy
+	// through the host.
+	infer()
+	require.Zero(t, opened[0].hostCopies.Load(), "host copies of a GPU model's CUDA shared memory")
+	// identity_fp32 on the GPU: a device-to-device copy from the input's window to the output's.
+	_, err = client.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "identity_fp32",
+		Parameters: map[string]*inference.ModelRepositoryParameter{"config": {ParameterChoice: &inference.ModelRepositoryParameter_StringParam{StringParam: `{"instance_group":[{"kind":"KIND_GPU"}]}`}}}})
+	require.NoError(t, err)
+	_, err = client.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "identity_fp32",
+		Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{16}, Parameters: region(64)}},
+		Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0", Parameters: region(128)}}})
+	require.NoError(t, err)
 	_, err = io.WriteString(stdin, "READ\n")
 	require.NoError(t, err)
 	out, err := hex.DecodeString(next("OUTPUTS "))
 	require.NoError(t, err)
 	for i := range 16 {
-		a, b := int32(i), int32(100*i) // what the child wrote
-		require.Equal(t, a+b, int32(binary.LittleEndian.Uint32(out[4*i:])), "OUTPUT0[%d]", i)
-		require.Equal(t, a-b, int32(binary.LittleEndian.Uint32(out[64+4*i:])), "OUTPUT1[%d]", i)
+		require.Equal(t, uint32(100*i), binary.LittleEndian.Uint32(out[4*i:]), "OUTPUT0[%d]", i)
 	}
+	_, err = io.WriteString(stdin, "CLEAR\n")
+	require.NoError(t, err)
+	next("CLEARED")
+	require.Zero(t, opened[0].hostCopies.Load(), "host copies of a GPU model's CUDA shared memory")
+	// Back on the CPU (a load without an override), the same request goes through the host.
+	_, err = client.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "simple"})
+	require.NoError(t, err)
+	infer()
+	require.Equal(t, int64(4), opened[0].hostCopies.Load(), "two inputs read, two outputs written")
 	_, err = client.CudaSharedMemoryUnregister(ctx, &inference.CudaSharedMemoryUnregisterRequest{Name: "io"})
 	require.NoError(t, err)
 }
 
 // shmChild: 256 bytes of device memory, INPUT0 = 0..15 at 0 and INPUT1 = 0, 100, ..., 1500 at
-// 64; prints the IPC handle; on "READ" prints the 128 bytes of outputs at 128.
+// 64; prints the IPC handle; on "READ" prints the 128 bytes of outputs at 128, on "CLEAR" zeroes
+// them.
 func shmChild() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -170,11 +202,18 @@ func shmChild() {
 	fmt.Println("HANDLE " + hex.EncodeToString(h))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if in.Text() == "READ" {
+		switch in.Text() {
+		case "READ":
 			if err := copyWith(false); err != nil {
 				fail(err)
 			}
 			fmt.Println("OUTPUTS " + hex.EncodeToString(buf[128:]))
+		case "CLEAR":
+			clear(buf[128:])
+			if err := copyWith(true); err != nil {
+				fail(err)
+			}
+			fmt.Println("CLEARED")
 		}
 	}
 	os.Exit(0)

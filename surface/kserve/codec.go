@@ -39,6 +39,9 @@ type callOptions struct {
 	// shmOut holds, for each requested output, the shared memory window it is written to (nil:
 	// none); nil when no output uses shared memory. The caller releases them (releaseShm).
 	shmOut []*shm.View
+	// shmIn holds the CUDA regions' windows a GPU model reads its inputs from in place, until
+	// the request ends (releaseShm).
+	shmIn []*shm.View
 }
 
 // decode turns a wire request into the engine request for model e: typed contents become raw
@@ -47,6 +50,14 @@ type callOptions struct {
 func decode(e *engines.Entry, req *inference.ModelInferRequest, sm shmScope) (*engines.Request, callOptions, error) {
 	model := e.Name()
 	r := &engines.Request{ID: req.GetId(), Inputs: make([]engines.Tensor, len(req.GetInputs()))}
+	gpu, onGPU := e.DeviceOrdinal()
+	var shmIn []*shm.View
+	fail := func(err error) (*engines.Request, callOptions, error) {
+		for _, v := range shmIn {
+			v.Release()
+		}
+		return nil, callOptions{}, err
+	}
 	raw := req.GetRawInputContents()
 	next := 0
 	for i, in := range req.GetInputs() {
@@ -55,45 +66,59 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest, sm shmScope) (*e
 		t.Datatype = tensor.ParseDatatype(in.GetDatatype())
 		sp, err := parseShmParams(t.Name, in.GetParameters())
 		if err != nil {
-			return nil, callOptions{}, err
+			return fail(err)
 		}
 		if sp.hasShm {
 			if sm.m == nil {
-				return nil, callOptions{}, unimplemented(extSystemSharedMemory)
+				return fail(unimplemented(extSystemSharedMemory))
 			}
 			if in.GetContents() != nil {
-				return nil, callOptions{}, invalid("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", t.Name, model)
+				return fail(invalid("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", t.Name, model))
+			}
+			if onGPU && tensor.ElementSize(t.Datatype) > 0 {
+				// A GPU model reads a CUDA region on its own GPU in place; the window stays held
+				// until the request ends.
+				v, err := sm.m.Acquire(sm.owner, sp.region, sp.offset, sp.size)
+				if err != nil {
+					return fail(err)
+				}
+				if ord, ptr, ok := v.Device(); ok && ord == gpu {
+					shmIn = append(shmIn, v)
+					t.Device = &engines.DeviceBuffer{Ordinal: ord, Ptr: ptr, Len: v.Len()}
+					continue
+				}
+				v.Release()
 			}
 			// Copied out of the region: the engine must not read memory the client can
 			// truncate under it (see package shm).
 			if t.Data, err = sm.m.Read(sm.owner, sp.region, sp.offset, sp.size); err != nil {
-				return nil, callOptions{}, err
+				return fail(err)
 			}
 			continue
 		}
 		switch {
 		case in.GetContents() != nil:
 			if len(raw) > 0 {
-				return nil, callOptions{}, invalid("contents field must not be specified when using raw_input_contents for '%s' for model '%s'", t.Name, model)
+				return fail(invalid("contents field must not be specified when using raw_input_contents for '%s' for model '%s'", t.Name, model))
 			}
 			if !tensor.Valid(t.Datatype) {
 				continue // Validate reports the datatype
 			}
 			data, err := tensor.FromContents(t.Datatype, in.GetContents())
 			if ce, ok := err.(*tensor.ContentsError); ok {
-				return nil, callOptions{}, invalid("unexpected explicit tensor data for input tensor '%s' for model '%s' of type '%s', expected datatype '%s'",
-					t.Name, model, tensor.Name(ce.Field), in.GetDatatype())
+				return fail(invalid("unexpected explicit tensor data for input tensor '%s' for model '%s' of type '%s', expected datatype '%s'",
+					t.Name, model, tensor.Name(ce.Field), in.GetDatatype()))
 			}
 			t.Data = data
 		case next < len(raw):
 			t.Data = raw[next]
 			next++
 		default:
-			return nil, callOptions{}, invalid("unable to find data for input tensor '%s' for model '%s' in request.", t.Name, model)
+			return fail(invalid("unable to find data for input tensor '%s' for model '%s' in request.", t.Name, model))
 		}
 	}
 	if next < len(raw) {
-		return nil, callOptions{}, invalid("expected %d entries in raw_input_contents (one per input) but got %d for model '%s'", next, len(raw), model)
+		return fail(invalid("expected %d entries in raw_input_contents (one per input) but got %d for model '%s'", next, len(raw), model))
 	}
 	var classes []int
 	var shmOut []*shm.View
@@ -104,14 +129,28 @@ func decode(e *engines.Entry, req *inference.ModelInferRequest, sm shmScope) (*e
 		}
 		var err error
 		if classes, err = parseClassification(e, outs); err != nil {
-			return nil, callOptions{}, err
+			return fail(err)
 		}
 		if shmOut, err = acquireOutputs(outs, classes, sm); err != nil {
-			return nil, callOptions{}, err
+			return fail(err)
+		}
+	}
+	if onGPU && shmOut != nil {
+		// A GPU model writes outputs whose CUDA region is on its GPU in place.
+		for i, v := range shmOut {
+			if v == nil {
+				continue
+			}
+			if ord, ptr, ok := v.Device(); ok && ord == gpu {
+				if r.OutputBuffers == nil {
+					r.OutputBuffers = make([]*engines.DeviceBuffer, len(shmOut))
+				}
+				r.OutputBuffers[i] = &engines.DeviceBuffer{Ordinal: ord, Ptr: ptr, Len: v.Len()}
+			}
 		}
 	}
 	opts, err := parseParameters(r, req.GetParameters())
-	opts.classes, opts.shmOut = classes, shmOut
+	opts.classes, opts.shmOut, opts.shmIn = classes, shmOut, shmIn
 	return r, opts, err
 }
 
@@ -264,8 +303,10 @@ func encode(e *engines.Entry, req *engines.Request, res *engines.Response, opts 
 		out.Outputs[i] = &tensors[i]
 		data := t.Data
 		if opts.shmOut != nil && opts.shmOut[i] != nil {
-			if err := writeShmOutput(opts.shmOut[i], t.Name, data); err != nil {
-				return nil, err
+			if t.Device == nil { // else the GPU model wrote it there in place
+				if err := writeShmOutput(opts.shmOut[i], t.Name, data); err != nil {
+					return nil, err
+				}
 			}
 			data = nil // Triton sends an empty entry for an output in shared memory
 		}

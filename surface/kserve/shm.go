@@ -136,7 +136,10 @@ func (o *callOptions) releaseShm() {
 	for _, v := range o.shmOut {
 		v.Release()
 	}
-	o.shmOut = nil
+	for _, v := range o.shmIn {
+		v.Release()
+	}
+	o.shmOut, o.shmIn = nil, nil
 }
 
 // writeShmOutput copies output i of a response into the region its request named and leaves

@@ -27,6 +27,23 @@ type DeviceMemory interface {
 	Close() error
 }
 
+// DevicePointer is implemented by a DeviceMemory the GPU engine can compute on in place: where
+// the memory is, on which GPU, in this process's address space on it.
+type DevicePointer interface {
+	DevicePointer() (ordinal int, ptr uintptr)
+}
+
+// Device reports where a CUDA region's window is on its GPU, when its memory says (DevicePointer):
+// a GPU model then reads and writes it in place, with no copy through the host.
+func (v *View) Device() (ordinal int, ptr uintptr, ok bool) {
+	dp, isDev := v.dev.(DevicePointer)
+	if !isDev {
+		return 0, 0, false
+	}
+	ordinal, base := dp.DevicePointer()
+	return ordinal, base + uintptr(v.off), true
+}
+
 // OpenCUDA opens the IPC handle (Triton's raw_handle bytes) of byteSize bytes on GPU device.
 //
 // The manager calls it with its lock held and only with 0 < byteSize <= the largest int; it never
