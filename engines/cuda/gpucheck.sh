@@ -5,7 +5,7 @@
 #
 #   bash engines/cuda/gpucheck.sh build            # writes .gpucheck/ (about 15 MB)
 #   # carry .gpucheck to the GPU machine, then, in the repository's root there:
-#   bash engines/cuda/gpucheck.sh run [OUTDIR]     # about 2 minutes on an H200
+#   bash engines/cuda/gpucheck.sh run [OUTDIR]     # about 20 s on an H200
 #
 # `run` checks the GPU models against the CPU reference (simple, identity_fp32, the dense
 # network, a CUDA IPC handle from another process, ModelInfer over gRPC), then measures

@@ -51,7 +51,7 @@ type gpuModel struct {
 }
 
 func (m *gpuModel) Config() *inference.ModelConfig { return m.cfg }
-func (m *gpuModel) GPU() int                        { return 0 }
+func (m *gpuModel) GPU() int                       { return 0 }
 func (m *gpuModel) Execute(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
 	m.mu.Lock()
 	in := req.Input("IN")
