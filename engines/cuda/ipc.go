@@ -64,29 +64,13 @@ func (m *IPCMemory) span(n int, off int64) error {
 }
 
 // ReadAt copies len(p) bytes at off to p.
-func (m *IPCMemory) ReadAt(p []byte, off int64) error {
-	if len(p) == 0 {
-		return nil
-	}
-	if err := m.span(len(p), off); err != nil {
-		return err
-	}
-	m.hostCopies.Add(1)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return fmt.Errorf("cuda: the region is closed")
-	}
-	return m.d.run(func() error {
-		if err := m.st.download(unsafe.Pointer(&p[0]), m.ptr+uintptr(off), len(p)); err != nil {
-			return err
-		}
-		return m.st.sync()
-	})
-}
+func (m *IPCMemory) ReadAt(p []byte, off int64) error { return m.copy(p, off, false) }
 
 // WriteAt copies p to off.
-func (m *IPCMemory) WriteAt(p []byte, off int64) error {
+func (m *IPCMemory) WriteAt(p []byte, off int64) error { return m.copy(p, off, true) }
+
+// copy moves p to the region at off (up) or from it, through the host.
+func (m *IPCMemory) copy(p []byte, off int64, up bool) error {
 	if len(p) == 0 {
 		return nil
 	}
@@ -100,7 +84,13 @@ func (m *IPCMemory) WriteAt(p []byte, off int64) error {
 		return fmt.Errorf("cuda: the region is closed")
 	}
 	return m.d.run(func() error {
-		if err := m.st.upload(m.ptr+uintptr(off), unsafe.Pointer(&p[0]), len(p)); err != nil {
+		var err error
+		if up {
+			err = m.st.upload(m.ptr+uintptr(off), unsafe.Pointer(&p[0]), len(p))
+		} else {
+			err = m.st.download(unsafe.Pointer(&p[0]), m.ptr+uintptr(off), len(p))
+		}
+		if err != nil {
 			return err
 		}
 		return m.st.sync()

@@ -184,30 +184,39 @@ func gpuConfig(cfg *inference.ModelConfig, ordinal, count int) *inference.ModelC
 	return c
 }
 
-// Simple is Triton's `simple` on the GPU: OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 -
-// INPUT1 over INT32 [batch, 16], computed by a kernel.
-type Simple struct {
+// onDevice is what every GPU model has: its config and its instances on one device.
+type onDevice struct {
 	cfg *inference.ModelConfig
 	is  *instances
 }
 
-// NewSimple places `simple` (whose CPU config is cfg) on d with count instances.
-func NewSimple(d *Device, cfg *inference.ModelConfig, count int) (*Simple, error) {
+// place makes a model's instances: cfg (its CPU config) served on d with count of them.
+func place(d *Device, cfg *inference.ModelConfig, count int) (onDevice, error) {
 	is, err := newInstances(d, count)
 	if err != nil {
-		return nil, err
+		return onDevice{}, err
 	}
-	return &Simple{cfg: gpuConfig(cfg, d.ordinal, count), is: is}, nil
+	return onDevice{cfg: gpuConfig(cfg, d.ordinal, count), is: is}, nil
 }
 
 // Config implements engines.Model.
-func (m *Simple) Config() *inference.ModelConfig { return m.cfg }
+func (m *onDevice) Config() *inference.ModelConfig { return m.cfg }
 
 // GPU implements engines.GPUModel.
-func (m *Simple) GPU() int { return m.is.d.ordinal }
+func (m *onDevice) GPU() int { return m.is.d.ordinal }
 
 // Close frees the model's streams.
-func (m *Simple) Close() { m.is.close() }
+func (m *onDevice) Close() { m.is.close() }
+
+// Simple is Triton's `simple` on the GPU: OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 -
+// INPUT1 over INT32 [batch, 16], computed by a kernel.
+type Simple struct{ onDevice }
+
+// NewSimple places `simple` (whose CPU config is cfg) on d with count instances.
+func NewSimple(d *Device, cfg *inference.ModelConfig, count int) (*Simple, error) {
+	o, err := place(d, cfg, count)
+	return &Simple{o}, err
+}
 
 // Execute implements engines.Model.
 func (m *Simple) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
@@ -275,28 +284,13 @@ func (m *Simple) Execute(ctx context.Context, req *engines.Request, send func(*e
 
 // Identity is identity_fp32 on the GPU: the input goes to the device and comes back, which is
 // the round trip's cost and nothing else.
-type Identity struct {
-	cfg *inference.ModelConfig
-	is  *instances
-}
+type Identity struct{ onDevice }
 
 // NewIdentity places identity_fp32 (whose CPU config is cfg) on d with count instances.
 func NewIdentity(d *Device, cfg *inference.ModelConfig, count int) (*Identity, error) {
-	is, err := newInstances(d, count)
-	if err != nil {
-		return nil, err
-	}
-	return &Identity{cfg: gpuConfig(cfg, d.ordinal, count), is: is}, nil
+	o, err := place(d, cfg, count)
+	return &Identity{o}, err
 }
-
-// Config implements engines.Model.
-func (m *Identity) Config() *inference.ModelConfig { return m.cfg }
-
-// GPU implements engines.GPUModel.
-func (m *Identity) GPU() int { return m.is.d.ordinal }
-
-// Close frees the model's streams.
-func (m *Identity) Close() { m.is.close() }
 
 // Execute implements engines.Model.
 func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(*engines.Response) error) error {
@@ -350,9 +344,8 @@ func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(
 // Dense is a dense network on the GPU: its weights uploaded once, each layer a cuBLAS SGEMM and
 // a bias-and-activation kernel, the whole request one queue of work on an instance's stream.
 type Dense struct {
-	cfg    *inference.ModelConfig
+	onDevice
 	net    *dense.Network
-	is     *instances
 	layers []deviceLayer
 }
 
@@ -373,7 +366,7 @@ func NewDense(d *Device, name string, net *dense.Network, maxBatch int32, count 
 	if err != nil {
 		return nil, err
 	}
-	m := &Dense{net: net, is: is, cfg: dense.Config(name, net, maxBatch, inference.ModelInstanceGroup_KIND_GPU, int32(max(count, 1)), "infergate_cuda")}
+	m := &Dense{net: net, onDevice: onDevice{is: is, cfg: dense.Config(name, net, maxBatch, inference.ModelInstanceGroup_KIND_GPU, int32(max(count, 1)), "infergate_cuda")}}
 	m.cfg.InstanceGroup[0].Gpus = []int32{int32(d.ordinal)}
 	alloc := deviceAlloc{d}
 	st := is.all[0].st
@@ -407,12 +400,6 @@ func NewDense(d *Device, name string, net *dense.Network, maxBatch int32, count 
 	}
 	return m, nil
 }
-
-// Config implements engines.Model.
-func (m *Dense) Config() *inference.ModelConfig { return m.cfg }
-
-// GPU implements engines.GPUModel.
-func (m *Dense) GPU() int { return m.is.d.ordinal }
 
 // Close frees the weights and the streams.
 func (m *Dense) Close() {
