@@ -13,7 +13,8 @@
 // release is worth making once BusyBytes were allocated since the last one, or once
 // DropGoroutines fewer goroutines run than just after it (32): connections and streams that were
 // still open then (a burst's clients closing their connections takes a while on a loaded
-// machine) have ended, and what they held is free now.
+// machine) have ended, and what they held is free now; the release waits until their number
+// has stopped falling, so that one drop makes one release.
 package memrelease
 
 import (
@@ -84,6 +85,7 @@ func Run(ctx context.Context, opts Options) {
 	}
 	last, _ := read()
 	since, after := last, 0 // at the last release: the counter, and the goroutines just after (0: none yet)
+	prev := 0               // the goroutines at the last tick
 	t := time.NewTicker(opts.Interval)
 	defer t.Stop()
 	for {
@@ -94,7 +96,12 @@ func Run(ctx context.Context, opts Options) {
 		}
 		now, g := read()
 		idle := now-last < opts.IdleBytes
-		worth := now-since >= opts.BusyBytes || after > 0 && after-g >= opts.DropGoroutines
+		// Goroutines that have ended free what they held once they are gone: while their number
+		// is still falling (a burst's connections closing over several ticks), the release waits
+		// for it to settle, so that one release follows one drop.
+		settled := prev-g < opts.DropGoroutines/4
+		prev = g
+		worth := now-since >= opts.BusyBytes || after > 0 && after-g >= opts.DropGoroutines && settled
 		if idle && worth {
 			start := time.Now()
 			opts.Release()
