@@ -11,8 +11,9 @@ import (
 
 // CUDA regions: Triton's CUDA shared memory extension. A client exports device memory with
 // cuIpcGetMemHandle (cudaIpcGetMemHandle) and registers the handle's raw bytes; the server opens
-// it (OpenCUDA, the GPU engine's) and tensors named in the region are copied between the device
-// and the host: inputs out of it before the model runs, outputs into it after. CUDA regions live
+// it (OpenCUDA, the GPU engine's). A model on the region's GPU reads and writes tensors named in
+// it in place (View.Device); for any other model they are copied between the device and the
+// host: inputs out of it before the model runs, outputs into it after. CUDA regions live
 // in the same per-owner namespaces as system ones (one name is one region, of either kind), count
 // against the same cap, and have the same lifetime: unregistering removes the name at once, and
 // the memory is closed (cuIpcCloseMemHandle) when the last request using it has finished.
@@ -88,16 +89,9 @@ func (m *Manager) RegisterCUDA(owner, name string, handle []byte, device int64, 
 	if m.open == nil {
 		return connect.NewError(connect.CodeUnimplemented, errCUDAOff)
 	}
-	if m.closed {
-		return connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping"))
-	}
 	id := regionID{owner, name}
-	if _, dup := m.regions[id]; dup {
-		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("shared memory region '%s' already in manager", name))
-	}
-	if len(m.regions) >= m.max {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("failed to register shared memory region '%s': the server holds the most regions it allows (%d); unregister some first", name, m.max))
+	if err := m.admitLocked(id); err != nil {
+		return err
 	}
 	if byteSize == 0 || byteSize > maxLen {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': invalid args", name))

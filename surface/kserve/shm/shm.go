@@ -153,16 +153,9 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping"))
-	}
 	id := regionID{owner, name}
-	if _, dup := m.regions[id]; dup {
-		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("shared memory region '%s' already in manager", name))
-	}
-	if len(m.regions) >= m.max {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("failed to register shared memory region '%s': the server holds the most regions it allows (%d); unregister some first", name, m.max))
+	if err := m.admitLocked(id); err != nil {
+		return err
 	}
 	invalidArgs := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("failed to register shared memory region '%s': invalid args", name))
 	// A zero-sized window cannot be mapped and could hold no tensor; an end past what an int
@@ -194,6 +187,23 @@ func (m *Manager) Register(owner, name, key string, offset, byteSize uint64) err
 	if m.exclusive {
 		hold(m.names, file, owner)
 		hold(m.files, fid, owner)
+	}
+	return nil
+}
+
+// admitLocked checks that region id may be registered, of either kind: the manager is open,
+// the name is not the owner's already (names are shared by both kinds) and the cap, which
+// counts both, is not reached.
+func (m *Manager) admitLocked(id regionID) error {
+	if m.closed {
+		return connect.NewError(connect.CodeUnavailable, errors.New("Server is stopping"))
+	}
+	if _, dup := m.regions[id]; dup {
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("shared memory region '%s' already in manager", id.name))
+	}
+	if len(m.regions) >= m.max {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("failed to register shared memory region '%s': the server holds the most regions it allows (%d); unregister some first", id.name, m.max))
 	}
 	return nil
 }
