@@ -6,14 +6,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"unsafe"
 
@@ -188,24 +184,7 @@ func TestIPCFromAnotherProcess(t *testing.T) {
 		return
 	}
 	d := gpu(t, Limits{})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIPCFromAnotherProcess$")
-	cmd.Env = append(os.Environ(), "INFERGATE_IPC_CHILD=1")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	var handle []byte
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if h, ok := strings.CutPrefix(sc.Text(), "HANDLE "); ok {
-			handle, err = hex.DecodeString(h)
-			require.NoError(t, err)
-			break
-		}
-	}
+	handle := startChild(t, "TestIPCFromAnotherProcess", "INFERGATE_IPC_CHILD").handle()
 	require.Len(t, handle, ipcHandleSize, "the child's handle")
 	p, err := d.OpenIPC(handle)
 	require.NoError(t, err)
@@ -225,39 +204,13 @@ func TestIPCFromAnotherProcess(t *testing.T) {
 	}
 }
 
-// ipcChild allocates device memory, fills it, prints its IPC handle, and holds it until stdin
-// closes.
+// ipcChild exports 4096 bytes of device memory and holds it until stdin closes.
 func ipcChild() {
-	d, err := Open(0, Limits{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
 	data := make([]byte, 4096)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	p, err := deviceAlloc{d}.alloc(int64(len(data)))
-	if err == nil {
-		var st *stream
-		if st, err = d.newStream(); err == nil {
-			err = d.run(func() error {
-				if err := st.upload(p, unsafe.Pointer(&data[0]), len(data)); err != nil {
-					return err
-				}
-				return st.sync()
-			})
-		}
-	}
-	var h []byte
-	if err == nil {
-		h, err = d.ipcHandle(p)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	fmt.Println("HANDLE " + hex.EncodeToString(h))
+	export(data)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the parent closes stdin
 	os.Exit(0)
 }

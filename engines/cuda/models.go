@@ -165,6 +165,28 @@ func (s *staging) downloadTo(st *stream, dst []byte, p uintptr) (finish func(), 
 	return func() { copy(dst, h) }, nil
 }
 
+// deliver puts t's n bytes, at src on the device, where the request wants them: copied device to
+// device into its buffer for t (t.Device set), or to the host (t.Data); it waits for the stream.
+func (s *staging) deliver(st *stream, req *engines.Request, t *engines.Tensor, src uintptr, n int) error {
+	if b := s.outputTarget(req, t.Name, n); b != nil {
+		t.Device = b
+		if err := st.copyDevice(b.Ptr, src, n); err != nil {
+			return err
+		}
+		return st.sync()
+	}
+	t.Data = make([]byte, n)
+	finish, err := s.downloadTo(st, t.Data, src)
+	if err != nil {
+		return err
+	}
+	if err := st.sync(); err != nil {
+		return err
+	}
+	finish()
+	return nil
+}
+
 // download queues the copy of n bytes at p to pinned memory; the bytes are there once the
 // stream is synchronized.
 func (s *staging) download(st *stream, p uintptr, n int) ([]byte, error) {
@@ -304,15 +326,10 @@ func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(
 		err := m.is.run(ctx, func(inst *instance) error {
 			s := &staging{d: m.is.d}
 			defer s.release()
-			if t := s.outputTarget(req, "OUTPUT0", n); t != nil {
-				// Into the client's region: a device-to-device copy from its input region, or
-				// the upload itself.
+			if t := s.outputTarget(req, "OUTPUT0", n); t != nil && in.Device == nil {
+				// From the host into the client's region: the upload itself.
 				res.Device = t
-				if in.Device != nil {
-					if err := inst.st.copyDevice(t.Ptr, in.Device.Ptr, n); err != nil {
-						return err
-					}
-				} else if err := inst.st.upload(t.Ptr, unsafe.Pointer(&in.Data[0]), n); err != nil {
+				if err := inst.st.upload(t.Ptr, unsafe.Pointer(&in.Data[0]), n); err != nil {
 					return err
 				}
 				return inst.st.sync()
@@ -321,16 +338,7 @@ func (m *Identity) Execute(ctx context.Context, req *engines.Request, send func(
 			if err != nil {
 				return err
 			}
-			res.Data = make([]byte, n)
-			finish, err := s.downloadTo(inst.st, res.Data, p)
-			if err != nil {
-				return err
-			}
-			if err := inst.st.sync(); err != nil {
-				return err
-			}
-			finish()
-			return nil
+			return s.deliver(inst.st, req, &res, p, n)
 		})
 		if err != nil {
 			return status(m.cfg.GetName(), err)
@@ -362,14 +370,13 @@ func NewDense(d *Device, name string, net *dense.Network, maxBatch int32, count 
 	if driver.blasErr != nil {
 		return nil, fmt.Errorf("cuda: the dense model needs cuBLAS: %w", driver.blasErr)
 	}
-	is, err := newInstances(d, count)
+	o, err := place(d, dense.Config(name, net, maxBatch, inference.ModelInstanceGroup_KIND_GPU, 1, "infergate_cuda"), count)
 	if err != nil {
 		return nil, err
 	}
-	m := &Dense{net: net, onDevice: onDevice{is: is, cfg: dense.Config(name, net, maxBatch, inference.ModelInstanceGroup_KIND_GPU, int32(max(count, 1)), "infergate_cuda")}}
-	m.cfg.InstanceGroup[0].Gpus = []int32{int32(d.ordinal)}
+	m := &Dense{onDevice: o, net: net}
 	alloc := deviceAlloc{d}
-	st := is.all[0].st
+	st := o.is.all[0].st
 	err = d.run(func() error {
 		for _, l := range net.Layers {
 			var dl deviceLayer
@@ -435,23 +442,7 @@ func (m *Dense) Execute(ctx context.Context, req *engines.Request, send func(*en
 		if err != nil {
 			return err
 		}
-		if t := s.outputTarget(req, dense.Output, outBytes); t != nil {
-			res.Device = t
-			if err := inst.st.copyDevice(t.Ptr, y, outBytes); err != nil {
-				return err
-			}
-			return inst.st.sync()
-		}
-		res.Data = make([]byte, outBytes)
-		finish, err := s.downloadTo(inst.st, res.Data, y)
-		if err != nil {
-			return err
-		}
-		if err := inst.st.sync(); err != nil {
-			return err
-		}
-		finish()
-		return nil
+		return s.deliver(inst.st, req, &res, y, outBytes)
 	})
 	if err != nil {
 		return status(m.cfg.GetName(), err)

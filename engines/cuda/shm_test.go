@@ -8,12 +8,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/surface/gateway"
@@ -53,27 +49,8 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 	client := inference.NewGRPCInferenceServiceClient(conn)
 	ctx := context.Background()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDASharedMemoryOverGRPC$")
-	cmd.Env = append(os.Environ(), "INFERGATE_SHM_CHILD=1")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	lines := bufio.NewScanner(stdout)
-	next := func(prefix string) string {
-		for lines.Scan() {
-			if v, ok := strings.CutPrefix(lines.Text(), prefix); ok {
-				return v
-			}
-		}
-		t.Fatalf("the child said no %q", prefix)
-		return ""
-	}
-	handle, err := hex.DecodeString(next("HANDLE "))
-	require.NoError(t, err)
+	c := startChild(t, "TestCUDASharedMemoryOverGRPC", "INFERGATE_SHM_CHILD")
+	handle := c.handle()
 
 	_, err = client.CudaSharedMemoryRegister(ctx, &inference.CudaSharedMemoryRegisterRequest{Name: "too_big", RawHandle: handle, DeviceId: 0, ByteSize: 1 << 30})
 	require.Error(t, err, "a byte size past the allocation")
@@ -107,18 +84,16 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 		for _, raw := range res.GetRawOutputContents() {
 			require.Empty(t, raw, "outputs in shared memory are not sent")
 		}
-		_, err = io.WriteString(stdin, "READ\n")
-		require.NoError(t, err)
-		out, err := hex.DecodeString(next("OUTPUTS "))
+		c.say("READ")
+		out, err := hex.DecodeString(c.next("OUTPUTS "))
 		require.NoError(t, err)
 		for i := range 16 {
 			a, b := int32(i), int32(100*i) // what the child wrote
 			require.Equal(t, a+b, int32(binary.LittleEndian.Uint32(out[4*i:])), "OUTPUT0[%d]", i)
 			require.Equal(t, a-b, int32(binary.LittleEndian.Uint32(out[64+4*i:])), "OUTPUT1[%d]", i)
 		}
-		_, err = io.WriteString(stdin, "CLEAR\n") // the outputs, so the next run must write them again
-		require.NoError(t, err)
-		next("CLEARED")
+		c.say("CLEAR") // the outputs, so the next run must write them again
+		c.next("CLEARED")
 	}
 	require.Len(t, opened, 1)
 	// On the GPU, simple reads its inputs and writes its outputs in the region in place: no copy
@@ -133,16 +108,14 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 		Inputs:  []*inference.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{16}, Parameters: region(64)}},
 		Outputs: []*inference.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0", Parameters: region(128)}}})
 	require.NoError(t, err)
-	_, err = io.WriteString(stdin, "READ\n")
-	require.NoError(t, err)
-	out, err := hex.DecodeString(next("OUTPUTS "))
+	c.say("READ")
+	out, err := hex.DecodeString(c.next("OUTPUTS "))
 	require.NoError(t, err)
 	for i := range 16 {
 		require.Equal(t, uint32(100*i), binary.LittleEndian.Uint32(out[4*i:]), "OUTPUT0[%d]", i)
 	}
-	_, err = io.WriteString(stdin, "CLEAR\n")
-	require.NoError(t, err)
-	next("CLEARED")
+	c.say("CLEAR")
+	c.next("CLEARED")
 	require.Zero(t, opened[0].hostCopies.Load(), "host copies of a GPU model's CUDA shared memory")
 	// Back on the CPU (a load without an override), the same request goes through the host.
 	_, err = client.RepositoryModelLoad(ctx, &inference.RepositoryModelLoadRequest{ModelName: "simple"})
@@ -157,62 +130,21 @@ func TestCUDASharedMemoryOverGRPC(t *testing.T) {
 // 64; prints the IPC handle; on "READ" prints the 128 bytes of outputs at 128, on "CLEAR" zeroes
 // them.
 func shmChild() {
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	d, err := Open(0, Limits{})
-	if err != nil {
-		fail(err)
-	}
 	buf := make([]byte, 256)
 	for i := range 16 {
 		binary.LittleEndian.PutUint32(buf[4*i:], uint32(i))
 		binary.LittleEndian.PutUint32(buf[64+4*i:], uint32(100*i))
 	}
-	p, err := deviceAlloc{d}.alloc(int64(len(buf)))
-	if err != nil {
-		fail(err)
-	}
-	st, err := d.newStream()
-	if err != nil {
-		fail(err)
-	}
-	copyWith := func(up bool) error {
-		return d.run(func() error {
-			var err error
-			if up {
-				err = st.upload(p, unsafe.Pointer(&buf[0]), len(buf))
-			} else {
-				err = st.download(unsafe.Pointer(&buf[0]), p, len(buf))
-			}
-			if err != nil {
-				return err
-			}
-			return st.sync()
-		})
-	}
-	if err := copyWith(true); err != nil {
-		fail(err)
-	}
-	h, err := d.ipcHandle(p)
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println("HANDLE " + hex.EncodeToString(h))
+	e := export(buf)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
 		case "READ":
-			if err := copyWith(false); err != nil {
-				fail(err)
-			}
+			e.sync(false)
 			fmt.Println("OUTPUTS " + hex.EncodeToString(buf[128:]))
 		case "CLEAR":
 			clear(buf[128:])
-			if err := copyWith(true); err != nil {
-				fail(err)
-			}
+			e.sync(true)
 			fmt.Println("CLEARED")
 		}
 	}
