@@ -83,8 +83,7 @@ func (e *Entry) OverrideConfig(override *inference.ModelConfig) (*inference.Mode
 			case kind == inference.ModelInstanceGroup_KIND_AUTO:
 				kind = inference.ModelInstanceGroup_KIND_CPU
 			case kind == inference.ModelInstanceGroup_KIND_GPU && (e.reg == nil || e.reg.placer.Load() == nil):
-				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
-					"failed to load '%s': its instance group has kind KIND_GPU, and this server has no GPU engine (a build with -tags cuda, on a machine whose CUDA driver sees a GPU)", name))
+				return nil, noGPUEngine(name)
 			case kind != inference.ModelInstanceGroup_KIND_CPU && kind != inference.ModelInstanceGroup_KIND_GPU:
 				return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
 					"failed to load '%s': instance group %d has kind %s; infergate runs models on the CPU or a GPU only", name, i, g.GetKind()))

@@ -58,10 +58,15 @@ func (e *Entry) DeviceOrdinal() (int, bool) {
 func (r *Registry) place(m Model, cfg *inference.ModelConfig) (Model, error) {
 	p := r.placer.Load()
 	if p == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
-			"failed to load '%s': its instance group has kind KIND_GPU, and this server has no GPU engine (a build with -tags cuda, on a machine whose CUDA driver sees a GPU)", cfg.GetName()))
+		return nil, noGPUEngine(cfg.GetName())
 	}
 	return (*p).Place(m, cfg)
+}
+
+// noGPUEngine refuses a KIND_GPU instance group where there is no Placer.
+func noGPUEngine(model string) error {
+	return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(
+		"failed to load '%s': its instance group has kind KIND_GPU, and this server has no GPU engine (a build with -tags cuda, on a machine whose CUDA driver sees a GPU)", model))
 }
 
 // SetPlacer makes p serve the KIND_GPU instance groups of models registered from now on and of
