@@ -62,9 +62,10 @@ func (p *Placer) Place(m engines.Model, cfg *inference.ModelConfig) (engines.Mod
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("failed to load '%s' on GPU %d: %w", name, ordinal, err))
 	}
 	var placed engines.Model
+	network, isDense := m.(interface{ Network() *dense.Network })
 	switch {
-	case isDense(m):
-		placed, err = NewDense(d, name, m.(interface{ Network() *dense.Network }).Network(), cfg.GetMaxBatchSize(), count)
+	case isDense:
+		placed, err = NewDense(d, name, network.Network(), cfg.GetMaxBatchSize(), count)
 	case m.Config().GetName() == "simple" && m.Config().GetPlatform() == "infergate_cpu":
 		placed, err = NewSimple(d, cfg, count)
 	case m.Config().GetName() == "identity_fp32" && m.Config().GetPlatform() == "infergate_cpu":
@@ -97,22 +98,6 @@ func (p *Placer) deviceLocked(ordinal int) (*Device, error) {
 	}
 	p.devices[ordinal] = d
 	return d, nil
-}
-
-func isDense(m engines.Model) bool {
-	_, ok := m.(interface{ Network() *dense.Network })
-	return ok
-}
-
-// Devices lists the GPUs opened so far.
-func (p *Placer) Devices() []*Device {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]*Device, 0, len(p.devices))
-	for _, d := range p.devices {
-		out = append(out, d)
-	}
-	return out
 }
 
 // Close frees every placed model and device. Nothing may run on them afterwards.
