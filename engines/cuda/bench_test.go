@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -246,7 +247,7 @@ func BenchmarkModelInfer(b *testing.B) {
 	net := dense.Random(12, 1024, 4096, 4096, 1024)
 	client := inferServer(b, net, 4)
 	for _, c := range []int{1, 16} {
-		b.Run("c="+itoa(c), func(b *testing.B) {
+		b.Run("c="+strconv.Itoa(c), func(b *testing.B) {
 			rate := map[string]float64{}
 			for b.Loop() {
 				for _, model := range []string{"mlp_cpu", "mlp_gpu"} {
@@ -259,13 +260,6 @@ func BenchmarkModelInfer(b *testing.B) {
 			b.ReportMetric(rate["mlp_gpu"]/rate["mlp_cpu"], "gpu/cpu")
 		})
 	}
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }
 
 // load sends req from c goroutines for d and returns requests/s and the median latency.

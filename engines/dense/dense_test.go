@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/infergate/infergate/engines"
@@ -39,7 +40,7 @@ func TestLoadOrdersLayersByNumber(t *testing.T) {
 	views := map[string]safetensors.TensorView{}
 	widths := []int{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 2} // 11 layers: 10 sorts after 2
 	for i := 0; i+1 < len(widths); i++ {
-		name := itoa(2 * i) // 0, 2, 4, ..., 20
+		name := strconv.Itoa(2 * i) // 0, 2, 4, ..., 20: "10" sorts before "2" as text
 		w, _ := safetensors.NewTensorView(safetensors.F32, []uint64{uint64(widths[i+1]), uint64(widths[i])}, make([]byte, 4*widths[i]*widths[i+1]))
 		b, _ := safetensors.NewTensorView(safetensors.F32, []uint64{uint64(widths[i+1])}, make([]byte, 4*widths[i+1]))
 		views[name+".weight"], views[name+".bias"] = w, b
@@ -54,8 +55,6 @@ func TestLoadOrdersLayersByNumber(t *testing.T) {
 	require.True(t, net.Layers[0].ReLU)
 	require.False(t, net.Layers[10].ReLU)
 }
-
-func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
 
 func TestLoadRefuses(t *testing.T) {
 	tensor := func(dt safetensors.DType, shape ...uint64) safetensors.TensorView {
