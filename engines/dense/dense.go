@@ -169,11 +169,15 @@ func digits(s string) int {
 
 // floats decodes little-endian F32s.
 func floats(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	return decodeFloats(make([]float32, len(b)/4), b)
+}
+
+// decodeFloats decodes len(dst) little-endian F32s from b into dst.
+func decodeFloats(dst []float32, b []byte) []float32 {
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
-	return out
+	return dst
 }
 
 // Forward computes the network on rows inputs of In() each, held in x, into dst (rows×Out()).
@@ -290,17 +294,10 @@ func (m *Model) Execute(_ context.Context, req *engines.Request, send func(*engi
 		b = &buffers{}
 	}
 	defer m.scratch.Put(b)
-	b.x = slices.Grow(b.x[:0], rows*m.net.In())[:rows*m.net.In()]
-	for i := range b.x {
-		b.x[i] = math.Float32frombits(binary.LittleEndian.Uint32(in.Data[4*i:]))
-	}
+	b.x = decodeFloats(slices.Grow(b.x[:0], rows*m.net.In())[:rows*m.net.In()], in.Data)
 	b.y = slices.Grow(b.y[:0], rows*m.net.Out())[:rows*m.net.Out()]
 	m.net.Forward(b.y, b.x, rows, &b.scratch)
-	out := make([]byte, 4*len(b.y))
-	for i, v := range b.y {
-		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-	}
-	return send(&engines.Response{Outputs: []engines.Tensor{{Name: Output, Datatype: inference.DataType_TYPE_FP32, Shape: []int64{int64(rows), int64(m.net.Out())}, Data: out}}})
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: Output, Datatype: inference.DataType_TYPE_FP32, Shape: []int64{int64(rows), int64(m.net.Out())}, Data: floatBytes(b.y)}}})
 }
 
 // Encode writes the network as a safetensors file Load reads back: layers.<i>.weight and
