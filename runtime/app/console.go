@@ -8,12 +8,16 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/store/batchstate"
 	"github.com/infergate/infergate/store/breaker"
+	"github.com/infergate/infergate/surface/bridge"
 	"github.com/infergate/infergate/surface/console"
 	"github.com/infergate/infergate/upstream/kserveproxy"
 	"github.com/infergate/infergate/upstream/openaipool"
@@ -43,7 +47,7 @@ type consoleParts struct {
 func newConsole(p consoleParts) *console.Console {
 	src := console.Sources{Version: p.version, Started: p.started, ConfigPath: p.cfg.source,
 		Config: func() any { return redactedConfig(p.cfg) }, Pool: p.ups, KServe: p.kp.Status, Breaker: p.br,
-		Tensors: p.reg, Stages: p.stages, Metrics: p.metrics, Logger: p.log}
+		Tensors: p.reg, Stages: p.stages, TensorStages: tensorStageNames(p.cfg.Server, p.kp), Metrics: p.metrics, Logger: p.log}
 	if p.store != nil {
 		src.Backends = p.store.List
 	}
@@ -54,6 +58,96 @@ func newConsole(p consoleParts) *console.Console {
 		}
 	}
 	return console.New(p.recorder, src)
+}
+
+// tensorStageNames names a tensor model's stages in the order a KServe request (native gRPC,
+// Connect, REST) goes through them, for the console, as Build wires them:
+//
+//	tracing: the KServe surface's span, as Triton's trace settings sample (gateway.Config.Tracer)
+//	  -> validation: the request decoded (shared memory included) and checked against the
+//	     model's config (engines.Entry.Validate)
+//	  -> guard: the registry's admission (API key's models, rate limits, load shedding)
+//	  -> sequence batcher: a sequence model's control tensors and slots (sequence_batching)
+//	  -> dynamic batcher: concurrent requests joined into batches (dynamic_batching, when
+//	     server.dynamic_batching is on; a remote model's only with dynamic_batching_remote)
+//	  -> the engine: the model in process (on the CPU or a GPU), routing and forwarding to the
+//	     KServe upstreams or registered backends that serve it, or the bridge to an LLM, whose
+//	     own stages follow (the console's LLM rows).
+//
+// The dynamic batcher's rule is batcher.Factory's and engines.Registry's (no scheduler for a
+// sequence or decoupled model), restated here because an entry does not say whether it has a
+// scheduler; TestConsoleTensorsAndBackends checks the two agree on a batched model.
+func tensorStageNames(server serverConfig, kp *kserveproxy.Proxy) func(e *engines.Entry) []string {
+	batching := server.DynamicBatching == nil || *server.DynamicBatching
+	return func(e *engines.Entry) []string {
+		cfg := e.Config()
+		out := []string{"tracing", "validation", "guard"}
+		seq := cfg.GetSequenceBatching() != nil
+		if seq {
+			out = append(out, "sequence batcher")
+		}
+		if batching && !seq && !e.Decoupled() && cfg.GetDynamicBatching() != nil && cfg.GetMaxBatchSize() > 0 &&
+			(!e.Remote() || server.DynamicBatchingRemote) {
+			out = append(out, "dynamic batcher")
+		}
+		return append(out, tensorEngine(e, kp))
+	}
+}
+
+// tensorEngine names what computes a tensor model's answer.
+func tensorEngine(e *engines.Entry, kp *kserveproxy.Proxy) string {
+	cfg := e.Config()
+	switch {
+	case cfg.GetBackend() == bridge.Backend:
+		return "OpenAI bridge (then the LLM's stages)"
+	case e.Remote():
+		// A remote model is the KServe pool's: its routes go to configured KServe upstreams,
+		// to backends that registered it (endpoints named after their lease), or to both.
+		var configured, registered bool
+		for _, st := range kp.Status() {
+			if !slices.Contains(st.Models, e.Name()) {
+				continue
+			}
+			if strings.HasPrefix(st.Name, registry.EndpointName("")) {
+				registered = true
+			} else {
+				configured = true
+			}
+		}
+		var by []string
+		if configured {
+			by = append(by, "KServe upstream")
+		}
+		if registered {
+			by = append(by, "registered backend")
+		}
+		if len(by) == 0 {
+			return "routing and forwarding"
+		}
+		return "routing and forwarding (" + strings.Join(by, ", ") + ")"
+	}
+	var gpus []string
+	onGPU := false
+	for _, g := range cfg.GetInstanceGroup() {
+		if g.GetKind() != inference.ModelInstanceGroup_KIND_GPU {
+			continue
+		}
+		onGPU = true
+		for _, n := range g.GetGpus() {
+			if id := strconv.Itoa(int(n)); !slices.Contains(gpus, id) {
+				gpus = append(gpus, id)
+			}
+		}
+	}
+	switch {
+	case !onGPU:
+		return "in-process model (CPU)"
+	case len(gpus) == 1:
+		return "in-process model (GPU " + gpus[0] + ")"
+	case len(gpus) > 1:
+		return "in-process model (GPUs " + strings.Join(gpus, ", ") + ")"
+	}
+	return "in-process model (GPU)"
 }
 
 // serveConsole serves the console on its own listener (server.console_listen), behind the same

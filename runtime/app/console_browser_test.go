@@ -165,6 +165,13 @@ batch: {dir: %s, concurrency: 1, chunk_lines: 1}
 	assert.Equal(t, "live", eval[string](t, ctx, `document.getElementById("status").textContent`))
 	ups := `[...document.querySelectorAll("tr[data-upstream]")].map(r => r.dataset.upstream + ":" + r.className).join(",")`
 	assert.Equal(t, "a:up,b:up", eval[string](t, ctx, ups))
+	// A tensor model's stages, as its LLM's are shown: the built-in simple's, and a sequence
+	// model's with its batcher.
+	stages := func(model string) string {
+		return eval[string](t, ctx, `document.querySelector('tr[data-tensor="`+model+`"] td.stages').textContent`)
+	}
+	assert.Equal(t, "tracing → validation → guard → in-process model (CPU)", stages("simple"))
+	assert.Equal(t, "tracing → validation → guard → sequence batcher → in-process model (CPU)", stages("simple_sequence"))
 
 	// A cache hit raises the hit rate.
 	hitRate := func() float64 {

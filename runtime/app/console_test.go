@@ -6,16 +6,22 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
+	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/surface/batch/batchtest"
 	"github.com/infergate/infergate/surface/console"
+	"github.com/infergate/infergate/surface/gateway"
+	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -249,17 +255,43 @@ models:
 	assert.Contains(t, out, `"llama"`)
 }
 
+// echoModel is a tensor model that answers its FP32 input as its output: served by another
+// KServe server, it is what the gateway forwards to, as a KServe upstream's model or a registered
+// backend's.
+type echoModel struct{ cfg *inference.ModelConfig }
+
+func newEchoModel(name string) *echoModel {
+	return &echoModel{cfg: &inference.ModelConfig{Name: name, Platform: "echo", Backend: "echo",
+		Input:  []*inference.ModelInput{{Name: "INPUT0", DataType: inference.DataType_TYPE_FP32, Dims: []int64{-1}}},
+		Output: []*inference.ModelOutput{{Name: "OUTPUT0", DataType: inference.DataType_TYPE_FP32, Dims: []int64{-1}}}}}
+}
+
+func (m *echoModel) Config() *inference.ModelConfig { return m.cfg }
+
+func (m *echoModel) Execute(_ context.Context, req *engines.Request, send func(*engines.Response) error) error {
+	in := req.Inputs[0]
+	return send(&engines.Response{Outputs: []engines.Tensor{{Name: "OUTPUT0", Datatype: in.Datatype, Shape: in.Shape, Data: in.Data}}})
+}
+
 // TestConsoleTensorsAndBackends: a native gRPC inference shows in the overview (the gRPC
-// interceptor) and in the tensor model's Triton statistics; a registered backend shows with its
-// lease as a short hash, never the lease id, which lets its holder change or end it.
+// interceptor) and in the tensor model's Triton statistics; a model switched to dynamic batching
+// shows its batch sizes and its queue and compute times; every tensor model lists its stages in
+// the order a KServe request goes through them, ending in the engine that answers (in process,
+// a KServe upstream, a registered backend, the bridge to an LLM); a registered backend shows with
+// its lease as a short hash, never the lease id, which lets its holder change or end it.
 func TestConsoleTensorsAndBackends(t *testing.T) {
 	up := openaitest.Start(t, "up", "llama")
-	addr := serveYAML(t, fmt.Sprintf("upstreams:\n  - {name: up, url: %s, type: vllm, check_interval: 100ms}\n", up.URL), io.Discard)
+	triton := gatewaytest.Start(t, gateway.Config{}, newEchoModel("upstream_echo"), newEchoModel("registered_echo"))
+	addr := serveYAML(t, fmt.Sprintf(`upstreams:
+  - {name: up, url: %s, type: vllm, check_interval: 100ms}
+  - {name: triton, url: %s, type: kserve, check_interval: 100ms, models: [upstream_echo]}
+`, up.URL, triton.URL), io.Discard)
 	conn := dial(t, addr)
+	kc := inference.NewGRPCInferenceServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	in := make([]int32, 16)
-	_, err := inference.NewGRPCInferenceServiceClient(conn).ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
+	_, err := kc.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
 		Inputs: []*inference.ModelInferRequest_InferInputTensor{
 			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}},
 			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}},
@@ -272,34 +304,92 @@ func TestConsoleTensorsAndBackends(t *testing.T) {
 			ModelInput: registryv1.ModelInput_MODEL_INPUT_TEXT, Url: other.URL, BackendType: registryv1.BackendType_BACKEND_TYPE_VLLM},
 		Ttl: durationpb.New(time.Minute)})
 	require.NoError(t, err)
-
-	res, err := http.Get("http://" + addr + "/console/api/state") // keys off: the console is open
+	tensorReg, err := registryv1.NewRegistryServiceClient(conn).Register(ctx, &registryv1.RegisterRequest{
+		Backend: &registryv1.Backend{ModelName: "registered_echo", ModelType: registryv1.ModelType_MODEL_TYPE_TENSOR,
+			ModelInput: registryv1.ModelInput_MODEL_INPUT_TENSOR, Url: triton.URL, BackendType: registryv1.BackendType_BACKEND_TYPE_KSERVE,
+			TensorModelConfig: &tensorv1.TensorModelConfig{Name: "registered_echo",
+				Inputs:  []*tensorv1.TensorMetadata{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{-1}}},
+				Outputs: []*tensorv1.TensorMetadata{{Name: "OUTPUT0", Datatype: "FP32", Shape: []int64{-1}}}}},
+		Ttl: durationpb.New(time.Minute)})
 	require.NoError(t, err)
-	body, _ := io.ReadAll(res.Body)
+
+	// simple_int8 switched to dynamic batching at load time: four concurrent requests wait in
+	// its queue until they fill a batch of four, which runs as one execution.
+	res, err := http.Post("http://"+addr+"/v2/repository/models/simple_int8/load", "application/json", strings.NewReader(
+		`{"parameters":{"config":"{\"max_batch_size\":4,\"dynamic_batching\":{\"max_queue_delay_microseconds\":60000000}}"}}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	assert.NotContains(t, string(body), reg.GetLeaseId())
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT8","data":[` + ints(16, i) + `]},{"name":"INPUT1","shape":[1,16],"datatype":"INT8","data":[` + ints(16, 1) + `]}]}`
+			r := send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v2/models/simple_int8/infer", []byte(body))
+			assert.Equal(t, http.StatusOK, r.status, r.body)
+		})
+	}
+	wg.Wait()
+
 	var s console.State
-	require.NoError(t, json.Unmarshal(body, &s))
-	require.Len(t, s.Backends, 1)
-	assert.Equal(t, "mistral", s.Backends[0].Model)
-	assert.Equal(t, "vllm", s.Backends[0].Type)
-	assert.Len(t, s.Backends[0].Lease, 8)
+	var body []byte
+	require.Eventually(t, func() bool {
+		res, err := http.Get("http://" + addr + "/console/api/state") // keys off: the console is open
+		require.NoError(t, err)
+		body, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		s = console.State{}
+		require.NoError(t, json.Unmarshal(body, &s))
+		names := map[string]bool{}
+		for _, m := range s.Tensors {
+			names[m.Name] = true
+		}
+		return len(s.Backends) == 2 && names["upstream_echo"] && names["registered_echo"] && names["llama"]
+	}, 10*time.Second, 20*time.Millisecond, "the KServe upstream's, the registered backend's and the bridge's models")
+	assert.NotContains(t, string(body), reg.GetLeaseId())
+	assert.NotContains(t, string(body), tensorReg.GetLeaseId())
+	var mistral console.Backend
+	for _, b := range s.Backends {
+		if b.Model == "mistral" {
+			mistral = b
+		}
+	}
+	assert.Equal(t, "vllm", mistral.Type)
+	assert.Len(t, mistral.Lease, 8)
 	names := []string{}
 	for _, u := range s.Upstreams {
 		names = append(names, u.Name)
 	}
-	assert.Contains(t, names, "registry:"+s.Backends[0].Lease, "its endpoint, named by the same hash")
-	var simple *console.Tensor
-	for i := range s.Tensors {
-		if s.Tensors[i].Name == "simple" {
-			simple = &s.Tensors[i]
-		}
+	assert.Contains(t, names, "registry:"+mistral.Lease, "its endpoint, named by the same hash")
+	tensors := map[string]console.Tensor{}
+	for _, m := range s.Tensors {
+		tensors[m.Name] = m
 	}
-	require.NotNil(t, simple)
+	simple := tensors["simple"]
 	assert.EqualValues(t, 1, simple.Inferences)
 	assert.EqualValues(t, 1, simple.Success)
-	assert.GreaterOrEqual(t, s.Overview.RequestsTotal, int64(2), "the gRPC inference and registration")
+
+	batched := tensors["simple_int8"]
+	assert.EqualValues(t, 4, batched.Inferences)
+	assert.EqualValues(t, 1, batched.Executions, "one batch")
+	assert.Equal(t, []console.BatchSize{{Size: 4, Count: 1}}, batched.Batches)
+	assert.Positive(t, batched.QueueAvg, "the first three waited for the fourth")
+	assert.Positive(t, batched.ComputeAvg)
+
+	// The stages, in the order a KServe request meets them.
+	front := []string{"tracing", "validation", "guard"}
+	for model, engine := range map[string][]string{
+		"simple":          {"in-process model (CPU)"},
+		"simple_int8":     {"dynamic batcher", "in-process model (CPU)"},
+		"simple_sequence": {"sequence batcher", "in-process model (CPU)"},
+		"upstream_echo":   {"routing and forwarding (KServe upstream)"},
+		"registered_echo": {"routing and forwarding (registered backend)"},
+		"llama":           {"OpenAI bridge (then the LLM's stages)"},
+	} {
+		assert.Equal(t, append(slices.Clone(front), engine...), tensors[model].Stages, model)
+	}
+	assert.GreaterOrEqual(t, s.Overview.RequestsTotal, int64(7), "the gRPC inference, the registrations, the load and the batch")
 	assert.Empty(t, s.Keys, "keys are off")
 }
 

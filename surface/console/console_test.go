@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/core/pipeline"
+	"github.com/infergate/infergate/engines"
+	"github.com/infergate/infergate/models/builtin"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/store/batchstate"
 	"github.com/stretchr/testify/assert"
@@ -168,6 +170,29 @@ func TestHandler(t *testing.T) {
 	assert.InDelta(t, 40, b.ETA, 1e-9, "80 lines left at 2 a second")
 	assert.NotNil(t, s.Upstreams)
 	assert.NotNil(t, s.Keys)
+}
+
+// TestTensors: a tensor model's row has its stages as the source names them, and its mean queue
+// and compute times to the microsecond (a built-in model computes in a few).
+func TestTensors(t *testing.T) {
+	reg := engines.NewRegistry()
+	require.NoError(t, builtin.Register(reg))
+	e := reg.Lookup("simple")
+	start := time.Unix(1_800_000_000, 0)
+	e.Stats.RecordSuccess(1, engines.Timing{Start: start, Queued: 1500 * time.Nanosecond, Infer: 4 * time.Microsecond}, start.Add(time.Millisecond))
+	rc, _ := newTestRecorder()
+	c := New(rc, Sources{Tensors: reg, TensorStages: func(e *engines.Entry) []string { return []string{"guard", e.Name()} }})
+	var simple *Tensor
+	tensors := c.tensors()
+	for i := range tensors {
+		if tensors[i].Name == "simple" {
+			simple = &tensors[i]
+		}
+	}
+	require.NotNil(t, simple)
+	assert.Equal(t, []string{"guard", "simple"}, simple.Stages)
+	assert.InDelta(t, 0.002, simple.QueueAvg, 1e-12)
+	assert.InDelta(t, 0.004, simple.ComputeAvg, 1e-12)
 }
 
 func TestScrubURLs(t *testing.T) {

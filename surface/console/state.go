@@ -49,6 +49,9 @@ type Sources struct {
 	Tensors *engines.Registry
 	// Stages names a model's LLM stages in pipeline order.
 	Stages func(model string) []string
+	// TensorStages names a tensor model's stages in the order a KServe request goes through
+	// them (the transport's, the registry's, then the engine that computes the answer).
+	TensorStages func(e *engines.Entry) []string
 	// Batches lists the newest batches, newest first.
 	Batches func(ctx context.Context) ([]*batchstate.Batch, error)
 	// Metrics is the gateway's Prometheus registry: the figures kept only as metrics (the
@@ -147,17 +150,18 @@ type Backend struct {
 	TTL     float64 `json:"ttl_seconds"`
 }
 
-// Tensor is one tensor model's Triton statistics.
+// Tensor is one tensor model: its stages and its Triton statistics.
 type Tensor struct {
-	Name       string  `json:"name"`
-	Version    string  `json:"version"`
-	Ready      bool    `json:"ready"`
-	Inferences uint64  `json:"inference_count"`
-	Executions uint64  `json:"execution_count"`
-	Success    uint64  `json:"success"`
-	Failed     uint64  `json:"failed"`
-	QueueAvg   float64 `json:"queue_avg_ms"`
-	ComputeAvg float64 `json:"compute_avg_ms"`
+	Name       string   `json:"name"`
+	Version    string   `json:"version"`
+	Ready      bool     `json:"ready"`
+	Stages     []string `json:"stages"`
+	Inferences uint64   `json:"inference_count"`
+	Executions uint64   `json:"execution_count"`
+	Success    uint64   `json:"success"`
+	Failed     uint64   `json:"failed"`
+	QueueAvg   float64  `json:"queue_avg_ms"`
+	ComputeAvg float64  `json:"compute_avg_ms"`
 	// Batches counts executions by batch size.
 	Batches []BatchSize `json:"batch_sizes"`
 }
@@ -224,6 +228,9 @@ type Key struct {
 const stepSeconds = 10
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
+
+// usMS is d in milliseconds to the microsecond.
+func usMS(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1000 }
 
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
@@ -369,10 +376,15 @@ func (c *Console) tensors() []Tensor {
 		is := st.GetInferenceStats()
 		t := Tensor{Name: e.Name(), Version: e.Version(), Ready: e.Ready(), Inferences: st.GetInferenceCount(),
 			Executions: st.GetExecutionCount(), Success: is.GetSuccess().GetCount(), Failed: is.GetFail().GetCount(),
-			Batches: []BatchSize{}}
+			Batches: []BatchSize{}, Stages: []string{}}
+		if c.src.TensorStages != nil {
+			t.Stages = c.src.TensorStages(e)
+		}
 		if n := is.GetSuccess().GetCount(); n > 0 {
-			t.QueueAvg = ms(time.Duration(is.GetQueue().GetNs() / n))
-			t.ComputeAvg = ms(time.Duration(is.GetComputeInfer().GetNs() / n))
+			// To the microsecond, as the page shows them: a built-in model computes in a few,
+			// which ms's hundredths of a millisecond would show as 0.
+			t.QueueAvg = usMS(time.Duration(is.GetQueue().GetNs() / n))
+			t.ComputeAvg = usMS(time.Duration(is.GetComputeInfer().GetNs() / n))
 		}
 		for _, b := range st.GetBatchStats() {
 			t.Batches = append(t.Batches, BatchSize{Size: b.GetBatchSize(), Count: b.GetComputeInfer().GetCount()})

@@ -128,7 +128,8 @@
       el("td", {}, num(t.failed, 0)),
       el("td", {}, num(t.queue_avg_ms, 3)),
       el("td", {}, num(t.compute_avg_ms, 3)),
-      el("td", {}, t.batch_sizes.map((b) => b.size + "×" + b.count).join(", ") || "–"))), "No tensor model.");
+      el("td", {}, t.batch_sizes.map((b) => b.size + "×" + b.count).join(", ") || "–"),
+      el("td", { class: "stages" }, el("small", {}, t.stages.join(" → "))))), "No tensor model.");
   }
 
   function batches(s) {
