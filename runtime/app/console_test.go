@@ -16,6 +16,7 @@ import (
 	"github.com/infergate/infergate/gen/inference"
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
+	"github.com/infergate/infergate/internal/logtest"
 	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/surface/batch/batchtest"
@@ -420,4 +421,36 @@ models:
 	require.Len(t, s.LLMs, 1)
 	require.NotNil(t, s.LLMs[0].PrefixHitRate, "a cache_aware model has a prefix hit rate")
 	assert.InDelta(t, 0.5, *s.LLMs[0].PrefixHitRate, 1e-9, "the first prompt's blocks were new, the second's all sent before")
+}
+
+// TestConsoleKeysOffWarning: with API keys off, the start-up warning says the console is open to
+// anyone too (on this port, or on server.console_listen's), and says nothing of it when the
+// console is off.
+func TestConsoleKeysOffWarning(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	upstreams := fmt.Sprintf("upstreams:\n  - {name: up, url: %s, type: vllm}\n", up.URL)
+	ln := freeAddr(t)
+	for _, c := range []struct {
+		server string
+		want   string
+	}{
+		{"", "and open the operator console (/console)"},
+		{`server: {console_listen: "` + ln + `"}`, "and anyone who can reach " + ln + " may open the operator console"},
+		{"server: {console: false}", ""},
+	} {
+		logs := &logtest.Sink{}
+		serveYAML(t, upstreams+c.server+"\n", logs)
+		var warning string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "API keys are OFF") {
+				warning = line
+			}
+		}
+		require.NotEmpty(t, warning, "%q: the keys-off warning", c.server)
+		if c.want != "" {
+			assert.Contains(t, warning, c.want, c.server)
+		} else {
+			assert.NotContains(t, warning, "console", c.server)
+		}
+	}
 }

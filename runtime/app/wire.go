@@ -220,7 +220,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 		return nil, err
 	}
 
-	auth, err := newAuth(cfg, rdb, log)
+	auth, err := newAuth(cfg, rdb, rec != nil, log)
 	if err != nil {
 		return nil, err
 	}
@@ -378,8 +378,9 @@ func endpointNames(ups *openaipool.Pool, kp *kserveproxy.Proxy) func() []string 
 	}
 }
 
-// newAuth returns the API key check, or nil (with a warning) when no keys are configured.
-func newAuth(cfg *Config, rdb rueidis.Client, log *slog.Logger) (*guard.Auth, error) {
+// newAuth returns the API key check, or nil (with a warning) when no keys are configured; the
+// warning names the console when it is served (consoleOn), which is then open to anyone too.
+func newAuth(cfg *Config, rdb rueidis.Client, consoleOn bool, log *slog.Logger) (*guard.Auth, error) {
 	static, err := guard.NewStaticKeys(cfg.Auth.Keys)
 	if err != nil {
 		return nil, err
@@ -392,7 +393,14 @@ func newAuth(cfg *Config, rdb rueidis.Client, log *slog.Logger) (*guard.Auth, er
 		keys = append(keys, guard.NewRedisKeys(rdb, guard.RedisKeysOptions{Prefix: cfg.Redis.Prefix}))
 	}
 	if len(keys) == 0 {
-		log.Warn("API keys are OFF: anyone who can reach this port may call every model, register backends and read /admin/guard; configure auth.keys")
+		open := "register backends and read /admin/guard"
+		switch {
+		case consoleOn && cfg.Server.ConsoleListen == "":
+			open = "register backends, read /admin/guard and open the operator console (/console)"
+		case consoleOn:
+			open += ", and anyone who can reach " + cfg.Server.ConsoleListen + " may open the operator console"
+		}
+		log.Warn("API keys are OFF: anyone who can reach this port may call every model, " + open + "; configure auth.keys")
 		return nil, nil
 	}
 	log.Info("API keys required", "configured", static.Len(), "redis", cfg.Auth.RedisKeys)
