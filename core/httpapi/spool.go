@@ -76,9 +76,24 @@ const spoolChunk = 32 << 10
 // body over o.Limit (announced by Content-Length, or found so while reading) is an
 // *http.MaxBytesError, one past o.Budget ErrSpoolFull, a failure of the file ErrSpool; on any
 // error nothing is kept.
-func SpoolBody(r *http.Request, o SpoolOptions) (_ *Spool, err error) {
+func SpoolBody(r *http.Request, o SpoolOptions) (*Spool, error) {
+	s, whole, err := SpoolHead(r, o)
+	if err != nil || whole {
+		return s, err
+	}
+	if err := SpoolRest(s, r, o); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SpoolHead is SpoolBody's first part: it reads r's body into a Spool until o.Memory bytes are in
+// memory, and whole reports whether that is all of it. It leaves r.Body bounded by o.Limit, as
+// the rest of the body is to be read: SpoolBody spools it; a caller that has learnt what it
+// needs from the head may read it from r.Body as it comes instead.
+func SpoolHead(r *http.Request, o SpoolOptions) (_ *Spool, whole bool, err error) {
 	if r.ContentLength > o.Limit {
-		return nil, &http.MaxBytesError{Limit: o.Limit}
+		return nil, false, &http.MaxBytesError{Limit: o.Limit}
 	}
 	mem := int64(max(o.Memory, 0))
 	s := &Spool{budget: o.Budget}
@@ -89,36 +104,72 @@ func SpoolBody(r *http.Request, o SpoolOptions) (_ *Spool, err error) {
 	}()
 	if r.ContentLength >= 0 && r.ContentLength <= mem {
 		if !s.grow(r.ContentLength) {
-			return nil, ErrSpoolFull
+			return nil, false, ErrSpoolFull
 		}
 		s.head = make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, s.head); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return s, nil
+		return s, true, nil
 	}
 	if r.ContentLength > 0 {
 		s.head = make([]byte, 0, mem) // it will fill
 	}
-	body := http.MaxBytesReader(nil, r.Body, o.Limit)
-	chunk := make([]byte, spoolChunk)
-	for {
-		n, rerr := body.Read(chunk)
+	r.Body = http.MaxBytesReader(nil, r.Body, o.Limit)
+	chunk := make([]byte, min(spoolChunk, mem))
+	for int64(len(s.head)) < mem {
+		n, rerr := r.Body.Read(chunk[:min(int64(len(chunk)), mem-int64(len(s.head)))])
 		if n > 0 {
 			if !s.grow(int64(n)) {
-				return nil, ErrSpoolFull
+				return nil, false, ErrSpoolFull
 			}
-			if s.file == nil && int64(len(s.head)+n) <= mem {
-				s.head = append(s.head, chunk[:n]...)
-			} else if err := s.write(chunk[:n], o.Dir); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrSpool, err)
+			if len(s.head)+n > cap(s.head) {
+				// A body of unknown length gets a chunk's room, then, past that, mem's: append's
+				// growth by a quarter would allocate five times mem on the way to it.
+				size := min(max(int64(len(s.head)+n), spoolChunk), mem)
+				if cap(s.head) > 0 {
+					size = mem
+				}
+				next := make([]byte, len(s.head), size)
+				copy(next, s.head)
+				s.head = next
+			}
+			s.head = append(s.head, chunk[:n]...)
+		}
+		if rerr == io.EOF {
+			return s, true, nil
+		}
+		if rerr != nil {
+			return nil, false, rerr
+		}
+	}
+	return s, false, nil
+}
+
+// SpoolRest reads the rest of r's body, which SpoolHead began in s, into s's file; on an error
+// (as SpoolBody's) s is closed.
+func SpoolRest(s *Spool, r *http.Request, o SpoolOptions) (err error) {
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	chunk := make([]byte, spoolChunk)
+	for {
+		n, rerr := r.Body.Read(chunk)
+		if n > 0 {
+			if !s.grow(int64(n)) {
+				return ErrSpoolFull
+			}
+			if err := s.write(chunk[:n], o.Dir); err != nil {
+				return fmt.Errorf("%w: %w", ErrSpool, err)
 			}
 		}
 		if rerr == io.EOF {
-			return s, nil
+			return nil
 		}
 		if rerr != nil {
-			return nil, rerr
+			return rerr
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/infergate/infergate/core/httpapi"
@@ -79,7 +80,7 @@ type Request struct {
 	// body is the body as it goes upstream; nil while wire holds edits not encoded yet, and for
 	// a form.
 	body   []byte
-	form   *httpapi.Spool // a form request's body (NewFormRequest); nil for JSON
+	form   *formBody // a form request's body (NewFormRequest, NewStreamedFormRequest); nil for JSON
 	scan   Routing
 	fields map[string]json.RawMessage // Fields' result, until the body changes
 	// wire is the parsed view of the body, made on the first Wire, Edit, Fields or EditBody and
@@ -96,8 +97,74 @@ type Request struct {
 // it is). It has no parsed view (Wire fails, Has is false) and Body is nil: the stages that read
 // bodies act on the JSON routes only, and the upstream client sends FormBody.
 func NewFormRequest(path string, form *httpapi.Spool, model string, start, end int, stream bool) *Request {
-	return &Request{Path: path, form: form,
+	return &Request{Path: path, form: &formBody{spool: form},
 		scan: Routing{Model: model, Stream: stream, MaxTokens: -1, ModelStart: start, ModelEnd: end}}
+}
+
+// NewStreamedFormRequest is a form request whose body goes upstream as the client sends it: head,
+// the form's first bytes (held in memory, and holding the model field's value at [start, end)),
+// then rest, read once, by the one attempt that takes it. size is the whole form's length, -1
+// when the client did not say. Unlike a spooled form, it can be sent to a second endpoint only
+// while no attempt has read from it (FormBody); the error of reading rest is FormErr's.
+func NewStreamedFormRequest(path string, head []byte, rest io.Reader, size int64, model string, start, end int, stream bool) *Request {
+	return &Request{Path: path, form: &formBody{head: head, rest: rest, size: size},
+		scan: Routing{Model: model, Stream: stream, MaxTokens: -1, ModelStart: start, ModelEnd: end}}
+}
+
+// formBody is a form request's body: spooled (read as often as needed) or streamed (head, then
+// rest, read once).
+type formBody struct {
+	spool *httpapi.Spool
+
+	head []byte
+	rest io.Reader
+	size int64
+	// mu guards what follows: which reader may read (gen), whether one has (started), and the
+	// error reading rest.
+	mu      sync.Mutex
+	gen     int
+	started bool
+	err     error
+}
+
+// streamReader is one attempt's reader of a streamed form: it reads while it is the newest one
+// handed out; an older one (an attempt given up before it read, whose transport may still try)
+// reads nothing.
+type streamReader struct {
+	f   *formBody
+	gen int
+	r   io.Reader // head's parts, the name, then rest
+}
+
+// errFormResent is what a superseded streamReader reads.
+var errFormResent = errors.New("the form went to another endpoint")
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	f := s.f
+	f.mu.Lock()
+	if s.gen != f.gen {
+		f.mu.Unlock()
+		return 0, errFormResent
+	}
+	f.started = true
+	f.mu.Unlock()
+	n, err := s.r.Read(p)
+	return n, err
+}
+
+// restReader reads a streamed form's rest, keeping its first error other than EOF.
+type restReader struct{ f *formBody }
+
+func (r restReader) Read(p []byte) (int, error) {
+	n, err := r.f.rest.Read(p)
+	if err != nil && err != io.EOF {
+		r.f.mu.Lock()
+		if r.f.err == nil {
+			r.f.err = err
+		}
+		r.f.mu.Unlock()
+	}
+	return n, err
 }
 
 // GatewayHeader reports whether name, in any case (a canonical HTTP header, or grpc-go's lower-case
@@ -144,8 +211,11 @@ func (r *Request) Body() []byte {
 // BodyLen is len(Body()), without encoding an edited body: for a stage that sizes the request
 // (a token estimate) between another's edit and the upstream call.
 func (r *Request) BodyLen() int {
-	if r.form != nil {
-		return int(r.form.Size())
+	if f := r.form; f != nil {
+		if f.spool != nil {
+			return int(f.spool.Size())
+		}
+		return int(max(f.size, int64(len(f.head)))) // a streamed form's length, as far as known
 	}
 	if r.body == nil && r.wire != nil {
 		return r.wire.Len()
@@ -341,21 +411,70 @@ func (r *Request) BodyWithModel(name string) []byte {
 	return append(out, body[r.scan.ModelEnd:]...)
 }
 
-// Form is a form request's body (NewFormRequest), nil for a JSON request.
-func (r *Request) Form() *httpapi.Spool { return r.form }
+// IsForm reports whether r is a form request (NewFormRequest, NewStreamedFormRequest).
+func (r *Request) IsForm() bool { return r.form != nil }
 
 // FormBody is a form request's body as it goes to an endpoint that names the model name: a
-// reader of it from its first byte, and its length. Every byte but the model field's value is
-// as the client sent it (all of them when the value's place is not known). Each call is a new
-// reader, for each attempt.
-func (r *Request) FormBody(name string) (io.Reader, int64) {
+// reader of it from its first byte, and its length (-1: not known). Every byte but the model
+// field's value is as the client sent it (all of them when the value's place is not known). Each
+// call is a new reader, for each attempt; a streamed form's only while no attempt has read from
+// it (ok false otherwise: it cannot be sent again), and a new one leaves the older ones empty.
+func (r *Request) FormBody(name string) (_ io.Reader, _ int64, ok bool) {
 	f := r.form
 	start, end := int64(r.scan.ModelStart), int64(r.scan.ModelEnd)
-	if name == r.scan.Model || start < 0 {
-		return f.Section(0, f.Size()), f.Size()
+	if sp := f.spool; sp != nil {
+		if name == r.scan.Model || start < 0 {
+			return sp.Section(0, sp.Size()), sp.Size(), true
+		}
+		return io.MultiReader(sp.Section(0, start), strings.NewReader(name), sp.Section(end, sp.Size()-end)),
+			sp.Size() - (end - start) + int64(len(name)), true
 	}
-	return io.MultiReader(f.Section(0, start), strings.NewReader(name), f.Section(end, f.Size()-end)),
-		f.Size() - (end - start) + int64(len(name))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started {
+		return nil, 0, false
+	}
+	f.gen++
+	var rd io.Reader
+	size := f.size
+	if name == r.scan.Model || start < 0 {
+		rd = io.MultiReader(bytes.NewReader(f.head), restReader{f})
+	} else {
+		rd = io.MultiReader(bytes.NewReader(f.head[:start]), strings.NewReader(name), bytes.NewReader(f.head[end:]), restReader{f})
+		if size >= 0 {
+			size += int64(len(name)) - (end - start)
+		}
+	}
+	return &streamReader{f: f, gen: f.gen, r: rd}, size, true
+}
+
+// FormResendable reports whether a form request's body can be sent again after an attempt read
+// it: a spooled form can, a streamed one cannot.
+func (r *Request) FormResendable() bool { return r.form != nil && r.form.spool != nil }
+
+// FormSent reports whether a streamed form has been read by an attempt, so that no other
+// endpoint can be sent it: its answer, whatever it is, is the request's.
+func (r *Request) FormSent() bool {
+	f := r.form
+	if f == nil || f.spool != nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started
+}
+
+// FormErr is the error reading a streamed form from the client (it went away, sent too much, or
+// sent what the gateway refuses mid-way), nil while there is none: an attempt that failed for it
+// failed for the client's sake, not the endpoint's.
+func (r *Request) FormErr() error {
+	f := r.form
+	if f == nil || f.spool != nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 // Response is an answer to a Request: an upstream's, or one a stage made. The caller reads the

@@ -8,6 +8,9 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,7 +28,7 @@ import (
 // upstream sees them.
 func TestAudioRoutes(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int64
+	var calls, parsed atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
@@ -39,6 +42,7 @@ func TestAudioRoutes(t *testing.T) {
 			return
 		}
 		b, _ := io.ReadAll(f)
+		parsed.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"text":"%s heard %d bytes of %s (sum %d) at %s"}`, r.FormValue("model"), len(b), hdr.Filename, sum(b), r.URL.Path)
 	}
@@ -104,6 +108,28 @@ upstreams:
 	status, msg = post(body, strings.Replace(ct, "boundary=", "charset=utf-8; x=", 1))
 	assert.Equal(t, 400, status, msg)
 	require.EqualValues(t, 5, calls.Load(), "no refused form reached the upstream")
+
+	// curl -F writes the fields in the order given: the model before a file larger than the
+	// form's head (1 MiB), so the form is streamed through rather than received whole first.
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed: the streamed form's check with curl is skipped")
+	}
+	big := bytes.Repeat(audio, 12) // 2.9 MB
+	file := filepath.Join(t.TempDir(), "long.wav")
+	require.NoError(t, os.WriteFile(file, big, 0o600))
+	out, err := exec.Command(curl, "-sS", "-F", "model=whisper-1", "-F", "file=@"+file,
+		"http://"+addr+"/v1/audio/transcriptions").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.JSONEq(t, fmt.Sprintf(`{"text":"whisper heard %d bytes of long.wav (sum %d) at /v1/audio/transcriptions"}`, len(big), sum(big)), string(out))
+	// A second model field after the file: refused, before the upstream gets a whole form.
+	out, err = exec.Command(curl, "-sS", "-w", " %{http_code}", "-F", "model=whisper-1", "-F", "file=@"+file,
+		"-F", "model=whisper", "http://"+addr+"/v1/audio/transcriptions").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "duplicate_model")
+	assert.True(t, strings.HasSuffix(string(out), " 400"), string(out))
+	require.EqualValues(t, 7, calls.Load())
+	require.EqualValues(t, 6, parsed.Load(), "the upstream could not read the refused form: it was cut short")
 }
 
 func sum(b []byte) int {

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/infergate/infergate/core/httpapi"
 	"github.com/infergate/infergate/core/pipeline"
@@ -18,60 +19,164 @@ import (
 // forwarded as they came, routed on the form's model field through the model's stages,
 // routing, failover and metrics.
 //
-// The form is received whole before it goes upstream, as nginx's request buffering does: the
-// model may follow the file in the form (openai-node and openai-go write the file first), a
-// failover resends it, and vLLM reads the whole form before it starts. Only its first
-// ProxyOptions.FormMemoryBytes are held in memory; the rest waits in a temporary file
-// (httpapi.Spool). The form is read in place: its file part is skipped, never copied.
+// A form whose model field comes within its first ProxyOptions.FormMemoryBytes (curl -F in that
+// order, openai-python, which writes fields before files) goes upstream as it arrives: only that
+// head is held, and the rest passes through a formGuard, which refuses a second model field
+// before any of it goes on. Such a form can go to a second endpoint only if the first read none
+// of it (it refused the connection); once one has read it, its answer is the client's.
+//
+// A form whose model comes later (openai-go and openai-node write the file first) is received
+// whole before it goes upstream, as nginx's request buffering does: its first FormMemoryBytes in
+// memory, the rest in a temporary file (httpapi.Spool), read in place (its file part is skipped,
+// never copied) and resent whole on a failover.
 var AudioPaths = []string{"/v1/audio/transcriptions", "/v1/audio/translations"}
 
 // maxFormField bounds a form field the gateway reads (model, stream): more is not a model name.
 const maxFormField = 1 << 10
 
-// formRequest reads a multipart form's routing fields and returns the request for path.
-func formRequest(path, contentType string, form *httpapi.Spool) (*pipeline.Request, *pipeline.Error) {
+// readForm reads a multipart form's head, and streams the rest or spools it (AudioPaths).
+func (p *Proxy) readForm(r *http.Request, unreadable func(error) *pipeline.Error) (*pipeline.Request, func(), *pipeline.Error) {
+	o := httpapi.SpoolOptions{Limit: p.opts.MaxBodyBytes, Memory: p.opts.FormMemoryBytes, Dir: p.opts.SpoolDir, Budget: p.spoolBudget}
+	spoolErr := func(err error) *pipeline.Error {
+		switch {
+		case errors.Is(err, httpapi.ErrSpoolFull):
+			return pipeline.Unavailable("server_busy", time.Second,
+				"The gateway is holding as many uploaded forms as it may; retry shortly.")
+		case errors.Is(err, httpapi.ErrSpool):
+			return pipeline.ServerError(http.StatusInternalServerError, "spool_failed",
+				"The gateway could not hold the form: "+err.Error())
+		}
+		return unreadable(err)
+	}
+	boundary, perr := formBoundary(r.Header.Get("Content-Type"))
+	if perr != nil {
+		return nil, nil, perr
+	}
+	form, whole, err := httpapi.SpoolHead(r, o)
+	if err != nil {
+		return nil, nil, spoolErr(err)
+	}
+	done := func() { form.Close() }
+	if !whole {
+		head := form.Bytes()
+		f, err := readFields(io.MultiReader(bytes.NewReader(head), failReader{errHeadEnd}), boundary)
+		if err != nil && !errors.Is(err, errHeadEnd) {
+			form.Close()
+			return nil, nil, err.(*pipeline.Error)
+		}
+		if f.models == 1 && f.model != "" { // the model, once, in the head: the rest goes on as it comes
+			g := newFormGuard(head, r.Body, boundary)
+			if g.err != nil {
+				form.Close()
+				return nil, nil, formReadError(g.err)
+			}
+			// The guard must have seen the head's model field too, or a second could pass it.
+			if g.models == 1 {
+				start, end := modelSpan(bytes.NewReader(head), int64(len(head)), boundary, f.model)
+				return pipeline.NewStreamedFormRequest(r.URL.Path, head, g, r.ContentLength, f.model, start, end,
+					strings.EqualFold(f.stream, "true")), done, nil
+			}
+		}
+		if err := httpapi.SpoolRest(form, r, o); err != nil {
+			return nil, nil, spoolErr(err)
+		}
+	}
+	req, perr := formRequest(r.URL.Path, boundary, form)
+	if perr != nil {
+		form.Close()
+		return nil, nil, perr
+	}
+	return req, done, nil
+}
+
+// formReadError is the answer to a form the guard refused in its head.
+func formReadError(err error) *pipeline.Error {
+	var perr *pipeline.Error
+	if errors.As(err, &perr) {
+		return perr
+	}
+	return pipeline.InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
+}
+
+// formBoundary is a multipart form's boundary, from its Content-Type.
+func formBoundary(contentType string) (string, *pipeline.Error) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
-		return nil, pipeline.InvalidRequest("", "invalid_content_type", "The body must be multipart/form-data with a boundary.")
+		return "", pipeline.InvalidRequest("", "invalid_content_type", "The body must be multipart/form-data with a boundary.")
 	}
-	boundary := params["boundary"]
-	mr := multipart.NewReader(form.Section(0, form.Size()), boundary)
-	var model, stream string
-	models := 0
+	return params["boundary"], nil
+}
+
+// failReader reads nothing but its error.
+type failReader struct{ err error }
+
+func (f failReader) Read([]byte) (int, error) { return 0, f.err }
+
+// errHeadEnd is where a form's head, read for its fields before the rest has come, ends.
+var errHeadEnd = errors.New("the end of the form's head")
+
+// formFields are the fields a form is routed on.
+type formFields struct {
+	model, stream string
+	models        int // how many model fields (the last one's value is model)
+}
+
+// readFields reads a form's routing fields. A reader that ends with errHeadEnd (a head) gives
+// the fields of the parts wholly in it, with errHeadEnd.
+func readFields(rd io.Reader, boundary string) (formFields, error) {
+	var f formFields
+	mr := multipart.NewReader(rd, boundary)
+	bad := func(err error) error {
+		if errors.Is(err, errHeadEnd) {
+			return errHeadEnd
+		}
+		return pipeline.InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
+	}
 	for {
 		p, err := mr.NextRawPart()
 		if errors.Is(err, io.EOF) {
-			break
+			return f, nil
 		}
 		if err != nil {
-			return nil, pipeline.InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
+			return f, bad(err)
 		}
 		switch p.FormName() {
 		case "model", "stream":
 			v, err := io.ReadAll(io.LimitReader(p, maxFormField+1))
-			if err != nil || len(v) > maxFormField {
-				return nil, pipeline.InvalidRequest(p.FormName(), "invalid_value", "The form field "+p.FormName()+" is not a short text value.")
+			if err != nil {
+				return f, bad(err)
+			}
+			if len(v) > maxFormField {
+				return f, pipeline.InvalidRequest(p.FormName(), "invalid_value", "The form field "+p.FormName()+" is not a short text value.")
 			}
 			if p.FormName() == "model" {
-				model = string(v)
-				models++
+				f.model = string(v)
+				f.models++
 			} else {
-				stream = string(v)
+				f.stream = string(v)
 			}
 		default:
 			if _, err := io.Copy(io.Discard, p); err != nil {
-				return nil, pipeline.InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
+				return f, bad(err)
 			}
 		}
 	}
-	if models == 0 || model == "" {
+}
+
+// formRequest reads a whole multipart form's routing fields and returns the request for path.
+func formRequest(path, boundary string, form *httpapi.Spool) (*pipeline.Request, *pipeline.Error) {
+	f, err := readFields(form.Section(0, form.Size()), boundary)
+	if err != nil {
+		return nil, err.(*pipeline.Error)
+	}
+	if f.models == 0 || f.model == "" {
 		return nil, pipeline.MissingModel()
 	}
 	start, end := -1, -1
-	if models == 1 { // with two, which one vLLM reads is its business: the form goes as it is
-		start, end = modelSpan(form, form.Size(), boundary, model)
+	if f.models == 1 { // with two, which one vLLM reads is its business: the form goes as it is
+		start, end = modelSpan(form, form.Size(), boundary, f.model)
 	}
-	return pipeline.NewFormRequest(path, form, model, start, end, strings.EqualFold(stream, "true")), nil
+	return pipeline.NewFormRequest(path, form, f.model, start, end, strings.EqualFold(f.stream, "true")), nil
 }
 
 // modelSpan finds where the value of the form's one model field is, for a route that names the

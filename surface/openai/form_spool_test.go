@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
@@ -141,4 +142,179 @@ func TestFormSpooled(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 	assert.Contains(t, rec.Body.String(), "server_busy")
+}
+
+// TestFormStreamed: an audio form that names its model before its file (as curl -F and
+// openai-python write it) goes upstream as the client sends it: the upstream reads the file's
+// first megabytes while the client still holds the rest back, gets the form byte for byte (the
+// model renamed for it), and the gateway allocates a small part of the form's size. Such a form
+// goes to a second endpoint only when the first read none of it (it refused the connection);
+// an endpoint that read it answers for it, 5xx or not. A second model field after the file is
+// refused with OpenAI's error before its header goes on, and the upstream gets a form cut short,
+// never one naming another model; so is a form past the body limit, with a 413.
+func TestFormStreamed(t *testing.T) {
+	var failed, served, cut atomic.Int64
+	var heard atomic.Value
+	progress := make(chan int64, 1024) // what the good endpoint has read so far
+	upstreamServer := func(name string, fail bool) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, `{"object":"list","data":[{"id":"whisper-large","object":"model"}]}`)
+		})
+		mux.HandleFunc("POST /v1/audio/transcriptions", func(w http.ResponseWriter, r *http.Request) {
+			h := sha256.New()
+			var n int64
+			buf := make([]byte, 256<<10)
+			for {
+				m, err := r.Body.Read(buf)
+				h.Write(buf[:m])
+				n += int64(m)
+				if !fail && m > 0 {
+					select {
+					case progress <- n:
+					default:
+					}
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					cut.Add(1)
+					http.Error(w, err.Error(), 400)
+					return
+				}
+			}
+			if fail {
+				failed.Add(1)
+				http.Error(w, `{"error":{"message":"gpu fell over","type":"server_error"}}`, 500)
+				return
+			}
+			served.Add(1)
+			heard.Store(fmt.Sprintf("%x %d", h.Sum(nil), n))
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"text":"%s"}`, name)
+		})
+		s := httptest.NewServer(mux)
+		t.Cleanup(s.Close)
+		return s
+	}
+	endpoint := func(name, url string, priority int) upstream.Endpoint {
+		return openaitest.SlowChecks(upstream.Endpoint{Name: name, URL: url, Type: upstream.TypeVLLM, Priority: priority,
+			Aliases: map[string]string{"whisper": "whisper-large"}})
+	}
+	gateway := func(opts openai.ProxyOptions, eps ...upstream.Endpoint) string {
+		u, err := openaipool.New(openaipool.Options{Endpoints: eps, Logger: quiet()})
+		require.NoError(t, err)
+		t.Cleanup(u.Close)
+		u.Start(context.Background())
+		opts.SpoolDir = t.TempDir()
+		p := openai.NewProxy(u, opts)
+		mux := http.NewServeMux()
+		p.Mount(mux, nil)
+		gw := httptest.NewServer(mux)
+		t.Cleanup(gw.Close)
+		return gw.URL
+	}
+	audio := bytes.Repeat([]byte("RIFF\r\n--b0undary\r\n\r\nwhisper\r\n"), 300_000) // 8.7 MB
+	form := func(model string, after ...string) ([]byte, string) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		_ = mw.SetBoundary("b0undary-x")
+		mw.WriteField("model", model)
+		mw.WriteField("language", "en")
+		fw, _ := mw.CreateFormFile("file", "speech.wav")
+		fw.Write(audio)
+		for i := 0; i+1 < len(after); i += 2 {
+			mw.WriteField(after[i], after[i+1])
+		}
+		mw.Close()
+		return buf.Bytes(), mw.FormDataContentType()
+	}
+	post := func(url, ct string, body io.Reader) (int, string) {
+		res, err := http.Post(url+"/v1/audio/transcriptions", ct, body)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+
+	good := upstreamServer("good", false)
+	url := gateway(openai.ProxyOptions{}, endpoint("good", good.URL, 0))
+	body, ct := form("whisper")
+	want, _ := form("whisper-large")
+
+	// The client sends 3 MB and waits: the upstream must be reading them before it sends more.
+	pr, pw := io.Pipe()
+	var streamed atomic.Bool
+	go func() {
+		pw.Write(body[:3<<20])
+		select {
+		case <-waitFor(progress, 2<<20):
+			streamed.Store(true)
+		case <-time.After(30 * time.Second): // the gateway holds it back: send the rest anyway
+		}
+		pw.Write(body[3<<20:])
+		pw.Close()
+	}()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	code, answer := post(url, ct, pr)
+	runtime.ReadMemStats(&after)
+	require.Equal(t, 200, code, answer)
+	assert.True(t, streamed.Load(), "the upstream read nothing until the whole form had come")
+	assert.JSONEq(t, `{"text":"good"}`, answer)
+	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), heard.Load(),
+		"the form as the client sent it, with the upstream's model name")
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %d KB for a %d KB form", alloc>>10, len(body)>>10)
+	assert.Less(t, alloc, uint64(len(body)/4), "allocated %d bytes for a %d-byte form", alloc, len(body))
+
+	// A second model field after the file: refused, and the upstream saw a form cut short.
+	twice, _ := form("whisper", "model", "whisper-secret")
+	served.Store(0)
+	code, answer = post(url, ct, bytes.NewReader(twice))
+	assert.Equal(t, 400, code, answer)
+	assert.Contains(t, answer, "duplicate_model")
+	assert.Zero(t, served.Load(), "no upstream got the whole form")
+
+	// Past the body limit while it streams (no Content-Length): a 413.
+	small := gateway(openai.ProxyOptions{MaxBodyBytes: 4 << 20}, endpoint("good", good.URL, 0))
+	code, answer = post(small, ct, io.MultiReader(bytes.NewReader(body))) // a plain io.Reader: sent chunked
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, answer)
+	assert.Zero(t, served.Load())
+
+	// The first endpoint refuses the connection (it stopped after its health check): the
+	// untouched form goes to the next.
+	gone := upstreamServer("gone", false)
+	url = gateway(openai.ProxyOptions{}, endpoint("gone", gone.URL, 1), endpoint("good", good.URL, 0))
+	gone.Close()
+	code, answer = post(url, ct, bytes.NewReader(body))
+	assert.Equal(t, 200, code, answer)
+	assert.JSONEq(t, `{"text":"good"}`, answer)
+	assert.EqualValues(t, 1, served.Load())
+
+	// The first endpoint reads the form and fails: it cannot be sent again, so its 500 is the
+	// answer and the next endpoint hears nothing.
+	bad := upstreamServer("bad", true)
+	url = gateway(openai.ProxyOptions{}, endpoint("bad", bad.URL, 1), endpoint("good", good.URL, 0))
+	code, answer = post(url, ct, bytes.NewReader(body))
+	assert.Equal(t, 500, code, answer)
+	assert.Contains(t, answer, "gpu fell over")
+	assert.EqualValues(t, 1, failed.Load())
+	assert.EqualValues(t, 1, served.Load(), "the good endpoint heard only the earlier form")
+}
+
+// waitFor is closed once progress reports n or more.
+func waitFor(progress <-chan int64, n int64) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for p := range progress {
+			if p >= n {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done
 }

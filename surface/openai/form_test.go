@@ -27,8 +27,7 @@ func FuzzFormRequest(f *testing.F) {
 	f.Add([]byte("--b0undary\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b0undary\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nn\r\n--b0undary--\r\n"))
 	f.Add([]byte("--b0undary\r\nContent-Disposition: form-data; name=\"MODEL\"\r\n\r\nm\r\n--b0undary--"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		ct := "multipart/form-data; boundary=b0undary"
-		req, perr := formRequest("/v1/audio/transcriptions", ct, httpapi.NewSpool(body))
+		req, perr := formRequest("/v1/audio/transcriptions", "b0undary", httpapi.NewSpool(body))
 		// The same form spooled half to disk reads the same.
 		hr := httptest.NewRequest("POST", "/v1/audio/transcriptions", bytes.NewReader(body))
 		hr.ContentLength = -1
@@ -37,7 +36,7 @@ func FuzzFormRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer spool.Close()
-		onDisk, derr := formRequest("/v1/audio/transcriptions", ct, spool)
+		onDisk, derr := formRequest("/v1/audio/transcriptions", "b0undary", spool)
 		if (perr == nil) != (derr == nil) {
 			t.Fatalf("in memory: %v; half on disk: %v", perr, derr)
 		}
@@ -49,7 +48,7 @@ func FuzzFormRequest(f *testing.F) {
 		}
 		model := req.Model()
 		read := func(r *pipeline.Request, name string) []byte {
-			rd, n := r.FormBody(name)
+			rd, n, _ := r.FormBody(name)
 			b, err := io.ReadAll(rd)
 			if err != nil || int64(len(b)) != n {
 				t.Fatalf("read %d of %d bytes: %v", len(b), n, err)
@@ -72,6 +71,26 @@ func FuzzFormRequest(f *testing.F) {
 			}
 		} else if !bytes.Equal(renamed, body) {
 			t.Fatalf("a form whose model's place is not known was changed")
+		}
+		// Read as the gateway reads a form of unknown length, with a head of a third of it: the
+		// same form is streamed or spooled, and either way goes on renamed the same, or the
+		// stream fails (a second model field); never a form mime/multipart reads two models in.
+		p := &Proxy{opts: ProxyOptions{MaxBodyBytes: 1 << 20, FormMemoryBytes: max(len(body)/3, 1), SpoolDir: t.TempDir()}}
+		hr = httptest.NewRequest("POST", "/v1/audio/transcriptions", bytes.NewReader(body))
+		hr.Header.Set("Content-Type", "multipart/form-data; boundary=b0undary")
+		hr.ContentLength = -1
+		got, done, gerr := p.readForm(hr, func(err error) *pipeline.Error { return pipeline.InvalidRequest("", "", err.Error()) })
+		if gerr != nil {
+			return
+		}
+		defer done()
+		rd, _, _ := got.FormBody("other-name")
+		b, err := io.ReadAll(rd)
+		if n, ok := models(body, "b0undary"); err == nil && ok && n > 1 && !got.FormResendable() {
+			t.Fatalf("streamed a form with %d model fields", n)
+		}
+		if err == nil && got.Model() == model && !bytes.Equal(b, renamed) {
+			t.Fatalf("read as it came, the form went on as %q, not %q", b, renamed)
 		}
 	})
 }

@@ -104,8 +104,7 @@ func (p *Proxy) proxy(w http.ResponseWriter, r *http.Request) {
 }
 
 // readRequest reads the client's request: a JSON body held in memory, or, on the audio routes,
-// a multipart form spooled (ProxyOptions.FormMemoryBytes in memory, the rest on disk). done
-// frees what it holds, once the answer is written.
+// a multipart form (readForm). done frees what it holds, once the answer is written.
 func (p *Proxy) readRequest(r *http.Request) (req *pipeline.Request, done func(), _ *pipeline.Error) {
 	unreadable := func(err error) *pipeline.Error {
 		var tooBig *http.MaxBytesError
@@ -115,25 +114,7 @@ func (p *Proxy) readRequest(r *http.Request) (req *pipeline.Request, done func()
 		return pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error())
 	}
 	if isForm(r) && slices.Contains(AudioPaths, r.URL.Path) {
-		form, err := httpapi.SpoolBody(r, httpapi.SpoolOptions{Limit: p.opts.MaxBodyBytes,
-			Memory: p.opts.FormMemoryBytes, Dir: p.opts.SpoolDir, Budget: p.spoolBudget})
-		if errors.Is(err, httpapi.ErrSpoolFull) {
-			return nil, nil, pipeline.Unavailable("server_busy", time.Second,
-				"The gateway is holding as many uploaded forms as it may; retry shortly.")
-		}
-		if errors.Is(err, httpapi.ErrSpool) {
-			return nil, nil, pipeline.ServerError(http.StatusInternalServerError, "spool_failed",
-				"The gateway could not hold the form: "+err.Error())
-		}
-		if err != nil {
-			return nil, nil, unreadable(err)
-		}
-		req, perr := formRequest(r.URL.Path, r.Header.Get("Content-Type"), form)
-		if perr != nil {
-			form.Close()
-			return nil, nil, perr
-		}
-		return req, func() { form.Close() }, nil
+		return p.readForm(r, unreadable)
 	}
 	body, err := httpapi.ReadBody(r, p.opts.MaxBodyBytes)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,14 +82,18 @@ func (u *Pool) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange,
 	res := upstream.Failover(ctx, &u.router, routes, nil, func(ctx context.Context, route *route, ticket breaker.Ticket, last bool) (bool, error) {
 		var err error
 		x, err = u.attempt(ctx, route, out, ticket, last)
-		return true, err
+		return !out.FormSent(), err // a streamed form goes to one endpoint once it has read it
 	})
+	var perr *pipeline.Error
 	switch {
 	case res.OK:
 		return x, nil
-	case res.Stopped: // ctx ended
+	case res.Stopped && ctx.Err() != nil: // ctx ended
 		u.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, "499").Inc()
 		return nil, ctx.Err()
+	case errors.As(res.Failure, &perr): // the client's streamed form failed mid-way
+		u.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, strconv.Itoa(perr.Status)).Inc()
+		return nil, perr
 	case res.Failure != nil:
 		u.m.requests.WithLabelValues(model, "", "502").Inc()
 		return nil, pipeline.ServerError(http.StatusBadGateway, "upstream_unreachable",
@@ -127,7 +132,7 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 	}
 
 	body := out.Body()
-	if route.upstream != route.public && out.Form() == nil {
+	if route.upstream != route.public && !out.IsForm() {
 		body = out.BodyWithModel(route.upstream)
 	}
 	target := ep.urlFor(out.Path)
@@ -158,20 +163,37 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 		ContentLength: int64(len(body)),
 		Host:          target.Host,
 	}
-	if out.Form() != nil {
-		// A form may be mostly on disk: it is read from there as it is sent, anew on a resend.
+	if out.IsForm() {
+		// A spooled form may be mostly on disk: it is read from there as it is sent, anew on a
+		// resend. A streamed one is read from the client as it is sent, once.
 		name := out.Model()
 		if route.upstream != route.public {
 			name = route.upstream
 		}
-		form, n := out.FormBody(name)
-		req.Body, req.ContentLength = io.NopCloser(form), n
-		req.GetBody = func() (io.ReadCloser, error) { form, _ := out.FormBody(name); return io.NopCloser(form), nil }
+		form, n, ok := out.FormBody(name)
+		if !ok { // a streamed form an earlier attempt read: roundTrip stops before this
+			release()
+			ticket.Done(breaker.Ignored)
+			tracing.End(span, errFormSent)
+			return nil, errFormSent
+		}
+		req.Body, req.ContentLength, req.GetBody = io.NopCloser(form), max(n, 0), nil // 0 with a body: sent chunked
+		if out.FormResendable() {
+			// The transport sends it again itself when a kept-alive connection it chose turns out
+			// to have been closed.
+			req.GetBody = func() (io.ReadCloser, error) { form, _, _ := out.FormBody(name); return io.NopCloser(form), nil }
+		}
 	}
 	res, err := ep.rt.roundTrip(ctx, req)
 	if err != nil {
 		tracing.End(span, err)
 		release()
+		if ferr := out.FormErr(); ferr != nil {
+			// The client's form failed mid-way (it went away, sent too much, or sent what the
+			// gateway refuses): the endpoint is not to blame, and nothing is tried again.
+			ticket.Done(breaker.Ignored)
+			return nil, formError(ferr)
+		}
 		if ctx.Err() == nil {
 			ep.Failed(err)
 			ticket.Done(breaker.Failure)
@@ -180,7 +202,8 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 		}
 		return nil, fmt.Errorf("%s: %w", ep.cfg.Name, err)
 	}
-	if res.StatusCode >= 500 && !last {
+	// A streamed form the endpoint has read cannot go to another: its 5xx is the answer.
+	if res.StatusCode >= 500 && !last && !out.FormSent() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 		res.Body.Close()
 		release()
@@ -195,6 +218,25 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 	x.stream = res.StatusCode == http.StatusOK &&
 		(out.Stream() || strings.HasPrefix(ct, "text/event-stream") || strings.HasPrefix(ct, "application/x-ndjson"))
 	return x, nil
+}
+
+// errFormSent is an attempt's error for a streamed form an earlier attempt read (Pool.roundTrip
+// makes no such attempt).
+var errFormSent = errors.New("the streamed form was sent to another endpoint")
+
+// formError is the client's answer when its streamed form failed while an endpoint read it: the
+// gateway's refusal as it was, a body past the limit a 413, anything else (the client went away,
+// or its body was malformed) a 400.
+func formError(err error) *pipeline.Error {
+	var perr *pipeline.Error
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &perr):
+		return perr
+	case errors.As(err, &tooBig):
+		return pipeline.TooLarge(tooBig.Limit)
+	}
+	return pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error())
 }
 
 // upstreamHeader is the header sent upstream, built in one map with one backing array for its
