@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/models/builtin"
@@ -16,6 +18,7 @@ import (
 	"github.com/infergate/infergate/store/batchstate"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -75,6 +78,24 @@ func TestGRPCStatus(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, grpcStatus(status.Error(codes.Unavailable, "x")))
 	assert.Equal(t, http.StatusBadRequest, grpcStatus(status.Error(codes.NotFound, "x")))
 	assert.Equal(t, http.StatusInternalServerError, grpcStatus(errors.New("plain")))
+	assert.Equal(t, http.StatusTooManyRequests, grpcStatus(fmt.Errorf("wrapped: %w",
+		connect.NewError(connect.CodeResourceExhausted, errors.New("x")))), "a connect error, before its interceptor made it a status")
+}
+
+// TestGRPCNoAllocs: counting a native gRPC call allocates nothing, whether it succeeds or not.
+func TestGRPCNoAllocs(t *testing.T) {
+	rc, _ := newTestRecorder()
+	ctx := guard.WithPrincipal(context.Background(), &guard.Principal{Name: "team-a"})
+	info := &grpc.UnaryServerInfo{FullMethod: "/inference.GRPCInferenceService/ModelInfer"}
+	refused := status.Error(codes.ResourceExhausted, "x")
+	for name, err := range map[string]error{"ok": nil, "refused": refused} {
+		handler := func(context.Context, any) (any, error) { return nil, err }
+		allocs := testing.AllocsPerRun(100, func() { _, _ = rc.unary(ctx, nil, info, handler) })
+		assert.Zero(t, allocs, name)
+	}
+	pt := rc.overview.Total(rc.now(), 60)
+	assert.EqualValues(t, 202, pt.Counts.Requests, "AllocsPerRun's warm-up call and its 100, twice")
+	assert.EqualValues(t, 101, pt.Counts.Refused)
 }
 
 func TestStage(t *testing.T) {
