@@ -127,7 +127,8 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Skip("starts a browser")
 	}
 	path := chromium(t)
-	const interval = 2 * time.Second
+	// The upstreams' health check interval, and how often the page polls (its ?refresh=).
+	const interval, poll = 2 * time.Second, 250 * time.Millisecond
 	a := openaitest.Start(t, "a", "llama")
 	b := openaitest.Start(t, "b", "llama")
 	a.SetLatency(200 * time.Millisecond) // a batch of 12 one-line chunks, one at a time: over 2 s
@@ -144,7 +145,7 @@ auth:
     - {name: ops, sha256: %s, admin: true}
 batch: {dir: %s, concurrency: 1, chunk_lines: 1}
 `, a.URL, interval, b.URL, interval, guard.HashKey(secUserKey), guard.HashKey(secAdminKey), t.TempDir()))
-	page := "http://" + addr + "/console?refresh=250"
+	page := fmt.Sprintf("http://%s/console?refresh=%d", addr, poll.Milliseconds())
 	ctx := browser(t, path)
 
 	// The key is required. Without one the gateway answers 401 asking for Basic credentials,
@@ -207,12 +208,15 @@ batch: {dir: %s, concurrency: 1, chunk_lines: 1}
 
 	require.Eventually(t, func() bool { return done() == 12 }, 15*time.Second, 50*time.Millisecond, "the batch ends")
 
-	// An upstream that dies with no request on it turns red within one health interval (and the
-	// page's poll): its next health check finds it.
+	// An upstream that dies with no request on it turns red within one health interval and one
+	// poll of the page: its next health check, due at most an interval after the last one, finds
+	// it (a refused connection: at once), and the page's next poll shows it. The margin is for
+	// that check, the poll's round trip and drawing, and this loop's own tick.
+	const margin = 500 * time.Millisecond
 	b.Stop()
 	killed := time.Now()
 	require.Eventually(t, func() bool { return eval[string](t, ctx, ups) == "a:up,b:down" },
-		interval+2*time.Second, 25*time.Millisecond, "b turns red")
+		interval+poll+margin, 25*time.Millisecond, "b turns red")
 	t.Logf("b shown down %v after it stopped (health interval %v)", time.Since(killed).Round(10*time.Millisecond), interval)
 	assert.NotEmpty(t, eval[string](t, ctx, `document.querySelector('tr[data-upstream="b"] td.err').textContent`), "with its error")
 
