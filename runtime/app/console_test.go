@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +20,7 @@ import (
 	registryv1 "github.com/infergate/infergate/gen/infergate/registry/v1"
 	tensorv1 "github.com/infergate/infergate/gen/infergate/tensor/v1"
 	"github.com/infergate/infergate/internal/logtest"
+	"github.com/infergate/infergate/internal/vllmsim"
 	"github.com/infergate/infergate/lib/tensor"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/surface/batch/batchtest"
@@ -453,4 +457,100 @@ func TestConsoleKeysOffWarning(t *testing.T) {
 			assert.NotContains(t, warning, "console", c.server)
 		}
 	}
+}
+
+// vllmWithLoad is a fake vLLM serving models (openaitest's) whose /metrics reports the given
+// load for each of them, as a busy vLLM's does.
+func vllmWithLoad(t *testing.T, name string, running, waiting, kvCache float64, models ...string) string {
+	t.Helper()
+	up := openaitest.Start(t, name, models...)
+	target, err := url.Parse(up.URL)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/", httputil.NewSingleHostReverseProxy(target))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		for _, m := range models {
+			fmt.Fprintf(w, "vllm:num_requests_running{model_name=%q} %g\nvllm:num_requests_waiting{model_name=%q} %g\nvllm:kv_cache_usage_perc{model_name=%q} %g\n",
+				m, running, m, waiting, m, kvCache)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestConsoleFigures: the figures the console reads from the gateway's parts, end to end: a vLLM
+// endpoint's running and waiting requests and KV-cache usage as its /metrics reported them; an
+// upstream whose failures opened its circuit breaker, with the time until it admits a request
+// again; a request refused for the model's context length; the share of a disaggregated model's
+// requests that took the prefill-then-decode path.
+func TestConsoleFigures(t *testing.T) {
+	loaded := vllmWithLoad(t, "loaded", 3, 5, 0.42, "qwen")
+	flaky := openaitest.Start(t, "flaky", "flaky-model")
+	flaky.FailWith(http.StatusInternalServerError)
+	fabric := vllmsim.NewFabric()
+	prefill := vllmsim.Start(t, vllmsim.Config{Model: "m", Role: vllmsim.RolePrefill, Fabric: fabric})
+	decode := vllmsim.Start(t, vllmsim.Config{Model: "m", Role: vllmsim.RoleDecode, Fabric: fabric})
+	addr := startModels(t, fmt.Sprintf(`
+builtin_models: false
+breaker: {consecutive_failures: 2, open_timeout: 1m}
+upstreams:
+  - {name: loaded, url: %s, type: vllm, check_interval: 100ms}
+  - {name: flaky, url: %s, type: vllm, check_interval: 1h}
+  - {name: p1, url: %s, type: vllm, check_interval: 1h}
+  - {name: d1, url: %s, type: vllm, check_interval: 1h}
+models:
+  qwen: {tokenizer: %s, max_model_len: 64}
+  m:
+    disaggregation: {prefill: [p1], decode: [d1], min_prompt_tokens: 64}
+`, loaded, flaky.URL, prefill.URL, decode.URL, qwenTokenizer(t)), "m")
+	chat := func(model, content string) secResponse {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":4,"messages":[{"role":"user","content":%q}]}`, model, content)
+		return send(t, http.DefaultClient, http.MethodPost, "http://"+addr+"/v1/chat/completions", []byte(body), "Content-Type", "application/json")
+	}
+	long := strings.Repeat("A long prompt that is worth prefilling elsewhere. ", 20)
+
+	r := chat("qwen", long)
+	require.Equal(t, http.StatusBadRequest, r.status, r.body)
+	require.Contains(t, r.body, "context_length_exceeded")
+	require.Equal(t, http.StatusOK, chat("qwen", "hi").status, "one that fits")
+	for range 2 {
+		assert.Equal(t, http.StatusInternalServerError, chat("flaky-model", "hi").status)
+	}
+	require.Equal(t, http.StatusOK, chat("m", long).status, "prefilled on p1, decoded on d1")
+	require.Equal(t, http.StatusOK, chat("m", "hi").status, "too short to prefill elsewhere: decoded on d1 alone")
+
+	var s console.State
+	ups := map[string]console.Upstream{}
+	llms := map[string]console.LLM{}
+	require.Eventually(t, func() bool {
+		res, err := http.Get("http://" + addr + "/console/api/state") // keys off: the console is open
+		require.NoError(t, err)
+		defer res.Body.Close()
+		s = console.State{}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&s))
+		for _, u := range s.Upstreams {
+			ups[u.Name] = u
+		}
+		for _, m := range s.LLMs {
+			llms[m.Name] = m
+		}
+		return ups["loaded"].VLLM != nil && ups["flaky"].Breaker == "open"
+	}, 10*time.Second, 20*time.Millisecond, "the load scraped, the breaker open")
+
+	assert.Equal(t, &console.VLLM{Running: 3, Waiting: 5, KVCacheUsage: 42}, ups["loaded"].VLLM, "KV-cache usage in percent")
+	flakyRow := ups["flaky"]
+	assert.Greater(t, flakyRow.BreakerWait, 50.0, "open for a minute from the second failure")
+	assert.LessOrEqual(t, flakyRow.BreakerWait, 60.0)
+	assert.EqualValues(t, 2, flakyRow.Failed)
+	assert.Equal(t, "closed", ups["loaded"].Breaker)
+
+	qwen := llms["qwen"]
+	assert.EqualValues(t, 1, qwen.ContextRefused)
+	assert.EqualValues(t, 2, qwen.RequestsTotal, "the refused request and the one that fit")
+	assert.Zero(t, qwen.Errors, "a refusal for the context length is the client's")
+	assert.EqualValues(t, 2, llms["flaky-model"].Errors)
+	require.NotNil(t, llms["m"].Disaggregated, "a disaggregated model's rate")
+	assert.InDelta(t, 0.5, *llms["m"].Disaggregated, 1e-9, "one of its two requests took two legs")
+	assert.Nil(t, llms["qwen"].Disaggregated, "an aggregated model has none")
 }
