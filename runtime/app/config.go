@@ -19,6 +19,7 @@ import (
 	"github.com/infergate/infergate/lib/granite"
 	"github.com/infergate/infergate/stage/guard"
 	"github.com/infergate/infergate/store/breaker"
+	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/inflate"
 	"github.com/infergate/infergate/upstream"
 	"go.yaml.in/yaml/v3"
@@ -418,6 +419,9 @@ type serverConfig struct {
 	HeaderTimeout time.Duration `yaml:"header_timeout"`
 	// IdleTimeout closes a connection that carried nothing for that long; default 5m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// HTTP1 is the server of plain HTTP/1.x connections: "gateway" (the default: the gateway's
+	// own connection loop) or "net/http" (Go's server, as before).
+	HTTP1 string `yaml:"http1"`
 	// SystemSharedMemory serves Triton's system shared memory extension (Linux); default true.
 	// Clients register /dev/shm objects by key and pass tensors through them: a same-host trust
 	// model (README: Security model).
@@ -664,6 +668,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	}
 	if c.Server.FirstByteTimeout < 0 || c.Server.IdleTimeout < 0 || c.Server.HeaderTimeout < 0 {
 		lines = append(lines, fmt.Sprintf("%s: server: timeouts must be positive", name))
+	}
+	if h := c.Server.HTTP1; h != "" && h != gateway.HTTP1Gateway && h != gateway.HTTP1NetHTTP {
+		lines = append(lines, fmt.Sprintf("%s: server.http1 %q: %q or %q", name, h, gateway.HTTP1Gateway, gateway.HTTP1NetHTTP))
 	}
 	if c.Server.MaxSpoolBytes < 0 {
 		lines = append(lines, fmt.Sprintf("%s: server.max_spool_bytes must be positive", name))

@@ -39,8 +39,9 @@ import (
 //
 // The arms: direct (the upstream), nginx (2 workers, keep-alive to the upstream, buffering off
 // as a streaming gateway needs, no access log), infergate (the default config: metrics on,
-// tracing configured but not sampling, no request log) and infergate+keys (the same with an API
-// key checked on every request); with INFERGATE_HOTPATH_FLOORS=1 also the least a proxy can do
+// tracing configured but not sampling, no request log), infergate+keys (the same with an API
+// key checked on every request) and infergate-nethttp (the default config on net/http's server,
+// server.http1: net/http); with INFERGATE_HOTPATH_FLOORS=1 also the least a proxy can do
 // on net/http's server, fasthttp's and a hand-written connection loop (tools/hotpath/floor). The
 // load client speaks HTTP/1.1 over raw connections with
 // pre-built requests, so that it spends as little of the two cores as it can. Reported: medians
@@ -87,7 +88,9 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 	keyed := gw("infergate+keys", "auth:\n  keys:\n    - {name: bench, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n")
 	keyed.auth = "test" // sha256("test") above
-	arms = append(arms, gw("infergate", ""), keyed)
+	// The same binary with net/http's server for HTTP/1.1 (server.http1), as before the gateway
+	// had its own: the change of server, measured in the same run.
+	arms = append(arms, gw("infergate", ""), keyed, gw("infergate-nethttp", "server: {http1: net/http}\n"))
 	if os.Getenv("INFERGATE_HOTPATH_FLOORS") != "" {
 		// The least a proxy can do on each server a Go gateway could be built on
 		// (tools/hotpath/floor): what a change of server could gain, before it is made.
@@ -201,6 +204,10 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 	b.ReportMetric(added("infergate", p50), "c1-added-us")
 	b.ReportMetric(added("infergate", ttfb), "ttfb-added-us")
+	b.ReportMetric(med("infergate", rps)/med("infergate-nethttp", rps), "c64-x-nethttp")
+	b.ReportMetric(median(res["infergate"].cpu)/median(res["infergate-nethttp"].cpu), "cpu-x-nethttp")
+	b.ReportMetric(added("infergate-nethttp", p50), "nethttp-c1-added-us")
+	b.ReportMetric(added("infergate-nethttp", ttfb), "nethttp-ttfb-added-us")
 	if res["nginx"] != nil {
 		b.ReportMetric(med("nginx", rps)/med("direct", rps), "nginx-c64-x-direct")
 		b.ReportMetric(med("infergate", rps)/med("nginx", rps), "c64-x-nginx")

@@ -73,6 +73,7 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	gwCfg.FirstByteTimeout = cfg.Server.FirstByteTimeout
 	gwCfg.HeaderTimeout = cfg.Server.HeaderTimeout
 	gwCfg.IdleTimeout = cfg.Server.IdleTimeout
+	gwCfg.HTTP1 = cfg.Server.HTTP1
 	gwCfg.DisableSystemSharedMemory = cfg.Server.SystemSharedMemory != nil && !*cfg.Server.SystemSharedMemory
 	gwCfg.SharedMemoryMaxRegions = cfg.Server.SharedMemoryMaxRegions
 	var closers []func()

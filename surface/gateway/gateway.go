@@ -21,6 +21,7 @@ import (
 	"github.com/infergate/infergate/core/tracing"
 	"github.com/infergate/infergate/engines"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
+	"github.com/infergate/infergate/internal/h1server"
 	"github.com/infergate/infergate/surface/inflate"
 	"github.com/infergate/infergate/surface/kserve"
 	"github.com/infergate/infergate/surface/kserve/shm"
@@ -61,6 +62,11 @@ type Config struct {
 	// HeaderTimeout bounds the time an HTTP/1.1 request's header may take to arrive, so a client
 	// trickling it (slowloris) cannot hold a connection; default 10 s.
 	HeaderTimeout time.Duration
+	// HTTP1 chooses the server of plain HTTP/1.x connections: HTTP1Gateway (the default) is the
+	// gateway's own connection loop (internal/h1server: net/http's parser and handlers, half
+	// net/http's server's CPU a proxied request), HTTP1NetHTTP net/http's server, which serves
+	// cleartext HTTP/2 (gRPC-Web, Connect) either way.
+	HTTP1 string
 	// Logger receives lifecycle logs; default slog.Default().
 	Logger *slog.Logger
 	// Services mounts more services next to the KServe service, such as the typed services that
@@ -103,6 +109,12 @@ type Config struct {
 	unhardened bool
 }
 
+// The servers of HTTP/1.x connections (Config.HTTP1).
+const (
+	HTTP1Gateway = "gateway"
+	HTTP1NetHTTP = "net/http"
+)
+
 // Gateway is a configured server. Create it with New, run it with Serve, stop it with Shutdown.
 type Gateway struct {
 	cfg        Config
@@ -112,6 +124,7 @@ type Gateway struct {
 	metrics    *prometheus.Registry
 	handler    http.Handler
 	srv        *http.Server
+	h1         *h1server.Server // nil when net/http serves HTTP/1.x
 	grpcSrv    *grpc.Server
 
 	mu       sync.Mutex
@@ -246,6 +259,10 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 		},
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	if cfg.HTTP1 != HTTP1NetHTTP {
+		g.h1 = &h1server.Server{Handler: g.handler, HeaderTimeout: cfg.HeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+			MaxHeaderBytes: http.DefaultMaxHeaderBytes, Logger: cfg.Logger}
+	}
 	return g
 }
 
@@ -311,6 +328,7 @@ func (g *Gateway) Metrics() *prometheus.Registry { return g.metrics }
 // http.ErrServerClosed after a shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
 	r := newRouter(ln, g.cfg.FirstByteTimeout, g.cfg.IdleTimeout)
+	r.ownH1 = g.h1 != nil
 	g.mu.Lock()
 	if g.shutdown {
 		g.mu.Unlock()
@@ -324,7 +342,13 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	go func() { grpcDone <- g.grpcSrv.Serve(r.grpc) }()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- g.srv.Serve(r.http) }()
-	err := errors.Join(stopped(r.serve()), stopped(<-httpDone), stopped(<-grpcDone))
+	h1Done := make(chan error, 1)
+	if g.h1 != nil {
+		go func() { h1Done <- g.h1.Serve(r.h1) }()
+	} else {
+		h1Done <- nil
+	}
+	err := errors.Join(stopped(r.serve()), stopped(<-httpDone), stopped(<-h1Done), stopped(<-grpcDone))
 	if err != nil {
 		return err
 	}
@@ -363,7 +387,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.grpcSrv.GracefulStop()
 		close(grpcDrained)
 	}()
-	err := g.srv.Shutdown(ctx)
+	h1Drained := make(chan error, 1)
+	if g.h1 != nil {
+		go func() { h1Drained <- g.h1.Shutdown(ctx) }()
+	} else {
+		h1Drained <- nil
+	}
+	err := errors.Join(g.srv.Shutdown(ctx), <-h1Drained)
 	select {
 	case <-grpcDrained:
 	case <-ctx.Done():
@@ -373,6 +403,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if ctx.Err() != nil {
 		g.cfg.Logger.Warn("drain timed out; closing remaining connections")
 		g.grpcSrv.Stop()
+		if g.h1 != nil {
+			g.h1.Close()
+		}
 		return errors.Join(ctx.Err(), g.srv.Close())
 	}
 	return err

@@ -63,6 +63,10 @@ var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 type router struct {
 	base       net.Listener
 	grpc, http *connQueue
+	// h1 gets plain HTTP/1.x connections when ownH1 is set (the gateway's own server); else
+	// they go to http with cleartext HTTP/2's.
+	h1    *connQueue
+	ownH1 bool
 	// firstByte bounds how long a connection may take to show its protocol, idle how long an
 	// HTTP/2 connection may then wait before its first request.
 	firstByte, idle time.Duration
@@ -82,6 +86,7 @@ func newRouter(base net.Listener, firstByte, idle time.Duration) *router {
 		base:       base,
 		grpc:       newConnQueue(base.Addr()),
 		http:       newConnQueue(base.Addr()),
+		h1:         newConnQueue(base.Addr()),
 		firstByte:  min(firstByte, idle),
 		idle:       idle,
 		maxPending: maxPending,
@@ -150,6 +155,7 @@ func (r *router) close() {
 	r.mu.Unlock()
 	r.grpc.close()
 	r.http.close()
+	r.h1.close()
 }
 
 // route sniffs c and hands it to its server. c's slot is given back as soon as it has shown its
@@ -162,7 +168,7 @@ func (r *router) route(c net.Conn) {
 			<-r.slots
 		}
 	}
-	grpc, conn, err := sniff(c, r.firstByte, r.idle, release)
+	grpc, h1, conn, err := sniff(c, r.firstByte, r.idle, release)
 	release()
 	r.mu.Lock()
 	delete(r.pending, c)
@@ -172,8 +178,11 @@ func (r *router) route(c net.Conn) {
 		return
 	}
 	q := r.http
-	if grpc {
+	switch {
+	case grpc:
 		q = r.grpc
+	case h1 && r.ownH1:
+		q = r.h1
 	}
 	if !q.put(conn) {
 		c.Close()
@@ -185,7 +194,7 @@ func (r *router) route(c net.Conn) {
 // preface and one frame; then shown is called, and an HTTP/2 client has until idle (both from
 // now) to send its first request: a client may connect ahead of its first call (grpc-go's
 // Connect, a round_robin balancer reconnecting), as it may stay connected between calls.
-func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, _ net.Conn, _ error) {
+func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc, h1 bool, _ net.Conn, _ error) {
 	start := time.Now()
 	c.SetDeadline(start.Add(firstByte)) // the write of our SETTINGS too: a client that never reads
 	defer c.SetDeadline(time.Time{})
@@ -197,14 +206,14 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 		if string(head[:n]) != clientPreface[:n] {
 			// HTTP/1.x (or garbage, which net/http answers properly): decided as soon as a byte
 			// differs, so short requests such as load-balancer probes are not kept waiting.
-			return false, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
+			return false, true, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
 		}
 		if err != nil {
-			return false, nil, err
+			return false, false, nil, err
 		}
 	}
 	if _, err := c.Write(emptySettings); err != nil {
-		return false, nil, err
+		return false, false, nil, err
 	}
 	kept := bytes.NewBuffer(head)
 	var block []byte
@@ -213,17 +222,17 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 	frame := make([]byte, 9)
 	for !(acked && headersDone) {
 		if _, err := io.ReadFull(c, frame[:9]); err != nil {
-			return false, nil, err
+			return false, false, nil, err
 		}
 		length := int(frame[0])<<16 | int(frame[1])<<8 | int(frame[2])
 		typ, flags := frame[3], frame[4]
 		stream := binary.BigEndian.Uint32(frame[5:9]) & 0x7fffffff
 		if length > maxSniffFrame || kept.Len()+9+length > maxSniffBytes {
-			return false, nil, errors.New("gateway: oversized frame before the first request")
+			return false, false, nil, errors.New("gateway: oversized frame before the first request")
 		}
 		payload := make([]byte, length)
 		if _, err := io.ReadFull(c, payload); err != nil {
-			return false, nil, err
+			return false, false, nil, err
 		}
 		if first {
 			first = false
@@ -236,7 +245,7 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 		}
 		if !headersDone && typ != frameHeaders && typ != frameContinuation {
 			if control += 9 + length; control > maxSniffControl {
-				return false, nil, errors.New("gateway: too many frames before the first request")
+				return false, false, nil, errors.New("gateway: too many frames before the first request")
 			}
 		}
 		kept.Write(frame[:9])
@@ -259,7 +268,7 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc bool, 
 		}
 	}
 	grpc = isGRPC(block)
-	return grpc, &replayConn{Conn: c, r: io.MultiReader(kept, c)}, nil
+	return grpc, false, &replayConn{Conn: c, r: io.MultiReader(kept, c)}, nil
 }
 
 // headerFragment strips padding and priority fields from a HEADERS payload.

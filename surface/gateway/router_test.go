@@ -63,7 +63,7 @@ func sniffBytes(t testing.TB, in []byte) (grpc bool, replay []byte, err error) {
 		client.Write(in)
 		client.Close()
 	}()
-	grpc, conn, err := sniff(server, 2*time.Second, 2*time.Second, func() {})
+	grpc, _, conn, err := sniff(server, 2*time.Second, 2*time.Second, func() {})
 	if err != nil {
 		return false, nil, err
 	}
@@ -146,7 +146,7 @@ func TestSniffTimesOutSilentClients(t *testing.T) {
 	defer client.Close()
 	go io.Copy(io.Discard, client)
 	go client.Write([]byte(clientPreface))
-	_, _, err := sniff(server, 50*time.Millisecond, 50*time.Millisecond, func() {})
+	_, _, _, err := sniff(server, 50*time.Millisecond, 50*time.Millisecond, func() {})
 	require.Error(t, err)
 }
 
@@ -221,9 +221,10 @@ func TestSniffShortHTTP1RequestIsNotKeptWaiting(t *testing.T) {
 	defer server.Close()
 	defer client.Close()
 	go client.Write([]byte("GET / HTTP/1.0\r\n\r\n")) // 18 bytes, shorter than the HTTP/2 preface; client stays open
-	grpc, conn, err := sniff(server, time.Minute, time.Minute, func() {})
+	grpc, h1, conn, err := sniff(server, time.Minute, time.Minute, func() {})
 	require.NoError(t, err, "decided on the first differing byte, long before the deadline")
 	assert.False(t, grpc)
+	assert.True(t, h1, "an HTTP/1 connection")
 	buf := make([]byte, 18)
 	_, err = io.ReadFull(conn, buf)
 	require.NoError(t, err)

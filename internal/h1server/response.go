@@ -1,0 +1,520 @@
+package h1server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// response is the http.ResponseWriter of one request. It holds the answer's first bufferSize
+// bytes before its header goes out, so that an answer the handler writes whole gets a
+// Content-Length and leaves in one write with its header; a longer one, or one flushed before
+// its end, goes chunked (HTTP/1.1) or ends with the connection (HTTP/1.0).
+type response struct {
+	c      *conn
+	req    *http.Request
+	header http.Header
+	body   *requestBody
+
+	status      int
+	wroteHeader bool              // the final status is set
+	committed   bool              // the header is in the connection's buffer
+	chunked     bool              // the body goes as chunks
+	length      int64             // the Content-Length the handler set; -1 none
+	written     int64             // body bytes the handler wrote
+	held        []byte            // the body so far, before the header goes out
+	heldArr     *[bufferSize]byte // held's buffer, from the server's pool
+	closeAfter  bool              // the connection ends after this answer
+	noBody      bool              // HEAD, 1xx, 204, 304: no body goes out
+	head        bool              // HEAD: writes are counted, not sent
+	trailers    []string
+	err         error // the first write error: the connection is gone
+	done        bool  // the handler has returned
+}
+
+var (
+	_ http.ResponseWriter = (*response)(nil)
+	_ http.Flusher        = (*response)(nil)
+)
+
+func (w *response) Header() http.Header { return w.header }
+
+func (w *response) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http
+	}
+	if w.wroteHeader || w.committed {
+		w.c.s.logger().Warn("h1server: superfluous WriteHeader call", "code", code, "path", w.req.URL.Path)
+		return
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		w.informational(code)
+		return
+	}
+	w.wroteHeader, w.status = true, code
+	w.length = -1
+	if cl := w.header["Content-Length"]; len(cl) > 0 {
+		if n, err := strconv.ParseInt(cl[0], 10, 64); err == nil && n >= 0 {
+			w.length = n
+		} else {
+			delete(w.header, "Content-Length") // as net/http: an invalid length is dropped
+		}
+	}
+	w.head = w.req.Method == http.MethodHead
+	w.noBody = w.head || code == http.StatusNoContent || code == http.StatusNotModified
+}
+
+// informational sends a 1xx answer at once (103 Early Hints with the header so far).
+func (w *response) informational(code int) {
+	if code == http.StatusContinue {
+		if w.body.continueW == nil {
+			return // sent already, or not asked for
+		}
+		w.body.continueW = nil
+	}
+	bw := w.c.bw
+	w.statusLine(code)
+	if code != http.StatusContinue {
+		w.writeHeaderLines(w.header)
+	}
+	bw.WriteString("\r\n")
+	w.setErr(bw.Flush())
+}
+
+func (w *response) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.noBody {
+		if w.head {
+			w.written += int64(len(p))
+			return len(p), nil
+		}
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.length >= 0 && w.written+int64(len(p)) > w.length {
+		return 0, http.ErrContentLength
+	}
+	w.written += int64(len(p))
+	if !w.committed {
+		if len(w.held)+len(p) <= bufferSize {
+			if w.held == nil {
+				w.heldArr = w.c.s.heldBuf()
+				w.held = w.heldArr[:0]
+			}
+			w.held = append(w.held, p...)
+			return len(p), nil
+		}
+		w.commit(false)
+		w.writeBody(w.held)
+		w.releaseHeld()
+	}
+	w.writeBody(p)
+	if w.err != nil {
+		return 0, w.err
+	}
+	return len(p), nil
+}
+
+// WriteString spares io.WriteString's conversion.
+func (w *response) WriteString(s string) (int, error) {
+	return w.Write([]byte(s))
+}
+
+// writeBody writes body bytes after the header, as a chunk when chunked.
+func (w *response) writeBody(p []byte) {
+	if len(p) == 0 || w.err != nil {
+		return
+	}
+	bw := w.c.bw
+	if w.chunked {
+		var scratch [20]byte
+		bw.Write(strconv.AppendInt(scratch[:0], int64(len(p)), 16))
+		bw.WriteString("\r\n")
+		bw.Write(p)
+		_, err := bw.WriteString("\r\n")
+		w.setErr(err)
+		return
+	}
+	_, err := bw.Write(p)
+	w.setErr(err)
+}
+
+func (w *response) setErr(err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+		w.closeAfter = true
+	}
+}
+
+// Flush sends what has been written: the header and the body so far.
+func (w *response) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush with its error (http.ResponseController's).
+func (w *response) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(false)
+		w.writeBody(w.held)
+		w.releaseHeld()
+	}
+	if w.err == nil {
+		w.setErr(w.c.bw.Flush())
+	}
+	return w.err
+}
+
+// releaseHeld gives the held body's buffer back (its bytes are in the connection's buffer).
+func (w *response) releaseHeld() {
+	if w.heldArr != nil {
+		w.c.s.held.Put(w.heldArr)
+		w.held, w.heldArr = nil, nil
+	}
+}
+
+// SetWriteDeadline and SetReadDeadline serve http.ResponseController.
+func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+
+func (w *response) SetReadDeadline(t time.Time) error { return w.c.nc.SetReadDeadline(t) }
+
+// EnableFullDuplex: the body can always be read while the answer is written here.
+func (w *response) EnableFullDuplex() error { return nil }
+
+// commit puts the status line and header in the connection's buffer, choosing the framing:
+// final when the handler has returned and the whole body is held.
+func (w *response) commit(final bool) {
+	w.committed = true
+	h := w.header
+	if c, ok := h["Connection"]; ok && hasToken(c, "close") || w.c.s.shutdown.Load() {
+		w.closeAfter = true // the handler's wish, or the server shutting down
+	}
+	if _, ok := h["Content-Type"]; !ok && !w.noBody && len(w.held) > 0 && len(h["Transfer-Encoding"]) == 0 {
+		h["Content-Type"] = []string{http.DetectContentType(w.held)}
+	}
+	if tr := h["Trailer"]; len(tr) > 0 {
+		for _, v := range tr {
+			for _, k := range strings.Split(v, ",") {
+				if k = textprotoKey(strings.TrimSpace(k)); k != "" {
+					w.trailers = append(w.trailers, k)
+				}
+			}
+		}
+	}
+	te := h["Transfer-Encoding"]
+	delete(h, "Transfer-Encoding") // the framing is the server's
+	switch {
+	case w.noBody:
+		delete(h, "Content-Length")
+		if w.head && w.length >= 0 {
+			h["Content-Length"] = []string{strconv.FormatInt(w.length, 10)}
+		} else if w.head && final && w.written > 0 {
+			h["Content-Length"] = []string{strconv.FormatInt(w.written, 10)}
+		}
+	case w.status < 200:
+	case w.length >= 0 && len(te) == 0:
+	case final && len(w.trailers) == 0 && len(te) == 0:
+		h["Content-Length"] = []string{strconv.Itoa(len(w.held))}
+	case w.req.ProtoAtLeast(1, 1):
+		delete(h, "Content-Length")
+		w.chunked = true
+	default: // HTTP/1.0: the body ends with the connection
+		delete(h, "Content-Length")
+		w.closeAfter = true
+	}
+	if w.closeAfter && !hasToken(h["Connection"], "close") {
+		h["Connection"] = []string{"close"}
+	}
+	w.statusLine(w.status)
+	if _, ok := h["Date"]; !ok {
+		w.c.bw.WriteString("Date: ")
+		w.c.bw.Write(w.c.s.date())
+		w.c.bw.WriteString("\r\n")
+	}
+	w.writeHeaderLines(h)
+	if w.chunked {
+		w.c.bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	_, err := w.c.bw.WriteString("\r\n")
+	w.setErr(err)
+}
+
+// statusLine writes "HTTP/1.1 code text".
+func (w *response) statusLine(code int) {
+	bw := w.c.bw
+	var scratch [4]byte
+	bw.WriteString("HTTP/1.1 ")
+	bw.Write(strconv.AppendInt(scratch[:0], int64(code), 10))
+	bw.WriteByte(' ')
+	if text := http.StatusText(code); text != "" {
+		bw.WriteString(text)
+	} else {
+		bw.WriteString("status code ")
+		bw.Write(strconv.AppendInt(scratch[:0], int64(code), 10))
+	}
+	bw.WriteString("\r\n")
+}
+
+// writeHeaderLines writes h as header lines: names that are not tokens, and trailers, are left
+// out; a line break in a value becomes a space (so no value can end the header: net/http's
+// rules).
+func (w *response) writeHeaderLines(h http.Header) {
+	bw := w.c.bw
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) || strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			if strings.ContainsAny(v, "\r\n") {
+				v = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+			}
+			bw.WriteString(strings.TrimSpace(v))
+			bw.WriteString("\r\n")
+		}
+	}
+}
+
+// finish completes the answer once the handler has returned: the header if it has not gone, the
+// held body, a chunked body's end and trailers; it reports whether the answer went out whole.
+func (w *response) finish() bool {
+	w.done = true
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(true)
+		w.writeBody(w.held)
+	}
+	w.releaseHeld()
+	if w.chunked && w.err == nil {
+		w.c.bw.WriteString("0\r\n")
+		for _, k := range w.trailers {
+			for _, v := range w.header[k] {
+				w.writeTrailer(k, v)
+			}
+		}
+		for k, vv := range w.header {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+				for _, v := range vv {
+					w.writeTrailer(textprotoKey(name), v)
+				}
+			}
+		}
+		_, err := w.c.bw.WriteString("\r\n")
+		w.setErr(err)
+	}
+	if w.length >= 0 && w.written != w.length && !w.noBody {
+		w.closeAfter = true // short of its Content-Length: the client must see the end
+	}
+	if w.err == nil {
+		w.setErr(w.c.bw.Flush())
+	}
+	return w.err == nil
+}
+
+func (w *response) writeTrailer(k, v string) {
+	if !httpguts.ValidHeaderFieldName(k) || strings.ContainsAny(v, "\r\n") {
+		return
+	}
+	bw := w.c.bw
+	bw.WriteString(k)
+	bw.WriteString(": ")
+	bw.WriteString(v)
+	bw.WriteString("\r\n")
+}
+
+// textprotoKey is k in canonical form, or "" for a name that is not a token.
+func textprotoKey(k string) string {
+	if !httpguts.ValidHeaderFieldName(k) {
+		return ""
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+// hasToken reports whether a comma-separated header holds token, in any case.
+func hasToken(vv []string, token string) bool {
+	for _, v := range vv {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// requestBody is a request's body as the handler reads it. Its Close does not read the rest
+// (http.ReadRequest's body would read all of it): after the handler, drain reads a bounded part
+// and the connection ends if more is left. Its end starts the watch of a long request.
+type requestBody struct {
+	rc        io.ReadCloser
+	c         *conn
+	continueW *response // sends 100 Continue on the first read unless the answer has begun
+	eof       atomic.Bool
+	closed    bool
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if w := b.continueW; w != nil {
+		if !w.committed && !w.wroteHeader {
+			w.informational(http.StatusContinue)
+		}
+		b.continueW = nil
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF && !b.eof.Load() {
+		b.eof.Store(true)
+		b.c.watch.bodyDone()
+	}
+	return n, err
+}
+
+func (b *requestBody) Close() error {
+	b.closed = true
+	return nil
+}
+
+// drain reads what the handler left of the body, up to maxPostHandlerRead, and reports whether
+// the connection can carry another request (the body ended, and 100 Continue was not awaited).
+func (b *requestBody) drain() bool {
+	if b.eof.Load() {
+		return true
+	}
+	if b.continueW != nil {
+		return false // the client may be waiting to send the body: the connection cannot go on
+	}
+	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerRead+1)
+	return errors.Is(err, io.EOF) && n <= maxPostHandlerRead
+}
+
+// watch notices a client going away during a request that outlives watchAfter, by reading the
+// connection once its body has been read: an end or an error cancels the request's context,
+// and a byte (a pipelined request) is kept for the next request and ends the watch.
+type watch struct {
+	c      *conn
+	timer  *time.Timer
+	mu     sync.Mutex
+	cancel func()
+	body   *requestBody
+	fired  bool // watchAfter has passed for this request
+	on     bool // the request is being served
+	done   chan struct{}
+}
+
+// start arms the watch for a request.
+func (w *watch) start(cancel func(), body *requestBody) {
+	w.mu.Lock()
+	w.cancel, w.body, w.fired, w.on, w.done = cancel, body, false, true, nil
+	w.mu.Unlock()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(watchAfter, w.fire)
+	} else {
+		w.timer.Reset(watchAfter)
+	}
+}
+
+func (w *watch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.on {
+		return
+	}
+	w.fired = true
+	if w.body.eof.Load() {
+		w.launch()
+	}
+}
+
+// bodyDone is called when the request's body has been read to its end.
+func (w *watch) bodyDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.on && w.fired {
+		w.launch()
+	}
+}
+
+// launch starts reading the connection (w.mu held).
+func (w *watch) launch() {
+	if w.done != nil {
+		return
+	}
+	done := make(chan struct{})
+	w.done = done
+	cancel := w.cancel
+	c := w.c
+	go func() {
+		defer close(done)
+		if c.br.Buffered() > 0 {
+			return // the next request is here already: the client is there
+		}
+		n, err := c.nc.Read(c.r.peek[:])
+		if n > 0 {
+			c.r.peeked = c.r.peek[:n]
+			return
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return // stop's deadline
+		}
+		cancel() // the client closed or reset the connection
+	}()
+}
+
+// stop ends the watch when the handler returns, waiting for its read to end.
+func (w *watch) stop() {
+	w.mu.Lock()
+	w.on = false
+	done := w.done
+	w.done = nil
+	w.mu.Unlock()
+	w.timer.Stop()
+	if done != nil {
+		_ = w.c.nc.SetReadDeadline(aLongTimeAgo)
+		<-done
+		_ = w.c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// heldBuf is a buffer for a response's held body.
+func (s *Server) heldBuf() *[bufferSize]byte {
+	if b, ok := s.held.Get().(*[bufferSize]byte); ok {
+		return b
+	}
+	return new([bufferSize]byte)
+}
+
+// date is the Date header's value for now, formatted once a second.
+func (s *Server) date() []byte {
+	now := time.Now()
+	sec := now.Unix()
+	if d := s.dateCache.Load(); d != nil && d.sec == sec {
+		return d.b
+	}
+	d := &dateEntry{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
+	s.dateCache.Store(d)
+	return d.b
+}
+
+type dateEntry struct {
+	sec int64
+	b   []byte
+}

@@ -1,0 +1,463 @@
+// Package h1server serves HTTP/1.1 connections to an http.Handler on a connection loop of the
+// gateway's own: one goroutine per connection, which reads a request, runs the handler and
+// writes its answer, then reads the next.
+//
+// Why not net/http's server, which the gateway uses for everything else: profiled at 64 requests
+// in flight (docs/performance.md, "Against nginx"), net/http's server costs twice the CPU of a
+// plain loop for a proxied request, and the gateway's own work is a small part of it. Per
+// request it starts a goroutine to watch the connection while the handler runs, then stops it
+// and waits for it (about 15 µs of scheduling delay a request at one in flight), and reads the
+// socket once more than the exchange needs. This server watches a connection only for requests
+// that outlive watchAfter (a stream, a long generation), where one goroutine is nothing against
+// the request. fasthttp's server, the well-kept alternative, has its own request and response
+// types (an adapter to http.Handler buffers whole answers, which breaks streams) and measured
+// 10% behind a plain loop.
+//
+// Requests are parsed by net/http's own parser (http.ReadRequest: framing, chunked bodies and
+// trailers, header syntax) with the checks net/http's server adds on top (Host, header names and
+// values, Expect, the header size bound), so what is accepted and refused is net/http's; the
+// answer's framing follows net/http's too (Content-Length when the handler's answer fits its
+// buffer, chunked otherwise, sniffed Content-Type, Date). What differs, deliberately:
+//   - A request whose body came chunked closes its connection after its answer (RFC 9112 §6.1:
+//     net/http drops the Content-Length of a request that also had Transfer-Encoding, so the
+//     two cannot be told apart; an intermediary may have framed it by its length).
+//   - HTTP/1.0 connections are not kept alive.
+//   - No Hijack, no HTTP/2 upgrade, no TLS (the gateway's router hands it plain HTTP/1 only).
+package h1server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Server serves HTTP/1.x connections to Handler. Its zero value is not usable: set Handler.
+type Server struct {
+	Handler http.Handler
+	// HeaderTimeout bounds the time a request's header may take to arrive, from its first byte
+	// (10 s when zero).
+	HeaderTimeout time.Duration
+	// IdleTimeout closes a connection that waits this long for its next request (5 min when
+	// zero).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header (http.DefaultMaxHeaderBytes, 1 MiB, when zero).
+	MaxHeaderBytes int
+	// Logger gets handler panics and the connection errors worth an operator's look.
+	Logger *slog.Logger
+
+	dateCache atomic.Pointer[dateEntry]
+	held      sync.Pool // *[bufferSize]byte: responses' held bodies, between their first write and their header
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	shutdown atomic.Bool
+	done     chan struct{} // closed when the last connection ends after Shutdown
+}
+
+// ErrServerClosed is Serve's error after Shutdown or Close (net/http's, so callers test one).
+var ErrServerClosed = http.ErrServerClosed
+
+// Serve accepts connections from ln and serves each until ln fails or the server is shut down.
+func (s *Server) Serve(ln net.Listener) error {
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.shutdown.Load() {
+				return ErrServerClosed
+			}
+			var ne interface{ Temporary() bool }
+			if errors.As(err, &ne) && ne.Temporary() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		go s.ServeConn(c)
+	}
+}
+
+// ServeConn serves one connection until it closes, the client's framing can no longer be
+// trusted, or the server shuts down.
+func (s *Server) ServeConn(nc net.Conn) {
+	c := newConn(s, nc)
+	if !s.track(c, true) {
+		nc.Close()
+		return
+	}
+	defer s.track(c, false)
+	c.serve()
+}
+
+// track adds or removes c; adding fails once the server is shutting down.
+func (s *Server) track(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.shutdown.Load() {
+			return false
+		}
+		if s.conns == nil {
+			s.conns = make(map[*conn]struct{})
+		}
+		s.conns[c] = struct{}{}
+		return true
+	}
+	delete(s.conns, c)
+	if len(s.conns) == 0 && s.done != nil {
+		close(s.done)
+		s.done = nil
+	}
+	return true
+}
+
+// Shutdown stops taking new connections, ends idle ones, lets each busy one finish the request
+// it is serving (and closes it after), and waits for them all, or for ctx; then it closes what
+// is left and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	if len(s.conns) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	s.done = done
+	for c := range s.conns {
+		c.wakeIfIdle()
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		return ctx.Err()
+	}
+}
+
+// Close closes every connection at once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdown.Store(true)
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	return nil
+}
+
+func (s *Server) headerTimeout() time.Duration {
+	if s.HeaderTimeout > 0 {
+		return s.HeaderTimeout
+	}
+	return 10 * time.Second
+}
+
+func (s *Server) idleTimeout() time.Duration {
+	if s.IdleTimeout > 0 {
+		return s.IdleTimeout
+	}
+	return 5 * time.Minute
+}
+
+func (s *Server) maxHeaderBytes() int64 {
+	if s.MaxHeaderBytes > 0 {
+		return int64(s.MaxHeaderBytes)
+	}
+	return http.DefaultMaxHeaderBytes
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+// watchAfter is how long a request runs before its connection is watched for the client going
+// away (which cancels the request's context): a request that ends sooner pays nothing for it.
+const watchAfter = 5 * time.Millisecond
+
+// maxPostHandlerRead is how much of a body the handler left unread is read after it, so that the
+// connection can carry the next request (net/http's bound); past it the connection is closed.
+const maxPostHandlerRead = 256 << 10
+
+// bufferSize is the connection's read and write buffers, and how much of an answer is held
+// before its header goes out (so that a small answer gets a Content-Length).
+const bufferSize = 4 << 10
+
+// conn is one client connection.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	r      connReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	remote string
+
+	// state is idle while the connection waits for a request's first byte: Shutdown wakes it
+	// then (its read deadline), and it ends.
+	state atomic.Int32
+
+	// watch, for the request being served, notices the client going away.
+	watch watch
+}
+
+const (
+	stateActive = iota
+	stateIdle
+)
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
+	c.r.nc = nc
+	c.br = bufio.NewReaderSize(&c.r, bufferSize)
+	c.bw = bufio.NewWriterSize(nc, bufferSize)
+	c.watch.c = c
+	return c
+}
+
+// wakeIfIdle ends the wait of an idle connection for its next request (Shutdown).
+func (c *conn) wakeIfIdle() {
+	if c.state.Load() == stateIdle {
+		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (c *conn) serve() {
+	defer c.nc.Close()
+	first := true
+	for {
+		req, err := c.readRequest(first)
+		first = false
+		if err != nil {
+			c.refuse(err)
+			return
+		}
+		if !c.serveRequest(req) || c.s.shutdown.Load() {
+			return
+		}
+	}
+}
+
+// errIdle ends a connection quietly: it closed, timed out or was woken between requests.
+var errIdle = errors.New("h1server: idle connection ended")
+
+// readRequest waits for a request (after the first, up to the idle timeout) and reads its
+// header (up to the header timeout from its first byte).
+func (c *conn) readRequest(first bool) (*http.Request, error) {
+	if c.br.Buffered() == 0 && !first {
+		c.state.Store(stateIdle)
+		if c.s.shutdown.Load() {
+			return nil, errIdle
+		}
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
+		_, err := c.br.Peek(1)
+		c.state.Store(stateActive)
+		if err != nil {
+			return nil, errIdle
+		}
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
+	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
+	req, err := http.ReadRequest(c.br)
+	hitLimit := c.r.limit <= 0
+	c.r.limit = -1
+	_ = c.nc.SetReadDeadline(time.Time{})
+	if err != nil {
+		if hitLimit {
+			return nil, errTooLarge
+		}
+		return nil, err
+	}
+	if err := check(req); err != nil {
+		return nil, err
+	}
+	req.RemoteAddr = c.remote
+	return req, nil
+}
+
+// errTooLarge is a header past MaxHeaderBytes.
+var errTooLarge = errors.New("h1server: request header too large")
+
+// badRequest is a request the server refuses with a 400 and the connection's end.
+type badRequest string
+
+func (e badRequest) Error() string { return string(e) }
+
+// check makes the checks net/http's server makes of a parsed request before a handler sees it.
+func check(req *http.Request) error {
+	if req.ProtoMajor != 1 {
+		return errVersion
+	}
+	// http.ReadRequest has moved the Host header to req.Host (refusing two of them), so an
+	// empty one reads as none: both are refused here (net/http's server takes an empty one).
+	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
+		return badRequest("missing required Host header")
+	}
+	if !httpguts.ValidHostHeader(req.Host) {
+		return badRequest("malformed Host header")
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return badRequest("invalid header name")
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return badRequest("invalid header value")
+			}
+		}
+	}
+	if req.Method == http.MethodConnect {
+		return errNotImplemented
+	}
+	return nil
+}
+
+var (
+	errVersion        = errors.New("h1server: unsupported HTTP version")
+	errNotImplemented = errors.New("h1server: not implemented")
+)
+
+// refuse answers a request that could not be read, as net/http's server does, and the
+// connection ends after it.
+func (c *conn) refuse(err error) {
+	if errors.Is(err, errIdle) || errors.Is(err, io.EOF) || isTimeout(err) || errors.Is(err, net.ErrClosed) {
+		return // the client left, went silent, or the server woke an idle connection
+	}
+	status, text := http.StatusBadRequest, "Bad Request"
+	var br badRequest
+	switch {
+	case errors.Is(err, errTooLarge):
+		status, text = http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large"
+	case errors.Is(err, errVersion):
+		status, text = http.StatusHTTPVersionNotSupported, "HTTP Version Not Supported"
+	case errors.Is(err, errNotImplemented), isUnsupportedTE(err):
+		status, text = http.StatusNotImplemented, "Unsupported transfer encoding"
+	case errors.As(err, &br):
+		text = "Bad Request: " + string(br)
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = io.WriteString(c.nc, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+strconv.Itoa(status)+" "+text)
+	// Let the client read the answer before the close: a close with unread request bytes
+	// would reset the connection and could lose it.
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+		_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, _ = io.CopyN(io.Discard, c.nc, 256<<10)
+	}
+}
+
+func isUnsupportedTE(err error) bool {
+	return strings.Contains(err.Error(), "unsupported transfer encoding")
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// serveRequest runs the handler for req and finishes its answer; it reports whether the
+// connection can carry another request.
+func (c *conn) serveRequest(req *http.Request) (keep bool) {
+	// Not a child of a connection's context: one with no parent to register with costs less,
+	// and the request's ends with it, or with the watch's cancel, either way.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := &requestBody{rc: req.Body, c: c}
+	w := &response{c: c, req: req, header: make(http.Header, 8), body: body}
+	// Expect, as net/http's server takes it: 100-continue is answered when the handler first
+	// reads the body; any other expectation is refused.
+	if ex := req.Header.Get("Expect"); strings.EqualFold(ex, "100-continue") {
+		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 {
+			body.continueW = w
+		}
+	} else if ex != "" {
+		w.closeAfter = true
+		w.header.Set("Connection", "close")
+		w.WriteHeader(http.StatusExpectationFailed)
+		w.finish()
+		return false
+	}
+	req.Body = body
+	if req.ContentLength == 0 && len(req.TransferEncoding) == 0 {
+		body.eof.Store(true) // nothing to read: watchable from the start
+	}
+	req = req.WithContext(ctx)
+	w.req = req
+	w.closeAfter = req.Close || !req.ProtoAtLeast(1, 1) || len(req.TransferEncoding) > 0
+	c.watch.start(cancel, body)
+	ok := c.runHandler(w, req)
+	c.watch.stop()
+	if !ok {
+		return false // the handler panicked: the answer cannot be trusted to be whole
+	}
+	if !w.finish() || w.closeAfter {
+		return false
+	}
+	return body.drain()
+}
+
+// runHandler runs the handler, recovering a panic as net/http does (http.ErrAbortHandler
+// quietly); it reports whether the handler returned normally.
+func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				c.s.logger().Error("h1server: panic serving "+c.remote, "panic", v, "stack", string(debug.Stack()))
+			}
+			ok = false
+			_ = c.bw.Flush() // what was written goes out; then the connection ends
+		}
+	}()
+	c.s.Handler.ServeHTTP(w, req)
+	return true
+}
+
+// connReader reads the connection for the bufio.Reader: bounded while a header is read (limit
+// >= 0), and first giving back a byte the watch read.
+type connReader struct {
+	nc     net.Conn
+	limit  int64 // bytes the header may still take; -1: unbounded
+	peeked []byte
+	peek   [1]byte
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if r.limit == 0 {
+		return 0, io.EOF
+	}
+	if r.limit > 0 && int64(len(p)) > r.limit {
+		p = p[:r.limit]
+	}
+	var n int
+	var err error
+	if len(r.peeked) > 0 {
+		n = copy(p, r.peeked)
+		r.peeked = r.peeked[n:]
+	} else {
+		n, err = r.nc.Read(p)
+	}
+	if r.limit > 0 {
+		r.limit -= int64(n)
+	}
+	return n, err
+}

@@ -1,0 +1,298 @@
+package h1server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/internal/h1server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// serve starts s on a loopback listener and returns its address.
+func serve(t *testing.T, s *h1server.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { ln.Close(); s.Close() })
+	return ln.Addr().String()
+}
+
+type client struct {
+	t *testing.T
+	c net.Conn
+	r *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &client{t: t, c: c, r: bufio.NewReader(c)}
+}
+
+func (c *client) send(s string) {
+	c.t.Helper()
+	_, err := io.WriteString(c.c, s)
+	require.NoError(c.t, err)
+}
+
+// read reads one answer, whole; method is the request's (a HEAD answer has no body).
+func (c *client) read(method string) (*http.Response, string) {
+	c.t.Helper()
+	res, err := http.ReadResponse(c.r, &http.Request{Method: method})
+	require.NoError(c.t, err)
+	b, err := io.ReadAll(res.Body)
+	require.NoError(c.t, err)
+	return res, string(b)
+}
+
+// TestFraming: an answer written whole gets a Content-Length and a sniffed Content-Type; one
+// longer than the buffer, or flushed before its end, goes chunked, with its declared trailers;
+// a Content-Length the handler sets is kept; HEAD, 204 and 304 carry no body; an answer short of
+// its Content-Length ends the connection; HTTP/1.0 gets the body and the close.
+func TestFraming(t *testing.T) {
+	big := strings.Repeat("x", 10_000)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/small", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>hi</html>") })
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) })
+	mux.HandleFunc("/flushed", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Trailer", "X-Done")
+		io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "data: 2\n\n")
+		w.Header().Set("X-Done", "yes")
+		w.Header().Set(http.TrailerPrefix+"X-Late", "too")
+	})
+	mux.HandleFunc("/length", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+		io.WriteString(w, big)
+	})
+	mux.HandleFunc("/short", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "10")
+		io.WriteString(w, "12345")
+	})
+	mux.HandleFunc("/nocontent", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		_, err := io.WriteString(w, "no")
+		assert.ErrorIs(t, err, http.ErrBodyNotAllowed)
+	})
+	mux.HandleFunc("/split", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Bad", "a\r\nInjected: yes")
+		io.WriteString(w, "ok")
+	})
+	addr := serve(t, &h1server.Server{Handler: mux})
+	c := dial(t, addr)
+	get := func(path string) (*http.Response, string) {
+		c.send("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")
+		return c.read("GET")
+	}
+
+	res, body := get("/small")
+	assert.Equal(t, "<html>hi</html>", body)
+	assert.EqualValues(t, 15, res.ContentLength)
+	assert.Equal(t, "text/html; charset=utf-8", res.Header.Get("Content-Type"), "sniffed, as net/http does")
+	assert.NotEmpty(t, res.Header.Get("Date"))
+
+	res, body = get("/big")
+	assert.Equal(t, big, body)
+	assert.Equal(t, []string{"chunked"}, res.TransferEncoding)
+
+	res, body = get("/flushed")
+	assert.Equal(t, "data: 1\n\ndata: 2\n\n", body)
+	assert.Equal(t, []string{"chunked"}, res.TransferEncoding)
+	assert.Equal(t, "yes", res.Trailer.Get("X-Done"))
+	assert.Equal(t, "too", res.Trailer.Get("X-Late"))
+
+	res, body = get("/length")
+	assert.Equal(t, big, body)
+	assert.EqualValues(t, len(big), res.ContentLength)
+	assert.Empty(t, res.TransferEncoding)
+
+	res, body = get("/nocontent")
+	assert.Equal(t, 204, res.StatusCode)
+	assert.Empty(t, body)
+
+	res, body = get("/split")
+	assert.Equal(t, "ok", body)
+	assert.Empty(t, res.Header.Get("Injected"), "a line break in a value cannot start a header")
+
+	c.send("HEAD /small HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, body = c.read("HEAD")
+	assert.Empty(t, body)
+	assert.EqualValues(t, 15, res.ContentLength, "HEAD: the length the GET would have")
+
+	// Still the same connection: every answer above was framed right.
+	res, _ = get("/small")
+	assert.Equal(t, 200, res.StatusCode)
+
+	// Short of its Content-Length: the connection ends, so the client sees the answer cut.
+	c.send("GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(c.r, nil)
+	require.NoError(t, err)
+	_, err = io.ReadAll(res.Body)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+
+	c = dial(t, addr)
+	c.send("GET /big HTTP/1.0\r\n\r\n")
+	res, body = c.read("GET")
+	assert.Equal(t, big, body, "HTTP/1.0: the body ends with the connection")
+	assert.True(t, res.Close)
+}
+
+// TestExpectContinue: 100 Continue goes out when the handler first reads the body, not when it
+// answers without reading; then the connection ends, since the body may never come.
+func TestExpectContinue(t *testing.T) {
+	addr := serve(t, &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/read" {
+			b, _ := io.ReadAll(r.Body)
+			io.WriteString(w, string(b))
+			return
+		}
+		http.Error(w, "no", http.StatusForbidden)
+	})})
+	c := dial(t, addr)
+	c.send("POST /read HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+	res, _ := c.read("POST")
+	require.Equal(t, 100, res.StatusCode)
+	c.send("hello")
+	res, body := c.read("POST")
+	assert.Equal(t, "hello", body)
+
+	c.send("POST /refuse HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+	res, _ = c.read("POST")
+	assert.Equal(t, 403, res.StatusCode, "no 100 first")
+	_, err := c.r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "closed: the client may be waiting to send the body")
+
+	c = dial(t, addr)
+	c.send("POST /read HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Length: 5\r\n\r\nhello")
+	res, _ = c.read("POST")
+	assert.Equal(t, http.StatusExpectationFailed, res.StatusCode)
+}
+
+// TestClientGone: a request that outlives the watch's delay has its context cancelled when the
+// client closes the connection; a short one is never watched, and a pipelined request read by
+// the watch is served next.
+func TestClientGone(t *testing.T) {
+	cancelled := make(chan struct{})
+	addr := serve(t, &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/wait":
+			select {
+			case <-r.Context().Done():
+				close(cancelled)
+			case <-time.After(5 * time.Second):
+			}
+		case "/slow":
+			time.Sleep(50 * time.Millisecond)
+			io.WriteString(w, "slow")
+		default:
+			io.WriteString(w, r.URL.Path)
+		}
+	})})
+	c := dial(t, addr)
+	c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(100 * time.Millisecond)
+	c.c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the request's context was not cancelled when the client left")
+	}
+
+	// The next request comes while the slow one runs: the watch reads its first byte, and it
+	// is served, whole, after.
+	c = dial(t, addr)
+	c.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(20 * time.Millisecond)
+	c.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, body := c.read("GET")
+	assert.Equal(t, "slow", body)
+	_, body = c.read("GET")
+	assert.Equal(t, "/next", body)
+}
+
+// TestShutdown: idle connections end at once, a busy one finishes its request (and is closed
+// after it), and Shutdown returns when it has; new connections are refused.
+func TestShutdown(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	s := &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			started <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done")
+	})}
+	addr := serve(t, s)
+	idle := dial(t, addr)
+	idle.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	idle.read("GET")
+	busy := dial(t, addr)
+	busy.send("GET /busy HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-started
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	_, err := idle.r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "the idle connection ends")
+	select {
+	case <-shut:
+		t.Fatal("Shutdown returned while a request was running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	res, body := busy.read("GET")
+	assert.Equal(t, "done", body)
+	assert.True(t, res.Close, "closed after its answer")
+	require.NoError(t, <-shut)
+}
+
+// TestRefusals: what cannot be read is answered as net/http answers it, and the connection
+// ends: a header over the bound 431, an unknown version 505, CONNECT 501; a handler's panic ends
+// the connection with nothing more sent (http.ErrAbortHandler quietly).
+func TestRefusals(t *testing.T) {
+	var panics atomic.Int64
+	addr := serve(t, &h1server.Server{MaxHeaderBytes: 1 << 10, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		panics.Add(1)
+		panic(http.ErrAbortHandler)
+	})})
+	for req, status := range map[string]int{
+		"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8<<10) + "\r\n\r\n": 431,
+		"GET / HTTP/2.0\r\nHost: x\r\n\r\n":                                              505,
+		"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n":                                  501,
+		"GET / HTTP/1.1\r\nHost: a b\r\n\r\n":                                            400,
+		"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n":                               400,
+		"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n":                                 400,
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n":                  501,
+	} {
+		c := dial(t, addr)
+		c.send(req)
+		res, _ := c.read("GET")
+		assert.Equal(t, status, res.StatusCode, "%q", req)
+		assert.True(t, res.Close)
+	}
+	c := dial(t, addr)
+	c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, err := c.r.ReadByte()
+	assert.True(t, errors.Is(err, io.EOF), "a panic ends the connection unanswered: %v", err)
+	assert.EqualValues(t, 1, panics.Load())
+}
