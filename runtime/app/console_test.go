@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -28,8 +29,10 @@ import (
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/surface/openai/openaitest"
+	"github.com/infergate/infergate/upstream/kserveproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -553,4 +556,52 @@ models:
 	require.NotNil(t, llms["m"].Disaggregated, "a disaggregated model's rate")
 	assert.InDelta(t, 0.5, *llms["m"].Disaggregated, 1e-9, "one of its two requests took two legs")
 	assert.Nil(t, llms["qwen"].Disaggregated, "an aggregated model has none")
+}
+
+// gpuEcho is an echoModel that runs on a GPU of its own (an engines.GPUModel): it registers
+// without a GPU engine, as the CUDA engine's models do.
+type gpuEcho struct {
+	*echoModel
+	gpu int
+}
+
+func (m *gpuEcho) GPU() int { return m.gpu }
+
+// TestConsoleTensorStageNames: the stages the console names for what the end-to-end tests cannot start
+// here: a model on a GPU, server.dynamic_batching off, and a remote model's dynamic batching,
+// which only server.dynamic_batching_remote turns on.
+func TestConsoleTensorStageNames(t *testing.T) {
+	reg := engines.NewRegistry()
+	gpu := &gpuEcho{echoModel: newEchoModel("on_gpu"), gpu: 1}
+	gpu.cfg.MaxBatchSize = 4
+	gpu.cfg.SchedulingChoice = &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{}}
+	gpu.cfg.InstanceGroup = []*inference.ModelInstanceGroup{{Kind: inference.ModelInstanceGroup_KIND_GPU, Count: 1, Gpus: []int32{1}}}
+	onGPU, err := reg.Register(gpu)
+	require.NoError(t, err)
+	// A backend's model with the same batching, described by its Triton config.
+	rcfg := proto.Clone(gpu.cfg).(*inference.ModelConfig)
+	rcfg.Name, rcfg.InstanceGroup = "remote_batched", nil
+	remoteCfg, err := proto.Marshal(rcfg)
+	require.NoError(t, err)
+	remote, err := reg.RegisterRemote(&tensorv1.TensorModelConfig{TritonModelConfig: remoteCfg},
+		func(context.Context, *engines.Request, func(*engines.Response) error) error { return nil })
+	require.NoError(t, err)
+	kp, err := kserveproxy.New(kserveproxy.Options{Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+
+	off := false
+	front := []string{"tracing", "validation", "guard"}
+	for _, c := range []struct {
+		name   string
+		server serverConfig
+		entry  *engines.Entry
+		want   []string
+	}{
+		{"GPU", serverConfig{}, onGPU, append(slices.Clone(front), "dynamic batcher", "in-process model (GPU 1)")},
+		{"GPU, batching off", serverConfig{DynamicBatching: &off}, onGPU, append(slices.Clone(front), "in-process model (GPU 1)")},
+		{"remote", serverConfig{}, remote, append(slices.Clone(front), "routing and forwarding")},
+		{"remote, batched", serverConfig{DynamicBatchingRemote: true}, remote, append(slices.Clone(front), "dynamic batcher", "routing and forwarding")},
+	} {
+		assert.Equal(t, c.want, tensorStageNames(c.server, kp)(c.entry), c.name)
+	}
 }
