@@ -159,8 +159,8 @@ func BenchmarkHotPath(b *testing.B) {
 	if dir := os.Getenv("INFERGATE_HOTPATH_PROFILE"); dir != "" {
 		for _, a := range arms {
 			if a.name == "infergate" {
-				profile(b, a.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), func() { load(b, a.addr, a.auth, chat, 64, dur) })
-				profile(b, a.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), func() { load(b, a.addr, a.auth, chat, 1, dur) })
+				profile(b, a.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), seconds-1, func() { load(b, a.addr, a.auth, chat, 64, dur) })
+				profile(b, a.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), 1, func() { load(b, a.addr, a.auth, chat, 1, dur) })
 			}
 		}
 	}
@@ -324,10 +324,10 @@ func mallocs(b *testing.B, addr string) counters {
 
 // profile saves a CPU profile or an execution trace (kind: profile or trace) of the binary whose
 // profiler is at pprofAddr while run runs.
-func profile(b *testing.B, pprofAddr, kind, file string, run func()) {
+func profile(b *testing.B, pprofAddr, kind, file string, seconds int, run func()) {
 	done := make(chan error, 1)
 	go func() {
-		res, err := http.Get("http://" + pprofAddr + "/debug/pprof/" + kind + "?seconds=1")
+		res, err := http.Get("http://" + pprofAddr + "/debug/pprof/" + kind + "?seconds=" + strconv.Itoa(max(seconds, 1)))
 		if err != nil {
 			done <- err
 			return
