@@ -117,9 +117,7 @@ func (w *response) Write(p []byte) (int, error) {
 			w.held = append(w.held, p...)
 			return len(p), nil
 		}
-		w.commit(false)
-		w.writeBody(w.held)
-		w.releaseHeld()
+		w.commitHeld(false)
 	}
 	w.writeBody(p)
 	if w.err != nil {
@@ -168,14 +166,19 @@ func (w *response) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		w.commit(false)
-		w.writeBody(w.held)
-		w.releaseHeld()
+		w.commitHeld(false)
 	}
 	if w.err == nil {
 		w.setErr(w.c.bw.Flush())
 	}
 	return w.err
+}
+
+// commitHeld puts the header and the body held so far in the connection's buffer.
+func (w *response) commitHeld(final bool) {
+	w.commit(final)
+	w.writeBody(w.held)
+	w.releaseHeld()
 }
 
 // releaseHeld gives the held body's buffer back (its bytes are in the connection's buffer).
@@ -297,10 +300,8 @@ func (w *response) finish() bool {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		w.commit(true)
-		w.writeBody(w.held)
+		w.commitHeld(true)
 	}
-	w.releaseHeld()
 	if w.chunked && w.err == nil {
 		w.c.bw.WriteString("0\r\n")
 		for _, k := range w.trailers {

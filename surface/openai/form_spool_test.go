@@ -31,38 +31,12 @@ import (
 // A form past the body limit is a 413, one past what all forms may hold together a 503.
 func TestFormSpooled(t *testing.T) {
 	spoolDir := t.TempDir()
-	var failed, served atomic.Int64
-	var heard atomic.Value // the body the good endpoint received
 	var leftovers atomic.Value
-	upstreamServer := func(name string, fail bool) *httptest.Server {
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
-		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-			io.WriteString(w, `{"object":"list","data":[{"id":"whisper-large","object":"model"}]}`)
-		})
-		mux.HandleFunc("POST /v1/audio/transcriptions", func(w http.ResponseWriter, r *http.Request) {
-			h := sha256.New()
-			n, err := io.Copy(h, r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), 400)
-				return
-			}
-			if fail {
-				failed.Add(1)
-				http.Error(w, `{"error":{"message":"gpu fell over","type":"server_error"}}`, 500)
-				return
-			}
-			served.Add(1)
-			heard.Store(fmt.Sprintf("%x %d", h.Sum(nil), n))
-			files, _ := os.ReadDir(spoolDir)
-			leftovers.Store(len(files))
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"text":"%s"}`, name)
-		})
-		s := httptest.NewServer(mux)
-		t.Cleanup(s.Close)
-		return s
-	}
+	up := &asr{onServed: func() {
+		files, _ := os.ReadDir(spoolDir)
+		leftovers.Store(len(files))
+	}}
+	upstreamServer := up.start(t)
 	bad, good := upstreamServer("bad", true), upstreamServer("good", false)
 	eps := []upstream.Endpoint{
 		openaitest.SlowChecks(upstream.Endpoint{Name: "bad", URL: bad.URL, Type: upstream.TypeVLLM, Priority: 1,
@@ -105,9 +79,9 @@ func TestFormSpooled(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	require.Equal(t, 200, res.StatusCode, string(answer))
 	assert.JSONEq(t, `{"text":"good"}`, string(answer))
-	assert.EqualValues(t, 1, failed.Load(), "the first endpoint heard it and failed")
-	assert.EqualValues(t, 1, served.Load())
-	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), heard.Load(),
+	assert.EqualValues(t, 1, up.failed.Load(), "the first endpoint heard it and failed")
+	assert.EqualValues(t, 1, up.served.Load())
+	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), up.heard.Load(),
 		"the resent form is the client's, byte for byte, with the upstream's model name")
 	assert.Equal(t, 0, leftovers.Load(), "the spooled file is unlinked while it is in use")
 	files, _ := os.ReadDir(spoolDir)
@@ -153,52 +127,8 @@ func TestFormSpooled(t *testing.T) {
 // refused with OpenAI's error before its header goes on, and the upstream gets a form cut short,
 // never one naming another model; so is a form past the body limit, with a 413.
 func TestFormStreamed(t *testing.T) {
-	var failed, served, cut atomic.Int64
-	var heard atomic.Value
-	progress := make(chan int64, 1024) // what the good endpoint has read so far
-	upstreamServer := func(name string, fail bool) *httptest.Server {
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
-		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-			io.WriteString(w, `{"object":"list","data":[{"id":"whisper-large","object":"model"}]}`)
-		})
-		mux.HandleFunc("POST /v1/audio/transcriptions", func(w http.ResponseWriter, r *http.Request) {
-			h := sha256.New()
-			var n int64
-			buf := make([]byte, 256<<10)
-			for {
-				m, err := r.Body.Read(buf)
-				h.Write(buf[:m])
-				n += int64(m)
-				if !fail && m > 0 {
-					select {
-					case progress <- n:
-					default:
-					}
-				}
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					cut.Add(1)
-					http.Error(w, err.Error(), 400)
-					return
-				}
-			}
-			if fail {
-				failed.Add(1)
-				http.Error(w, `{"error":{"message":"gpu fell over","type":"server_error"}}`, 500)
-				return
-			}
-			served.Add(1)
-			heard.Store(fmt.Sprintf("%x %d", h.Sum(nil), n))
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"text":"%s"}`, name)
-		})
-		s := httptest.NewServer(mux)
-		t.Cleanup(s.Close)
-		return s
-	}
+	up := &asr{progress: make(chan int64, 1024)} // what the good endpoint has read so far
+	upstreamServer := up.start(t)
 	endpoint := func(name, url string, priority int) upstream.Endpoint {
 		return openaitest.SlowChecks(upstream.Endpoint{Name: name, URL: url, Type: upstream.TypeVLLM, Priority: priority,
 			Aliases: map[string]string{"whisper": "whisper-large"}})
@@ -250,7 +180,7 @@ func TestFormStreamed(t *testing.T) {
 	go func() {
 		pw.Write(body[:3<<20])
 		select {
-		case <-waitFor(progress, 2<<20):
+		case <-waitFor(up.progress, 2<<20):
 			streamed.Store(true)
 		case <-time.After(30 * time.Second): // the gateway holds it back: send the rest anyway
 		}
@@ -264,7 +194,7 @@ func TestFormStreamed(t *testing.T) {
 	require.Equal(t, 200, code, answer)
 	assert.True(t, streamed.Load(), "the upstream read nothing until the whole form had come")
 	assert.JSONEq(t, `{"text":"good"}`, answer)
-	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), heard.Load(),
+	assert.Equal(t, fmt.Sprintf("%x %d", sha256.Sum256(want), len(want)), up.heard.Load(),
 		"the form as the client sent it, with the upstream's model name")
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("allocated %d KB for a %d KB form", alloc>>10, len(body)>>10)
@@ -272,17 +202,17 @@ func TestFormStreamed(t *testing.T) {
 
 	// A second model field after the file: refused, and the upstream saw a form cut short.
 	twice, _ := form("whisper", "model", "whisper-secret")
-	served.Store(0)
+	up.served.Store(0)
 	code, answer = post(url, ct, bytes.NewReader(twice))
 	assert.Equal(t, 400, code, answer)
 	assert.Contains(t, answer, "duplicate_model")
-	assert.Zero(t, served.Load(), "no upstream got the whole form")
+	assert.Zero(t, up.served.Load(), "no upstream got the whole form")
 
 	// Past the body limit while it streams (no Content-Length): a 413.
 	small := gateway(openai.ProxyOptions{MaxBodyBytes: 4 << 20}, endpoint("good", good.URL, 0))
 	code, answer = post(small, ct, io.MultiReader(bytes.NewReader(body))) // a plain io.Reader: sent chunked
 	assert.Equal(t, http.StatusRequestEntityTooLarge, code, answer)
-	assert.Zero(t, served.Load())
+	assert.Zero(t, up.served.Load())
 
 	// The first endpoint refuses the connection (it stopped after its health check): the
 	// untouched form goes to the next.
@@ -292,7 +222,7 @@ func TestFormStreamed(t *testing.T) {
 	code, answer = post(url, ct, bytes.NewReader(body))
 	assert.Equal(t, 200, code, answer)
 	assert.JSONEq(t, `{"text":"good"}`, answer)
-	assert.EqualValues(t, 1, served.Load())
+	assert.EqualValues(t, 1, up.served.Load())
 
 	// The first endpoint reads the form and fails: it cannot be sent again, so its 500 is the
 	// answer and the next endpoint hears nothing.
@@ -301,8 +231,67 @@ func TestFormStreamed(t *testing.T) {
 	code, answer = post(url, ct, bytes.NewReader(body))
 	assert.Equal(t, 500, code, answer)
 	assert.Contains(t, answer, "gpu fell over")
-	assert.EqualValues(t, 1, failed.Load())
-	assert.EqualValues(t, 1, served.Load(), "the good endpoint heard only the earlier form")
+	assert.EqualValues(t, 1, up.failed.Load())
+	assert.EqualValues(t, 1, up.served.Load(), "the good endpoint heard only the earlier form")
+}
+
+// asr is a fake speech-to-text upstream: it reads each form to its end (hashing it, and
+// reporting how much it has read on progress, when set), then answers with its name, or, when
+// it fails, a 500.
+type asr struct {
+	failed, served atomic.Int64
+	heard          atomic.Value // "sha256 length" of the last form served
+	progress       chan int64
+	onServed       func()
+}
+
+// start returns a function that starts one such upstream, named, failing or not.
+func (a *asr) start(t *testing.T) func(name string, fail bool) *httptest.Server {
+	return func(name string, fail bool) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+		mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, `{"object":"list","data":[{"id":"whisper-large","object":"model"}]}`)
+		})
+		mux.HandleFunc("POST /v1/audio/transcriptions", func(w http.ResponseWriter, r *http.Request) {
+			h := sha256.New()
+			var n int64
+			buf := make([]byte, 256<<10)
+			for {
+				m, err := r.Body.Read(buf)
+				h.Write(buf[:m])
+				n += int64(m)
+				if a.progress != nil && !fail && m > 0 {
+					select {
+					case a.progress <- n:
+					default:
+					}
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					http.Error(w, err.Error(), 400)
+					return
+				}
+			}
+			if fail {
+				a.failed.Add(1)
+				http.Error(w, `{"error":{"message":"gpu fell over","type":"server_error"}}`, 500)
+				return
+			}
+			a.served.Add(1)
+			a.heard.Store(fmt.Sprintf("%x %d", h.Sum(nil), n))
+			if a.onServed != nil {
+				a.onServed()
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"text":"%s"}`, name)
+		})
+		s := httptest.NewServer(mux)
+		t.Cleanup(s.Close)
+		return s
+	}
 }
 
 // waitFor is closed once progress reports n or more.
