@@ -240,6 +240,8 @@ func (w *response) commit(final bool) {
 	}
 	if w.closeAfter && !hasToken(h["Connection"], "close") {
 		h["Connection"] = []string{"close"}
+	} else if !w.closeAfter && !w.req.ProtoAtLeast(1, 1) {
+		h["Connection"] = []string{"keep-alive"} // an HTTP/1.0 client that asked for it
 	}
 	w.statusLine(w.status)
 	if _, ok := h["Date"]; !ok {

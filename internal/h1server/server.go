@@ -403,9 +403,14 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	}
 	req = req.WithContext(ctx)
 	w.req = req
-	w.closeAfter = req.Close || !req.ProtoAtLeast(1, 1) || len(req.TransferEncoding) > 0
+	// HTTP/1.0 closes unless it asked to be kept alive (ReadRequest's Close says which).
+	w.closeAfter = req.Close || len(req.TransferEncoding) > 0
+	h := c.s.Handler
+	if req.RequestURI == "*" && req.Method == http.MethodOptions {
+		h = optionsAsterisk // as net/http's server: no handler is asked about the server as a whole
+	}
 	c.watch.start(cancel, body)
-	ok := c.runHandler(w, req)
+	ok := c.runHandler(h, w, req)
 	c.watch.stop()
 	if !ok {
 		return false // the handler panicked: the answer cannot be trusted to be whole
@@ -418,7 +423,7 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 
 // runHandler runs the handler, recovering a panic as net/http does (http.ErrAbortHandler
 // quietly); it reports whether the handler returned normally.
-func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
+func (c *conn) runHandler(h http.Handler, w *response, req *http.Request) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
@@ -428,9 +433,14 @@ func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
 			_ = c.bw.Flush() // what was written goes out; then the connection ends
 		}
 	}()
-	c.s.Handler.ServeHTTP(w, req)
+	h.ServeHTTP(w, req)
 	return true
 }
+
+// optionsAsterisk answers OPTIONS * with an empty 200.
+var optionsAsterisk = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Length", "0")
+})
 
 // connReader reads the connection for the bufio.Reader: bounded while a header is read (limit
 // >= 0), and first giving back a byte the watch read.

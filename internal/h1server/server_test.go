@@ -155,6 +155,23 @@ func TestFraming(t *testing.T) {
 	res, body = c.read("GET")
 	assert.Equal(t, big, body, "HTTP/1.0: the body ends with the connection")
 	assert.True(t, res.Close)
+
+	// HTTP/1.0 kept alive when it asks, as long as the answer has a length (ab -k does this).
+	c = dial(t, addr)
+	c.send("GET /small HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+	res, body = c.read("GET")
+	assert.Equal(t, "<html>hi</html>", body)
+	assert.Equal(t, "keep-alive", res.Header.Get("Connection"))
+	c.send("GET /big HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+	res, body = c.read("GET")
+	assert.Equal(t, big, body, "no length known: the body ends with the connection")
+	assert.True(t, res.Close)
+
+	c = dial(t, addr)
+	c.send("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, body = c.read("OPTIONS")
+	assert.Equal(t, 200, res.StatusCode, "OPTIONS * is the server's, as net/http answers it")
+	assert.Empty(t, body)
 }
 
 // TestExpectContinue: 100 Continue goes out when the handler first reads the body, not when it
