@@ -57,11 +57,15 @@ func exchange(t *testing.T, addr string, raw []byte) []string {
 	}
 }
 
-var emptyHost = regexp.MustCompile(`(?i)(^|\n)host:[ \t]*\r?\n`)
+var (
+	emptyHost    = regexp.MustCompile(`(?i)(^|\n)host:[ \t]*\r?\n`)
+	absoluteForm = regexp.MustCompile(`^[^ ]+ [^/* ][^ ]*://`)
+)
 
 // FuzzServer: whatever bytes a client sends, the server answers its first request as net/http's
 // server does (the same status, and the same body the handler made of the request), except
-// where the package documents a difference: an empty Host header is refused. It never panics,
+// where the package documents a difference: an empty Host header, and an absolute-form target,
+// are refused. It never panics,
 // and never hangs (the exchange's deadline).
 func FuzzServer(f *testing.F) {
 	for _, s := range []string{
@@ -110,8 +114,8 @@ func FuzzServer(f *testing.F) {
 		if g == w {
 			return
 		}
-		if g[:min(3, len(g))] == "400" && emptyHost.Match(raw) {
-			return // documented: an empty Host is refused
+		if g[:min(3, len(g))] == "400" && (emptyHost.Match(raw) || absoluteForm.Match(raw)) {
+			return // documented: an empty Host, and an absolute-form target, are refused
 		}
 		t.Fatalf("%q:\nours   %q\nnet/http %q", raw, got, want)
 	})

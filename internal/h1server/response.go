@@ -37,8 +37,10 @@ type response struct {
 	noBody      bool              // HEAD, 1xx, 204, 304: no body goes out
 	head        bool              // HEAD: writes are counted, not sent
 	trailers    []string
-	err         error // the first write error: the connection is gone
-	done        bool  // the handler has returned
+	err         error  // the first write error: the connection is gone
+	done        bool   // the handler has returned
+	fullDuplex  bool   // the handler reads the body while it answers (EnableFullDuplex)
+	cancel      func() // the request's context's: a failed write ends it, as in net/http
 }
 
 var (
@@ -70,7 +72,10 @@ func (w *response) WriteHeader(code int) {
 		}
 	}
 	w.head = w.req.Method == http.MethodHead
-	w.noBody = w.head || code == http.StatusNoContent || code == http.StatusNotModified
+	w.noBody = w.head || code == http.StatusNoContent || code == http.StatusNotModified || code == http.StatusSwitchingProtocols
+	if code == http.StatusSwitchingProtocols {
+		w.closeAfter = true // no upgrade is served here: what follows is not HTTP/1 to read
+	}
 }
 
 // informational sends a 1xx answer at once (103 Early Hints with the header so far).
@@ -84,7 +89,7 @@ func (w *response) informational(code int) {
 	bw := w.c.bw
 	w.statusLine(code)
 	if code != http.StatusContinue {
-		w.writeHeaderLines(w.header)
+		w.writeHeaderLines(w.header, true)
 	}
 	bw.WriteString("\r\n")
 	w.setErr(bw.Flush())
@@ -154,6 +159,7 @@ func (w *response) setErr(err error) {
 	if err != nil && w.err == nil {
 		w.err = err
 		w.closeAfter = true
+		w.cancel()
 	}
 }
 
@@ -194,13 +200,18 @@ func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteD
 
 func (w *response) SetReadDeadline(t time.Time) error { return w.c.nc.SetReadDeadline(t) }
 
-// EnableFullDuplex: the body can always be read while the answer is written here.
-func (w *response) EnableFullDuplex() error { return nil }
+// EnableFullDuplex lets the handler read the body after its answer has begun: the body is then
+// not read (and dropped) before the answer's header goes out.
+func (w *response) EnableFullDuplex() error {
+	w.fullDuplex = true
+	return nil
+}
 
 // commit puts the status line and header in the connection's buffer, choosing the framing:
 // final when the handler has returned and the whole body is held.
 func (w *response) commit(final bool) {
 	w.committed = true
+	w.settleBody()
 	h := w.header
 	if c, ok := h["Connection"]; ok && hasToken(c, "close") || w.c.s.shutdown.Load() {
 		w.closeAfter = true // the handler's wish, or the server shutting down
@@ -249,7 +260,7 @@ func (w *response) commit(final bool) {
 		w.c.bw.Write(w.c.s.date())
 		w.c.bw.WriteString("\r\n")
 	}
-	w.writeHeaderLines(h)
+	w.writeHeaderLines(h, false)
 	if w.chunked {
 		w.c.bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
@@ -273,13 +284,34 @@ func (w *response) statusLine(code int) {
 	bw.WriteString("\r\n")
 }
 
+// settleBody reads what is left of the request's body before the answer's header goes out, as
+// net/http's server does, so that a client that sends its whole request before it reads is not
+// left blocked: up to maxPostHandlerRead, within the header timeout. A body it cannot so read
+// (more than that left, a 100 Continue never sent, a client that does not send it) makes the
+// answer say Connection: close, and the connection ends after it.
+func (w *response) settleBody() {
+	b := w.body
+	if w.req.ContentLength == 0 || w.closeAfter || w.fullDuplex || b.eof.Load() {
+		return
+	}
+	switch {
+	case b.continueW != nil:
+		w.closeAfter = true // the client may be waiting for the 100 to send it
+	case b.length >= 0 && b.length-b.read >= maxPostHandlerRead:
+		w.closeAfter = true
+	default:
+		w.closeAfter = !b.drain()
+	}
+}
+
 // writeHeaderLines writes h as header lines: names that are not tokens, and trailers, are left
 // out; a line break in a value becomes a space (so no value can end the header: net/http's
-// rules).
-func (w *response) writeHeaderLines(h http.Header) {
+// rules). An informational (1xx) answer carries no framing headers.
+func (w *response) writeHeaderLines(h http.Header, informational bool) {
 	bw := w.c.bw
 	for k, vv := range h {
-		if !httpguts.ValidHeaderFieldName(k) || strings.HasPrefix(k, http.TrailerPrefix) {
+		if !httpguts.ValidHeaderFieldName(k) || strings.HasPrefix(k, http.TrailerPrefix) ||
+			informational && (k == "Content-Length" || k == "Transfer-Encoding") {
 			continue
 		}
 		for _, v := range vv {
@@ -368,12 +400,14 @@ type requestBody struct {
 	rc        io.ReadCloser
 	c         *conn
 	continueW *response // sends 100 Continue on the first read unless the answer has begun
+	length    int64     // the request's Content-Length; -1: chunked
+	read      int64     // bytes read so far
 	eof       atomic.Bool
-	closed    bool
+	closed    atomic.Bool
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
-	if b.closed {
+	if b.closed.Load() {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	if w := b.continueW; w != nil {
@@ -383,29 +417,39 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		b.continueW = nil
 	}
 	n, err := b.rc.Read(p)
+	b.read += int64(n)
 	if err == io.EOF && !b.eof.Load() {
 		b.eof.Store(true)
-		b.c.watch.bodyDone()
+		b.c.watch.bodyDone(b)
 	}
 	return n, err
 }
 
 func (b *requestBody) Close() error {
-	b.closed = true
+	b.closed.Store(true)
 	return nil
 }
 
-// drain reads what the handler left of the body, up to maxPostHandlerRead, and reports whether
-// the connection can carry another request (the body ended, and 100 Continue was not awaited).
+// drain reads what the handler left of the body, up to maxPostHandlerRead and within the header
+// timeout, and reports whether the connection can carry another request (the body ended, and
+// 100 Continue was not awaited).
 func (b *requestBody) drain() bool {
 	if b.eof.Load() {
 		return true
 	}
-	if b.continueW != nil {
-		return false // the client may be waiting to send the body: the connection cannot go on
+	if b.continueW != nil || b.length >= 0 && b.length-b.read > maxPostHandlerRead {
+		return false // awaited, or too much left: not worth reading
 	}
+	_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.headerTimeout()))
 	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerRead+1)
-	return errors.Is(err, io.EOF) && n <= maxPostHandlerRead
+	_ = b.c.nc.SetReadDeadline(time.Time{})
+	b.read += n
+	if errors.Is(err, io.EOF) && n <= maxPostHandlerRead {
+		b.eof.Store(true)
+		b.c.watch.bodyDone(b) // read before a long answer: it may now be watched
+		return true
+	}
+	return false
 }
 
 // watch notices a client going away during a request that outlives watchAfter, by reading the
@@ -446,11 +490,12 @@ func (w *watch) fire() {
 	}
 }
 
-// bodyDone is called when the request's body has been read to its end.
-func (w *watch) bodyDone() {
+// bodyDone is called when a request's body has been read to its end: the watch's request's
+// (a late read of an earlier request's body is not).
+func (w *watch) bodyDone(b *requestBody) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.on && w.fired {
+	if w.on && w.fired && w.body == b {
 		w.launch()
 	}
 }

@@ -21,8 +21,12 @@
 //   - A request whose body came chunked closes its connection after its answer (RFC 9112 §6.1:
 //     net/http drops the Content-Length of a request that also had Transfer-Encoding, so the
 //     two cannot be told apart; an intermediary may have framed it by its length).
-//   - HTTP/1.0 connections are not kept alive.
-//   - No Hijack, no HTTP/2 upgrade, no TLS (the gateway's router hands it plain HTTP/1 only).
+//   - An HTTP/1.0 connection is kept alive only for a request without a body (Go's parser drops
+//     an HTTP/1.0 request's Transfer-Encoding, so its framing cannot be trusted).
+//   - An empty Host header is refused (http.ReadRequest hides it among absent ones), and so is
+//     an absolute-form request target (a forward proxy's: it hides whether Host came).
+//   - No Hijack (a 101 ends the connection), no HTTP/2 upgrade, no TLS (the gateway's router
+//     hands it plain HTTP/1 only), and the request's context carries no server values.
 package h1server
 
 import (
@@ -135,8 +139,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	done := make(chan struct{})
-	s.done = done
+	if s.done == nil { // a second Shutdown waits for the same end
+		s.done = make(chan struct{})
+	}
+	done := s.done
 	for c := range s.conns {
 		c.wakeIfIdle()
 	}
@@ -221,6 +227,7 @@ type conn struct {
 const (
 	stateActive = iota
 	stateIdle
+	stateWoken // by Shutdown, while idle: it ends
 )
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -232,9 +239,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return c
 }
 
-// wakeIfIdle ends the wait of an idle connection for its next request (Shutdown).
+// wakeIfIdle ends the wait of an idle connection for its next request (Shutdown). A connection
+// whose request has begun is left to finish it: the state's compare-and-swap decides which.
 func (c *conn) wakeIfIdle() {
-	if c.state.Load() == stateIdle {
+	if c.state.CompareAndSwap(stateIdle, stateWoken) {
 		_ = c.nc.SetReadDeadline(aLongTimeAgo)
 	}
 }
@@ -265,14 +273,14 @@ var errIdle = errors.New("h1server: idle connection ended")
 func (c *conn) readRequest(first bool) (*http.Request, error) {
 	if c.br.Buffered() == 0 && !first {
 		c.state.Store(stateIdle)
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
+		// After the deadline is set: a Shutdown that set its own before is seen here.
 		if c.s.shutdown.Load() {
 			return nil, errIdle
 		}
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
 		_, err := c.br.Peek(1)
-		c.state.Store(stateActive)
-		if err != nil {
-			return nil, errIdle
+		if !c.state.CompareAndSwap(stateIdle, stateActive) || err != nil {
+			return nil, errIdle // woken by Shutdown (a request that came just then is not served)
 		}
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
@@ -309,6 +317,11 @@ func check(req *http.Request) error {
 	}
 	// http.ReadRequest has moved the Host header to req.Host (refusing two of them), so an
 	// empty one reads as none: both are refused here (net/http's server takes an empty one).
+	// An absolute-form target (a forward proxy's) sets req.Host from itself, hiding whether the
+	// required Host header came: refused, since the gateway is no forward proxy.
+	if req.URL.Host != "" && req.Method != http.MethodConnect {
+		return badRequest("absolute-form request target")
+	}
 	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
 		return badRequest("missing required Host header")
 	}
@@ -357,13 +370,7 @@ func (c *conn) refuse(err error) {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = io.WriteString(c.nc, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+
 		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+strconv.Itoa(status)+" "+text)
-	// Let the client read the answer before the close: a close with unread request bytes
-	// would reset the connection and could lose it.
-	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
-		_ = tc.CloseWrite()
-		_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		_, _ = io.CopyN(io.Discard, c.nc, 256<<10)
-	}
+	c.closeWriteAndWait()
 }
 
 func isUnsupportedTE(err error) bool {
@@ -382,19 +389,19 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	// and the request's ends with it, or with the watch's cancel, either way.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body := &requestBody{rc: req.Body, c: c}
-	w := &response{c: c, req: req, header: make(http.Header, 8), body: body}
+	body := &requestBody{rc: req.Body, c: c, length: req.ContentLength}
+	w := &response{c: c, req: req, header: make(http.Header, 8), body: body, cancel: cancel}
 	// Expect, as net/http's server takes it: 100-continue is answered when the handler first
 	// reads the body; any other expectation is refused.
-	if ex := req.Header.Get("Expect"); strings.EqualFold(ex, "100-continue") {
+	if ex := req.Header.Get("Expect"); expectsContinue(ex) {
 		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 {
 			body.continueW = w
 		}
 	} else if ex != "" {
 		w.closeAfter = true
-		w.header.Set("Connection", "close")
 		w.WriteHeader(http.StatusExpectationFailed)
 		w.finish()
+		c.closeWriteAndWait()
 		return false
 	}
 	req.Body = body
@@ -403,8 +410,10 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	}
 	req = req.WithContext(ctx)
 	w.req = req
-	// HTTP/1.0 closes unless it asked to be kept alive (ReadRequest's Close says which).
-	w.closeAfter = req.Close || len(req.TransferEncoding) > 0
+	// HTTP/1.0 closes unless it asked to be kept alive (ReadRequest's Close says which) and
+	// sent no body: Go's parser drops an HTTP/1.0 request's Transfer-Encoding, so a body's
+	// framing cannot be trusted there (RFC 9112 §6.1).
+	w.closeAfter = req.Close || len(req.TransferEncoding) > 0 || !req.ProtoAtLeast(1, 1) && req.ContentLength != 0
 	h := c.s.Handler
 	if req.RequestURI == "*" && req.Method == http.MethodOptions {
 		h = optionsAsterisk // as net/http's server: no handler is asked about the server as a whole
@@ -415,10 +424,38 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	if !ok {
 		return false // the handler panicked: the answer cannot be trusted to be whole
 	}
-	if !w.finish() || w.closeAfter {
+	if !w.finish() {
 		return false
 	}
-	return body.drain()
+	if w.closeAfter || !body.drain() {
+		if !body.eof.Load() {
+			c.closeWriteAndWait() // the client may still be sending: let it read the answer
+		}
+		return false
+	}
+	return true
+}
+
+// closeWriteAndWait ends the connection's writing side and reads (and drops) what the client
+// still sends, for a bounded time, before the close: closing a socket with unread bytes in it
+// resets the connection, and a client may then lose the answer it was sent.
+func (c *conn) closeWriteAndWait() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, _ = io.CopyN(io.Discard, c.nc, maxPostHandlerRead)
+	}
+}
+
+// expectsContinue reports whether an Expect value names 100-continue among its words (split at
+// spaces, tabs and commas, in any case), as net/http's server reads it.
+func expectsContinue(v string) bool {
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' }) {
+		if strings.EqualFold(f, "100-continue") {
+			return true
+		}
+	}
+	return false
 }
 
 // runHandler runs the handler, recovering a panic as net/http does (http.ErrAbortHandler

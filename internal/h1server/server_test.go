@@ -313,3 +313,95 @@ func TestRefusals(t *testing.T) {
 	assert.True(t, errors.Is(err, io.EOF), "a panic ends the connection unanswered: %v", err)
 	assert.EqualValues(t, 1, panics.Load())
 }
+
+// TestUnreadBody: a handler that answers without reading the body. A small body is read (and
+// dropped) before the answer goes, so the connection carries the next request; a large one, or
+// one the client does not send, is not waited for: the answer says Connection: close and
+// reaches the client whole (no reset), and the connection ends at once, not when the client
+// gives up.
+func TestUnreadBody(t *testing.T) {
+	addr := serve(t, &h1server.Server{HeaderTimeout: 300 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no key", http.StatusUnauthorized)
+	})})
+	c := dial(t, addr)
+	c.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + strings.Repeat("a", 1000))
+	res, _ := c.read("POST")
+	assert.Equal(t, 401, res.StatusCode)
+	assert.False(t, res.Close, "a small body is read: the connection goes on")
+	c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, _ = c.read("GET")
+	assert.Equal(t, 401, res.StatusCode)
+
+	// 10 MB declared, the client still sending: the answer comes, with Connection: close.
+	up := dial(t, addr)
+	go func() {
+		_, _ = io.WriteString(up.c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for range 150 {
+			if _, err := up.c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	res, body := up.read("POST")
+	assert.Equal(t, 401, res.StatusCode)
+	assert.Contains(t, body, "no key")
+	assert.True(t, res.Close)
+
+	// 100 MB declared and nothing sent: not waited for.
+	for _, length := range []string{"100000000", "1000"} {
+		c = dial(t, addr)
+		start := time.Now()
+		c.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + "\r\n\r\n")
+		res, _ = c.read("POST")
+		assert.Equal(t, 401, res.StatusCode)
+		assert.True(t, res.Close, "length %s", length)
+		_, err := c.r.ReadByte()
+		assert.Error(t, err, "the connection ends")
+		assert.Less(t, time.Since(start), 5*time.Second, "length %s: ended by the server, not the test's deadline", length)
+	}
+}
+
+// TestInformational: a 103 carries the header so far but no framing header of the final
+// answer; a 101 (no upgrade is served here) carries no body and ends the connection.
+func TestInformational(t *testing.T) {
+	addr := serve(t, &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/upgrade" {
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			_, err := io.WriteString(w, "raw bytes")
+			assert.ErrorIs(t, err, http.ErrBodyNotAllowed)
+			return
+		}
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.Header().Set("Content-Length", "2")
+		w.WriteHeader(http.StatusEarlyHints)
+		io.WriteString(w, "ok")
+	})})
+	c := dial(t, addr)
+	c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	line, err := c.r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "HTTP/1.1 103 Early Hints\r\n", line)
+	var hints []string
+	for {
+		l, err := c.r.ReadString('\n')
+		require.NoError(t, err)
+		if l == "\r\n" {
+			break
+		}
+		hints = append(hints, l)
+	}
+	assert.Contains(t, hints, "Link: </style.css>; rel=preload\r\n")
+	for _, h := range hints {
+		assert.NotContains(t, h, "Content-Length", "a 1xx answer has no framing")
+	}
+	res, body := c.read("GET")
+	assert.Equal(t, "ok", body)
+	assert.EqualValues(t, 2, res.ContentLength)
+
+	c.send("GET /upgrade HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, _ = c.read("GET")
+	assert.Equal(t, 101, res.StatusCode)
+	_, err = c.r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "ended after the 101, with nothing sent after it")
+}
