@@ -407,6 +407,8 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	req.Body = body
 	if req.ContentLength == 0 && len(req.TransferEncoding) == 0 {
 		body.eof.Store(true) // nothing to read: watchable from the start
+		// As net/http's server gives it: a client that forwards it knows it is empty.
+		req.Body = http.NoBody
 	}
 	req = req.WithContext(ctx)
 	w.req = req

@@ -94,6 +94,11 @@ func TestFraming(t *testing.T) {
 		_, err := io.WriteString(w, "no")
 		assert.ErrorIs(t, err, http.ErrBodyNotAllowed)
 	})
+	mux.HandleFunc("/nobody", func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != http.NoBody {
+			t.Errorf("a request without a body has %T for one, not http.NoBody", r.Body)
+		}
+	})
 	mux.HandleFunc("/split", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Bad", "a\r\nInjected: yes")
 		io.WriteString(w, "ok")
@@ -130,6 +135,7 @@ func TestFraming(t *testing.T) {
 	assert.Equal(t, 204, res.StatusCode)
 	assert.Empty(t, body)
 
+	get("/nobody")
 	res, body = get("/split")
 	assert.Equal(t, "ok", body)
 	assert.Empty(t, res.Header.Get("Injected"), "a line break in a value cannot start a header")
