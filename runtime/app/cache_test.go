@@ -260,6 +260,12 @@ models:
 			}
 			before := up.Requests()
 			require.Equal(t, "miss", ask("", "What is the capital city of France?"))
+			// The answer is stored off the request's path, after the client has its last byte:
+			// a semantic lookup finds it only once it is there.
+			require.Eventually(t, func() bool {
+				_, metrics := getWithKey(t, addr, "/metrics", "")
+				return strings.Contains(metrics, `infergate_respcache_answers_total{model="m",outcome="stored"} 1`)
+			}, 10*time.Second, 10*time.Millisecond, "the first answer was not stored")
 			// An embeddings model's similarity alone decides; with the lexical embedder a hit
 			// also needs the same words (a word more is another question).
 			reworded := "So what is the capital city of France?"
