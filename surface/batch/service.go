@@ -721,6 +721,11 @@ func (s *Service) assemble(ctx context.Context, cur *batchstate.Batch) {
 			committed = true
 			return nil
 		})
+		if err != nil || b == nil {
+			// The update ran but was not stored (its context ended, the store failed): not
+			// committed, whatever the function said; dropFiles keeps the files if it was after all.
+			committed = false
+		}
 	}
 	if !committed {
 		if err != nil && ctx.Err() == nil {
