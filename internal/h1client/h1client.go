@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/infergate/infergate/internal/writewait"
 )
 
 // MaxBody is the largest request body the client writes itself; larger ones go to the fallback.
@@ -106,10 +108,20 @@ type countingWriter struct {
 	nc  net.Conn
 	n   int64
 	err error // the connection's last write error
+	// last, set around the flush of a request's last bytes, makes the write also wait for
+	// the answer to begin (writewait): one system call fewer an exchange.
+	last bool
+	ww   writewait.Writer
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
-	n, err := w.nc.Write(p)
+	var n int
+	var err error
+	if w.last {
+		n, err = w.ww.WriteWait(p)
+	} else {
+		n, err = w.nc.Write(p)
+	}
 	w.n += int64(n)
 	if err != nil {
 		w.err = err
@@ -181,6 +193,7 @@ func (t *Transport) dialConn(ctx context.Context) (*conn, error) {
 	}
 	c := &conn{nc: nc}
 	c.lr.nc, c.cw.nc = nc, nc
+	c.cw.ww.Init(nc, nil)
 	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
 	c.peek.init(nc)
 	c.br = bufio.NewReaderSize(&c.lr, bufferSize)
@@ -293,7 +306,10 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	if err := writeRequest(c.bw, req); err != nil {
 		return fail(err)
 	}
-	if err := c.bw.Flush(); err != nil {
+	c.cw.last = true
+	err := c.bw.Flush()
+	c.cw.last = false
+	if err != nil {
 		return fail(err)
 	}
 	// The limit bounds the heads of informational responses and the answer's together, as

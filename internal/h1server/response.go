@@ -328,7 +328,7 @@ func (w *response) writeHeaderLines(h http.Header, informational bool) {
 
 // finish completes the answer once the handler has returned: the header if it has not gone, the
 // held body, a chunked body's end and trailers; it reports whether the answer went out whole.
-func (w *response) finish() bool {
+func (w *response) finish(hold bool) bool {
 	w.done = true
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
@@ -356,7 +356,7 @@ func (w *response) finish() bool {
 	if w.length >= 0 && w.written != w.length && !w.noBody {
 		w.closeAfter = true // short of its Content-Length: the client must see the end
 	}
-	if w.err == nil {
+	if w.err == nil && (!hold || w.closeAfter) {
 		w.setErr(w.c.bw.Flush())
 	}
 	return w.err == nil

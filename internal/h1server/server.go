@@ -42,9 +42,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/infergate/infergate/internal/writewait"
 )
 
 // Server serves HTTP/1.x connections to Handler. Its zero value is not usable: set Handler.
@@ -214,7 +217,11 @@ type conn struct {
 	r      connReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
+	out    connWriter // what bw writes to
 	remote string
+	// pending, for a connection read ahead of the server (the gateway's protocol router), is
+	// how many of its bytes are in memory rather than in the socket; nil: none ever are.
+	pending func() int
 
 	// state is idle while the connection waits for a request's first byte: Shutdown wakes it
 	// then (its read deadline), and it ends.
@@ -234,9 +241,46 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
 	c.r.nc = nc
 	c.br = bufio.NewReaderSize(&c.r, bufferSize)
-	c.bw = bufio.NewWriterSize(nc, bufferSize)
+	var raw syscall.RawConn
+	if rc, ok := nc.(ReadAheadConn); ok {
+		raw, _ = rc.SyscallConn()
+		c.pending = rc.Pending
+	}
+	c.out.Init(nc, raw)
+	c.bw = bufio.NewWriterSize(&c.out, bufferSize)
 	c.watch.c = c
 	return c
+}
+
+// socketNext reports whether the next read is the socket's: no byte is held in memory ahead of
+// it (one the watch read, the router's), which the socket's readiness would not show.
+func (c *conn) socketNext() bool {
+	return len(c.r.peeked) == 0 && (c.pending == nil || c.pending() == 0)
+}
+
+// ReadAheadConn is a connection some of whose first bytes were read before the server got it
+// (a protocol router's sniff) and are given back by its Read; its Write and, once Pending is 0,
+// its reads are its socket's. Given one, or a *net.TCPConn, the server sends an answer and waits
+// for the next request in one step (writewait), a system call fewer a request.
+type ReadAheadConn interface {
+	net.Conn
+	syscall.Conn
+	// Pending is how many bytes Read will give back from memory before it reads the socket.
+	Pending() int
+}
+
+// connWriter is the connection's writer under bw: an answer's last bytes, when the connection
+// goes idle after them, are written as the wait for the next request begins.
+type connWriter struct {
+	writewait.Writer
+	wait bool
+}
+
+func (w *connWriter) Write(p []byte) (int, error) {
+	if w.wait {
+		return w.WriteWait(p)
+	}
+	return w.Writer.Write(p)
 }
 
 // wakeIfIdle ends the wait of an idle connection for its next request (Shutdown). A connection
@@ -250,7 +294,10 @@ func (c *conn) wakeIfIdle() {
 var aLongTimeAgo = time.Unix(1, 0)
 
 func (c *conn) serve() {
-	defer c.nc.Close()
+	defer func() {
+		_ = c.bw.Flush() // an answer held for the idle wait (see readRequest) goes out
+		c.nc.Close()
+	}()
 	first := true
 	for {
 		req, err := c.readRequest(first)
@@ -278,10 +325,23 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		if c.s.shutdown.Load() {
 			return nil, errIdle
 		}
+		// The last answer's held bytes go out as the wait for the next request begins
+		// (writewait); a wait that fails is met again by the read below.
+		if c.bw.Buffered() > 0 {
+			c.out.wait = c.socketNext()
+			err := c.bw.Flush()
+			c.out.wait = false
+			if err != nil {
+				return nil, errIdle
+			}
+		}
 		_, err := c.br.Peek(1)
 		if !c.state.CompareAndSwap(stateIdle, stateActive) || err != nil {
 			return nil, errIdle // woken by Shutdown (a request that came just then is not served)
 		}
+	}
+	if err := c.bw.Flush(); err != nil { // a pipelined request: the answer before it goes now
+		return nil, errIdle
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
 	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
@@ -400,7 +460,7 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	} else if ex != "" {
 		w.closeAfter = true
 		w.WriteHeader(http.StatusExpectationFailed)
-		w.finish()
+		w.finish(false)
 		c.closeWriteAndWait()
 		return false
 	}
@@ -426,7 +486,9 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	if !ok {
 		return false // the handler panicked: the answer cannot be trusted to be whole
 	}
-	if !w.finish() {
+	// A whole answer on a connection that stays open is held in bw: readRequest sends it as it
+	// starts waiting for the next request.
+	if !w.finish(!w.closeAfter && body.eof.Load()) {
 		return false
 	}
 	if w.closeAfter || !body.drain() {

@@ -41,7 +41,10 @@ import (
 // as a streaming gateway needs, no access log), infergate (the default config: metrics on,
 // tracing configured but not sampling, no request log), infergate+keys (the same with an API
 // key checked on every request) and infergate-nethttp (the default config on net/http's server,
-// server.http1: net/http); with INFERGATE_HOTPATH_FLOORS=1 also the least a proxy can do
+// server.http1: net/http), and with INFERGATE_HOTPATH_BASELINE=BINARY a "baseline" arm: another
+// build of the binary (say, the last commit's), for old against new in one run;
+// INFERGATE_HOTPATH_ARMS=a,b keeps only those arms (and direct). With INFERGATE_HOTPATH_FLOORS=1
+// also the least a proxy can do
 // on net/http's server, fasthttp's and a hand-written connection loop (tools/hotpath/floor). The
 // load client speaks HTTP/1.1 over raw connections with
 // pre-built requests, so that it spends as little of the two cores as it can. Reported: medians
@@ -63,6 +66,7 @@ func BenchmarkHotPath(b *testing.B) {
 		pids       []int  // the processes serving it, for strace
 		pprof      string // the infergate binary's profiler
 	}
+	var gwBin func(bin, name, extra string) arm
 	arms := []arm{{name: "direct", addr: upAddr}}
 	if nginx, err := exec.LookPath("nginx"); err == nil {
 		addr, pids := startNginx(b, nginx, dir, upAddr)
@@ -70,7 +74,8 @@ func BenchmarkHotPath(b *testing.B) {
 	} else {
 		b.Log("nginx is not on PATH (apt-get install nginx-light): no nginx arm")
 	}
-	gw := func(name, extra string) arm {
+	gw := func(name, extra string) arm { return gwBin(bin, name, extra) }
+	gwBin = func(bin, name, extra string) arm {
 		cfg := filepath.Join(dir, name+".yaml")
 		conf := fmt.Sprintf("builtin_models: false\nupstreams:\n  - {name: up, url: %s, type: vllm}\n"+
 			"tracing: {otlp_endpoint: 'http://127.0.0.1:1', level: [OFF]}\n%s", up.URL, extra)
@@ -91,6 +96,15 @@ func BenchmarkHotPath(b *testing.B) {
 	// The same binary with net/http's server for HTTP/1.1 (server.http1), as before the gateway
 	// had its own: the change of server, measured in the same run.
 	arms = append(arms, gw("infergate", ""), keyed, gw("infergate-nethttp", "server: {http1: net/http}\n"))
+	if old := os.Getenv("INFERGATE_HOTPATH_BASELINE"); old != "" {
+		// Another build of the binary (an older commit's), default config: a change measured
+		// old against new in one run.
+		arms = append(arms, gwBin(old, "baseline", ""))
+	}
+	if only := os.Getenv("INFERGATE_HOTPATH_ARMS"); only != "" {
+		keep := strings.Split(only+",direct", ",")
+		arms = slices.DeleteFunc(arms, func(a arm) bool { return !slices.Contains(keep, a.name) })
+	}
 	if os.Getenv("INFERGATE_HOTPATH_FLOORS") != "" {
 		// The least a proxy can do on each server a Go gateway could be built on
 		// (tools/hotpath/floor): what a change of server could gain, before it is made.
@@ -128,17 +142,21 @@ func BenchmarkHotPath(b *testing.B) {
 				res[a.name] = x
 			}
 			cpu0 := procCPU(b, a.pids)
+			r0, w0 := procIO(b, a.pids)
 			rps, done := load(b, a.addr, a.auth, chat, 64, dur)
-			cpu := 0.0
+			cpu, reads, writes := 0.0, 0.0, 0.0
 			if a.pids != nil {
-				cpu = float64((procCPU(b, a.pids) - cpu0).Microseconds()) / float64(len(done))
+				n := float64(len(done))
+				cpu = float64((procCPU(b, a.pids) - cpu0).Microseconds()) / n
 				x.cpu = append(x.cpu, cpu)
+				r1, w1 := procIO(b, a.pids)
+				reads, writes = (r1-r0)/n, (w1-w0)/n
 			}
 			_, lat := load(b, a.addr, a.auth, chat, 1, dur)
 			ttfb := firstEvents(b, a.addr, a.auth, stream, dur)
 			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(lat)), append(x.ttfb, median(ttfb))
-			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs",
-				r+1, a.name, rps, cpu, median(lat), median(ttfb))
+			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req %4.2f reads %4.2f writes   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs",
+				r+1, a.name, rps, cpu, reads, writes, median(lat), median(ttfb))
 		}
 	}
 	// What a request costs each proxy, from a c=64 load of its own after the rounds:
@@ -197,17 +215,28 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportMetric(median(res[a.name].cpu), a.name+"-cpu-us/req")
 		}
 	}
+	if res["infergate"] == nil {
+		return
+	}
 	b.ReportMetric(med("infergate", rps)/med("direct", rps), "c64-x-direct")
-	b.ReportMetric(med("infergate+keys", rps)/med("infergate", rps), "keys-x-infergate")
+	if res["infergate+keys"] != nil {
+		b.ReportMetric(med("infergate+keys", rps)/med("infergate", rps), "keys-x-infergate")
+	}
 	added := func(name string, f func(*result) []float64) float64 {
 		return med(name, f) - med("direct", f)
 	}
 	b.ReportMetric(added("infergate", p50), "c1-added-us")
 	b.ReportMetric(added("infergate", ttfb), "ttfb-added-us")
-	b.ReportMetric(med("infergate", rps)/med("infergate-nethttp", rps), "c64-x-nethttp")
-	b.ReportMetric(median(res["infergate"].cpu)/median(res["infergate-nethttp"].cpu), "cpu-x-nethttp")
-	b.ReportMetric(added("infergate-nethttp", p50), "nethttp-c1-added-us")
-	b.ReportMetric(added("infergate-nethttp", ttfb), "nethttp-ttfb-added-us")
+	for _, other := range []string{"infergate-nethttp", "baseline"} {
+		if res[other] == nil {
+			continue
+		}
+		short := strings.TrimPrefix(other, "infergate-")
+		b.ReportMetric(med("infergate", rps)/med(other, rps), "c64-x-"+short)
+		b.ReportMetric(median(res["infergate"].cpu)/median(res[other].cpu), "cpu-x-"+short)
+		b.ReportMetric(added(other, p50), short+"-c1-added-us")
+		b.ReportMetric(added(other, ttfb), short+"-ttfb-added-us")
+	}
 	if res["nginx"] != nil {
 		b.ReportMetric(med("nginx", rps)/med("direct", rps), "nginx-c64-x-direct")
 		b.ReportMetric(med("infergate", rps)/med("nginx", rps), "c64-x-nginx")
@@ -288,6 +317,29 @@ func procCPU(b *testing.B, pids []int) time.Duration {
 		}
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// procIO returns the read and write system calls pids made (read(2) and write(2) and their
+// kind, EAGAIN included; not recvfrom or sendmsg), from /proc/PID/io: counted by the kernel, so
+// unlike strace they do not slow what they count.
+func procIO(b *testing.B, pids []int) (reads, writes float64) {
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+			n, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "syscr":
+				reads += n
+			case "syscw":
+				writes += n
+			}
+		}
+	}
+	return reads, writes
 }
 
 type counters struct{ mallocs, requests float64 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
@@ -206,7 +207,7 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc, h1 bo
 		if string(head[:n]) != clientPreface[:n] {
 			// HTTP/1.x (or garbage, which net/http answers properly): decided as soon as a byte
 			// differs, so short requests such as load-balancer probes are not kept waiting.
-			return false, true, &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}, nil
+			return false, true, &replayConn{Conn: c, head: head[:n]}, nil
 		}
 		if err != nil {
 			return false, false, nil, err
@@ -268,7 +269,7 @@ func sniff(c net.Conn, firstByte, idle time.Duration, shown func()) (grpc, h1 bo
 		}
 	}
 	grpc = isGRPC(block)
-	return grpc, false, &replayConn{Conn: c, r: io.MultiReader(kept, c)}, nil
+	return grpc, false, &replayConn{Conn: c, head: kept.Bytes()}, nil
 }
 
 // headerFragment strips padding and priority fields from a HEADERS payload.
@@ -312,10 +313,30 @@ func isGRPC(block []byte) bool {
 // replayConn is a connection whose first reads return bytes already consumed by the router.
 type replayConn struct {
 	net.Conn
-	r io.Reader
+	head []byte // what the router read and reads give back first
 }
 
-func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// Pending is how many of the router's bytes reads have yet to give back (h1server.ReadAheadConn).
+func (c *replayConn) Pending() int { return len(c.head) }
+
+// SyscallConn is the socket's, when the connection is a plain TCP socket, whose reads and writes
+// are the socket's (h1server.ReadAheadConn); not a wrapper's, which may do more.
+func (c *replayConn) SyscallConn() (syscall.RawConn, error) {
+	tc, ok := c.Conn.(*net.TCPConn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return tc.SyscallConn()
+}
 
 // CloseWrite keeps net/http's half-close before closing an HTTP/1 connection working.
 func (c *replayConn) CloseWrite() error {
