@@ -318,7 +318,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	var res *http.Response
 	for {
 		var err error
-		if res, err = http.ReadResponse(c.br, req); err != nil {
+		if res, err = readResponse(c.br, req); err != nil {
 			return fail(err)
 		}
 		if res.StatusCode == http.StatusSwitchingProtocols {

@@ -163,8 +163,9 @@ func BenchmarkHotPath(b *testing.B) {
 	// allocations (the binary's own counter), and, with INFERGATE_HOTPATH_STRACE=1, system
 	// calls (strace -c on its processes, which slows them: counts only). With
 	// INFERGATE_HOTPATH_PROFILE=DIR, the infergate arm's CPU profile during such a load is saved
-	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof), and an execution
-	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits).
+	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof), an execution
+	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits), and the
+	// allocations of a c=64 load in DIR/infergate.allocs.pprof.
 	for _, a := range arms {
 		if a.pprof == "" {
 			continue
@@ -179,6 +180,7 @@ func BenchmarkHotPath(b *testing.B) {
 			if a.name == "infergate" {
 				profile(b, a.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), seconds-1, func() { load(b, a.addr, a.auth, chat, 64, dur) })
 				profile(b, a.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), 1, func() { load(b, a.addr, a.auth, chat, 1, dur) })
+				profile(b, a.pprof, "allocs", filepath.Join(dir, "infergate.allocs.pprof"), seconds-1, func() { load(b, a.addr, a.auth, chat, 64, dur) })
 			}
 		}
 	}
@@ -397,8 +399,12 @@ func profile(b *testing.B, pprofAddr, kind, file string, seconds int, run func()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	if kind == "trace" {
+	switch kind {
+	case "trace":
 		b.Logf("execution trace at c=1: go tool trace -pprof=sched %s > sched.pprof (or go tool trace %s)", file, file)
+		return
+	case "allocs":
+		b.Logf("allocations at c=64: go tool pprof -sample_index=alloc_objects -top %s", file)
 		return
 	}
 	b.Logf("CPU profile at c=64: go tool pprof -top %s", file)
