@@ -9,12 +9,14 @@
 // setting), and roundtriptest holds the contract it shares with http.Transport, which its tests
 // run against both.
 //
-// Here the request is written (writeRequest, one write per request) and the response head read
-// (http.ReadResponse) by the caller. Connections are kept alive in a LIFO pool. http.Transport's
-// reader goroutine notices an upstream closing an idle connection; here a non-blocking peek does
-// before a connection is reused, which needs a platform where a socket can be peeked at
-// (Supported). Since responses are parsed by http.ReadResponse, chunked bodies, 1xx responses and
-// Connection: close behave as with http.Transport.
+// Here the request is written (writeRequest, one write per request, whose last bytes go out as
+// the wait for the answer begins: internal/writewait) and the response head read (readResponse:
+// the common head by internal/httphead, any other by http.ReadResponse) by the caller.
+// Connections are kept alive in a LIFO pool. http.Transport's reader goroutine notices an
+// upstream closing an idle connection; here a non-blocking peek does before a connection is
+// reused, which needs a platform where a socket can be peeked at (Supported). Since responses
+// are parsed as http.ReadResponse parses them, chunked bodies, 1xx responses and Connection:
+// close behave as with http.Transport.
 //
 // Not every request takes this path: those with a body over MaxBody, of unknown length, and
 // CONNECTs go to the fallback RoundTripper given to New (see MaxBody for why).

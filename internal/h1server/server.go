@@ -13,8 +13,9 @@
 // types (an adapter to http.Handler buffers whole answers, which breaks streams) and measured
 // 10% behind a plain loop.
 //
-// Requests are parsed by net/http's own parser (http.ReadRequest: framing, chunked bodies and
-// trailers, header syntax) with the checks net/http's server adds on top (Host, header names and
+// Requests are parsed as net/http's own parser parses them (the common head by internal/httphead,
+// held to http.ReadRequest by FuzzReadRequest; every other by http.ReadRequest: framing, chunked
+// bodies and trailers, header syntax) with the checks net/http's server adds on top (Host, header names and
 // values, Expect, the header size bound), so what is accepted and refused is net/http's; the
 // answer's framing follows net/http's too (Content-Length when the handler's answer fits its
 // buffer, chunked otherwise, sniffed Content-Type, Date). What differs, deliberately:
@@ -345,7 +346,7 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
 	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
-	req, err := http.ReadRequest(c.br)
+	req, err := readRequest(c.br)
 	hitLimit := c.r.limit <= 0
 	c.r.limit = -1
 	_ = c.nc.SetReadDeadline(time.Time{})

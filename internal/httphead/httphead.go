@@ -1,0 +1,184 @@
+// Package httphead parses the common HTTP/1.1 message head, the one a proxy meets on nearly every
+// request and answer, for internal/h1server and internal/h1client: header lines that are plain
+// "Name: value" with a CRLF each, a body framed by one Content-Length or none. Its callers give
+// every other head (obs-fold, bare LF, chunked bodies, odd lines, a head not yet whole in the
+// buffer) to net/http's parser, with nothing consumed, so what is accepted and how it reads is
+// net/http's; each caller has a fuzz target that holds the two parsers to the same result.
+//
+// Why it is written here: http.ReadRequest and http.ReadResponse, with textproto under them,
+// were about a sixth of the gateway's CPU per proxied request and a third of its allocations
+// (BenchmarkHotPath's profiles). They read line by line through textproto and allocate a string
+// per line and per value; this makes one string of the whole head and slices every value out of
+// it, and names common header fields without an allocation. No library parses into net/http's
+// types (fasthttp has its own).
+package httphead
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// End returns the length of the head at the start of buf, its final blank line included, or -1
+// when buf does not hold a whole head ending in CRLF CRLF.
+func End(buf []byte) int {
+	i := bytes.Index(buf, []byte("\r\n\r\n"))
+	if i < 0 {
+		return -1
+	}
+	return i + 4
+}
+
+// Lines counts the header lines in b (each ending in CRLF) and reports whether every one is a
+// plain "name: value" line textproto reads as it is: a token name, no space before the colon,
+// a value of visible characters, spaces and tabs.
+func Lines(b []byte) (int, bool) {
+	n := 0
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 1 || b[i-1] != '\r' || !plainLine(b[:i-1]) {
+			return 0, false
+		}
+		b = b[i+1:]
+		n++
+	}
+	return n, true
+}
+
+func plainLine(l []byte) bool {
+	colon := bytes.IndexByte(l, ':')
+	if colon <= 0 {
+		return false
+	}
+	for _, b := range l[:colon] {
+		if !httpguts.IsTokenRune(rune(b)) {
+			return false
+		}
+	}
+	for _, b := range l[colon+1:] {
+		if b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Fields is what a head's header lines say.
+type Fields struct {
+	Header http.Header
+	Length int64 // the Content-Length; -1 when there is none
+	Close  bool  // Connection names close
+}
+
+// Parse reads n header lines (checked by Lines) from text. It reports false for what its
+// callers leave to net/http: Transfer-Encoding, Trailer, and a Content-Length that is repeated
+// or not plain digits.
+func Parse(text string, n int) (Fields, bool) {
+	f := Fields{Header: make(http.Header, n), Length: -1}
+	vals := make([]string, n) // every value's slice, in one array
+	for pos, i := 0, 0; pos < len(text); i++ {
+		e := pos + strings.IndexByte(text[pos:], '\n')
+		l := text[pos : e-1]
+		pos = e + 1
+		colon := strings.IndexByte(l, ':')
+		k, v := canonicalKey(l[:colon]), strings.Trim(l[colon+1:], " \t")
+		switch k {
+		case "Content-Length":
+			if f.Length >= 0 {
+				return f, false
+			}
+			length, ok := parseLength(v)
+			if !ok {
+				return f, false
+			}
+			f.Length = length
+		case "Transfer-Encoding", "Trailer":
+			return f, false
+		case "Connection":
+			f.Close = f.Close || httpguts.HeaderValuesContainsToken([]string{v}, "close")
+		}
+		vals[i] = v
+		if vv, ok := f.Header[k]; ok {
+			f.Header[k] = append(vv, v)
+		} else {
+			f.Header[k] = vals[i : i+1 : i+1]
+		}
+	}
+	return f, true
+}
+
+// commonKeys are header names clients and upstreams send, canonical: a name matching one (in
+// any case) costs no allocation.
+var commonKeys = []string{
+	"Host", "User-Agent", "Accept", "Accept-Encoding", "Authorization", "Content-Type",
+	"Content-Length", "Date", "Server", "Connection", "Keep-Alive", "Cache-Control", "Vary",
+	"X-Request-Id", "Content-Encoding", "Set-Cookie", "Etag", "X-Api-Key", "Anthropic-Version",
+	"Openai-Organization", "Openai-Project", "Traceparent", "Tracestate", "Expect", "Pragma",
+}
+
+// canonicalKey is k as textproto canonicalizes it, without an allocation for a common name or
+// one already canonical.
+func canonicalKey(k string) string {
+	for _, c := range commonKeys {
+		if len(c) == len(k) && strings.EqualFold(c, k) {
+			return c
+		}
+	}
+	upper := true
+	for i := 0; i < len(k); i++ {
+		b := k[i]
+		if upper && 'a' <= b && b <= 'z' || !upper && 'A' <= b && b <= 'Z' {
+			return http.CanonicalHeaderKey(k)
+		}
+		upper = b == '-'
+	}
+	return k
+}
+
+// parseLength parses a Content-Length value as net/http accepts it: digits only, no sign; longer
+// than 18 digits is left to net/http.
+func parseLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
+}
+
+// LengthBody is a body of n bytes from r, read as net/http reads one: an end before the length
+// is io.ErrUnexpectedEOF, and the read that reaches the length also returns io.EOF.
+type LengthBody struct {
+	R *bufio.Reader
+	N int64
+}
+
+func (b *LengthBody) Read(p []byte) (int, error) {
+	if b.N <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.N {
+		p = p[:b.N]
+	}
+	n, err := b.R.Read(p)
+	b.N -= int64(n)
+	switch {
+	case b.N == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// Close does nothing: the connection's owner decides what becomes of the rest.
+func (b *LengthBody) Close() error { return nil }
