@@ -48,6 +48,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/infergate/infergate/internal/httphead"
 	"github.com/infergate/infergate/internal/writewait"
 )
 
@@ -319,9 +320,11 @@ var errIdle = errors.New("h1server: idle connection ended")
 // readRequest waits for a request (after the first, up to the idle timeout) and reads its
 // header (up to the header timeout from its first byte).
 func (c *conn) readRequest(first bool) (*http.Request, error) {
+	deadline := false // one is set on the connection
 	if c.br.Buffered() == 0 && !first {
 		c.state.Store(stateIdle)
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
+		deadline = true
 		// After the deadline is set: a Shutdown that set its own before is seen here.
 		if c.s.shutdown.Load() {
 			return nil, errIdle
@@ -344,12 +347,19 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 	if err := c.bw.Flush(); err != nil { // a pipelined request: the answer before it goes now
 		return nil, errIdle
 	}
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
+	// A head already whole in the buffer needs no read, so no header deadline: one timer
+	// change fewer for most requests (the idle wait's deadline is cleared below).
+	if buf, _ := c.br.Peek(c.br.Buffered()); httphead.End(buf) < 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
+		deadline = true
+	}
 	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
 	req, err := readRequest(c.br)
 	hitLimit := c.r.limit <= 0
 	c.r.limit = -1
-	_ = c.nc.SetReadDeadline(time.Time{})
+	if deadline {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		if hitLimit {
 			return nil, errTooLarge
