@@ -2,7 +2,6 @@ package h1client
 
 import (
 	"bufio"
-	"bytes"
 	"net/http"
 
 	"github.com/infergate/infergate/internal/httphead"
@@ -25,20 +24,12 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 	if req != nil && req.Method == http.MethodHead {
 		return nil, false
 	}
-	if _, err := br.Peek(1); err != nil {
-		return nil, false
-	}
-	buf, _ := br.Peek(br.Buffered())
-	end := httphead.End(buf)
-	if end < 0 {
-		return nil, false
-	}
 	// The status line: "HTTP/1.1 " three digits, then the end or a space and the reason.
-	nl := bytes.IndexByte(buf, '\n')
-	if nl < 1 || buf[nl-1] != '\r' {
+	buf, line, end, ok := httphead.Buffered(br)
+	if !ok {
 		return nil, false
 	}
-	line := buf[:nl-1]
+	nl := len(line) + 1 // where the line's LF is
 	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || !isDigit(line[9]) || !isDigit(line[10]) || !isDigit(line[11]) ||
 		len(line) > 12 && line[12] != ' ' {
 		return nil, false

@@ -24,20 +24,12 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 }
 
 func fastRequest(br *bufio.Reader) (*http.Request, bool) {
-	if _, err := br.Peek(1); err != nil {
-		return nil, false
-	}
-	buf, _ := br.Peek(br.Buffered())
-	end := httphead.End(buf)
-	if end < 0 {
-		return nil, false
-	}
 	// The request line: a token, a space, a plain absolute path (and query), " HTTP/1.1".
-	nl := bytes.IndexByte(buf, '\n')
-	if nl < 1 || buf[nl-1] != '\r' {
+	buf, line, end, ok := httphead.Buffered(br)
+	if !ok {
 		return nil, false
 	}
-	line := buf[:nl-1]
+	nl := len(line) + 1 // where the line's LF is
 	sp := bytes.IndexByte(line, ' ')
 	if sp <= 0 || len(line) < sp+11 || string(line[len(line)-9:]) != " HTTP/1.1" {
 		return nil, false

@@ -33,6 +33,25 @@ func End(buf []byte) int {
 	return i + 4
 }
 
+// Buffered returns the head at the start of br's buffer when it is there whole (reading once
+// when the buffer is empty, never more): buf is the buffer from the head's start, line the head's
+// first line without its CRLF, end the head's length with its final blank line. A first line
+// that does not end in CRLF is not ok.
+func Buffered(br *bufio.Reader) (buf, line []byte, end int, ok bool) {
+	if _, err := br.Peek(1); err != nil {
+		return nil, nil, 0, false
+	}
+	buf, _ = br.Peek(br.Buffered())
+	if end = End(buf); end < 0 {
+		return nil, nil, 0, false
+	}
+	nl := bytes.IndexByte(buf, '\n')
+	if nl < 1 || buf[nl-1] != '\r' {
+		return nil, nil, 0, false
+	}
+	return buf, buf[:nl-1], end, true
+}
+
 // Lines counts the header lines in b (each ending in CRLF) and reports whether every one is a
 // plain "name: value" line textproto reads as it is: a token name, no space before the colon,
 // a value of visible characters, spaces and tabs.
