@@ -43,7 +43,8 @@ import (
 // key checked on every request) and infergate-nethttp (the default config on net/http's server,
 // server.http1: net/http), and with INFERGATE_HOTPATH_BASELINE=BINARY a "baseline" arm: another
 // build of the binary (say, the last commit's), for old against new in one run;
-// INFERGATE_HOTPATH_ARMS=a,b keeps only those arms (and direct). With INFERGATE_HOTPATH_FLOORS=1
+// INFERGATE_HOTPATH_ARMS=a,b keeps only those arms (and direct); INFERGATE_HOTPATH_ENV="K=V ..."
+// sets environment variables for the infergate arm alone. With INFERGATE_HOTPATH_FLOORS=1
 // also the least a proxy can do
 // on net/http's server, fasthttp's and a hand-written connection loop (tools/hotpath/floor). The
 // load client speaks HTTP/1.1 over raw connections with
@@ -85,6 +86,11 @@ func BenchmarkHotPath(b *testing.B) {
 		addr, pprofAddr := freeAddrB(b), freeAddrB(b)
 		cmd := exec.Command(bin, "-listen", addr, "-config", cfg, "-log-level", "error", "-pprof-listen", pprofAddr)
 		cmd.Stderr = os.Stderr
+		if env := os.Getenv("INFERGATE_HOTPATH_ENV"); env != "" && name == "infergate" {
+			// Runtime settings tried on the infergate arm alone (GOGC=200, GOMAXPROCS=1, ...),
+			// against a baseline arm of the same binary without them.
+			cmd.Env = append(os.Environ(), strings.Fields(env)...)
+		}
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
