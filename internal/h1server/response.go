@@ -104,6 +104,11 @@ func (w *response) Write(p []byte) (int, error) {
 	}
 	if w.noBody {
 		if w.head {
+			// Not sent, but its first bytes are held for the Content-Type sniffed from them,
+			// as net/http's server gives a HEAD the type the GET would have.
+			if !w.committed && len(w.held) < sniffLen {
+				w.hold(p[:min(len(p), sniffLen-len(w.held))])
+			}
 			w.written += int64(len(p))
 			return len(p), nil
 		}
@@ -115,11 +120,7 @@ func (w *response) Write(p []byte) (int, error) {
 	w.written += int64(len(p))
 	if !w.committed {
 		if len(w.held)+len(p) <= bufferSize {
-			if w.held == nil {
-				w.heldArr = w.c.s.heldBuf()
-				w.held = w.heldArr[:0]
-			}
-			w.held = append(w.held, p...)
+			w.hold(p)
 			return len(p), nil
 		}
 		w.commitHeld(false)
@@ -129,6 +130,18 @@ func (w *response) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	return len(p), nil
+}
+
+// sniffLen is how much of a body http.DetectContentType reads.
+const sniffLen = 512
+
+// hold keeps p in the held body, which has room for it.
+func (w *response) hold(p []byte) {
+	if w.held == nil {
+		w.heldArr = w.c.s.heldBuf()
+		w.held = w.heldArr[:0]
+	}
+	w.held = append(w.held, p...)
 }
 
 // WriteString spares io.WriteString's conversion.
@@ -183,7 +196,9 @@ func (w *response) FlushError() error {
 // commitHeld puts the header and the body held so far in the connection's buffer.
 func (w *response) commitHeld(final bool) {
 	w.commit(final)
-	w.writeBody(w.held)
+	if !w.noBody { // a HEAD's held bytes were only for sniffing
+		w.writeBody(w.held)
+	}
 	w.releaseHeld()
 }
 
@@ -216,13 +231,16 @@ func (w *response) commit(final bool) {
 	if c, ok := h["Connection"]; ok && hasToken(c, "close") || w.c.s.shutdown.Load() {
 		w.closeAfter = true // the handler's wish, or the server shutting down
 	}
-	if _, ok := h["Content-Type"]; !ok && !w.noBody && len(w.held) > 0 && len(h["Transfer-Encoding"]) == 0 {
+	sniff := !w.noBody || w.head && w.status >= 200 && w.status != http.StatusNoContent && w.status != http.StatusNotModified
+	if _, ok := h["Content-Type"]; !ok && sniff && len(w.held) > 0 && len(h["Transfer-Encoding"]) == 0 {
 		h["Content-Type"] = []string{http.DetectContentType(w.held)}
 	}
 	if tr := h["Trailer"]; len(tr) > 0 {
 		for _, v := range tr {
 			for _, k := range strings.Split(v, ",") {
-				if k = textprotoKey(strings.TrimSpace(k)); k != "" {
+				// Framing, routing and the like may not come as trailers (RFC 9110 §6.5.1): net/http's
+				// server drops them from the declared too.
+				if k = textprotoKey(strings.TrimSpace(k)); k != "" && httpguts.ValidTrailerHeader(k) {
 					w.trailers = append(w.trailers, k)
 				}
 			}
