@@ -2,7 +2,6 @@ package openaipool
 
 import (
 	"context"
-	"github.com/infergate/infergate/core/pipeline"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/internal/h1client"
 	"github.com/infergate/infergate/store/breaker"
 	"github.com/infergate/infergate/upstream"
