@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/infergate/infergate/store/files"
 	"math/rand/v2"
 	"time"
+
+	"github.com/infergate/infergate/store/files"
 )
 
 // maxUpdateTries bounds how often Update runs fn when others keep changing the batch first.
