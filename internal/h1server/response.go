@@ -62,6 +62,7 @@ func (w *response) WriteHeader(code int) {
 		w.informational(code)
 		return
 	}
+	w.body.cancelContinue()
 	w.wroteHeader, w.status = true, code
 	w.length = -1
 	if cl := w.header["Content-Length"]; len(cl) > 0 {
@@ -78,13 +79,19 @@ func (w *response) WriteHeader(code int) {
 	}
 }
 
-// informational sends a 1xx answer at once (103 Early Hints with the header so far).
+// informational sends a 1xx answer at once (103 Early Hints with the header so far). A 100 goes
+// once, and only while the client may wait for it: not after the answer's header. The body's
+// reader may send it from another goroutine than the handler's, so every 1xx is sent under the
+// body's lock, and WriteHeader takes it to end the wait for one (net/http's writeContinueMu).
 func (w *response) informational(code int) {
+	b := w.body
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
 	if code == http.StatusContinue {
-		if w.body.continueW == nil {
-			return // sent already, or not asked for
+		if b.cont.Load() != contPending {
+			return // sent already, not asked for, or the answer has begun
 		}
-		w.body.continueW = nil
+		defer b.cont.Store(contSent) // after the write: whoever sees it sees the write done
 	}
 	bw := w.c.bw
 	w.statusLine(code)
@@ -313,7 +320,7 @@ func (w *response) settleBody() {
 		return
 	}
 	switch {
-	case b.continueW != nil:
+	case b.cont.Load() == contUnsent:
 		w.closeAfter = true // the client may be waiting for the 100 to send it
 	case b.length >= 0 && b.length-b.read >= maxPostHandlerRead:
 		w.closeAfter = true
@@ -415,24 +422,46 @@ func hasToken(vv []string, token string) bool {
 // (http.ReadRequest's body would read all of it): after the handler, drain reads a bounded part
 // and the connection ends if more is left. Its end starts the watch of a long request.
 type requestBody struct {
-	rc        io.ReadCloser
-	c         *conn
-	continueW *response // sends 100 Continue on the first read unless the answer has begun
-	length    int64     // the request's Content-Length; -1: chunked
-	read      int64     // bytes read so far
-	eof       atomic.Bool
-	closed    atomic.Bool
+	rc io.ReadCloser
+	c  *conn
+	// cont is where 100 Continue stands (contNone when not asked for); contMu orders its write
+	// against the answer's header (see informational), w sends it.
+	cont   atomic.Int32
+	contMu sync.Mutex
+	w      *response
+	length int64 // the request's Content-Length; -1: chunked
+	read   int64 // bytes read so far
+	eof    atomic.Bool
+	closed atomic.Bool
+}
+
+// Where 100 Continue stands for a request that asked for it.
+const (
+	contNone    = iota
+	contPending // asked for; sent on the body's first read
+	contSent
+	contUnsent // the answer began first: the client may still wait, so the connection ends
+)
+
+// cancelContinue ends the wait for a 100 Continue as the answer's header is written: one under
+// way (another goroutine reading the body) is finished first.
+func (b *requestBody) cancelContinue() {
+	if b.cont.Load() != contPending {
+		return
+	}
+	b.contMu.Lock()
+	if b.cont.Load() == contPending {
+		b.cont.Store(contUnsent)
+	}
+	b.contMu.Unlock()
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
 	if b.closed.Load() {
 		return 0, http.ErrBodyReadAfterClose
 	}
-	if w := b.continueW; w != nil {
-		if !w.committed && !w.wroteHeader {
-			w.informational(http.StatusContinue)
-		}
-		b.continueW = nil
+	if b.cont.Load() == contPending {
+		b.w.informational(http.StatusContinue)
 	}
 	n, err := b.rc.Read(p)
 	b.read += int64(n)
@@ -455,7 +484,7 @@ func (b *requestBody) drain() bool {
 	if b.eof.Load() {
 		return true
 	}
-	if b.continueW != nil || b.length >= 0 && b.length-b.read > maxPostHandlerRead {
+	if b.cont.Load() == contUnsent || b.length >= 0 && b.length-b.read > maxPostHandlerRead {
 		return false // awaited, or too much left: not worth reading
 	}
 	_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.headerTimeout()))

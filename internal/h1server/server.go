@@ -466,7 +466,8 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	// reads the body; any other expectation is refused.
 	if ex := req.Header.Get("Expect"); expectsContinue(ex) {
 		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 {
-			body.continueW = w
+			body.w = w
+			body.cont.Store(contPending)
 		}
 	} else if ex != "" {
 		w.closeAfter = true

@@ -209,9 +209,24 @@ func TestFraming(t *testing.T) {
 // answers without reading; then the connection ends, since the body may never come.
 func TestExpectContinue(t *testing.T) {
 	addr := serve(t, &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/read" {
+		switch r.URL.Path {
+		case "/read":
 			b, _ := io.ReadAll(r.Body)
 			io.WriteString(w, string(b))
+			return
+		case "/aside":
+			// The body read on another goroutine while the handler answers: the 100 and the
+			// answer's header must not race for the connection (go test -race sees it if they
+			// do).
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = io.ReadAll(r.Body)
+			}()
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, "answered")
+			w.(http.Flusher).Flush()
+			<-done
 			return
 		}
 		http.Error(w, "no", http.StatusForbidden)
@@ -229,6 +244,16 @@ func TestExpectContinue(t *testing.T) {
 	assert.Equal(t, 403, res.StatusCode, "no 100 first")
 	_, err := c.r.ReadByte()
 	assert.ErrorIs(t, err, io.EOF, "closed: the client may be waiting to send the body")
+
+	for range 20 {
+		c = dial(t, addr)
+		c.send("POST /aside HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello")
+		res, _ = c.read("POST")
+		if res.StatusCode == http.StatusContinue { // the reader was first: then the answer
+			res, _ = c.read("POST")
+		}
+		assert.Equal(t, http.StatusAccepted, res.StatusCode)
+	}
 
 	c = dial(t, addr)
 	c.send("POST /read HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Length: 5\r\n\r\nhello")
