@@ -511,6 +511,9 @@ type watch struct {
 	fired  bool // watchAfter has passed for this request
 	on     bool // the request is being served
 	done   chan struct{}
+	// aborted, set by stop before its deadline, tells that deadline from the handler's own
+	// (http.ResponseController's), whose end cancels the request as in net/http's server.
+	aborted *atomic.Bool
 }
 
 // start arms the watch for a request.
@@ -553,7 +556,8 @@ func (w *watch) launch() {
 		return
 	}
 	done := make(chan struct{})
-	w.done = done
+	aborted := new(atomic.Bool)
+	w.done, w.aborted = done, aborted
 	cancel := w.cancel
 	c := w.c
 	go func() {
@@ -567,10 +571,10 @@ func (w *watch) launch() {
 			return
 		}
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if errors.As(err, &ne) && ne.Timeout() && aborted.Load() {
 			return // stop's deadline
 		}
-		cancel() // the client closed or reset the connection
+		cancel() // the client closed or reset the connection, or the handler's deadline passed
 	}()
 }
 
@@ -578,11 +582,12 @@ func (w *watch) launch() {
 func (w *watch) stop() {
 	w.mu.Lock()
 	w.on = false
-	done := w.done
-	w.done = nil
+	done, aborted := w.done, w.aborted
+	w.done, w.aborted = nil, nil
 	w.mu.Unlock()
 	w.timer.Stop()
 	if done != nil {
+		aborted.Store(true)
 		_ = w.c.nc.SetReadDeadline(aLongTimeAgo)
 		<-done
 		_ = w.c.nc.SetReadDeadline(time.Time{})

@@ -266,6 +266,7 @@ func TestExpectContinue(t *testing.T) {
 // the watch is served next.
 func TestClientGone(t *testing.T) {
 	cancelled := make(chan struct{})
+	deadlined := make(chan error, 1)
 	addr := serve(t, &h1server.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/wait":
@@ -277,6 +278,14 @@ func TestClientGone(t *testing.T) {
 		case "/slow":
 			time.Sleep(50 * time.Millisecond)
 			io.WriteString(w, "slow")
+		case "/deadline":
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			select {
+			case <-r.Context().Done():
+				deadlined <- r.Context().Err()
+			case <-time.After(2 * time.Second):
+				deadlined <- nil
+			}
 		default:
 			io.WriteString(w, r.URL.Path)
 		}
@@ -289,6 +298,20 @@ func TestClientGone(t *testing.T) {
 	case <-cancelled:
 	case <-time.After(3 * time.Second):
 		t.Fatal("the request's context was not cancelled when the client left")
+	}
+
+	// A handler's own read deadline (http.ResponseController) passing while the connection is
+	// watched does not end the watch quietly: as in net/http's server, it cancels the request,
+	// and a client that then leaves is not missed.
+	c = dial(t, addr)
+	c.send("GET /deadline HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(100 * time.Millisecond)
+	c.c.Close()
+	select {
+	case err := <-deadlined:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the request's context was not cancelled after the handler's read deadline")
 	}
 
 	// The next request comes while the slow one runs: the watch reads its first byte, and it
