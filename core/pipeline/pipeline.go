@@ -477,6 +477,21 @@ func (r *Request) FormErr() error {
 	return f.err
 }
 
+// FormError is the client's answer for a streamed form that could not be read (FormErr's error,
+// or the guard's refusal in the form's head): the gateway's refusal as it was, a body past the
+// limit a 413, anything else (the client went away, or its form was malformed) a 400.
+func FormError(err error) *Error {
+	var perr *Error
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &perr):
+		return perr
+	case errors.As(err, &tooBig):
+		return TooLarge(tooBig.Limit)
+	}
+	return InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
+}
+
 // Response is an answer to a Request: an upstream's, or one a stage made. The caller reads the
 // body (Read, or Events for a stream) and calls Close, or Body.Finish, once it is done: until then
 // an upstream's endpoint counts the request as outstanding.

@@ -68,7 +68,7 @@ func (p *Proxy) readForm(r *http.Request, unreadable func(error) *pipeline.Error
 			g := newFormGuard(head, r.Body, boundary)
 			if g.err != nil {
 				form.Close()
-				return nil, nil, formReadError(g.err)
+				return nil, nil, pipeline.FormError(g.err)
 			}
 			// The guard must have seen the head's model field too, or a second could pass it.
 			if g.models == 1 {
@@ -87,15 +87,6 @@ func (p *Proxy) readForm(r *http.Request, unreadable func(error) *pipeline.Error
 		return nil, nil, perr
 	}
 	return req, done, nil
-}
-
-// formReadError is the answer to a form the guard refused in its head.
-func formReadError(err error) *pipeline.Error {
-	var perr *pipeline.Error
-	if errors.As(err, &perr) {
-		return perr
-	}
-	return pipeline.InvalidRequest("", "invalid_form", "The multipart form could not be read: "+err.Error())
 }
 
 // formBoundary is a multipart form's boundary, from its Content-Type.

@@ -192,7 +192,7 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 			// The client's form failed mid-way (it went away, sent too much, or sent what the
 			// gateway refuses): the endpoint is not to blame, and nothing is tried again.
 			ticket.Done(breaker.Ignored)
-			return nil, formError(ferr)
+			return nil, pipeline.FormError(ferr)
 		}
 		if ctx.Err() == nil {
 			ep.Failed(err)
@@ -223,21 +223,6 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 // errFormSent is an attempt's error for a streamed form an earlier attempt read (Pool.roundTrip
 // makes no such attempt).
 var errFormSent = errors.New("the streamed form was sent to another endpoint")
-
-// formError is the client's answer when its streamed form failed while an endpoint read it: the
-// gateway's refusal as it was, a body past the limit a 413, anything else (the client went away,
-// or its body was malformed) a 400.
-func formError(err error) *pipeline.Error {
-	var perr *pipeline.Error
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &perr):
-		return perr
-	case errors.As(err, &tooBig):
-		return pipeline.TooLarge(tooBig.Limit)
-	}
-	return pipeline.InvalidRequest("", "", "Could not read the request body: "+err.Error())
-}
 
 // upstreamHeader is the header sent upstream, built in one map with one backing array for its
 // values: the client's headers minus the hop-by-hop ones (and those its Connection header names),
