@@ -421,6 +421,10 @@ func (e *Entry) Execute(ctx context.Context, req *Request, send func(*Response) 
 	return e.run.Execute(ctx, req, send)
 }
 
+// Batched reports whether a scheduler (the dynamic batcher) stands in front of the model, as
+// the registry's SchedulerFactory decided.
+func (e *Entry) Batched() bool { return e.sched.Load() != nil }
+
 // Remote reports whether the entry's model runs outside the gateway (a RemoteModel: a registered
 // backend or an upstream server's model).
 func (e *Entry) Remote() bool {

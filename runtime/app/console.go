@@ -47,7 +47,7 @@ type consoleParts struct {
 func newConsole(p consoleParts) *console.Console {
 	src := console.Sources{Version: p.version, Started: p.started, ConfigPath: p.cfg.source,
 		Config: func() any { return redactedConfig(p.cfg) }, Pool: p.ups, KServe: p.kp.Status, Breaker: p.br,
-		Tensors: p.reg, Stages: p.stages, TensorStages: tensorStageNames(p.cfg.Server, p.kp), Metrics: p.metrics, Logger: p.log}
+		Tensors: p.reg, Stages: p.stages, TensorStages: tensorStageNames(p.kp), Metrics: p.metrics, Logger: p.log}
 	if p.store != nil {
 		src.Backends = p.store.List
 	}
@@ -69,25 +69,18 @@ func newConsole(p consoleParts) *console.Console {
 //	  -> guard: the registry's admission (API key's models, rate limits, load shedding)
 //	  -> sequence batcher: a sequence model's control tensors and slots (sequence_batching)
 //	  -> dynamic batcher: concurrent requests joined into batches (dynamic_batching, when
-//	     server.dynamic_batching is on; a remote model's only with dynamic_batching_remote)
+//	     server.dynamic_batching is on; a remote model's only with dynamic_batching_remote:
+//	     whether the registry gave the entry a scheduler, engines.Entry.Batched)
 //	  -> the engine: the model in process (on the CPU or a GPU), routing and forwarding to the
 //	     KServe upstreams or registered backends that serve it, or the bridge to an LLM, whose
 //	     own stages follow (the console's LLM rows).
-//
-// The dynamic batcher's rule is batcher.Factory's and engines.Registry's (no scheduler for a
-// sequence or decoupled model), restated here because an entry does not say whether it has a
-// scheduler; TestConsoleTensorsAndBackends checks the two agree on a batched model.
-func tensorStageNames(server serverConfig, kp *kserveproxy.Proxy) func(e *engines.Entry) []string {
-	batching := server.DynamicBatching == nil || *server.DynamicBatching
+func tensorStageNames(kp *kserveproxy.Proxy) func(e *engines.Entry) []string {
 	return func(e *engines.Entry) []string {
-		cfg := e.Config()
 		out := []string{"tracing", "validation", "guard"}
-		seq := cfg.GetSequenceBatching() != nil
-		if seq {
+		if e.Config().GetSequenceBatching() != nil {
 			out = append(out, "sequence batcher")
 		}
-		if batching && !seq && !e.Decoupled() && cfg.GetDynamicBatching() != nil && cfg.GetMaxBatchSize() > 0 &&
-			(!e.Remote() || server.DynamicBatchingRemote) {
+		if e.Batched() {
 			out = append(out, "dynamic batcher")
 		}
 		return append(out, tensorEngine(e, kp))

@@ -602,6 +602,7 @@ func TestConsoleTensorStageNames(t *testing.T) {
 		{"remote", serverConfig{}, remote, append(slices.Clone(front), "routing and forwarding")},
 		{"remote, batched", serverConfig{DynamicBatchingRemote: true}, remote, append(slices.Clone(front), "dynamic batcher", "routing and forwarding")},
 	} {
-		assert.Equal(t, c.want, tensorStageNames(c.server, kp)(c.entry), c.name)
+		dynamicBatching(reg, c.server) // as Build sets it
+		assert.Equal(t, c.want, tensorStageNames(kp)(c.entry), c.name)
 	}
 }

@@ -101,11 +101,8 @@ func Build(cfg *Config, role string, gwCfg gateway.Config) (_ *App, err error) {
 	var collectors []prometheus.Collector
 
 	reg := engines.NewRegistry()
-	// Triton's dynamic batcher, for the models whose config asks for it.
-	if cfg.Server.DynamicBatching == nil || *cfg.Server.DynamicBatching {
-		bm := batcher.NewMetrics()
+	if bm := dynamicBatching(reg, cfg.Server); bm != nil {
 		collectors = append(collectors, bm.Collectors()...)
-		reg.SetScheduler(batcher.Factory(batcher.Options{Remote: cfg.Server.DynamicBatchingRemote, Metrics: bm}))
 	}
 	// Triton's trace extension: always served (as Triton's); spans go to the collector, when one
 	// is configured, for the requests the trace settings sample.
@@ -490,4 +487,17 @@ func newRedis(ctx context.Context, c redisConfig) (rueidis.Client, error) {
 		return nil, fmt.Errorf("redis %s: %w", c.Addr, err)
 	}
 	return client, nil
+}
+
+// dynamicBatching gives reg Triton's dynamic batcher, for the models whose config asks for it,
+// unless server.dynamic_batching is off (then no model has a scheduler); it returns the
+// batchers' metrics, nil when off.
+func dynamicBatching(reg *engines.Registry, server serverConfig) *batcher.Metrics {
+	if server.DynamicBatching != nil && !*server.DynamicBatching {
+		reg.SetScheduler(nil)
+		return nil
+	}
+	bm := batcher.NewMetrics()
+	reg.SetScheduler(batcher.Factory(batcher.Options{Remote: server.DynamicBatchingRemote, Metrics: bm}))
+	return bm
 }
