@@ -21,10 +21,12 @@ import (
 
 	"github.com/infergate/infergate/internal/vllmsim"
 	"github.com/infergate/infergate/runtime/app"
+	"github.com/infergate/infergate/store/ratelimit"
 	"github.com/infergate/infergate/surface/batch/batchtest"
 	"github.com/infergate/infergate/surface/gateway"
 	"github.com/infergate/infergate/surface/gateway/gatewaytest"
 	"github.com/infergate/infergate/surface/openai/openaitest"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -724,6 +726,20 @@ batch: {dir: %s}
 	types := map[string]dto.MetricType{}
 	for name, f := range families {
 		types[name] = f.GetType()
+	}
+	// The rate limiter's Redis families, which a gateway exposes only with Redis (this one has
+	// none): as a Redis limiter registers them.
+	rl := ratelimit.NewMetrics()
+	_, err = ratelimit.NewRedis(nil, ratelimit.RedisOptions{Metrics: rl})
+	require.NoError(t, err)
+	rlReg := prometheus.NewRegistry()
+	rlReg.MustRegister(rl.Collectors()...)
+	rlFamilies, err := rlReg.Gather()
+	require.NoError(t, err)
+	for _, f := range rlFamilies {
+		if strings.Contains(f.GetName(), "_redis_") {
+			types[f.GetName()] = f.GetType()
+		}
 	}
 
 	problems, used := check(qs, types)

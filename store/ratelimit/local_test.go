@@ -117,4 +117,10 @@ func TestLocalMetrics(t *testing.T) {
 	for _, c := range m.Collectors() {
 		require.NoError(t, reg.Register(c))
 	}
+	// Without Redis there is no Redis to report up (or down).
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		assert.NotContains(t, f.GetName(), "redis", "a local limiter's metrics")
+	}
 }

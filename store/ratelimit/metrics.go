@@ -18,6 +18,8 @@ type Metrics struct {
 	byStore [numStores][numResults]prometheus.Counter
 	timeout prometheus.Counter
 	failed  prometheus.Counter
+
+	redis bool // a Redis limiter counts here: its collectors are registered too
 }
 
 type store uint8
@@ -73,8 +75,12 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Collectors returns the collectors to register.
+// Collectors returns the collectors to register: the Redis ones only once a Redis limiter counts
+// here (NewRedis), so that a process without Redis does not report it up.
 func (m *Metrics) Collectors() []prometheus.Collector {
+	if !m.redis {
+		return []prometheus.Collector{m.decisions}
+	}
 	return []prometheus.Collector{m.decisions, m.redisLatency, m.redisErrors, m.redisUp}
 }
 

@@ -153,6 +153,9 @@ func NewRedis(client rueidis.Client, opts RedisOptions) (*Redis, error) {
 	if opts.Throttle == nil {
 		opts.Throttle = logthrottle.New(opts.Logger, logthrottle.DefaultInterval)
 	}
+	if opts.Metrics != nil {
+		opts.Metrics.redis = true
+	}
 	return &Redis{
 		client:   client,
 		opts:     opts,
