@@ -219,7 +219,7 @@ type conn struct {
 	r      connReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	out    connWriter // what bw writes to
+	out    writewait.Writer // what bw writes to
 	remote string
 	// pending, for a connection read ahead of the server (the gateway's protocol router), is
 	// how many of its bytes are in memory rather than in the socket; nil: none ever are.
@@ -271,20 +271,6 @@ type ReadAheadConn interface {
 	Pending() int
 }
 
-// connWriter is the connection's writer under bw: an answer's last bytes, when the connection
-// goes idle after them, are written as the wait for the next request begins.
-type connWriter struct {
-	writewait.Writer
-	wait bool
-}
-
-func (w *connWriter) Write(p []byte) (int, error) {
-	if w.wait {
-		return w.WriteWait(p)
-	}
-	return w.Writer.Write(p)
-}
-
 // wakeIfIdle ends the wait of an idle connection for its next request (Shutdown). A connection
 // whose request has begun is left to finish it: the state's compare-and-swap decides which.
 func (c *conn) wakeIfIdle() {
@@ -332,9 +318,9 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		// The last answer's held bytes go out as the wait for the next request begins
 		// (writewait); a wait that fails is met again by the read below.
 		if c.bw.Buffered() > 0 {
-			c.out.wait = c.socketNext()
+			c.out.Wait = c.socketNext()
 			err := c.bw.Flush()
-			c.out.wait = false
+			c.out.Wait = false
 			if err != nil {
 				return nil, errIdle
 			}

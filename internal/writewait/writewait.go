@@ -19,6 +19,9 @@ import (
 // Writer writes to one connection. It is not safe for concurrent use, and nothing else may read
 // the connection during a WriteWait.
 type Writer struct {
+	// Wait, while set, makes Write a WriteWait: set around the flush of a message's last bytes.
+	Wait bool
+
 	nc net.Conn
 	rc syscall.RawConn // nil: WriteWait is a plain Write
 	fn func(fd uintptr) bool
@@ -46,8 +49,14 @@ func (w *Writer) Init(nc net.Conn, raw syscall.RawConn) {
 	}
 }
 
-// Write writes b as the connection's Write does.
-func (w *Writer) Write(b []byte) (int, error) { return w.nc.Write(b) }
+// Write writes b as the connection's Write does, and then waits as WriteWait does while Wait is
+// set.
+func (w *Writer) Write(b []byte) (int, error) {
+	if w.Wait {
+		return w.WriteWait(b)
+	}
+	return w.nc.Write(b)
+}
 
 // WriteWait writes b and returns once the connection is readable or the wait failed (a read
 // deadline, a closed connection): the read that follows meets the same end. A write the socket
