@@ -29,7 +29,6 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 	if !ok {
 		return nil, false
 	}
-	nl := len(line) + 1 // where the line's LF is
 	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || !isDigit(line[9]) || !isDigit(line[10]) || !isDigit(line[11]) ||
 		len(line) > 12 && line[12] != ' ' {
 		return nil, false
@@ -38,14 +37,9 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified || code >= 600 {
 		return nil, false
 	}
-	lines, ok := httphead.Lines(buf[nl+1 : end-2])
-	if !ok {
-		return nil, false // a bare LF, obs-fold or a malformed line: ReadResponse decides
-	}
-	text := string(buf[:end-2]) // one string for the status and every value
-	f, ok := httphead.Parse(text[nl+1:], lines)
+	text, f, ok := httphead.Head(buf, len(line), end)
 	if !ok || f.Length < 0 {
-		return nil, false // chunked or until the end: ReadResponse frames it
+		return nil, false // an odd line, chunked or until the end: ReadResponse decides
 	}
 	if f.Close {
 		delete(f.Header, "Connection") // as ReadResponse: Close says it
@@ -54,7 +48,7 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 		return nil, false
 	}
 	res := &http.Response{
-		Status: text[9 : nl-1], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Status: text[9:len(line)], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: f.Header, ContentLength: f.Length, Close: f.Close, Request: req, Body: http.NoBody,
 	}
 	if f.Length > 0 {

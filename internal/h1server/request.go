@@ -29,7 +29,6 @@ func fastRequest(br *bufio.Reader) (*http.Request, bool) {
 	if !ok {
 		return nil, false
 	}
-	nl := len(line) + 1 // where the line's LF is
 	sp := bytes.IndexByte(line, ' ')
 	if sp <= 0 || len(line) < sp+11 || string(line[len(line)-9:]) != " HTTP/1.1" {
 		return nil, false
@@ -51,12 +50,7 @@ func fastRequest(br *bufio.Reader) (*http.Request, bool) {
 	if len(path) == 0 || path[0] != '/' || !plainBytes(path, pathByte) {
 		return nil, false
 	}
-	lines, ok := httphead.Lines(buf[nl+1 : end-2])
-	if !ok {
-		return nil, false
-	}
-	text := string(buf[:end-2]) // one string for the request line and every value
-	f, ok := httphead.Parse(text[nl+1:], lines)
+	text, f, ok := httphead.Head(buf, len(line), end)
 	if !ok {
 		return nil, false
 	}
@@ -71,7 +65,7 @@ func fastRequest(br *bufio.Reader) (*http.Request, bool) {
 	if _, err := br.Discard(end); err != nil {
 		return nil, false
 	}
-	uri := text[sp+1 : nl-10]
+	uri := text[sp+1 : len(line)-9]
 	u := &url.URL{Path: uri}
 	if q >= 0 {
 		u.Path, u.RawQuery = uri[:q], uri[q+1:]

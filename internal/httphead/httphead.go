@@ -52,10 +52,24 @@ func Buffered(br *bufio.Reader) (buf, line []byte, end int, ok bool) {
 	return buf, buf[:nl-1], end, true
 }
 
-// Lines counts the header lines in b (each ending in CRLF) and reports whether every one is a
+// Head reads the header lines of the head Buffered found (buf, the length of its first line,
+// end): when every one is plain (see lines), it returns the head but its final CRLF as one
+// string, which the first line's pieces and every value are sliced from, and what the lines
+// say (see parse). Not ok is for net/http's parser.
+func Head(buf []byte, line, end int) (text string, f Fields, ok bool) {
+	n, ok := lines(buf[line+2 : end-2])
+	if !ok {
+		return "", Fields{}, false
+	}
+	text = string(buf[:end-2])
+	f, ok = parse(text[line+2:], n)
+	return text, f, ok
+}
+
+// lines counts the header lines in b (each ending in CRLF) and reports whether every one is a
 // plain "name: value" line textproto reads as it is: a token name, no space before the colon,
 // a value of visible characters, spaces and tabs.
-func Lines(b []byte) (int, bool) {
+func lines(b []byte) (int, bool) {
 	n := 0
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
@@ -93,10 +107,10 @@ type Fields struct {
 	Close  bool  // Connection names close
 }
 
-// Parse reads n header lines (checked by Lines) from text. It reports false for what its
+// parse reads n header lines (checked by lines) from text. It reports false for what its
 // callers leave to net/http: Transfer-Encoding, Trailer, and a Content-Length that is repeated
 // or not plain digits.
-func Parse(text string, n int) (Fields, bool) {
+func parse(text string, n int) (Fields, bool) {
 	f := Fields{Header: make(http.Header, n), Length: -1}
 	vals := make([]string, n) // every value's slice, in one array
 	for pos, i := 0, 0; pos < len(text); i++ {
