@@ -67,7 +67,6 @@ func BenchmarkHotPath(b *testing.B) {
 		pids       []int  // the processes serving it, for strace
 		pprof      string // the infergate binary's profiler
 	}
-	var gwBin func(bin, name, extra string) arm
 	arms := []arm{{name: "direct", addr: upAddr}}
 	if nginx, err := exec.LookPath("nginx"); err == nil {
 		addr, pids := startNginx(b, nginx, dir, upAddr)
@@ -75,8 +74,7 @@ func BenchmarkHotPath(b *testing.B) {
 	} else {
 		b.Log("nginx is not on PATH (apt-get install nginx-light): no nginx arm")
 	}
-	gw := func(name, extra string) arm { return gwBin(bin, name, extra) }
-	gwBin = func(bin, name, extra string) arm {
+	gwBin := func(bin, name, extra string) arm {
 		cfg := filepath.Join(dir, name+".yaml")
 		conf := fmt.Sprintf("builtin_models: false\nupstreams:\n  - {name: up, url: %s, type: vllm}\n"+
 			"tracing: {otlp_endpoint: 'http://127.0.0.1:1', level: [OFF]}\n%s", up.URL, extra)
@@ -97,6 +95,7 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return arm{name: name, addr: addr, pids: []int{cmd.Process.Pid}, pprof: pprofAddr}
 	}
+	gw := func(name, extra string) arm { return gwBin(bin, name, extra) }
 	keyed := gw("infergate+keys", "auth:\n  keys:\n    - {name: bench, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n")
 	keyed.auth = "test" // sha256("test") above
 	// The same binary with net/http's server for HTTP/1.1 (server.http1), as before the gateway
