@@ -309,10 +309,11 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	// The limit bounds the heads of informational responses and the answer's together, as
 	// http.Transport's does: however many 1xx an upstream sends, it cannot make this read for ever.
 	c.lr.n = t.maxHead
+	a := new(answer)
 	var res *http.Response
 	for {
 		var err error
-		if res, err = readResponse(c.br, req); err != nil {
+		if res, err = readAnswer(c.br, req, a); err != nil {
 			return fail(err)
 		}
 		if res.StatusCode == http.StatusSwitchingProtocols {
@@ -335,7 +336,9 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 		}
 		return res, nil
 	}
-	res.Body = &body{rc: res.Body, c: c, t: t, ctx: ctx, stop: stop, reuse: reuse}
+	b := &a.body
+	b.rc, b.c, b.t, b.ctx, b.stop, b.reuse = res.Body, c, t, ctx, stop, reuse
+	res.Body = b
 	return res, nil
 }
 

@@ -14,13 +14,26 @@ import (
 // been consumed. http.ReadResponse was a tenth of the gateway's CPU per proxied request; what is
 // parsed here is what it would parse (FuzzReadResponse holds the two to the same answer).
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
-	if res, ok := fastResponse(br, req); ok {
+	return readAnswer(br, req, new(answer))
+}
+
+// answer is what an exchange allocates for its response, in one allocation: the response and
+// its body's reader when fastResponse parses it, and the body the caller reads.
+type answer struct {
+	res    http.Response
+	length httphead.LengthBody
+	body   body
+}
+
+// readAnswer is readResponse with a's response and reader for the common answer's.
+func readAnswer(br *bufio.Reader, req *http.Request, a *answer) (*http.Response, error) {
+	if res, ok := fastResponse(br, req, a); ok {
 		return res, nil
 	}
 	return http.ReadResponse(br, req)
 }
 
-func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
+func fastResponse(br *bufio.Reader, req *http.Request, a *answer) (*http.Response, bool) {
 	if req != nil && req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -47,12 +60,14 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 	if _, err := br.Discard(end); err != nil {
 		return nil, false
 	}
-	res := &http.Response{
+	res := &a.res
+	*res = http.Response{
 		Status: text[9:len(line)], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: f.Header, ContentLength: f.Length, Close: f.Close, Request: req, Body: http.NoBody,
 	}
 	if f.Length > 0 {
-		res.Body = &httphead.LengthBody{R: br, N: f.Length}
+		a.length = httphead.LengthBody{R: br, N: f.Length}
+		res.Body = &a.length
 	}
 	return res, true
 }

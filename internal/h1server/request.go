@@ -66,17 +66,26 @@ func fastRequest(br *bufio.Reader) (*http.Request, bool) {
 		return nil, false
 	}
 	uri := text[sp+1 : len(line)-9]
-	u := &url.URL{Path: uri}
+	// The request, its URL and its body's reader in one allocation.
+	p := new(struct {
+		req  http.Request
+		url  url.URL
+		body httphead.LengthBody
+	})
+	u := &p.url
+	u.Path = uri
 	if q >= 0 {
 		u.Path, u.RawQuery = uri[:q], uri[q+1:]
 	}
-	req := &http.Request{
+	req := &p.req
+	*req = http.Request{
 		Method: text[:sp], URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: f.Header, Body: http.NoBody, Close: f.Close, Host: hosts[0], RequestURI: uri,
 	}
 	if f.Length > 0 {
 		req.ContentLength = f.Length
-		req.Body = &httphead.LengthBody{R: br, N: f.Length}
+		p.body = httphead.LengthBody{R: br, N: f.Length}
+		req.Body = &p.body
 	}
 	return req, true
 }

@@ -446,8 +446,14 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	// and the request's ends with it, or with the watch's cancel, either way.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body := &requestBody{rc: req.Body, c: c, length: req.ContentLength}
-	w := &response{c: c, req: req, header: make(http.Header, 8), body: body, cancel: cancel}
+	// The answer and the request's body in one allocation.
+	x := new(struct {
+		w    response
+		body requestBody
+	})
+	body, w := &x.body, &x.w
+	body.rc, body.c, body.length = req.Body, c, req.ContentLength
+	w.c, w.req, w.header, w.body, w.cancel = c, req, make(http.Header, 8), body, cancel
 	// Expect, as net/http's server takes it: 100-continue is answered when the handler first
 	// reads the body; any other expectation is refused.
 	if ex := req.Header.Get("Expect"); expectsContinue(ex) {

@@ -32,7 +32,8 @@ import (
 //	go test ./runtime/app -run '^$' -bench HotPath -benchtime 1x
 //
 // INFERGATE_HOTPATH_ROUNDS (default 3) and INFERGATE_HOTPATH_SECONDS (default 3, per arm and
-// load) set its length. Each round measures, for every arm in turn:
+// load) set its length. Each round starts every arm afresh (a process is only measured in one
+// round) and measures, for every arm in turn:
 //   - c=64: non-streaming chat completions from 64 keep-alive connections, as fast as they go;
 //   - c=1: the same from one connection, for the added median latency;
 //   - stream: time to the first byte of a 16-chunk stream's body, one at a time.
@@ -50,7 +51,9 @@ import (
 // load client speaks HTTP/1.1 over raw connections with
 // pre-built requests, so that it spends as little of the two cores as it can. Reported: medians
 // over the rounds, the ratios the goal is stated in, and each proxy's CPU time per request at c=64
-// (its processes' user and system time, from /proc): steadier than req/s on a shared machine.
+// (its processes' user and system time, from /proc): steadier than req/s on a shared machine;
+// and its user-space part (the proxy's own code and runtime; the rest is the kernel's, which
+// the same system calls cost every proxy alike).
 func BenchmarkHotPath(b *testing.B) {
 	rounds, seconds := envInt(b, "INFERGATE_HOTPATH_ROUNDS", 3), envInt(b, "INFERGATE_HOTPATH_SECONDS", 3)
 	up := openaitest.Start(b, "up", "llama")
@@ -61,16 +64,9 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
 	upAddr := strings.TrimPrefix(up.URL, "http://")
-	type arm struct {
-		name, addr string
-		auth       string
-		pids       []int  // the processes serving it, for strace
-		pprof      string // the infergate binary's profiler
-	}
-	arms := []arm{{name: "direct", addr: upAddr}}
+	arms := []arm{{name: "direct", start: func() instance { return instance{addr: upAddr, stop: func() {}} }}}
 	if nginx, err := exec.LookPath("nginx"); err == nil {
-		addr, pids := startNginx(b, nginx, dir, upAddr)
-		arms = append(arms, arm{name: "nginx", addr: addr, pids: pids})
+		arms = append(arms, arm{name: "nginx", start: func() instance { return startNginx(b, nginx, dir, upAddr) }})
 	} else {
 		b.Log("nginx is not on PATH (apt-get install nginx-light): no nginx arm")
 	}
@@ -81,19 +77,18 @@ func BenchmarkHotPath(b *testing.B) {
 		if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 			b.Fatal(err)
 		}
-		addr, pprofAddr := freeAddrB(b), freeAddrB(b)
-		cmd := exec.Command(bin, "-listen", addr, "-config", cfg, "-log-level", "error", "-pprof-listen", pprofAddr)
-		cmd.Stderr = os.Stderr
-		if env := os.Getenv("INFERGATE_HOTPATH_ENV"); env != "" && name == "infergate" {
+		var env []string
+		if e := os.Getenv("INFERGATE_HOTPATH_ENV"); e != "" && name == "infergate" {
 			// Runtime settings tried on the infergate arm alone (GOGC=200, GOMAXPROCS=1, ...),
 			// against a baseline arm of the same binary without them.
-			cmd.Env = append(os.Environ(), strings.Fields(env)...)
+			env = append(os.Environ(), strings.Fields(e)...)
 		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return arm{name: name, addr: addr, pids: []int{cmd.Process.Pid}, pprof: pprofAddr}
+		return arm{name: name, start: func() instance {
+			addr, pprofAddr := freeAddrB(b), freeAddrB(b)
+			cmd := exec.Command(bin, "-listen", addr, "-config", cfg, "-log-level", "error", "-pprof-listen", pprofAddr)
+			cmd.Stderr, cmd.Env = os.Stderr, env
+			return startArm(b, cmd, addr, pprofAddr)
+		}}
 	}
 	gw := func(name, extra string) arm { return gwBin(bin, name, extra) }
 	keyed := gw("infergate+keys", "auth:\n  keys:\n    - {name: bench, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n")
@@ -120,23 +115,18 @@ func BenchmarkHotPath(b *testing.B) {
 			b.Fatalf("building the floors: %v\n%s", err, out)
 		}
 		for _, server := range []string{"nethttp", "fasthttp", "loop"} {
-			addr := freeAddrB(b)
-			cmd := exec.Command(floor, "-listen", addr, "-upstream", upAddr, "-server", server)
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			arms = append(arms, arm{name: "floor-" + server, addr: addr, pids: []int{cmd.Process.Pid}})
+			arms = append(arms, arm{name: "floor-" + server, start: func() instance {
+				addr := freeAddrB(b)
+				cmd := exec.Command(floor, "-listen", addr, "-upstream", upAddr, "-server", server)
+				cmd.Stderr = os.Stderr
+				return startArm(b, cmd, addr, "")
+			}})
 		}
-	}
-	for _, a := range arms {
-		waitChat(b, a.addr, a.auth)
 	}
 
 	chat := `{"model":"llama","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about the weather in Paris."}],"temperature":0.7,"max_tokens":64}`
 	stream := `{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	type result struct{ rps, p50, ttfb, cpu []float64 }
+	type result struct{ rps, p50, ttfb, cpu, user []float64 }
 	res := map[string]*result{}
 	dur := time.Duration(seconds) * time.Second
 	for r := range rounds {
@@ -146,22 +136,30 @@ func BenchmarkHotPath(b *testing.B) {
 				x = &result{}
 				res[a.name] = x
 			}
-			cpu0 := procCPU(b, a.pids)
-			r0, w0 := procIO(b, a.pids)
-			rps, done := load(b, a.addr, a.auth, chat, 64, dur)
-			cpu, reads, writes := 0.0, 0.0, 0.0
-			if a.pids != nil {
+			// A fresh process each round: two processes of one binary can differ by a sixth in
+			// CPU a request for as long as they run (their memory's layout, their heap's
+			// pacing), which a run's rounds would otherwise all inherit.
+			in := a.start()
+			waitChat(b, in.addr, a.auth)
+			user0, sys0 := procCPU(b, in.pids)
+			r0, w0 := procIO(b, in.pids)
+			rps, done := load(b, in.addr, a.auth, chat, 64, dur)
+			cpu, user, reads, writes := 0.0, 0.0, 0.0, 0.0
+			if in.pids != nil {
 				n := float64(len(done))
-				cpu = float64((procCPU(b, a.pids) - cpu0).Microseconds()) / n
-				x.cpu = append(x.cpu, cpu)
-				r1, w1 := procIO(b, a.pids)
+				user1, sys1 := procCPU(b, in.pids)
+				cpu = float64((user1 + sys1 - user0 - sys0).Microseconds()) / n
+				user = float64((user1 - user0).Microseconds()) / n
+				x.cpu, x.user = append(x.cpu, cpu), append(x.user, user)
+				r1, w1 := procIO(b, in.pids)
 				reads, writes = (r1-r0)/n, (w1-w0)/n
 			}
-			_, lat := load(b, a.addr, a.auth, chat, 1, dur)
-			ttfb := firstEvents(b, a.addr, a.auth, stream, dur)
+			_, lat := load(b, in.addr, a.auth, chat, 1, dur)
+			ttfb := firstEvents(b, in.addr, a.auth, stream, dur)
+			in.stop()
 			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(lat)), append(x.ttfb, median(ttfb))
-			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req %4.2f reads %4.2f writes   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs",
-				r+1, a.name, rps, cpu, reads, writes, median(lat), median(ttfb))
+			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req (user %4.1f) %4.2f reads %4.2f writes   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs",
+				r+1, a.name, rps, cpu, user, reads, writes, median(lat), median(ttfb))
 		}
 	}
 	// What a request costs each proxy, from a c=64 load of its own after the rounds:
@@ -169,34 +167,28 @@ func BenchmarkHotPath(b *testing.B) {
 	// calls (strace -c on its processes, which slows them: counts only). With
 	// INFERGATE_HOTPATH_PROFILE=DIR, the infergate arm's CPU profile during such a load is saved
 	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof), an execution
-	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits), and the
+	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits), one of streams
+	// one at a time in DIR/infergate.stream.trace, and the
 	// allocations of a c=64 load in DIR/infergate.allocs.pprof.
 	for _, a := range arms {
-		if a.pprof == "" {
-			continue
+		in := a.start()
+		waitChat(b, in.addr, a.auth)
+		if in.pprof != "" {
+			before := mallocs(b, in.addr)
+			load(b, in.addr, a.auth, chat, 64, dur)
+			after := mallocs(b, in.addr)
+			b.ReportMetric((after.mallocs-before.mallocs)/(after.requests-before.requests), a.name+"-allocs/req")
 		}
-		before := mallocs(b, a.addr)
-		load(b, a.addr, a.auth, chat, 64, dur)
-		after := mallocs(b, a.addr)
-		b.ReportMetric((after.mallocs-before.mallocs)/(after.requests-before.requests), a.name+"-allocs/req")
-	}
-	if dir := os.Getenv("INFERGATE_HOTPATH_PROFILE"); dir != "" {
-		for _, a := range arms {
-			if a.name == "infergate" {
-				profile(b, a.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), seconds-1, func() { load(b, a.addr, a.auth, chat, 64, dur) })
-				profile(b, a.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), 1, func() { load(b, a.addr, a.auth, chat, 1, dur) })
-				profile(b, a.pprof, "allocs", filepath.Join(dir, "infergate.allocs.pprof"), seconds-1, func() { load(b, a.addr, a.auth, chat, 64, dur) })
-			}
+		if dir := os.Getenv("INFERGATE_HOTPATH_PROFILE"); dir != "" && a.name == "infergate" {
+			profile(b, in.pprof, "profile", filepath.Join(dir, "infergate.cpu.pprof"), seconds-1, func() { load(b, in.addr, a.auth, chat, 64, dur) })
+			profile(b, in.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), 1, func() { load(b, in.addr, a.auth, chat, 1, dur) })
+			profile(b, in.pprof, "trace", filepath.Join(dir, "infergate.stream.trace"), 1, func() { firstEvents(b, in.addr, a.auth, stream, dur) })
+			profile(b, in.pprof, "allocs", filepath.Join(dir, "infergate.allocs.pprof"), seconds-1, func() { load(b, in.addr, a.auth, chat, 64, dur) })
 		}
-	}
-	if os.Getenv("INFERGATE_HOTPATH_STRACE") != "" {
-		for _, a := range arms {
-			if a.name == "direct" {
-				continue
-			}
+		if os.Getenv("INFERGATE_HOTPATH_STRACE") != "" && in.pids != nil {
 			var reqs float64
-			calls := straceCalls(b, a.pids, func() {
-				_, lat := load(b, a.addr, a.auth, chat, 64, dur)
+			calls := straceCalls(b, in.pids, func() {
+				_, lat := load(b, in.addr, a.auth, chat, 64, dur)
 				reqs = float64(len(lat))
 			})
 			total := 0
@@ -210,6 +202,7 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportMetric(float64(total)/reqs, a.name+"-syscalls/req")
 			b.Logf("%s: %.2f system calls a request: %s", a.name, float64(total)/reqs, strings.Join(top, ", "))
 		}
+		in.stop()
 	}
 
 	med := func(name string, f func(*result) []float64) float64 { return median(f(res[name])) }
@@ -218,8 +211,9 @@ func BenchmarkHotPath(b *testing.B) {
 	ttfb := func(x *result) []float64 { return x.ttfb }
 	for _, a := range arms {
 		b.ReportMetric(med(a.name, rps), a.name+"-req/s")
-		if a.pids != nil {
-			b.ReportMetric(median(res[a.name].cpu), a.name+"-cpu-us/req")
+		if x := res[a.name]; x.cpu != nil {
+			b.ReportMetric(median(x.cpu), a.name+"-cpu-us/req")
+			b.ReportMetric(median(x.user), a.name+"-user-us/req")
 		}
 	}
 	if res["infergate"] == nil {
@@ -254,9 +248,34 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 }
 
-// startNginx runs nginx as a plain keep-alive reverse proxy of upstream and returns its address
-// and its processes (master and workers).
-func startNginx(b *testing.B, nginx, dir, upstream string) (string, []int) {
+// arm is one way of serving the benchmark's requests; start starts a fresh instance of it.
+type arm struct {
+	name  string
+	auth  string // the API key its requests carry
+	start func() instance
+}
+
+// instance is a started arm.
+type instance struct {
+	addr  string
+	pids  []int  // the processes serving it, for their CPU time, reads and system calls
+	pprof string // the infergate binary's profiler
+	stop  func()
+}
+
+// startArm starts cmd, a proxy listening on addr (its profiler on pprofAddr, if any).
+func startArm(b *testing.B, cmd *exec.Cmd, addr, pprofAddr string) instance {
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop := sync.OnceFunc(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	b.Cleanup(stop)
+	return instance{addr: addr, pids: []int{cmd.Process.Pid}, pprof: pprofAddr, stop: stop}
+}
+
+// startNginx runs nginx as a plain keep-alive reverse proxy of upstream; its pids are the
+// master's and the workers'.
+func startNginx(b *testing.B, nginx, dir, upstream string) instance {
 	addr := freeAddrB(b)
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, fmt.Appendf(nil, `worker_processes 2;
@@ -293,7 +312,8 @@ http {
 	}
 	// SIGTERM, not a kill: the master then stops its workers, which a killed master leaves
 	// running.
-	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	stop := sync.OnceFunc(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	b.Cleanup(stop)
 	waitChat(b, addr, "")
 	pids := []int{cmd.Process.Pid}
 	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
@@ -302,12 +322,12 @@ http {
 			pids = append(pids, pid)
 		}
 	}
-	return addr, pids
+	return instance{addr: addr, pids: pids, stop: stop}
 }
 
-// procCPU is the CPU time the processes have used, from /proc (user and system).
-func procCPU(b *testing.B, pids []int) time.Duration {
-	var ticks int64
+// procCPU is the CPU time the processes have used, in user space and in the kernel, from /proc.
+func procCPU(b *testing.B, pids []int) (user, system time.Duration) {
+	var ticks [2]int64
 	for _, pid := range pids {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -315,15 +335,16 @@ func procCPU(b *testing.B, pids []int) time.Duration {
 		}
 		// The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
 		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		for _, i := range []int{11, 12} {
-			n, err := strconv.ParseInt(f[i], 10, 64)
+		for i := range ticks {
+			n, err := strconv.ParseInt(f[11+i], 10, 64)
 			if err != nil {
 				b.Fatal(err)
 			}
-			ticks += n
+			ticks[i] += n
 		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(ticks[0]) * tick, time.Duration(ticks[1]) * tick
 }
 
 // procIO returns the read and write system calls pids made (read(2) and write(2) and their

@@ -36,7 +36,9 @@ type exchange struct {
 	stream bool // an SSE response with status 200: reads are chunks
 	ticket breaker.Ticket
 	span   trace.Span // the upstream call's span; nil when the request is not traced
-	// reqBody is the request's body as the transport reads it, allocated with the exchange.
+	// req is the request sent upstream, and reqBody its body as the transport reads it, both
+	// allocated with the exchange.
+	req     http.Request
 	reqBody bytes.Reader
 
 	reads    int
@@ -149,7 +151,8 @@ func (u *Pool) attempt(ctx context.Context, route *route, out *pipeline.Request,
 	// the URL we already hold, and http.Client would copy the headers for redirects we never follow.
 	x := &exchange{u: u, route: route, ctx: ctx, start: out.Start, reqID: out.ID, ticket: ticket, span: span}
 	x.reqBody.Reset(body)
-	req := &http.Request{
+	req := &x.req
+	*req = http.Request{
 		Method:     http.MethodPost,
 		URL:        target,
 		Proto:      "HTTP/1.1",
