@@ -93,7 +93,7 @@ func writeRequest(w *bufio.Writer, req *http.Request) (err error) {
 	if req.Body != nil {
 		// No more than ContentLength bytes are written, whatever the body holds: bytes past the
 		// declared length would reach the upstream as the start of another request.
-		if n, err = io.Copy(w, &io.LimitedReader{R: req.Body, N: length}); err != nil {
+		if n, err = copyAtMost(w, req.Body, length); err != nil {
 			return err
 		}
 		extra, err := io.Copy(io.Discard, req.Body)
@@ -159,4 +159,30 @@ func containsCTL(s string) bool {
 		}
 	}
 	return false
+}
+
+// copyAtMost copies r into w until r ends or limit bytes have been copied, reading straight into
+// w's buffer: io.Copy through an io.LimitedReader made the reader escape, an allocation a
+// request.
+func copyAtMost(w *bufio.Writer, r io.Reader, limit int64) (int64, error) {
+	var n int64
+	for n < limit {
+		if w.Available() == 0 {
+			if err := w.Flush(); err != nil {
+				return n, err
+			}
+		}
+		buf := w.AvailableBuffer()
+		buf = buf[:min(int64(cap(buf)), limit-n)]
+		m, err := r.Read(buf)
+		w.Write(buf[:m]) // its own buffer: nothing is copied, and it has room
+		n += int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -220,7 +220,7 @@ func (w *response) releaseHeld() {
 // SetWriteDeadline and SetReadDeadline serve http.ResponseController.
 func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
 
-func (w *response) SetReadDeadline(t time.Time) error { return w.c.nc.SetReadDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error { return w.c.deadline.set(w.c.nc, t) }
 
 // EnableFullDuplex lets the handler read the body after its answer has begun: the body is then
 // not read (and dropped) before the answer's header goes out.
@@ -493,9 +493,9 @@ func (b *requestBody) drain() bool {
 	if b.cont.Load() == contUnsent || b.length >= 0 && b.length-b.read > maxPostHandlerRead {
 		return false // awaited, or too much left: not worth reading
 	}
-	_ = b.c.nc.SetReadDeadline(time.Now().Add(b.c.s.headerTimeout()))
+	b.c.deadline.set(b.c.nc, time.Now().Add(b.c.s.headerTimeout()))
 	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerRead+1)
-	_ = b.c.nc.SetReadDeadline(time.Time{})
+	b.c.deadline.set(b.c.nc, time.Time{})
 	b.read += n
 	if errors.Is(err, io.EOF) && n <= maxPostHandlerRead {
 		b.eof.Store(true)
@@ -571,6 +571,7 @@ func (w *watch) launch() {
 		if c.br.Buffered() > 0 {
 			return // the next request is here already: the client is there
 		}
+		c.deadline.clearIdle(c.nc) // the wait for the client's end has no end of its own
 		n, err := c.nc.Read(c.r.peek[:])
 		if n > 0 {
 			c.r.peeked = c.r.peek[:n]
@@ -594,9 +595,9 @@ func (w *watch) stop() {
 	w.timer.Stop()
 	if done != nil {
 		aborted.Store(true)
-		_ = w.c.nc.SetReadDeadline(aLongTimeAgo)
+		w.c.deadline.set(w.c.nc, aLongTimeAgo)
 		<-done
-		_ = w.c.nc.SetReadDeadline(time.Time{})
+		w.c.deadline.set(w.c.nc, time.Time{})
 	}
 }
 

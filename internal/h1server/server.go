@@ -231,6 +231,9 @@ type conn struct {
 
 	// watch, for the request being served, notices the client going away.
 	watch watch
+
+	// deadline is the socket's read deadline, and whether it is the idle wait's.
+	deadline readDeadline
 }
 
 const (
@@ -275,7 +278,7 @@ type ReadAheadConn interface {
 // whose request has begun is left to finish it: the state's compare-and-swap decides which.
 func (c *conn) wakeIfIdle() {
 	if c.state.CompareAndSwap(stateIdle, stateWoken) {
-		_ = c.nc.SetReadDeadline(aLongTimeAgo)
+		c.deadline.set(c.nc, aLongTimeAgo)
 	}
 }
 
@@ -306,11 +309,10 @@ var errIdle = errors.New("h1server: idle connection ended")
 // readRequest waits for a request (after the first, up to the idle timeout) and reads its
 // header (up to the header timeout from its first byte).
 func (c *conn) readRequest(first bool) (*http.Request, error) {
-	deadline := false // one is set on the connection
+	header := false // the header deadline is set on the connection
 	if c.br.Buffered() == 0 && !first {
 		c.state.Store(stateIdle)
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout()))
-		deadline = true
+		c.deadline.idle(c.nc, c.s.idleTimeout()) // left armed through a request that reads no more
 		// After the deadline is set: a Shutdown that set its own before is seen here.
 		if c.s.shutdown.Load() {
 			return nil, errIdle
@@ -336,15 +338,15 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 	// A head already whole in the buffer needs no read, so no header deadline: one timer
 	// change fewer for most requests (the idle wait's deadline is cleared below).
 	if buf, _ := c.br.Peek(c.br.Buffered()); httphead.End(buf) < 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.headerTimeout()))
-		deadline = true
+		c.deadline.set(c.nc, time.Now().Add(c.s.headerTimeout()))
+		header = true
 	}
 	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
 	req, err := readRequest(c.br)
 	hitLimit := c.r.limit <= 0
 	c.r.limit = -1
-	if deadline {
-		_ = c.nc.SetReadDeadline(time.Time{})
+	if header {
+		c.deadline.set(c.nc, time.Time{})
 	}
 	if err != nil {
 		if hitLimit {
@@ -469,6 +471,9 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 		return false
 	}
 	req.Body = body
+	if req.ContentLength < 0 || int64(c.br.Buffered()) < req.ContentLength {
+		c.deadline.clearIdle(c.nc) // the body is read from the socket, for as long as it takes
+	}
 	if req.ContentLength == 0 && len(req.TransferEncoding) == 0 {
 		body.eof.Store(true) // nothing to read: watchable from the start
 		// As net/http's server gives it: a client that forwards it knows it is empty.
@@ -510,7 +515,7 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 func (c *conn) closeWriteAndWait() {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
-		_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		c.deadline.set(c.nc, time.Now().Add(500*time.Millisecond))
 		_, _ = io.CopyN(io.Discard, c.nc, maxPostHandlerRead)
 	}
 }
@@ -575,4 +580,46 @@ func (r *connReader) Read(p []byte) (int, error) {
 		r.limit -= int64(n)
 	}
 	return n, err
+}
+
+// readDeadline keeps the idle wait's read deadline armed through a request that reads nothing
+// more from the socket (its body came with its head), and re-arms it only once it has gone
+// stale: two timer changes fewer a request (BenchmarkHotPath's profile). Whatever else reads the
+// socket during a request clears it first (a body still to come, the watch), and whatever sets
+// a deadline of its own (the header's, drain's, the handler's) replaces it. The watch and a
+// handler's own deadline may race, hence the lock.
+type readDeadline struct {
+	mu       sync.Mutex
+	idleTill time.Time // the idle wait's deadline, armed on the socket; zero when it is not
+}
+
+// idle arms the idle wait's deadline, timeout from now, unless the one armed ends less than a
+// sixteenth of timeout before that.
+func (d *readDeadline) idle(nc net.Conn, timeout time.Duration) {
+	want := time.Now().Add(timeout)
+	d.mu.Lock()
+	if d.idleTill.IsZero() || want.Sub(d.idleTill) > timeout/16 {
+		d.idleTill = want
+		_ = nc.SetReadDeadline(want)
+	}
+	d.mu.Unlock()
+}
+
+// set sets the socket's read deadline (zero: none).
+func (d *readDeadline) set(nc net.Conn, t time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.idleTill = time.Time{}
+	return nc.SetReadDeadline(t)
+}
+
+// clearIdle removes the idle wait's deadline if it is armed, before the socket is read during a
+// request.
+func (d *readDeadline) clearIdle(nc net.Conn) {
+	d.mu.Lock()
+	if !d.idleTill.IsZero() {
+		d.idleTill = time.Time{}
+		_ = nc.SetReadDeadline(time.Time{})
+	}
+	d.mu.Unlock()
 }

@@ -484,3 +484,64 @@ func TestInformational(t *testing.T) {
 	_, err = c.r.ReadByte()
 	assert.ErrorIs(t, err, io.EOF, "ended after the 101, with nothing sent after it")
 }
+
+// TestIdleTimeout: a connection waiting longer than IdleTimeout for its next request ends, one
+// whose requests come sooner stays; and the idle wait's deadline, which stays armed through a
+// request whose body came with its head, reaches neither a body still arriving after it nor a
+// request (watched for its client's end) that outlasts it.
+func TestIdleTimeout(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	cancelled := make(chan struct{}, 1)
+	addr := serve(t, &h1server.Server{IdleTimeout: idle, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/long" {
+			select {
+			case <-r.Context().Done():
+				cancelled <- struct{}{}
+				return
+			case <-time.After(2 * idle):
+			}
+		}
+		_, _ = w.Write(b)
+	})})
+	post := func(path, body string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+
+	c := dial(t, addr)
+	for range 5 { // requests closer together than the timeout: the connection stays
+		c.send(post("/", "ping"))
+		_, body := c.read("POST")
+		assert.Equal(t, "ping", body)
+		time.Sleep(idle / 2)
+	}
+	time.Sleep(2 * idle)
+	_, err := c.r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "an idle connection past its timeout ends")
+
+	// A body that takes longer than the timeout to arrive, after an earlier request.
+	c = dial(t, addr)
+	c.send(post("/", "first"))
+	_, body := c.read("POST")
+	assert.Equal(t, "first", body)
+	c.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhalf ")
+	time.Sleep(2 * idle)
+	c.send("later")
+	res, body := c.read("POST")
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "half later", body)
+
+	// A request that runs longer than the timeout, its body come with its head.
+	c = dial(t, addr)
+	c.send(post("/", "first"))
+	c.read("POST")
+	c.send(post("/long", "long"))
+	res, body = c.read("POST")
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "long", body)
+	assert.Empty(t, cancelled, "the long request was not cancelled")
+}
