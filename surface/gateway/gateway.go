@@ -197,7 +197,7 @@ func New(reg *engines.Registry, cfg Config) *Gateway {
 	mux.Handle("/v2", rest)
 	mux.Handle("/v2/", rest)
 	// Compressed RPCs are inflated inside the middleware (authentication), never before it.
-	g.handler = inflater.Handler(newExactRoutes(mux))
+	g.handler = inflater.Handler(newRouteCache(mux))
 	if cfg.unhardened {
 		g.handler = mux
 	}
