@@ -415,7 +415,7 @@ var (
 // stream's last usage chunk (sent when the client asks for stream_options.include_usage). It reads
 // just the two counts, without a JSON decoder: this runs once per request.
 func (u *Pool) countUsage(route *route, tail []byte) pipeline.Usage {
-	i := bytes.LastIndex(tail, usageKey)
+	i := lastIndexUsage(tail)
 	if i < 0 {
 		return pipeline.Usage{}
 	}
@@ -433,6 +433,23 @@ func (u *Pool) countUsage(route *route, tail []byte) pipeline.Usage {
 		usage.CompletionTokens = n
 	}
 	return usage
+}
+
+// lastIndexUsage is bytes.LastIndex(tail, usageKey), which hashes its way back from the end
+// (Rabin-Karp: a quarter of a microsecond a request in the proxy's profile): the key's 'g'
+// is rare in JSON, and each one found is checked in place.
+func lastIndexUsage(tail []byte) int {
+	const g = 4 // usageKey[g] == 'g'
+	for end := len(tail); ; {
+		j := bytes.LastIndexByte(tail[:end], 'g')
+		if j < g {
+			return -1
+		}
+		if bytes.HasPrefix(tail[j-g:], usageKey) {
+			return j - g
+		}
+		end = j
+	}
 }
 
 // jsonCount reads the non-negative integer after key and a colon in obj; -1 when absent or not an
