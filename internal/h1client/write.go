@@ -166,6 +166,7 @@ func containsCTL(s string) bool {
 // request.
 func copyAtMost(w *bufio.Writer, r io.Reader, limit int64) (int64, error) {
 	var n int64
+	empty := 0 // reads in a row that gave nothing: a broken reader gives up as in bufio
 	for n < limit {
 		if w.Available() == 0 {
 			if err := w.Flush(); err != nil {
@@ -177,6 +178,14 @@ func copyAtMost(w *bufio.Writer, r io.Reader, limit int64) (int64, error) {
 		m, err := r.Read(buf)
 		w.Write(buf[:m]) // its own buffer: nothing is copied, and it has room
 		n += int64(m)
+		switch {
+		case m > 0:
+			empty = 0
+		case err == nil:
+			if empty++; empty >= 100 {
+				return n, io.ErrNoProgress
+			}
+		}
 		if err == io.EOF {
 			return n, nil
 		}

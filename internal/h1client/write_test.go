@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -280,3 +281,22 @@ func TestWriteRequestBodyPastItsLength(t *testing.T) {
 	assert.Equal(t, 1, requestsIn(out.Bytes()))
 	assert.NotContains(t, out.String(), "/admin")
 }
+
+// TestWriteRequestStuckBody: a body that keeps reading nothing (0 bytes, no error) ends the
+// write with io.ErrNoProgress, as bufio's copy does, instead of spinning for ever.
+func TestWriteRequestStuckBody(t *testing.T) {
+	req := h1Request("POST", "http://up/v1/completions", nil, "")()
+	req.Body, req.ContentLength = io.NopCloser(stuckReader{}), 10
+	done := make(chan error, 1)
+	go func() { done <- writeRequest(bufio.NewWriter(io.Discard), req) }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, io.ErrNoProgress)
+	case <-time.After(10 * time.Second):
+		t.Fatal("writeRequest kept reading a body that gives nothing")
+	}
+}
+
+type stuckReader struct{}
+
+func (stuckReader) Read([]byte) (int, error) { return 0, nil }

@@ -59,7 +59,7 @@ type Server struct {
 	// (10 s when zero).
 	HeaderTimeout time.Duration
 	// IdleTimeout closes a connection that waits this long for its next request (5 min when
-	// zero).
+	// zero), or up to a sixteenth longer: the deadline is not moved for every request.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header (http.DefaultMaxHeaderBytes, 1 MiB, when zero).
 	MaxHeaderBytes int
@@ -583,8 +583,8 @@ func (r *connReader) Read(p []byte) (int, error) {
 }
 
 // readDeadline keeps the idle wait's read deadline armed through a request that reads nothing
-// more from the socket (its body came with its head), and re-arms it only once it has gone
-// stale: two timer changes fewer a request (BenchmarkHotPath's profile). Whatever else reads the
+// more from the socket (its body came with its head), and moves it only when it would end the
+// next wait too soon: two timer changes fewer a request (BenchmarkHotPath's profile). Whatever else reads the
 // socket during a request clears it first (a body still to come, the watch), and whatever sets
 // a deadline of its own (the header's, drain's, the handler's) replaces it. The watch and a
 // handler's own deadline may race, hence the lock.
@@ -593,14 +593,16 @@ type readDeadline struct {
 	idleTill time.Time // the idle wait's deadline, armed on the socket; zero when it is not
 }
 
-// idle arms the idle wait's deadline, timeout from now, unless the one armed ends less than a
-// sixteenth of timeout before that.
+// idle arms the idle wait's deadline: timeout from now at the least, a sixteenth more at the
+// most. One armed that ends no sooner than timeout from now is left as it is; otherwise the
+// deadline is set a sixteenth later than needed, so the next requests within that sixteenth
+// change nothing.
 func (d *readDeadline) idle(nc net.Conn, timeout time.Duration) {
-	want := time.Now().Add(timeout)
+	now := time.Now()
 	d.mu.Lock()
-	if d.idleTill.IsZero() || want.Sub(d.idleTill) > timeout/16 {
-		d.idleTill = want
-		_ = nc.SetReadDeadline(want)
+	if d.idleTill.Before(now.Add(timeout)) {
+		d.idleTill = now.Add(timeout + timeout/16)
+		_ = nc.SetReadDeadline(d.idleTill)
 	}
 	d.mu.Unlock()
 }

@@ -417,7 +417,8 @@ type serverConfig struct {
 	// HeaderTimeout bounds the time an HTTP/1.1 request's header may take to arrive (a client
 	// trickling it is cut off); default 10s.
 	HeaderTimeout time.Duration `yaml:"header_timeout"`
-	// IdleTimeout closes a connection that carried nothing for that long; default 5m.
+	// IdleTimeout closes a connection that carried nothing for that long (between HTTP/1.1
+	// requests, up to a sixteenth longer); default 5m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// HTTP1 is the server of plain HTTP/1.x connections: "gateway" (the default: the gateway's
 	// own connection loop) or "net/http" (Go's server, as before).

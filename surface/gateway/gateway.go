@@ -50,8 +50,9 @@ type Config struct {
 	// IdleTimeout closes a connection that has carried nothing for this long, before its first
 	// request or between requests (HTTP/1.1 keep-alive; HTTP/2, gRPC included, with no call
 	// open); default 5 min, well past the 90 s that Go's and most clients' pools keep a
-	// connection idle, so the close does not race a client's reuse. A grpc.KeepaliveParams in
-	// GRPCOptions replaces it for native gRPC connections.
+	// connection idle, so the close does not race a client's reuse. Between HTTP/1.1 requests
+	// the gateway's own server may wait up to a sixteenth longer (h1server.Server.IdleTimeout).
+	// A grpc.KeepaliveParams in GRPCOptions replaces it for native gRPC connections.
 	IdleTimeout time.Duration
 	// FirstByteTimeout closes a connection that has not begun its first request this long after
 	// it was accepted (HTTP/1: its first byte; HTTP/2: the preface and first frame); default

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // TestRouteCache: the table answers as the mux would, before and after it has learnt a route:
 // the same handler and Pattern for an exact route and for a path under a subtree pattern, the
 // mux's 405 for another method, its 404 for a path that only decodes to a route, its wildcards'
-// values (such routes are left to it); and it learns no more than cacheSize routes.
+// values (such routes are left to it), its redirects with each request's own query, a host's
+// own pattern; and it learns no more than cacheSize routes, none with a long path.
 func TestRouteCache(t *testing.T) {
 	mux := http.NewServeMux()
 	hits := map[string]int{}
@@ -55,6 +57,33 @@ func TestRouteCache(t *testing.T) {
 		assert.Equal(t, "GET /v1/models/{model...}|org/llama", body)
 	}
 	assert.EqualValues(t, 2, c.size.Load(), "a route with wildcards is not learnt, nor the mux's own answers")
+
+	// The mux's redirects are its own every time: each carries its request's query.
+	handle("/olla/")
+	for _, q := range []string{"key=first", "x=2"} {
+		for _, target := range []string{"/olla", "/v2//models", "/v2/./models"} {
+			w := httptest.NewRecorder()
+			c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, target+"?"+q, nil))
+			assert.Equal(t, http.StatusTemporaryRedirect, w.Code, target)
+			assert.Contains(t, w.Header().Get("Location"), "?"+q, target)
+		}
+	}
+	// A host's own pattern is the mux's to choose, whatever another host's request taught.
+	handle("a.example/v2/only-a")
+	for _, host := range []string{"b.example", "b.example", "a.example"} {
+		r := httptest.NewRequest(http.MethodGet, "/v2/only-a", nil)
+		r.Host = host
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		want := "/v2/|"
+		if host == "a.example" {
+			want = "a.example/v2/only-a|"
+		}
+		assert.Equal(t, want, w.Body.String(), host)
+	}
+	size := c.size.Load()
+	serve(http.MethodGet, "/v2/"+strings.Repeat("x", maxCachedPath))
+	assert.Equal(t, size, c.size.Load(), "a long path is not learnt")
 
 	for i := range cacheSize + 10 { // paths under a subtree: the client's to choose
 		code, body := serve(http.MethodGet, fmt.Sprintf("/v2/models/m%d", i))
