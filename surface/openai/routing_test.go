@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -375,4 +376,38 @@ func TestKServeEndpointSkipped(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	p.Close()
+}
+
+// TestAnswerHeaders: the upstream's connection-scoped answer fields, those its Connection names,
+// and its Date and Server never reach the client (the date and the server are the gateway's,
+// as nginx's proxy_hide_header has it); its other fields do.
+func TestAnswerHeaders(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"llama","object":"model"}]}`)
+		case "/v1/chat/completions":
+			h := w.Header()
+			h.Set("Date", "Mon, 01 Jan 2001 00:00:00 GMT")
+			h.Set("Server", "uvicorn")
+			h.Set("Keep-Alive", "timeout=5")
+			h.Set("Connection", "X-Up-Hop")
+			h.Set("X-Up-Hop", "secret")
+			h.Set("X-Up-Kept", "yes")
+			h.Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		}
+	}))
+	t.Cleanup(up.Close)
+	e := start(t, upstream.Endpoint{Name: "up", URL: up.URL, Type: upstream.TypeVLLM,
+		CheckInterval: 20 * time.Millisecond, CheckTimeout: time.Second})
+	res, body := e.Post(t, "/v1/chat/completions", openaitest.ChatBody("llama"))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	for _, k := range []string{"Server", "Keep-Alive", "X-Up-Hop"} {
+		assert.Empty(t, res.Header.Values(k), k)
+	}
+	assert.NotEqual(t, "Mon, 01 Jan 2001 00:00:00 GMT", res.Header.Get("Date"))
+	assert.NotEmpty(t, res.Header.Get("Date"))
+	assert.Equal(t, "yes", res.Header.Get("X-Up-Kept"))
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
 }
