@@ -232,7 +232,7 @@ type conn struct {
 	// watch, for the request being served, notices the client going away.
 	watch watch
 
-	// deadline is the socket's read deadline, and whether it is the idle wait's.
+	// deadline sets the socket's read deadline, keeping the idle wait's armed across requests.
 	deadline readDeadline
 }
 
@@ -336,7 +336,8 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		return nil, errIdle
 	}
 	// A head already whole in the buffer needs no read, so no header deadline: one timer
-	// change fewer for most requests (the idle wait's deadline is cleared below).
+	// change fewer for most requests (the idle wait's deadline, if armed, stays: see
+	// readDeadline).
 	if buf, _ := c.br.Peek(c.br.Buffered()); httphead.End(buf) < 0 {
 		c.deadline.set(c.nc, time.Now().Add(c.s.headerTimeout()))
 		header = true
@@ -584,10 +585,10 @@ func (r *connReader) Read(p []byte) (int, error) {
 
 // readDeadline keeps the idle wait's read deadline armed through a request that reads nothing
 // more from the socket (its body came with its head), and moves it only when it would end the
-// next wait too soon: two timer changes fewer a request (BenchmarkHotPath's profile). Whatever else reads the
-// socket during a request clears it first (a body still to come, the watch), and whatever sets
-// a deadline of its own (the header's, drain's, the handler's) replaces it. The watch and a
-// handler's own deadline may race, hence the lock.
+// next wait too soon: two timer changes fewer a request (BenchmarkHotPath's profile). Whatever
+// else reads the socket during a request clears it first (a body still to come, the watch), and
+// whatever sets a deadline of its own (the header's, drain's, the handler's) replaces it. The
+// watch and a handler's own deadline may race, hence the lock.
 type readDeadline struct {
 	mu       sync.Mutex
 	idleTill time.Time // the idle wait's deadline, armed on the socket; zero when it is not

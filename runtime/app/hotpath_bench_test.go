@@ -137,8 +137,8 @@ func BenchmarkHotPath(b *testing.B) {
 				res[a.name] = x
 			}
 			// A fresh process each round: two processes of one binary can differ by a sixth in
-			// CPU a request for as long as they run (their memory's layout, their heap's
-			// pacing), which a run's rounds would otherwise all inherit.
+			// CPU a request for as long as they run (why is not known), which a run's rounds
+			// would otherwise all inherit.
 			in := a.start()
 			waitChat(b, in.addr, a.auth)
 			user0, sys0 := procCPU(b, in.pids)
