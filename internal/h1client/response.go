@@ -8,10 +8,10 @@ import (
 )
 
 // readResponse reads a response head from br as http.ReadResponse does. The common answer (an
-// HTTP/1.1 head with a Content-Length, whole in br's buffer) is parsed by httphead; anything else (a head that
-// has not arrived whole, chunked or close-delimited bodies, 1xx, 204 and 304, HEAD, obs-folded
-// or odd lines, a Trailer, duplicate framing headers) goes to http.ReadResponse, nothing having
-// been consumed. http.ReadResponse was a tenth of the gateway's CPU per proxied request; what is
+// HTTP/1.1 head with a Content-Length or chunked, whole in br's buffer) is parsed by httphead;
+// anything else (a head that has not arrived whole, close-delimited bodies, 1xx, 204 and 304,
+// HEAD, obs-folded or odd lines, a Trailer header, duplicate or conflicting framing headers)
+// goes to http.ReadResponse, nothing having been consumed. http.ReadResponse was a tenth of the gateway's CPU per proxied request; what is
 // parsed here is what it would parse (FuzzReadResponse holds the two to the same answer).
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	return readAnswer(br, req, new(answer))
@@ -20,9 +20,11 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 // answer is what an exchange allocates for its response, in one allocation: the response and
 // its body's reader when fastResponse parses it, and the body the caller reads.
 type answer struct {
-	res    http.Response
-	length httphead.LengthBody
-	body   body
+	res     http.Response
+	length  httphead.LengthBody
+	chunked httphead.ChunkedBody
+	te      [1]string
+	body    body
 }
 
 // readAnswer is readResponse with a's response and reader for the common answer's.
@@ -51,8 +53,11 @@ func fastResponse(br *bufio.Reader, req *http.Request, a *answer) (*http.Respons
 		return nil, false
 	}
 	text, f, ok := httphead.Head(buf, len(line), end)
-	if !ok || f.Length < 0 {
-		return nil, false // an odd line, chunked or until the end: ReadResponse decides
+	if !ok || f.Length < 0 && !f.Chunked {
+		return nil, false // an odd line or a body until the end: ReadResponse decides
+	}
+	if _, ok := f.Header["Pragma"]; ok {
+		return nil, false // ReadResponse may add a Cache-Control
 	}
 	if f.Close {
 		delete(f.Header, "Connection") // as ReadResponse: Close says it
@@ -65,7 +70,13 @@ func fastResponse(br *bufio.Reader, req *http.Request, a *answer) (*http.Respons
 		Status: text[9:len(line)], StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: f.Header, ContentLength: f.Length, Close: f.Close, Request: req, Body: http.NoBody,
 	}
-	if f.Length > 0 {
+	switch {
+	case f.Chunked:
+		a.te[0] = "chunked"
+		res.TransferEncoding = a.te[:]
+		a.chunked = httphead.ChunkedBody{R: br, Trailer: &res.Trailer}
+		res.Body = &a.chunked
+	case f.Length > 0:
 		a.length = httphead.LengthBody{R: br, N: f.Length}
 		res.Body = &a.length
 	}

@@ -3,8 +3,10 @@ package h1client
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -32,6 +34,20 @@ func FuzzReadResponse(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nBad Key: 1\r\nContent-Length: 1\r\n\r\nx",
 		"HTTP/1.1 200 OK\r\nX:\x01\r\nContent-Length: 1\r\n\r\nx",
 		"HTTP/1.1 200 OK\r\nContent-Length:  7 \r\n\r\n1234567",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\ntransfer-encoding: Chunked\r\n\r\n6\r\ndata: \r\n0\r\n\r\nnext",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-T: 1\r\nX-T: 2\r\n\r\nrest",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-T: 1",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX: " + strings.Repeat("a", 5000) + "\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nbad line\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nx",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nx\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 1\r\n\r\nx",
 	} {
 		f.Add([]byte(s), false)
 	}
@@ -105,7 +121,23 @@ func TestReadResponseAllocs(t *testing.T) {
 }
 
 func BenchmarkReadResponse(b *testing.B) {
-	raw := []byte("HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 00:00:00 GMT\r\nserver: uvicorn\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}")
+	// A vLLM answer (uvicorn's head), whole and streamed (its first event and the rest to come).
+	var stream strings.Builder
+	stream.WriteString("HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 00:00:00 GMT\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	for i := range 3 {
+		event := fmt.Sprintf("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i)
+		fmt.Fprintf(&stream, "%x\r\n%s\r\n", len(event), event)
+	}
+	stream.WriteString("e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+	for _, answer := range []struct{ name, raw string }{
+		{"whole", "HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 00:00:00 GMT\r\nserver: uvicorn\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"},
+		{"stream", stream.String()},
+	} {
+		b.Run(answer.name, func(b *testing.B) { benchmarkReadResponse(b, []byte(answer.raw)) })
+	}
+}
+
+func benchmarkReadResponse(b *testing.B, raw []byte) {
 	req, _ := http.NewRequest(http.MethodPost, "http://up/v1", nil)
 	for _, arm := range []struct {
 		name  string

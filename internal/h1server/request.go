@@ -51,8 +51,8 @@ func fastRequest(br *bufio.Reader) (*http.Request, bool) {
 		return nil, false
 	}
 	text, f, ok := httphead.Head(buf, len(line), end)
-	if !ok {
-		return nil, false
+	if !ok || f.Chunked {
+		return nil, false // a chunked request body is net/http's to read
 	}
 	hosts := f.Header["Host"]
 	if len(hosts) != 1 || hosts[0] == "" {

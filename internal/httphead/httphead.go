@@ -1,9 +1,12 @@
 // Package httphead parses the common HTTP/1.1 message head, the one a proxy meets on nearly every
 // request and answer, for internal/h1server and internal/h1client: header lines that are plain
-// "Name: value" with a CRLF each, a body framed by one Content-Length or none. Its callers give
-// every other head (obs-fold, bare LF, chunked bodies, odd lines, a head not yet whole in the
-// buffer) to net/http's parser, with nothing consumed, so what is accepted and how it reads is
-// net/http's; each caller has a fuzz target that holds the two parsers to the same result.
+// "Name: value" with a CRLF each, a body framed by one Content-Length, by one "Transfer-Encoding:
+// chunked" (a stream's answer; h1server leaves chunked requests to net/http) or by neither. Its
+// callers give every other head (obs-fold, bare LF, other transfer codings, both framings, odd
+// lines, a head not yet whole in the buffer) to net/http's parser, with nothing consumed, so what
+// is accepted and how it reads is net/http's; each caller has a fuzz target that holds the two
+// parsers to the same result. A chunked body is read by net/http's own chunk reader
+// (httputil.NewChunkedReader); only its end (the trailer) is handled here, as net/http does.
 //
 // Why it is written here: http.ReadRequest and http.ReadResponse, with textproto under them,
 // were about a sixth of the gateway's CPU per proxied request and a third of its allocations
@@ -16,8 +19,11 @@ package httphead
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httputil"
+	"net/textproto"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -102,14 +108,16 @@ func plainLine(l []byte) bool {
 
 // Fields is what a head's header lines say.
 type Fields struct {
-	Header http.Header
-	Length int64 // the Content-Length; -1 when there is none
-	Close  bool  // Connection names close
+	Header  http.Header
+	Length  int64 // the Content-Length; -1 when there is none
+	Close   bool  // Connection names close
+	Chunked bool  // one Transfer-Encoding line, "chunked", and no Content-Length; not in Header
 }
 
 // parse reads n header lines (checked by lines) from text. It reports false for what its
-// callers leave to net/http: Transfer-Encoding, Trailer, and a Content-Length that is repeated
-// or not plain digits.
+// callers leave to net/http: a Transfer-Encoding other than one "chunked" line without a
+// Content-Length, Trailer, and a Content-Length that is repeated or not plain digits. The one
+// Transfer-Encoding it takes is left out of Header, as net/http leaves it out.
 func parse(text string, n int) (Fields, bool) {
 	f := Fields{Header: make(http.Header, n), Length: -1}
 	vals := make([]string, n) // every value's slice, in one array
@@ -129,7 +137,13 @@ func parse(text string, n int) (Fields, bool) {
 				return f, false
 			}
 			f.Length = length
-		case "Transfer-Encoding", "Trailer":
+		case "Transfer-Encoding":
+			if f.Chunked || !strings.EqualFold(v, "chunked") {
+				return f, false
+			}
+			f.Chunked = true
+			continue
+		case "Trailer":
 			return f, false
 		case "Connection":
 			f.Close = f.Close || httpguts.HeaderValuesContainsToken([]string{v}, "close")
@@ -141,6 +155,9 @@ func parse(text string, n int) (Fields, bool) {
 			f.Header[k] = vals[i : i+1 : i+1]
 		}
 	}
+	if f.Chunked && f.Length >= 0 {
+		return f, false // both framings: net/http drops the length, and that is its call
+	}
 	return f, true
 }
 
@@ -151,6 +168,7 @@ var commonKeys = []string{
 	"Content-Length", "Date", "Server", "Connection", "Keep-Alive", "Cache-Control", "Vary",
 	"X-Request-Id", "Content-Encoding", "Set-Cookie", "Etag", "X-Api-Key", "Anthropic-Version",
 	"Openai-Organization", "Openai-Project", "Traceparent", "Tracestate", "Expect", "Pragma",
+	"Transfer-Encoding",
 }
 
 // canonicalKey is k as textproto canonicalizes it, without an allocation for a common name or
@@ -215,3 +233,85 @@ func (b *LengthBody) Read(p []byte) (int, error) {
 
 // Close does nothing: the connection's owner decides what becomes of the rest.
 func (b *LengthBody) Close() error { return nil }
+
+// ChunkedBody is a chunked body from R, read as net/http reads one: the chunks through
+// httputil's reader (net/http's own), then the trailer. The common end, a bare CRLF, is
+// consumed here; a trailer with fields goes to textproto, bounded as net/http bounds it (its
+// end must come within R's buffer), and its fields are added to *Trailer.
+type ChunkedBody struct {
+	R       *bufio.Reader
+	Trailer *http.Header
+
+	chunks io.Reader
+	err    error // the end, once reached: io.EOF or what went wrong in the trailer
+}
+
+// The errors net/http gives for a trailer it cannot read.
+var (
+	errTrailerEOF     = errors.New("http: unexpected EOF reading trailer")
+	errTrailerTooLong = errors.New("http: suspiciously long trailer after chunked body")
+)
+
+func (b *ChunkedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.chunks == nil {
+		b.chunks = httputil.NewChunkedReader(b.R)
+	}
+	n, err := b.chunks.Read(p)
+	if err == io.EOF {
+		if err = b.readTrailer(); err == nil {
+			err = io.EOF
+		}
+		b.err = err
+	}
+	return n, err
+}
+
+// Close does nothing: the connection's owner decides what becomes of the rest.
+func (b *ChunkedBody) Close() error { return nil }
+
+func (b *ChunkedBody) readTrailer() error {
+	end, err := b.R.Peek(2)
+	switch {
+	case len(end) == 2 && end[0] == '\r' && end[1] == '\n':
+		_, err = b.R.Discard(2)
+		return err
+	case len(end) < 2:
+		return errTrailerEOF
+	case err != nil:
+		return err
+	case !trailerFits(b.R):
+		return errTrailerTooLong
+	}
+	fields, err := textproto.NewReader(b.R).ReadMIMEHeader()
+	if err == io.EOF {
+		return errTrailerEOF
+	}
+	if err != nil {
+		return err
+	}
+	if *b.Trailer == nil {
+		*b.Trailer = http.Header(fields)
+		return nil
+	}
+	for k, vv := range fields {
+		(*b.Trailer)[k] = vv
+	}
+	return nil
+}
+
+// trailerFits reports whether a CRLF CRLF comes within the first bytes r can buffer, reading
+// no further than it: net/http's bound on a trailer before it parses one.
+func trailerFits(r *bufio.Reader) bool {
+	for n := 4; ; n = r.Buffered() + 1 {
+		buf, err := r.Peek(max(n, r.Buffered()))
+		if bytes.Contains(buf, []byte("\r\n\r\n")) {
+			return true
+		}
+		if err != nil { // the end of the stream, or of the buffer
+			return false
+		}
+	}
+}
