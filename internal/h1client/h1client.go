@@ -10,8 +10,9 @@
 // run against both.
 //
 // Here the request is written (writeRequest, one write per request, whose last bytes go out as
-// the wait for the answer begins: internal/writewait) and the response head read (readResponse:
-// the common head by internal/httphead, any other by http.ReadResponse) by the caller.
+// the wait for the answer begins: internal/sockio, whose raw system calls read and write the
+// socket) and the response head read (readResponse: the common head by internal/httphead, any
+// other by http.ReadResponse) by the caller.
 // Connections are kept alive in a LIFO pool. http.Transport's reader goroutine notices an
 // upstream closing an idle connection; here a non-blocking peek does before a connection is
 // reused, which needs a platform where a socket can be peeked at (Supported). Since responses
@@ -36,7 +37,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/infergate/infergate/internal/writewait"
+	"github.com/infergate/infergate/internal/sockio"
 )
 
 // MaxBody is the largest request body the client writes itself; larger ones go to the fallback.
@@ -87,9 +88,9 @@ const (
 
 var errResponseHeadTooLarge = errors.New("h1client: upstream response headers too large")
 
-// limitedConn reads from the connection until n bytes have been read.
+// limitedConn reads from the connection (sockio's raw reads) until n bytes have been read.
 type limitedConn struct {
-	nc net.Conn
+	in sockio.Reader
 	n  int64
 }
 
@@ -100,16 +101,16 @@ func (l *limitedConn) Read(p []byte) (int, error) {
 	if int64(len(p)) > l.n {
 		p = p[:l.n]
 	}
-	n, err := l.nc.Read(p)
+	n, err := l.in.Read(p)
 	l.n -= int64(n)
 	return n, err
 }
 
 // countingWriter writes to the connection, counting. Its writer's Wait, set around the flush
-// of a request's last bytes, makes that write also wait for the answer to begin (writewait):
+// of a request's last bytes, makes that write also wait for the answer to begin (sockio):
 // one system call fewer an exchange.
 type countingWriter struct {
-	ww  writewait.Writer
+	ww  sockio.Writer
 	n   int64
 	err error // the connection's last write error
 }
@@ -186,7 +187,7 @@ func (t *Transport) dialConn(ctx context.Context) (*conn, error) {
 		return nil, err
 	}
 	c := &conn{nc: nc}
-	c.lr.nc = nc
+	c.lr.in.Init(nc, nil)
 	c.cw.ww.Init(nc, nil)
 	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
 	c.peek.init(nc)

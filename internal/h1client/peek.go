@@ -5,6 +5,8 @@ package h1client
 import (
 	"net"
 	"syscall"
+
+	"github.com/infergate/infergate/internal/sockio"
 )
 
 // Supported reports whether a Transport reuses connections here: it can peek at an idle socket
@@ -32,8 +34,8 @@ func (p *peeker) init(nc net.Conn) {
 	}
 	p.rc = rc
 	p.fn = func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		p.usable = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		_, err := sockio.Peek(fd, p.b[:])
+		p.usable = err == syscall.EAGAIN
 		return true
 	}
 }

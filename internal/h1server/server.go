@@ -49,7 +49,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/infergate/infergate/internal/httphead"
-	"github.com/infergate/infergate/internal/writewait"
+	"github.com/infergate/infergate/internal/sockio"
 )
 
 // Server serves HTTP/1.x connections to Handler. Its zero value is not usable: set Handler.
@@ -219,7 +219,7 @@ type conn struct {
 	r      connReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	out    writewait.Writer // what bw writes to
+	out    sockio.Writer // what bw writes to
 	remote string
 	// pending, for a connection read ahead of the server (the gateway's protocol router), is
 	// how many of its bytes are in memory rather than in the socket; nil: none ever are.
@@ -252,6 +252,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		c.pending = rc.Pending
 	}
 	c.out.Init(nc, raw)
+	c.r.in.Init(nc, raw)
+	c.r.pending = c.pending
 	c.bw = bufio.NewWriterSize(&c.out, bufferSize)
 	c.watch.c = c
 	return c
@@ -266,7 +268,7 @@ func (c *conn) socketNext() bool {
 // ReadAheadConn is a connection some of whose first bytes were read before the server got it
 // (a protocol router's sniff) and are given back by its Read; its Write and, once Pending is 0,
 // its reads are its socket's. Given one, or a *net.TCPConn, the server sends an answer and waits
-// for the next request in one step (writewait), a system call fewer a request.
+// for the next request in one step (sockio), a system call fewer a request.
 type ReadAheadConn interface {
 	net.Conn
 	syscall.Conn
@@ -318,7 +320,7 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 			return nil, errIdle
 		}
 		// The last answer's held bytes go out as the wait for the next request begins
-		// (writewait); a wait that fails is met again by the read below.
+		// (sockio); a wait that fails is met again by the read below.
 		if c.bw.Buffered() > 0 {
 			c.out.Wait = c.socketNext()
 			err := c.bw.Flush()
@@ -554,12 +556,15 @@ var optionsAsterisk = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Reque
 })
 
 // connReader reads the connection for the bufio.Reader: bounded while a header is read (limit
-// >= 0), and first giving back a byte the watch read.
+// >= 0), and first giving back a byte the watch read. Its socket is read through in (sockio's
+// raw reads) once the bytes a protocol router read ahead (pending) are given back.
 type connReader struct {
-	nc     net.Conn
-	limit  int64 // bytes the header may still take; -1: unbounded
-	peeked []byte
-	peek   [1]byte
+	nc      net.Conn
+	in      sockio.Reader
+	pending func() int // see conn.pending
+	limit   int64      // bytes the header may still take; -1: unbounded
+	peeked  []byte
+	peek    [1]byte
 }
 
 func (r *connReader) Read(p []byte) (int, error) {
@@ -571,11 +576,14 @@ func (r *connReader) Read(p []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if len(r.peeked) > 0 {
+	switch {
+	case len(r.peeked) > 0:
 		n = copy(p, r.peeked)
 		r.peeked = r.peeked[n:]
-	} else {
+	case r.pending != nil && r.pending() > 0:
 		n, err = r.nc.Read(p)
+	default:
+		n, err = r.in.Read(p)
 	}
 	if r.limit > 0 {
 		r.limit -= int64(n)

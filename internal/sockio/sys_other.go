@@ -1,7 +1,9 @@
 //go:build !(linux || darwin)
 
-package writewait
+package sockio
 
 const supported = false
 
-func write(uintptr, []byte) (int, error) { panic("writewait: not supported here") }
+func read(uintptr, []byte) (int, error)  { panic("sockio: not supported here") }
+func write(uintptr, []byte) (int, error) { panic("sockio: not supported here") }
+func peek(uintptr, []byte) (int, error)  { panic("sockio: not supported here") }

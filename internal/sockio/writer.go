@@ -1,15 +1,4 @@
-// Package writewait writes the last bytes of a message on a TCP connection and waits, in the
-// same call, for the connection to become readable: for the answer to a request just sent (the
-// upstream client), or for the next request after an answer (the HTTP/1 server).
-//
-// Why: Go's poller reads before it waits. A Write followed by a Read that finds nothing yet
-// (EAGAIN, the usual case right after a message) costs a system call that says nothing;
-// BenchmarkHotPath counted 4 reads a proxied request with it, where 2 carry data. Here the write
-// is made inside syscall.RawConn.Read's callback, which runs after the poller's readiness was
-// reset, so whatever arrives after the write wakes the wait, and the read that follows finds
-// bytes at its first system call. No library offers this: it needs the poller's order of reset,
-// callback and wait, which only RawConn.Read exposes.
-package writewait
+package sockio
 
 import (
 	"net"
@@ -22,9 +11,10 @@ type Writer struct {
 	// Wait, while set, makes Write a WriteWait: set around the flush of a message's last bytes.
 	Wait bool
 
-	nc net.Conn
-	rc syscall.RawConn // nil: WriteWait is a plain Write
-	fn func(fd uintptr) bool
+	nc  net.Conn
+	rc  syscall.RawConn // nil: the connection's own Write, and WriteWait is a plain Write
+	fn  func(fd uintptr) bool
+	all func(fd uintptr) bool
 
 	b     []byte
 	n     int
@@ -32,30 +22,35 @@ type Writer struct {
 	wrote bool
 }
 
-// Init makes w write to nc. Only a *net.TCPConn gets the wait, or a connection that gives its
-// socket as raw (a wrapper whose Read and Write are the socket's): a wrapper's own Write must not
-// be bypassed.
+// Init makes w write to nc: to its socket, when it is a *net.TCPConn or raw is the socket of a
+// wrapper whose Read and Write are the socket's (see socket); otherwise through nc's Write.
 func (w *Writer) Init(nc net.Conn, raw syscall.RawConn) {
-	w.nc, w.rc = nc, raw
-	if raw == nil {
-		if tc, ok := nc.(*net.TCPConn); ok {
-			w.rc, _ = tc.SyscallConn()
-		}
-	}
-	if w.rc != nil && supported {
-		w.fn = w.writeThenWait
-	} else {
-		w.rc = nil
+	w.nc, w.rc = nc, socket(nc, raw)
+	if w.rc != nil {
+		w.fn, w.all = w.writeThenWait, w.writeAll
 	}
 }
 
-// Write writes b as the connection's Write does, and then waits as WriteWait does while Wait is
-// set.
+// Write writes b as the connection's Write does (the same errors), and then waits as WriteWait
+// does while Wait is set.
 func (w *Writer) Write(b []byte) (int, error) {
 	if w.Wait {
 		return w.WriteWait(b)
 	}
-	return w.nc.Write(b)
+	if w.rc == nil {
+		return w.nc.Write(b)
+	}
+	w.b, w.n, w.err = b, 0, nil
+	err := w.rc.Write(w.all)
+	n := w.n
+	if err == nil {
+		err = w.err
+	}
+	w.b, w.err = nil, nil
+	if err != nil {
+		return n, opError("write", w.nc, err)
+	}
+	return n, nil
 }
 
 // WriteWait writes b and returns once the connection is readable or the wait failed (a read
@@ -67,13 +62,14 @@ func (w *Writer) WriteWait(b []byte) (int, error) {
 		return w.nc.Write(b)
 	}
 	w.b, w.n, w.err, w.wrote = b, 0, nil, false
-	_ = w.rc.Read(w.fn)
+	_ = w.rc.Read(w.fn) // failing before the callback (a read deadline, a close): Write below says
+
 	n, err := w.n, w.err
 	w.b, w.err = nil, nil
 	if err != nil {
-		return n, &net.OpError{Op: "write", Net: w.nc.LocalAddr().Network(), Source: w.nc.LocalAddr(), Addr: w.nc.RemoteAddr(), Err: err}
+		return n, opError("write", w.nc, err)
 	}
-	if n < len(b) {
+	if n < len(b) { // a full send buffer, or the wait failed before writing
 		m, err := w.nc.Write(b[n:])
 		return n + m, err
 	}
@@ -102,4 +98,24 @@ func (w *Writer) writeThenWait(fd uintptr) bool {
 		}
 	}
 	return false
+}
+
+// writeAll is Write's callback: it writes until all is written (true), or until the socket's
+// buffer is full (false: called again once it has room).
+func (w *Writer) writeAll(fd uintptr) bool {
+	for w.n < len(w.b) {
+		n, err := write(fd, w.b[w.n:])
+		if n > 0 {
+			w.n += n
+		}
+		switch err {
+		case nil, syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			w.err = err
+			return true
+		}
+	}
+	return true
 }

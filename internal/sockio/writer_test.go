@@ -1,4 +1,4 @@
-package writewait
+package sockio
 
 import (
 	"bytes"

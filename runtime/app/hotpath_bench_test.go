@@ -53,7 +53,9 @@ import (
 // over the rounds, the ratios the goal is stated in, and each proxy's CPU time per request at c=64
 // (its processes' user and system time, from /proc): steadier than req/s on a shared machine;
 // and its user-space part (the proxy's own code and runtime; the rest is the kernel's, which
-// the same system calls cost every proxy alike).
+// the same system calls cost every proxy alike). At c=1 and for the streams, the CPU a request
+// costs a proxy that wakes for each one, and at c=1 its threads' context switches a request:
+// what a lightly loaded gateway costs its machine.
 func BenchmarkHotPath(b *testing.B) {
 	rounds, seconds := envInt(b, "INFERGATE_HOTPATH_ROUNDS", 3), envInt(b, "INFERGATE_HOTPATH_SECONDS", 3)
 	up := openaitest.Start(b, "up", "llama")
@@ -126,7 +128,7 @@ func BenchmarkHotPath(b *testing.B) {
 
 	chat := `{"model":"llama","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about the weather in Paris."}],"temperature":0.7,"max_tokens":64}`
 	stream := `{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	type result struct{ rps, p50, ttfb, cpu, user []float64 }
+	type result struct{ rps, p50, ttfb, cpu, user, c1cpu, c1switch, streamcpu []float64 }
 	res := map[string]*result{}
 	dur := time.Duration(seconds) * time.Second
 	for r := range rounds {
@@ -154,12 +156,26 @@ func BenchmarkHotPath(b *testing.B) {
 				r1, w1 := procIO(b, in.pids)
 				reads, writes = (r1-r0)/n, (w1-w0)/n
 			}
+			// At c=1 and for streams, the CPU a request costs when the proxy wakes for every
+			// one, and (c=1) the context switches it makes: what a lightly loaded gateway costs.
+			var c1cpu, c1switch, streamcpu float64
+			u0, s0 := procCPU(b, in.pids)
+			sw0 := procSwitches(b, in.pids)
 			_, lat := load(b, in.addr, a.auth, chat, 1, dur)
+			u1, s1 := procCPU(b, in.pids)
+			sw1 := procSwitches(b, in.pids)
 			ttfb := firstEvents(b, in.addr, a.auth, stream, dur)
+			u2, s2 := procCPU(b, in.pids)
+			if in.pids != nil {
+				c1cpu = float64((u1 + s1 - u0 - s0).Microseconds()) / float64(len(lat))
+				c1switch = (sw1 - sw0) / float64(len(lat))
+				streamcpu = float64((u2 + s2 - u1 - s1).Microseconds()) / float64(len(ttfb))
+				x.c1cpu, x.c1switch, x.streamcpu = append(x.c1cpu, c1cpu), append(x.c1switch, c1switch), append(x.streamcpu, streamcpu)
+			}
 			in.stop()
 			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(lat)), append(x.ttfb, median(ttfb))
-			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req (user %4.1f) %4.2f reads %4.2f writes   c=1 p50 %6.1f µs   stream first byte p50 %6.1f µs",
-				r+1, a.name, rps, cpu, user, reads, writes, median(lat), median(ttfb))
+			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req (user %4.1f) %4.2f reads %4.2f writes   c=1 p50 %6.1f µs (CPU %5.1f µs, %4.2f switches)   stream first byte p50 %6.1f µs (CPU %5.1f µs)",
+				r+1, a.name, rps, cpu, user, reads, writes, median(lat), c1cpu, c1switch, median(ttfb), streamcpu)
 		}
 	}
 	// What a request costs each proxy, from a c=64 load of its own after the rounds:
@@ -214,6 +230,9 @@ func BenchmarkHotPath(b *testing.B) {
 		if x := res[a.name]; x.cpu != nil {
 			b.ReportMetric(median(x.cpu), a.name+"-cpu-us/req")
 			b.ReportMetric(median(x.user), a.name+"-user-us/req")
+			b.ReportMetric(median(x.c1cpu), a.name+"-c1-cpu-us/req")
+			b.ReportMetric(median(x.c1switch), a.name+"-c1-switches/req")
+			b.ReportMetric(median(x.streamcpu), a.name+"-stream-cpu-us/req")
 		}
 	}
 	if res["infergate"] == nil {
@@ -368,6 +387,31 @@ func procIO(b *testing.B, pids []int) (reads, writes float64) {
 		}
 	}
 	return reads, writes
+}
+
+// procSwitches returns the context switches the processes' threads made, voluntary or not,
+// from /proc/PID/task/TID/status.
+func procSwitches(b *testing.B, pids []int) float64 {
+	var n float64
+	for _, pid := range pids {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, task := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+			if err != nil {
+				continue // a thread that has just ended
+			}
+			for line := range strings.Lines(string(data)) {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "voluntary_ctxt_switches") {
+					c, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					n += c
+				}
+			}
+		}
+	}
+	return n
 }
 
 type counters struct{ mallocs, requests float64 }
