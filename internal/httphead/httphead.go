@@ -138,7 +138,10 @@ func parse(text string, n int) (Fields, bool) {
 			}
 			f.Length = length
 		case "Transfer-Encoding":
-			if f.Chunked || !strings.EqualFold(v, "chunked") {
+			// ASCII only, as net/http matches it: of the two non-ASCII letters that fold to
+			// ASCII ones, K's Kelvin sign is 3 bytes and "chunked" has no s (ſ), so seven bytes
+			// that fold to it are ASCII.
+			if f.Chunked || len(v) != len("chunked") || !strings.EqualFold(v, "chunked") {
 				return f, false
 			}
 			f.Chunked = true
@@ -243,7 +246,8 @@ type ChunkedBody struct {
 	Trailer *http.Header
 
 	chunks io.Reader
-	err    error // the end, once reached: io.EOF or what went wrong in the trailer
+	end    error // the end, once reached: io.EOF, or what went wrong in the trailer
+	failed bool  // the end was an error, already returned
 }
 
 // The errors net/http gives for a trailer it cannot read.
@@ -253,8 +257,12 @@ var (
 )
 
 func (b *ChunkedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
+	switch {
+	case b.failed:
+		return 0, http.ErrBodyReadAfterClose // as net/http's body, closed by a bad trailer
+	case b.end != nil:
+		b.failed = b.end != io.EOF
+		return 0, b.end
 	}
 	if b.chunks == nil {
 		b.chunks = httputil.NewChunkedReader(b.R)
@@ -264,7 +272,7 @@ func (b *ChunkedBody) Read(p []byte) (int, error) {
 		if err = b.readTrailer(); err == nil {
 			err = io.EOF
 		}
-		b.err = err
+		b.end, b.failed = err, err != io.EOF
 	}
 	return n, err
 }

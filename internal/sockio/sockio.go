@@ -21,11 +21,13 @@
 // or write returns at once, with bytes or EAGAIN, and the wait for readiness is still the
 // poller's (RawConn.Read and Write), deadlines included. What the runtime no longer sees is a
 // system call of a few microseconds, which it would have had no reason to act on. Raw calls are
-// made on Linux only; elsewhere they are the syscall package's.
+// made on Linux (the peek on 386, which reaches sockets through socketcall, excepted); on macOS
+// they are the syscall package's; elsewhere the connection's own Read and Write are used.
 //
-// Errors are the ones the connection's own Read and Write return (a *net.OpError with the same
-// Op, addresses and cause), so callers cannot tell the two apart. No library does either: both
-// need the poller's order of reset, callback and wait, which only RawConn exposes.
+// Errors are the kind the connection's own Read and Write return: a *net.OpError with the same
+// Op, addresses and cause (its network is the address's, "tcp", where the connection's may say
+// "tcp4"). No library does either: both need the poller's order of reset, callback and wait,
+// which only RawConn exposes.
 package sockio
 
 import (

@@ -21,12 +21,6 @@ func write(fd uintptr, b []byte) (int, error) {
 	return result("write", n, e)
 }
 
-func peek(fd uintptr, b []byte) (int, error) {
-	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	return result("recvfrom", n, e)
-}
-
 func result(call string, n uintptr, e syscall.Errno) (int, error) {
 	switch e {
 	case 0:

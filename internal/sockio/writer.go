@@ -1,6 +1,7 @@
 package sockio
 
 import (
+	"io"
 	"net"
 	"syscall"
 )
@@ -76,37 +77,26 @@ func (w *Writer) WriteWait(b []byte) (int, error) {
 	return n, nil
 }
 
-// writeThenWait is WriteWait's callback: called first, it writes and asks to wait (false);
-// called again, the connection is readable.
+// writeThenWait is WriteWait's callback: called first, it writes and asks to wait (false) if all
+// went out; called again, the connection is readable. A full send buffer or a failed write
+// ends it (the rest goes the usual way, or the error is returned).
 func (w *Writer) writeThenWait(fd uintptr) bool {
 	if w.wrote {
 		return true
 	}
 	w.wrote = true
-	for w.n < len(w.b) {
-		n, err := write(fd, w.b[w.n:])
-		if n > 0 {
-			w.n += n
-		}
-		switch err {
-		case nil, syscall.EINTR:
-		case syscall.EAGAIN:
-			return true // the rest goes the usual way
-		default:
-			w.err = err
-			return true
-		}
-	}
-	return false
+	return !w.writeAll(fd) || w.err != nil
 }
 
-// writeAll is Write's callback: it writes until all is written (true), or until the socket's
-// buffer is full (false: called again once it has room).
+// writeAll is Write's callback: it writes until all is written or a write failed (true), or
+// until the socket's buffer is full (false: called again once it has room).
 func (w *Writer) writeAll(fd uintptr) bool {
 	for w.n < len(w.b) {
 		n, err := write(fd, w.b[w.n:])
 		if n > 0 {
 			w.n += n
+		} else if err == nil {
+			err = io.ErrUnexpectedEOF // nothing taken and nothing said: as poll.FD.Write, not a spin
 		}
 		switch err {
 		case nil, syscall.EINTR:
