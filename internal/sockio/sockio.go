@@ -21,8 +21,10 @@
 // or write returns at once, with bytes or EAGAIN, and the wait for readiness is still the
 // poller's (RawConn.Read and Write), deadlines included. What the runtime no longer sees is a
 // system call of a few microseconds, which it would have had no reason to act on. Raw calls are
-// made on Linux (the peek on 386, which reaches sockets through socketcall, excepted); on macOS
-// they are the syscall package's; elsewhere the connection's own Read and Write are used.
+// made on Linux; on linux/386 (sockets through socketcall), in race, msan and asan builds (whose
+// checks the syscall package's calls carry: I/O as a happens-before edge, the buffers' accesses)
+// and on macOS the calls are the syscall package's; elsewhere the connection's own Read and
+// Write are used.
 //
 // Errors are the kind the connection's own Read and Write return: a *net.OpError with the same
 // Op, addresses and cause (its network is the address's, "tcp", where the connection's may say

@@ -1,3 +1,5 @@
+//go:build linux && !386 && !race && !msan && !asan
+
 package sockio
 
 import (
@@ -19,6 +21,12 @@ func read(fd uintptr, b []byte) (int, error) {
 func write(fd uintptr, b []byte) (int, error) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 	return result("write", n, e)
+}
+
+func peek(fd uintptr, b []byte) (int, error) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return result("recvfrom", n, e)
 }
 
 func result(call string, n uintptr, e syscall.Errno) (int, error) {

@@ -1,3 +1,5 @@
+//go:build darwin || (linux && (386 || race || msan || asan))
+
 package sockio
 
 import (
@@ -7,8 +9,11 @@ import (
 
 const supported = true
 
-// The socket calls, through the syscall package: macOS has no raw system calls to make. Errors
-// other than EAGAIN and EINTR are wrapped as the os package wraps a system call's.
+// The socket calls through the syscall package: on macOS, which has no raw system calls to
+// make; on linux/386, which reaches sockets through socketcall; and in race, msan and asan
+// builds, whose checks (I/O as a happens-before edge, the buffers' accesses) the syscall
+// package's calls carry and raw ones would not. Errors other than EAGAIN and EINTR are wrapped
+// as the os package wraps a system call's.
 
 func read(fd uintptr, b []byte) (int, error) {
 	n, err := syscall.Read(int(fd), b)
