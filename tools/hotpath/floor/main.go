@@ -7,9 +7,10 @@
 //   - nethttp: net/http's Server, as infergate serves today;
 //   - fasthttp: github.com/valyala/fasthttp's Server (its own connection loop, pooled request
 //     and response objects, no goroutine per request beyond the connection's);
-//   - loop: a hand-written loop on the connection: one goroutine per connection, a bufio pair,
-//     a request parsed just far enough to find its body (Content-Length only), and the answer's
-//     head and body written in one call.
+//   - loop: a hand-written loop on the connection: one goroutine per connection, a bufio pair
+//     over internal/sockio as the gateway's own server has (raw system calls, an answer's last
+//     write made with the wait for the next request), a request parsed just far enough to find
+//     its body (Content-Length only), and the answer's head and body written in one call.
 //
 // It lives in its own module so that fasthttp stays out of the gateway's go.mod until a decision
 // takes it in. It is a measuring device, not a server: the loop speaks only as much HTTP/1.1 as
@@ -30,6 +31,7 @@ import (
 	"strconv"
 
 	"github.com/infergate/infergate/internal/h1client"
+	"github.com/infergate/infergate/internal/sockio"
 	"github.com/valyala/fasthttp"
 )
 
@@ -133,8 +135,19 @@ func copyFlushing(w io.Writer, src io.Reader, flush func()) {
 // serveLoop serves one connection's requests in turn until it closes.
 func serveLoop(c net.Conn, send func(context.Context, string, []byte, string) (*http.Response, error)) {
 	defer c.Close()
-	br := bufio.NewReaderSize(c, 16<<10)
-	bw := bufio.NewWriterSize(c, 16<<10)
+	var in sockio.Reader
+	var out sockio.Writer
+	in.Init(c, nil)
+	out.Init(c, nil)
+	br := bufio.NewReaderSize(&in, 16<<10)
+	bw := bufio.NewWriterSize(&out, 16<<10)
+	// flush sends an answer's last bytes and waits for the next request in one step.
+	flush := func() error {
+		out.Wait = true
+		err := bw.Flush()
+		out.Wait = false
+		return err
+	}
 	ctx := context.Background()
 	var body []byte
 	for {
@@ -181,7 +194,7 @@ func serveLoop(c net.Conn, send func(context.Context, string, []byte, string) (*
 			fmt.Fprintf(bw, "Content-Length: %d\r\n\r\n", res.ContentLength)
 			_, err = io.Copy(bw, res.Body)
 			res.Body.Close()
-			if err != nil || bw.Flush() != nil {
+			if err != nil || flush() != nil {
 				return
 			}
 			continue
@@ -191,7 +204,7 @@ func serveLoop(c net.Conn, send func(context.Context, string, []byte, string) (*
 		copyFlushing(cw, res.Body, func() { _ = bw.Flush() })
 		res.Body.Close()
 		bw.WriteString("0\r\n\r\n")
-		if bw.Flush() != nil {
+		if flush() != nil {
 			return
 		}
 	}
