@@ -11,9 +11,9 @@ import (
 // HTTP/1.1 head with a Content-Length or chunked, whole in br's buffer) is parsed by httphead;
 // anything else (a head that has not arrived whole, close-delimited bodies, 1xx, 204 and 304,
 // HEAD, obs-folded or odd lines, a Trailer or Pragma header, duplicate or conflicting framing
-// headers)
-// goes to http.ReadResponse, nothing having been consumed. http.ReadResponse was a tenth of the gateway's CPU per proxied request; what is
-// parsed here is what it would parse (FuzzReadResponse holds the two to the same answer).
+// headers) goes to http.ReadResponse, nothing having been consumed. http.ReadResponse was a
+// tenth of the gateway's CPU per proxied request; what is parsed here is what it would parse
+// (FuzzReadResponse holds the two to the same answer).
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	return readAnswer(br, req, new(answer))
 }

@@ -221,9 +221,6 @@ type conn struct {
 	bw     *bufio.Writer
 	out    sockio.Writer // what bw writes to
 	remote string
-	// pending, for a connection read ahead of the server (the gateway's protocol router), is
-	// how many of its bytes are in memory rather than in the socket; nil: none ever are.
-	pending func() int
 
 	// state is idle while the connection waits for a request's first byte: Shutdown wakes it
 	// then (its read deadline), and it ends.
@@ -249,20 +246,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 	var raw syscall.RawConn
 	if rc, ok := nc.(ReadAheadConn); ok {
 		raw, _ = rc.SyscallConn()
-		c.pending = rc.Pending
+		c.r.pending = rc.Pending
 	}
 	c.out.Init(nc, raw)
 	c.r.in.Init(nc, raw)
-	c.r.pending = c.pending
 	c.bw = bufio.NewWriterSize(&c.out, bufferSize)
 	c.watch.c = c
 	return c
-}
-
-// socketNext reports whether the next read is the socket's: no byte is held in memory ahead of
-// it (one the watch read, the router's), which the socket's readiness would not show.
-func (c *conn) socketNext() bool {
-	return len(c.r.peeked) == 0 && (c.pending == nil || c.pending() == 0)
 }
 
 // ReadAheadConn is a connection some of whose first bytes were read before the server got it
@@ -322,7 +312,7 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		// The last answer's held bytes go out as the wait for the next request begins
 		// (sockio); a wait that fails is met again by the read below.
 		if c.bw.Buffered() > 0 {
-			c.out.Wait = c.socketNext()
+			c.out.Wait = c.r.socketNext()
 			err := c.bw.Flush()
 			c.out.Wait = false
 			if err != nil {
@@ -559,12 +549,20 @@ var optionsAsterisk = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Reque
 // >= 0), and first giving back a byte the watch read. Its socket is read through in (sockio's
 // raw reads) once the bytes a protocol router read ahead (pending) are given back.
 type connReader struct {
-	nc      net.Conn
-	in      sockio.Reader
-	pending func() int // see conn.pending
-	limit   int64      // bytes the header may still take; -1: unbounded
+	nc net.Conn
+	in sockio.Reader
+	// pending, for a connection read ahead of the server (the gateway's protocol router), is
+	// how many of its bytes are in memory rather than in the socket; nil: none ever are.
+	pending func() int
+	limit   int64 // bytes the header may still take; -1: unbounded
 	peeked  []byte
 	peek    [1]byte
+}
+
+// socketNext reports whether the next read is the socket's: no byte is held in memory ahead of
+// it (one the watch read, the router's), which the socket's readiness would not show.
+func (r *connReader) socketNext() bool {
+	return len(r.peeked) == 0 && (r.pending == nil || r.pending() == 0)
 }
 
 func (r *connReader) Read(p []byte) (int, error) {
@@ -580,10 +578,10 @@ func (r *connReader) Read(p []byte) (int, error) {
 	case len(r.peeked) > 0:
 		n = copy(p, r.peeked)
 		r.peeked = r.peeked[n:]
-	case r.pending != nil && r.pending() > 0:
-		n, err = r.nc.Read(p)
-	default:
+	case r.socketNext():
 		n, err = r.in.Read(p)
+	default: // the router's bytes, through its Read
+		n, err = r.nc.Read(p)
 	}
 	if r.limit > 0 {
 		r.limit -= int64(n)

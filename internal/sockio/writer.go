@@ -63,8 +63,9 @@ func (w *Writer) WriteWait(b []byte) (int, error) {
 		return w.nc.Write(b)
 	}
 	w.b, w.n, w.err, w.wrote = b, 0, nil, false
-	_ = w.rc.Read(w.fn) // failing before the callback (a read deadline, a close): Write below says
-
+	// A wait that fails before the callback (a read deadline, a close) writes nothing: the
+	// connection's Write below then writes, or says why not.
+	_ = w.rc.Read(w.fn)
 	n, err := w.n, w.err
 	w.b, w.err = nil, nil
 	if err != nil {
