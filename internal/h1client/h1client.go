@@ -77,6 +77,26 @@ type conn struct {
 	reused    bool
 	abort     func() // interrupts a blocked read or write: the cancellation hook, made once
 	peek      peeker
+	// The exchange's context, and how to remove its cancellation hook once armAbort (made
+	// once, as arm) has set it.
+	ctx  context.Context
+	stop func() bool
+	arm  func()
+}
+
+// armAbort makes the end of the exchange's context interrupt the connection. sockio calls it
+// before the exchange first waits (the Writer's BeforeWait): a request the socket takes at once
+// is out before the hook's cost (about a microsecond, cold) is paid, which then overlaps the
+// upstream's work instead of delaying the request.
+func (c *conn) armAbort() { c.stop = context.AfterFunc(c.ctx, c.abort) }
+
+// disarm removes the cancellation hook; false when it has fired (or is firing), and the
+// connection may then be interrupted at any moment.
+func (c *conn) disarm() bool {
+	c.cw.ww.BeforeWait = nil
+	stop := c.stop
+	c.ctx, c.stop = nil, nil
+	return stop == nil || stop()
 }
 
 const (
@@ -190,6 +210,7 @@ func (t *Transport) dialConn(ctx context.Context) (*conn, error) {
 	c.lr.in.Init(nc, nil)
 	c.cw.ww.Init(nc, nil)
 	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
+	c.arm = c.armAbort
 	c.peek.init(nc)
 	c.br = bufio.NewReaderSize(&c.lr, bufferSize)
 	c.bw = bufio.NewWriterSize(&c.cw, bufferSize)
@@ -288,9 +309,10 @@ func (t *Transport) RoundTrip(ctx context.Context, req *http.Request) (*http.Res
 }
 
 func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, c.abort)
+	c.ctx, c.stop = ctx, nil
+	c.cw.ww.BeforeWait = c.arm
 	fail := func(err error) (*http.Response, error) {
-		stop()
+		c.disarm()
 		c.nc.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -306,6 +328,10 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	c.cw.ww.Wait = false
 	if err != nil {
 		return fail(err)
+	}
+	if c.stop == nil {
+		c.armAbort() // the write did not wait: the hook is armed before the answer is read
+		c.cw.ww.BeforeWait = nil
 	}
 	// The limit bounds the heads of informational responses and the answer's together, as
 	// http.Transport's does: however many 1xx an upstream sends, it cannot make this read for ever.
@@ -330,7 +356,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	if res.Body == http.NoBody {
 		// Nothing to read (HEAD, 204, 304, Content-Length: 0): the connection is free now, as
 		// http.Transport frees it, whether or not the caller reads the body or closes it.
-		if stop() && reuse && c.br.Buffered() == 0 {
+		if c.disarm() && reuse && c.br.Buffered() == 0 {
 			t.put(c)
 		} else {
 			c.nc.Close()
@@ -338,7 +364,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 		return res, nil
 	}
 	b := &a.body
-	b.rc, b.c, b.t, b.ctx, b.stop, b.reuse = res.Body, c, t, ctx, stop, reuse
+	b.rc, b.c, b.t, b.ctx, b.reuse = res.Body, c, t, ctx, reuse
 	res.Body = b
 	return res, nil
 }
@@ -369,7 +395,6 @@ type body struct {
 	c      *conn
 	t      *Transport
 	ctx    context.Context
-	stop   func() bool
 	reuse  bool
 	done   atomic.Bool
 	closed atomic.Bool
@@ -414,7 +439,7 @@ func (b *body) release(atEOF bool) {
 	if !b.done.CompareAndSwap(false, true) {
 		return
 	}
-	stopped := b.stop()
+	stopped := b.c.disarm()
 	if atEOF && stopped && b.reuse && b.c.br.Buffered() == 0 {
 		b.t.put(b.c)
 		return

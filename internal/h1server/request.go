@@ -15,12 +15,14 @@ import (
 // HTTP/1.1 head whole in br's buffer, a plain path, a body framed by Content-Length or none, one
 // Host) is parsed by httphead; anything else goes to http.ReadRequest, nothing having been
 // consumed. FuzzReadRequest holds the two to the same request, and FuzzServer the server to
-// net/http's.
-func readRequest(br *bufio.Reader) (*http.Request, error) {
+// net/http's. fieldsChecked reports a head httphead parsed, whose header lines it checked as
+// check would (a token name, a value without control characters but tab).
+func readRequest(br *bufio.Reader) (req *http.Request, fieldsChecked bool, err error) {
 	if req, ok := fastRequest(br); ok {
-		return req, nil
+		return req, true, nil
 	}
-	return http.ReadRequest(br)
+	req, err = http.ReadRequest(br)
+	return req, false, err
 }
 
 func fastRequest(br *bufio.Reader) (*http.Request, bool) {

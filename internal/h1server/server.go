@@ -335,7 +335,7 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		header = true
 	}
 	c.r.limit = c.s.maxHeaderBytes() + 4096 // net/http's slop for the request line and framing
-	req, err := readRequest(c.br)
+	req, fieldsChecked, err := readRequest(c.br)
 	hitLimit := c.r.limit <= 0
 	c.r.limit = -1
 	if header {
@@ -347,7 +347,7 @@ func (c *conn) readRequest(first bool) (*http.Request, error) {
 		}
 		return nil, err
 	}
-	if err := check(req); err != nil {
+	if err := check(req, fieldsChecked); err != nil {
 		return nil, err
 	}
 	req.RemoteAddr = c.remote
@@ -362,8 +362,9 @@ type badRequest string
 
 func (e badRequest) Error() string { return string(e) }
 
-// check makes the checks net/http's server makes of a parsed request before a handler sees it.
-func check(req *http.Request) error {
+// check makes the checks net/http's server makes of a parsed request before a handler sees it;
+// with fieldsChecked, those of its header fields' names and values are already made.
+func check(req *http.Request, fieldsChecked bool) error {
 	if req.ProtoMajor != 1 {
 		return errVersion
 	}
@@ -380,7 +381,20 @@ func check(req *http.Request) error {
 	if !httpguts.ValidHostHeader(req.Host) {
 		return badRequest("malformed Host header")
 	}
-	for k, vv := range req.Header {
+	if !fieldsChecked {
+		if err := checkFields(req.Header); err != nil {
+			return err
+		}
+	}
+	if req.Method == http.MethodConnect {
+		return errNotImplemented
+	}
+	return nil
+}
+
+// checkFields refuses the header field names and values net/http's server refuses.
+func checkFields(h http.Header) error {
+	for k, vv := range h {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return badRequest("invalid header name")
 		}
@@ -389,9 +403,6 @@ func check(req *http.Request) error {
 				return badRequest("invalid header value")
 			}
 		}
-	}
-	if req.Method == http.MethodConnect {
-		return errNotImplemented
 	}
 	return nil
 }
@@ -472,8 +483,9 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 		// As net/http's server gives it: a client that forwards it knows it is empty.
 		req.Body = http.NoBody
 	}
-	req = req.WithContext(ctx)
-	w.req = req
+	// In place: the request is the server's alone, and WithContext's copy (a request's size)
+	// stays on the stack.
+	*req = *req.WithContext(ctx)
 	// HTTP/1.0 closes unless it asked to be kept alive (ReadRequest's Close says which) and
 	// sent no body: Go's parser drops an HTTP/1.0 request's Transfer-Encoding, so a body's
 	// framing cannot be trusted there (RFC 9112 §6.1).

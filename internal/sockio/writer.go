@@ -11,6 +11,13 @@ import (
 type Writer struct {
 	// Wait, while set, makes Write a WriteWait: set around the flush of a message's last bytes.
 	Wait bool
+	// BeforeWait, when set, is called (and cleared) before the writer first waits: for the socket
+	// to take more bytes, or, in a WriteWait, for the answer once the bytes went out. A caller
+	// that must be able to interrupt a wait (h1client's cancellation) arms it there: a message
+	// that the socket takes at once is out before the arming's cost is paid, which then overlaps
+	// the peer's work. It runs inside the connection's RawConn callback: it must not read or
+	// write the connection (setting a deadline is fine).
+	BeforeWait func()
 
 	nc  net.Conn
 	rc  syscall.RawConn // nil: the connection's own Write, and WriteWait is a plain Write
@@ -39,6 +46,7 @@ func (w *Writer) Write(b []byte) (int, error) {
 		return w.WriteWait(b)
 	}
 	if w.rc == nil {
+		w.beforeWait()
 		return w.nc.Write(b)
 	}
 	w.b, w.n, w.err = b, 0, nil
@@ -60,6 +68,7 @@ func (w *Writer) Write(b []byte) (int, error) {
 // wait.
 func (w *Writer) WriteWait(b []byte) (int, error) {
 	if w.rc == nil {
+		w.beforeWait()
 		return w.nc.Write(b)
 	}
 	w.b, w.n, w.err, w.wrote = b, 0, nil, false
@@ -72,6 +81,7 @@ func (w *Writer) WriteWait(b []byte) (int, error) {
 		return n, opError("write", w.nc, err)
 	}
 	if n < len(b) { // a full send buffer, or the wait failed before writing
+		w.beforeWait()
 		m, err := w.nc.Write(b[n:])
 		return n + m, err
 	}
@@ -86,7 +96,19 @@ func (w *Writer) writeThenWait(fd uintptr) bool {
 		return true
 	}
 	w.wrote = true
-	return !w.writeAll(fd) || w.err != nil
+	if !w.writeAll(fd) || w.err != nil {
+		return true
+	}
+	w.beforeWait()
+	return false
+}
+
+// beforeWait calls BeforeWait once.
+func (w *Writer) beforeWait() {
+	if f := w.BeforeWait; f != nil {
+		w.BeforeWait = nil
+		f()
+	}
 }
 
 // writeAll is Write's callback: it writes until all is written or a write failed (true), or
@@ -102,6 +124,7 @@ func (w *Writer) writeAll(fd uintptr) bool {
 		switch err {
 		case nil, syscall.EINTR:
 		case syscall.EAGAIN:
+			w.beforeWait()
 			return false
 		default:
 			w.err = err

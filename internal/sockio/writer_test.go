@@ -137,3 +137,36 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+// TestBeforeWait: BeforeWait runs once, after a WriteWait's bytes went out and before its wait
+// (the peer has them when it runs); and before a write waits for a full socket buffer, where
+// what it arms (here a deadline) can end the wait.
+func TestBeforeWait(t *testing.T) {
+	c, s := pair(t)
+	calls := 0
+	var w Writer
+	w.Init(c, nil)
+	w.BeforeWait = func() {
+		calls++
+		assert.True(t, readable(t, s), "the bytes are out before the wait")
+	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Millisecond))) // no answer comes
+	_, err := w.WriteWait([]byte("ping"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, calls)
+	assert.Nil(t, w.BeforeWait, "cleared once called")
+
+	// Nobody reads: the write fills the buffers and would wait for ever but for the deadline
+	// BeforeWait sets.
+	c2, _ := pair(t)
+	var w2 Writer
+	w2.Init(c2, nil)
+	armed := false
+	w2.BeforeWait = func() {
+		armed = true
+		_ = c2.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	}
+	_, err = w2.Write(bytes.Repeat([]byte("x"), 64<<20))
+	assert.True(t, armed)
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+}

@@ -106,6 +106,9 @@ type Guard struct {
 	log       *slog.Logger
 	warn      *logthrottle.Throttle // per-request warnings: one line per interval, with a count
 	decisions *prometheus.CounterVec
+	// admitted are decisions' admitted counters of each route, looked up once: the label hash
+	// was a third of a microsecond of every request.
+	admitted map[string]prometheus.Counter
 
 	// The last decision of recently used buckets, for the admin endpoint, in shards so that
 	// concurrent requests rarely wait for each other.
@@ -137,6 +140,10 @@ func New(opts Options) *Guard {
 			Name: "infergate_guard_decisions_total",
 			Help: "Requests the guard decided on, by route (openai, kserve) and result: admitted, forbidden (model not allowed for the key), rate_limited, too_large (more tokens than a whole budget), overloaded, queue_timeout, limiter_unavailable, canceled.",
 		}, []string{"route", "result"})}
+	g.admitted = map[string]prometheus.Counter{
+		RouteOpenAI: g.decisions.WithLabelValues(RouteOpenAI, "admitted"),
+		RouteKServe: g.decisions.WithLabelValues(RouteKServe, "admitted"),
+	}
 	for i := range g.tracked {
 		g.tracked[i].buckets = map[string]bucketUse{}
 	}
@@ -257,12 +264,19 @@ func (g *Guard) admit(ctx context.Context, model, route string, tokens float64) 
 		return &ticket{ctx: ctx, release: noRelease}, nil
 	}
 	t, r := g.decide(ctx, model, route, tokens)
-	result := "admitted"
-	if r != nil {
-		result = r.result
-	}
-	g.decisions.WithLabelValues(route, result).Inc()
+	g.count(route, r)
 	return t, r
+}
+
+// count counts a decision on route: admitted when r is nil.
+func (g *Guard) count(route string, r *refusal) {
+	if r != nil {
+		g.decisions.WithLabelValues(route, r.result).Inc()
+	} else if c, ok := g.admitted[route]; ok {
+		c.Inc()
+	} else {
+		g.decisions.WithLabelValues(route, "admitted").Inc()
+	}
 }
 
 func (g *Guard) decide(ctx context.Context, model, route string, tokens float64) (*ticket, *refusal) {
@@ -554,11 +568,7 @@ func (g *Guard) admitTokens(ctx context.Context, model string, tokens float64) (
 		keyName = p.Name
 	}
 	r := g.limitWith(ctx, t, keyName, model, RouteOpenAI, tokens, true)
-	result := "admitted"
-	if r != nil {
-		result = r.result
-	}
-	g.decisions.WithLabelValues(RouteOpenAI, result).Inc()
+	g.count(RouteOpenAI, r)
 	return t, r
 }
 
