@@ -33,7 +33,9 @@ import (
 //
 // INFERGATE_HOTPATH_ROUNDS (default 3) and INFERGATE_HOTPATH_SECONDS (default 3, per arm and
 // load) set its length. Each round starts every arm afresh (a process is only measured in one
-// round) and measures, for every arm in turn:
+// round) and measures each load in INFERGATE_HOTPATH_SLICES slices (default 6), the arms taking
+// turns, so that a machine whose speed drifts (a shared host) meets every arm alike; a ratio is
+// the median of the rounds' own ratios. The loads:
 //   - c=64: non-streaming chat completions from 64 keep-alive connections, as fast as they go;
 //   - c=1: the same from one connection, for the added median latency;
 //   - stream: time to the first byte of a 16-chunk stream's body, one at a time.
@@ -131,51 +133,82 @@ func BenchmarkHotPath(b *testing.B) {
 	type result struct{ rps, p50, ttfb, cpu, user, c1cpu, c1switch, streamcpu []float64 }
 	res := map[string]*result{}
 	dur := time.Duration(seconds) * time.Second
+	slicesPerLoad := envInt(b, "INFERGATE_HOTPATH_SLICES", 6)
+	slice := dur / time.Duration(slicesPerLoad)
 	for r := range rounds {
-		for _, a := range arms {
-			x := res[a.name]
+		// A fresh process per arm each round: two processes of one binary can differ by a
+		// sixth in CPU a request for as long as they run (why is not known), which a run's
+		// rounds would otherwise all inherit. Every arm of a round is started first, and each
+		// load is then measured in slices, the arms taking turns (their order rotating): the
+		// machine's speed drifts over seconds (a shared host), and arms measured one after the
+		// other would each meet a different machine.
+		ins := make([]instance, len(arms))
+		acc := make([]sliced, len(arms))
+		for i, a := range arms {
+			ins[i] = a.start()
+			waitChat(b, ins[i].addr, a.auth)
+		}
+		turns := func(f func(i int, a arm, in instance)) {
+			for sl := range slicesPerLoad {
+				for k := range arms {
+					i := (k + sl + r) % len(arms)
+					f(i, arms[i], ins[i])
+				}
+			}
+		}
+		turns(func(i int, a arm, in instance) {
+			x := &acc[i]
+			user0, sys0 := procCPU(b, in.pids)
+			r0, w0 := procIO(b, in.pids)
+			rps, done := load(b, in.addr, a.auth, chat, 64, slice)
+			user1, sys1 := procCPU(b, in.pids)
+			r1, w1 := procIO(b, in.pids)
+			x.n64 += float64(len(done))
+			x.t64 += float64(len(done)) / rps
+			x.cpu64 += user1 + sys1 - user0 - sys0
+			x.user64 += user1 - user0
+			x.reads, x.writes = x.reads+r1-r0, x.writes+w1-w0
+		})
+		// At c=1 and for streams, the CPU a request costs when the proxy wakes for every one,
+		// and (c=1) the context switches it makes: what a lightly loaded gateway costs.
+		turns(func(i int, a arm, in instance) {
+			x := &acc[i]
+			u0, s0 := procCPU(b, in.pids)
+			sw0 := procSwitches(b, in.pids)
+			_, lat := load(b, in.addr, a.auth, chat, 1, slice)
+			u1, s1 := procCPU(b, in.pids)
+			sw1 := procSwitches(b, in.pids)
+			x.lat = append(x.lat, lat...)
+			x.c1cpu += u1 + s1 - u0 - s0
+			x.c1switch += sw1 - sw0
+		})
+		turns(func(i int, a arm, in instance) {
+			x := &acc[i]
+			u0, s0 := procCPU(b, in.pids)
+			ttfb := firstEvents(b, in.addr, a.auth, stream, slice)
+			u1, s1 := procCPU(b, in.pids)
+			x.ttfb = append(x.ttfb, ttfb...)
+			x.streamcpu += u1 + s1 - u0 - s0
+		})
+		for i, a := range arms {
+			ins[i].stop()
+			x, y := res[a.name], acc[i]
 			if x == nil {
 				x = &result{}
 				res[a.name] = x
 			}
-			// A fresh process each round: two processes of one binary can differ by a sixth in
-			// CPU a request for as long as they run (why is not known), which a run's rounds
-			// would otherwise all inherit.
-			in := a.start()
-			waitChat(b, in.addr, a.auth)
-			user0, sys0 := procCPU(b, in.pids)
-			r0, w0 := procIO(b, in.pids)
-			rps, done := load(b, in.addr, a.auth, chat, 64, dur)
-			cpu, user, reads, writes := 0.0, 0.0, 0.0, 0.0
-			if in.pids != nil {
-				n := float64(len(done))
-				user1, sys1 := procCPU(b, in.pids)
-				cpu = float64((user1 + sys1 - user0 - sys0).Microseconds()) / n
-				user = float64((user1 - user0).Microseconds()) / n
+			rps := y.n64 / y.t64
+			perReq := func(d time.Duration, n float64) float64 { return float64(d.Microseconds()) / n }
+			cpu, user := perReq(y.cpu64, y.n64), perReq(y.user64, y.n64)
+			c1cpu, c1switch := perReq(y.c1cpu, float64(len(y.lat))), y.c1switch/float64(len(y.lat))
+			streamcpu := perReq(y.streamcpu, float64(len(y.ttfb)))
+			if ins[i].pids != nil {
 				x.cpu, x.user = append(x.cpu, cpu), append(x.user, user)
-				r1, w1 := procIO(b, in.pids)
-				reads, writes = (r1-r0)/n, (w1-w0)/n
-			}
-			// At c=1 and for streams, the CPU a request costs when the proxy wakes for every
-			// one, and (c=1) the context switches it makes: what a lightly loaded gateway costs.
-			var c1cpu, c1switch, streamcpu float64
-			u0, s0 := procCPU(b, in.pids)
-			sw0 := procSwitches(b, in.pids)
-			_, lat := load(b, in.addr, a.auth, chat, 1, dur)
-			u1, s1 := procCPU(b, in.pids)
-			sw1 := procSwitches(b, in.pids)
-			ttfb := firstEvents(b, in.addr, a.auth, stream, dur)
-			u2, s2 := procCPU(b, in.pids)
-			if in.pids != nil {
-				c1cpu = float64((u1 + s1 - u0 - s0).Microseconds()) / float64(len(lat))
-				c1switch = (sw1 - sw0) / float64(len(lat))
-				streamcpu = float64((u2 + s2 - u1 - s1).Microseconds()) / float64(len(ttfb))
 				x.c1cpu, x.c1switch, x.streamcpu = append(x.c1cpu, c1cpu), append(x.c1switch, c1switch), append(x.streamcpu, streamcpu)
 			}
-			in.stop()
-			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(lat)), append(x.ttfb, median(ttfb))
+			x.rps, x.p50, x.ttfb = append(x.rps, rps), append(x.p50, median(y.lat)), append(x.ttfb, median(y.ttfb))
 			b.Logf("round %d %-15s c=64 %8.0f req/s %6.1f µs CPU/req (user %4.1f) %4.2f reads %4.2f writes   c=1 p50 %6.1f µs (CPU %5.1f µs, %4.2f switches)   stream first byte p50 %6.1f µs (CPU %5.1f µs)",
-				r+1, a.name, rps, cpu, user, reads, writes, median(lat), c1cpu, c1switch, median(ttfb), streamcpu)
+				r+1, a.name, rps, cpu, user, y.reads/y.n64, y.writes/y.n64, median(y.lat), c1cpu, c1switch, median(y.ttfb), streamcpu)
 		}
 	}
 	// What a request costs each proxy, from a c=64 load of its own after the rounds:
@@ -238,12 +271,30 @@ func BenchmarkHotPath(b *testing.B) {
 	if res["infergate"] == nil {
 		return
 	}
-	b.ReportMetric(med("infergate", rps)/med("direct", rps), "c64-x-direct")
-	if res["infergate+keys"] != nil {
-		b.ReportMetric(med("infergate+keys", rps)/med("infergate", rps), "keys-x-infergate")
+	// Ratios are the medians of each round's own ratio: the arms of a round met the same
+	// machine, rounds did not.
+	ratio := func(f func(r int) float64) float64 {
+		xs := make([]float64, rounds)
+		for r := range xs {
+			xs[r] = f(r)
+		}
+		return median(xs)
+	}
+	speed := func(name, of string) float64 {
+		return ratio(func(r int) float64 { return res[name].rps[r] / res[of].rps[r] })
 	}
 	added := func(name string, f func(*result) []float64) float64 {
 		return med(name, f) - med("direct", f)
+	}
+	addedRatio := func(name, of string, f func(*result) []float64) float64 {
+		return ratio(func(r int) float64 {
+			d := f(res["direct"])[r]
+			return (f(res[name])[r] - d) / (f(res[of])[r] - d)
+		})
+	}
+	b.ReportMetric(speed("infergate", "direct"), "c64-x-direct")
+	if res["infergate+keys"] != nil {
+		b.ReportMetric(speed("infergate+keys", "infergate"), "keys-x-infergate")
 	}
 	b.ReportMetric(added("infergate", p50), "c1-added-us")
 	b.ReportMetric(added("infergate", ttfb), "ttfb-added-us")
@@ -252,19 +303,29 @@ func BenchmarkHotPath(b *testing.B) {
 			continue
 		}
 		short := strings.TrimPrefix(other, "infergate-")
-		b.ReportMetric(med("infergate", rps)/med(other, rps), "c64-x-"+short)
-		b.ReportMetric(median(res["infergate"].cpu)/median(res[other].cpu), "cpu-x-"+short)
+		b.ReportMetric(speed("infergate", other), "c64-x-"+short)
+		b.ReportMetric(ratio(func(r int) float64 { return res["infergate"].cpu[r] / res[other].cpu[r] }), "cpu-x-"+short)
 		b.ReportMetric(added(other, p50), short+"-c1-added-us")
 		b.ReportMetric(added(other, ttfb), short+"-ttfb-added-us")
+		b.ReportMetric(addedRatio("infergate", other, p50), "c1-added-x-"+short)
+		b.ReportMetric(addedRatio("infergate", other, ttfb), "ttfb-added-x-"+short)
 	}
 	if res["nginx"] != nil {
-		b.ReportMetric(med("nginx", rps)/med("direct", rps), "nginx-c64-x-direct")
-		b.ReportMetric(med("infergate", rps)/med("nginx", rps), "c64-x-nginx")
+		b.ReportMetric(speed("nginx", "direct"), "nginx-c64-x-direct")
+		b.ReportMetric(speed("infergate", "nginx"), "c64-x-nginx")
 		b.ReportMetric(added("nginx", p50), "nginx-c1-added-us")
 		b.ReportMetric(added("nginx", ttfb), "nginx-ttfb-added-us")
-		b.ReportMetric(added("infergate", p50)/added("nginx", p50), "c1-added-x-nginx")
-		b.ReportMetric(added("infergate", ttfb)/added("nginx", ttfb), "ttfb-added-x-nginx")
+		b.ReportMetric(addedRatio("infergate", "nginx", p50), "c1-added-x-nginx")
+		b.ReportMetric(addedRatio("infergate", "nginx", ttfb), "ttfb-added-x-nginx")
 	}
+}
+
+// sliced is what one arm's slices of a round's loads add up to.
+type sliced struct {
+	n64, t64                        float64 // c=64: requests, seconds
+	cpu64, user64, c1cpu, streamcpu time.Duration
+	reads, writes, c1switch         float64
+	lat, ttfb                       []float64 // c=1 latencies, streams' first bytes (µs)
 }
 
 // arm is one way of serving the benchmark's requests; start starts a fresh instance of it.
