@@ -323,6 +323,12 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request) (*
 	if err := writeRequest(c.bw, req); err != nil {
 		return fail(err)
 	}
+	// A body that was slow to read (a streamed form) may have outlived the caller: what is
+	// still held is not sent. (The hook is armed once a write waits, so earlier writes of a
+	// large body met a cancellation at their next wait.)
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
 	c.cw.ww.Wait = true
 	err := c.bw.Flush()
 	c.cw.ww.Wait = false

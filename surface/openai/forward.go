@@ -196,9 +196,7 @@ func (p *Proxy) reject(w http.ResponseWriter, e *pipeline.Error) {
 }
 
 // copyBody passes the upstream body to the client and returns the client-side write error, if
-// any. Streams are flushed after every read, so each chunk leaves as soon as it arrived; but the
-// read that also found the body's end (its last chunk and the end came together) is left to
-// the handler's return, which sends it with the answer's own end in one write.
+// any. Streams are flushed after every read, so each chunk leaves as soon as it arrived.
 func copyBody(w http.ResponseWriter, x *pipeline.Response) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
@@ -213,7 +211,7 @@ func copyBody(w http.ResponseWriter, x *pipeline.Response) error {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if rc != nil && err != io.EOF {
+			if rc != nil {
 				if ferr := rc.Flush(); ferr != nil {
 					return ferr
 				}
