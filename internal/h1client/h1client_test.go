@@ -212,3 +212,49 @@ func TestNoGoroutines(t *testing.T) {
 	}
 	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 8, "goroutines with eight pooled connections")
 }
+
+// TestCancelWhileBodyIsRead: a caller that goes away while its request's body is still being read
+// (a streamed form) sends the upstream nothing of what was held: the cancellation hook is armed
+// only once a write waits, so the client checks before its last write.
+func TestCancelWhileBodyIsRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		got <- len(b)
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	body := &cancellingBody{cancel: cancel, data: []byte(`{"model":"m"}`)}
+	req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/", body)
+	require.NoError(t, err)
+	req.ContentLength = int64(len(body.data))
+	tr := New(ln.Addr().String(), http.DefaultTransport)
+	_, err = tr.RoundTrip(ctx, req)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 0, <-got, "bytes the upstream received")
+}
+
+// cancellingBody's read cancels the request's context before it returns its bytes: a body that
+// was slow to come while the caller left.
+type cancellingBody struct {
+	cancel func()
+	data   []byte
+}
+
+func (b *cancellingBody) Read(p []byte) (int, error) {
+	b.cancel()
+	if len(b.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
