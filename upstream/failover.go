@@ -98,7 +98,8 @@ func Failover[R Route](ctx context.Context, rt *Router, routes []R, only *State,
 	for {
 		i := -1
 		if prefer != "" && tried == 0 {
-			i = preferred(&v, prefer)
+			c := v // a copy for the interface, as in pick: v itself stays on the stack
+			i = preferred(&c, prefer)
 		}
 		if i < 0 {
 			i = pick(rt, picker, &v)

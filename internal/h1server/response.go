@@ -163,8 +163,8 @@ func (w *response) writeBody(p []byte) {
 	}
 	bw := w.c.bw
 	if w.chunked {
-		var scratch [20]byte
-		bw.Write(strconv.AppendInt(scratch[:0], int64(len(p)), 16))
+		// Appended to the writer's free space (a scratch array would escape through Write).
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16))
 		bw.WriteString("\r\n")
 		bw.Write(p)
 		_, err := bw.WriteString("\r\n")
@@ -296,15 +296,15 @@ func (w *response) commit(final bool) {
 // statusLine writes "HTTP/1.1 code text".
 func (w *response) statusLine(code int) {
 	bw := w.c.bw
-	var scratch [4]byte
 	bw.WriteString("HTTP/1.1 ")
-	bw.Write(strconv.AppendInt(scratch[:0], int64(code), 10))
+	// Appended to the writer's free space (a scratch array would escape through Write).
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	bw.WriteByte(' ')
 	if text := http.StatusText(code); text != "" {
 		bw.WriteString(text)
 	} else {
 		bw.WriteString("status code ")
-		bw.Write(strconv.AppendInt(scratch[:0], int64(code), 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	}
 	bw.WriteString("\r\n")
 }

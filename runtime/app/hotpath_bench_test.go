@@ -218,7 +218,8 @@ func BenchmarkHotPath(b *testing.B) {
 	// in DIR/infergate.cpu.pprof (go tool pprof -top DIR/infergate.cpu.pprof), an execution
 	// trace of a c=1 load in DIR/infergate.c1.trace (where a lone request waits), one of streams
 	// one at a time in DIR/infergate.stream.trace, and the
-	// allocations of a c=64 load in DIR/infergate.allocs.pprof.
+	// allocations of a c=64 load in DIR/infergate.allocs.pprof. With INFERGATE_HOTPATH_PGO=FILE,
+	// a CPU profile of the three loads in turn is saved in FILE: the binary's PGO profile.
 	for _, a := range arms {
 		in := a.start()
 		waitChat(b, in.addr, a.auth)
@@ -233,6 +234,17 @@ func BenchmarkHotPath(b *testing.B) {
 			profile(b, in.pprof, "trace", filepath.Join(dir, "infergate.c1.trace"), 1, func() { load(b, in.addr, a.auth, chat, 1, dur) })
 			profile(b, in.pprof, "trace", filepath.Join(dir, "infergate.stream.trace"), 1, func() { firstEvents(b, in.addr, a.auth, stream, dur) })
 			profile(b, in.pprof, "allocs", filepath.Join(dir, "infergate.allocs.pprof"), seconds-1, func() { load(b, in.addr, a.auth, chat, 64, dur) })
+		}
+		if file := os.Getenv("INFERGATE_HOTPATH_PGO"); file != "" && a.name == "infergate" {
+			// The profile the binary is built with (runtime/default.pgo, see docs/performance.md):
+			// the three loads in turn, three times, so that no one of them is all the compiler sees.
+			profile(b, in.pprof, "profile", file, 9*seconds, func() {
+				for range 3 {
+					load(b, in.addr, a.auth, chat, 64, dur)
+					firstEvents(b, in.addr, a.auth, stream, dur)
+					load(b, in.addr, a.auth, chat, 1, dur)
+				}
+			})
 		}
 		if os.Getenv("INFERGATE_HOTPATH_STRACE") != "" && in.pids != nil {
 			var reqs float64
@@ -532,13 +544,12 @@ func profile(b *testing.B, pprofAddr, kind, file string, seconds int, run func()
 	}
 	switch kind {
 	case "trace":
-		b.Logf("execution trace at c=1: go tool trace -pprof=sched %s > sched.pprof (or go tool trace %s)", file, file)
-		return
+		b.Logf("execution trace: go tool trace -pprof=sched %s > sched.pprof (or go tool trace %s)", file, file)
 	case "allocs":
 		b.Logf("allocations at c=64: go tool pprof -sample_index=alloc_objects -top %s", file)
-		return
+	default:
+		b.Logf("CPU profile: go tool pprof -top %s", file)
 	}
-	b.Logf("CPU profile at c=64: go tool pprof -top %s", file)
 }
 
 // straceCalls counts the system calls pids make while run runs (strace -c).

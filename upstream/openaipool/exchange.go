@@ -86,10 +86,13 @@ func (u *Pool) roundTrip(ctx context.Context, out *pipeline.Request) (*exchange,
 		x, err = u.attempt(ctx, route, out, ticket, last)
 		return !out.FormSent(), err // a streamed form goes to one endpoint once it has read it
 	})
+	if res.OK {
+		return x, nil
+	}
+	// Past the answer's return: errors.As's target escapes, and would cost every request an
+	// allocation where it is declared.
 	var perr *pipeline.Error
 	switch {
-	case res.OK:
-		return x, nil
 	case res.Stopped && ctx.Err() != nil: // ctx ended
 		u.m.requests.WithLabelValues(model, res.Route.ep.cfg.Name, "499").Inc()
 		return nil, ctx.Err()
