@@ -530,13 +530,23 @@ func profile(b *testing.B, pprofAddr, kind, file string, seconds int, run func()
 			return
 		}
 		defer res.Body.Close()
-		f, err := os.Create(file)
+		if res.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(res.Body, 1<<10))
+			done <- fmt.Errorf("profiler: %s: %s", res.Status, msg)
+			return
+		}
+		// Written aside and renamed when whole: FILE may be runtime/default.pgo, which every
+		// build of the binary reads.
+		f, err := os.Create(file + ".part")
 		if err != nil {
 			done <- err
 			return
 		}
 		_, err = io.Copy(f, res.Body)
-		done <- errors.Join(err, f.Close())
+		if err = errors.Join(err, f.Close()); err == nil {
+			err = os.Rename(file+".part", file)
+		}
+		done <- err
 	}()
 	run()
 	if err := <-done; err != nil {
