@@ -5,8 +5,8 @@
 //
 // default.pgo beside this file is a CPU profile of the OpenAI proxy's hot path, which go build
 // uses for profile-guided optimisation (inlining and devirtualising the calls it shows hot):
-// about 7% less user CPU a request at c=64. BenchmarkHotPath writes a fresh one
-// (INFERGATE_HOTPATH_PGO, see docs/performance.md); a stale one still builds, only less well.
+// 3-7% less user CPU a request at c=64 (docs/performance.md, fifth run). BenchmarkHotPath
+// writes a fresh one (INFERGATE_HOTPATH_PGO); a stale one still builds, only less well.
 package main
 
 import (
