@@ -524,8 +524,8 @@ type watch struct {
 	// In the server's watchList while its request is young (the list's mu).
 	prev, next *watch
 	listed     bool
-	listSeq    uint64 // seq when listed
-	tick       uint64 // the list's tick when listed
+	listSeq    uint64    // seq when listed
+	at         time.Time // when listed
 }
 
 // start arms the watch for a request.
@@ -551,6 +551,8 @@ func (w *watch) fire(seq uint64) {
 	}
 }
 
+// bodyDone is called when a request's body has been read to its end: the watch's request's
+// (a late read of an earlier request's body is not).
 func (w *watch) bodyDone(b *requestBody) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -635,15 +637,17 @@ type dateEntry struct {
 // Why not a timer per request: arming one (time.Timer's Reset, then Stop) costs little, but
 // when no thread is waiting in the runtime's network poller, as at one request at a time, the
 // runtime wakes another thread to wait for the timer (wakeNetPoller): a futex call and a
-// context switch on the request's path, before it is sent upstream. With one ticker, a request
-// costs a lock and a list link; a request is watched after running 5 to 10 ms instead of 5.
+// context switch on the request's path, before it is sent upstream. Here a request costs a
+// clock read, a list link and unlink, and two turns of a lock the server's requests share; it is
+// watched once it has run for watchAfter, at the sweep's next look (5 to 10 ms, later when the
+// sweep itself is late). While requests come less than a second apart the sweep ticks 200
+// times a second.
 type watchList struct {
 	mu         sync.Mutex
 	head, tail *watch
-	tick       uint64 // the sweep's ticks
-	started    int    // requests listed since the last tick
-	quiet      int    // ticks in a row with no request listed or young
-	running    bool   // a sweep goroutine runs
+	started    int  // requests listed since the last tick
+	quiet      int  // ticks in a row with no request listed or young
+	running    bool // a sweep goroutine runs
 }
 
 type dueWatch struct {
@@ -657,7 +661,7 @@ const quietTicks = 200
 
 func (l *watchList) add(w *watch, seq uint64) {
 	l.mu.Lock()
-	w.listed, w.listSeq, w.tick = true, seq, l.tick
+	w.listed, w.listSeq, w.at = true, seq, time.Now() // in the lock: the list stays in order
 	w.prev, w.next = l.tail, nil
 	if l.tail != nil {
 		l.tail.next = w
@@ -695,15 +699,15 @@ func (l *watchList) unlink(w *watch) {
 	w.prev, w.next, w.listed = nil, nil, false
 }
 
-// sweep fires, every watchAfter, the watches of the requests that have run for longer than it
-// (and for less than twice it). It ends after quietTicks without a request.
+// sweep fires, every watchAfter, the watches of the requests that have run for watchAfter. It
+// ends after quietTicks without a request.
 func (l *watchList) sweep() {
 	t := time.NewTicker(watchAfter)
 	defer t.Stop()
 	var due []dueWatch // the sweep's own, reused
 	for range t.C {
 		var end bool
-		due, end = l.step(due[:0])
+		due, end = l.step(time.Now(), due[:0])
 		for i, d := range due {
 			d.w.fire(d.seq)
 			due[i] = dueWatch{}
@@ -714,14 +718,13 @@ func (l *watchList) sweep() {
 	}
 }
 
-// step is one tick: it takes the requests listed two ticks ago or earlier off the list,
-// appending them to due, and reports whether the sweep should end (running is then false, and
-// the next request starts another).
-func (l *watchList) step(due []dueWatch) ([]dueWatch, bool) {
+// step is one look, at now: it takes the requests listed watchAfter ago or earlier off the
+// list, appending them to due, and reports whether the sweep should end (running is then
+// false, and the next request starts another).
+func (l *watchList) step(now time.Time, due []dueWatch) ([]dueWatch, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.tick++
-	for w := l.head; w != nil && l.tick-w.tick >= 2; w = l.head {
+	for w := l.head; w != nil && now.Sub(w.at) >= watchAfter; w = l.head {
 		due = append(due, dueWatch{w, w.listSeq})
 		l.unlink(w)
 	}

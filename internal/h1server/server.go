@@ -204,7 +204,7 @@ func (s *Server) logger() *slog.Logger {
 // watchAfter is how long a request runs, at least, before its connection is watched for the
 // client going away (which cancels the request's context): the server's sweep (watchList) looks
 // every watchAfter, so a request is watched once it has run for 5 to 10 ms. One that ends sooner
-// costs a lock and a list link.
+// costs a clock read and a link in the sweep's list.
 const watchAfter = 5 * time.Millisecond
 
 // maxPostHandlerRead is how much of a body the handler left unread is read after it, so that the

@@ -2,17 +2,18 @@ package h1server
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
 
-// TestWatchSweep: a request is due at the second tick after it was listed (it has then run for
-// more than watchAfter), not at the first; one that ended is not; a sweep with nothing to look
-// at ends after quietTicks, and the next request starts another.
+// TestWatchSweep: a request is due once it has run for watchAfter, not before; one that ended
+// is not; a sweep with nothing to look at ends after quietTicks, and the next request starts
+// another.
 func TestWatchSweep(t *testing.T) {
 	l := &watchList{running: true} // steps are taken by hand here
-	due := func() []*watch {
-		d, end := l.step(nil)
+	due := func(now time.Time) []*watch {
+		d, end := l.step(now, nil)
 		assert.False(t, end)
 		var out []*watch
 		for _, x := range d {
@@ -22,21 +23,23 @@ func TestWatchSweep(t *testing.T) {
 	}
 	w1, w2, w3 := &watch{}, &watch{}, &watch{}
 	l.add(w1, 1)
-	assert.Empty(t, due(), "listed just before the tick: young")
 	l.add(w2, 7)
 	l.add(w3, 1)
-	assert.Equal(t, []*watch{w1}, due())
+	base := w1.at
+	w2.at, w3.at = base.Add(time.Millisecond), base.Add(2*time.Millisecond) // in order, as listed
+	assert.Empty(t, due(base.Add(watchAfter-time.Microsecond)), "younger than watchAfter")
+	assert.Equal(t, []*watch{w1}, due(base.Add(watchAfter)))
 	l.remove(w3) // it ended before its time
-	d, _ := l.step(nil)
+	d, _ := l.step(base.Add(time.Hour), nil)
 	assert.Equal(t, []dueWatch{{w2, 7}}, d, "the request's number goes with it")
 	assert.Nil(t, l.head)
 	assert.Nil(t, l.tail)
 
-	for i := range quietTicks - 2 { // the third step was the first quiet one
-		_, end := l.step(nil)
+	for i := range quietTicks - 2 { // the last step was the first quiet one
+		_, end := l.step(base, nil)
 		assert.False(t, end, "tick %d", i)
 	}
-	_, end := l.step(nil)
+	_, end := l.step(base, nil)
 	assert.True(t, end, "quiet for quietTicks")
 	assert.False(t, l.running)
 
