@@ -319,9 +319,7 @@ func (w *response) settleBody() {
 	if w.req.ContentLength == 0 || w.closeAfter || w.fullDuplex || b.eof.Load() {
 		return
 	}
-	b.mu.Lock()
-	left := b.length - b.read
-	b.mu.Unlock()
+	left := b.length - b.read.Load()
 	switch {
 	case b.cont.Load() == contUnsent:
 		w.closeAfter = true // the client may be waiting for the 100 to send it
@@ -439,11 +437,11 @@ type requestBody struct {
 	contMu sync.Mutex
 	w      *response
 	length int64 // the request's Content-Length; -1: chunked
-	// mu serializes the reads of rc and guards read: a handler may read its body on another
-	// goroutine while its answer's header, going out, drains what is left (settleBody), as
-	// net/http's body allows.
+	// mu serializes the reads of rc: a handler may read its body on another goroutine while
+	// its answer's header, going out, drains what is left (settleBody), as net/http's body
+	// allows.
 	mu     sync.Mutex
-	read   int64 // bytes read so far
+	read   atomic.Int64 // bytes read so far
 	eof    atomic.Bool
 	closed atomic.Bool
 }
@@ -478,7 +476,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	b.mu.Lock()
 	n, err := b.rc.Read(p)
-	b.read += int64(n)
+	b.read.Add(int64(n))
 	b.mu.Unlock()
 	if err == io.EOF && !b.eof.Load() {
 		b.eof.Store(true)
@@ -499,16 +497,17 @@ func (b *requestBody) drain() bool {
 	if b.eof.Load() {
 		return true
 	}
-	b.mu.Lock()
-	if b.cont.Load() == contUnsent || b.length >= 0 && b.length-b.read > maxPostHandlerRead {
-		b.mu.Unlock()
+	if b.cont.Load() == contUnsent || b.length >= 0 && b.length-b.read.Load() > maxPostHandlerRead {
 		return false // awaited, or too much left: not worth reading
 	}
+	// The deadline goes first: a read under way on another goroutine, which holds mu, ends by it
+	// too, so the drain waits no longer than it did alone.
 	b.c.deadline.set(b.c.nc, time.Now().Add(b.c.s.headerTimeout()))
+	b.mu.Lock()
 	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerRead+1)
-	b.c.deadline.set(b.c.nc, time.Time{})
-	b.read += n
+	b.read.Add(n)
 	b.mu.Unlock()
+	b.c.deadline.set(b.c.nc, time.Time{})
 	if errors.Is(err, io.EOF) && n <= maxPostHandlerRead {
 		b.eof.Store(true)
 		b.c.watch.bodyDone(b) // read before a long answer: it may now be watched
