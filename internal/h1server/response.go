@@ -319,11 +319,10 @@ func (w *response) settleBody() {
 	if w.req.ContentLength == 0 || w.closeAfter || w.fullDuplex || b.eof.Load() {
 		return
 	}
-	left := b.length - b.read.Load()
 	switch {
 	case b.cont.Load() == contUnsent:
 		w.closeAfter = true // the client may be waiting for the 100 to send it
-	case b.length >= 0 && left >= maxPostHandlerRead:
+	case b.length >= 0 && b.length-b.read.Load() >= maxPostHandlerRead:
 		w.closeAfter = true
 	default:
 		w.closeAfter = !b.drain()
