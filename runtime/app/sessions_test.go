@@ -3,18 +3,26 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"connectrpc.com/connect"
+	"github.com/infergate/infergate/gen/inference"
+	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
+	"github.com/infergate/infergate/gen/infergate/openai/v1/openaiv1connect"
 	"github.com/infergate/infergate/internal/redistest"
 	"github.com/infergate/infergate/surface/openai/openaitest"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // sessionCall is one request to the sessions API (or any path) with key ("" for none).
@@ -175,4 +183,106 @@ func TestSessionsKeysAndReplicas(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status, "the sessions API needs a key")
 	status, body = sessionCall(t, g2, secUserKey, http.MethodGet, "/v1/sessions/"+id, "")
 	assert.Equal(t, http.StatusOK, status, body)
+}
+
+// TestStreamWholeAtDone: a streamed answer is whole at its [DONE] event. A server may end the
+// body well after it (its last chunk travels apart), and the surfaces that decode the events
+// (OpenAIService over Connect and gRPC, the KServe bridge) stop reading at the [DONE]. Such a
+// session turn is stored before the client can send its next one, and such an answer is
+// cached, whichever surface streamed it.
+func TestStreamWholeAtDone(t *testing.T) {
+	t.Parallel()
+	up := openaitest.Start(t, "up", "m", "c")
+	up.SetReply("Noted.")
+	up.HoldEnd(10 * time.Second) // a body that ends long after its [DONE]
+	addr := startModels(t, fmt.Sprintf(`builtin_models: false
+upstreams:
+  - {name: up, url: %s, type: vllm, kind: chat, check_interval: 1h}
+models:
+  m: {session: {context_window: 4096}}
+  c: {cache: {mode: exact}}
+`, up.URL), "m")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := dial(t, addr)
+	g := openaiv1.NewOpenAIServiceClient(conn)
+	cc := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, "http://"+addr)
+	kc := inference.NewGRPCInferenceServiceClient(conn)
+	chat := func(model, q string) *openaiv1.StreamChatCompletionRequest {
+		return &openaiv1.StreamChatCompletionRequest{Request: &openaiv1.CreateChatCompletionRequest{Model: model, Temperature: proto.Float64(0),
+			Messages: []*openaiv1.ChatMessage{{Role: "user", Content: proto.String(q)}}}}
+	}
+	connectStream := func(id string, req *openaiv1.StreamChatCompletionRequest) {
+		t.Helper()
+		cctx, ci := connect.NewClientContext(ctx)
+		if id != "" {
+			ci.RequestHeader().Set("X-Infergate-Session-Id", id)
+		}
+		cs, err := cc.StreamChatCompletion(cctx, req)
+		require.NoError(t, err)
+		for cs.Receive() {
+		}
+		require.NoError(t, cs.Err())
+	}
+	grpcStream := func(ctx context.Context, req *openaiv1.StreamChatCompletionRequest) {
+		t.Helper()
+		st, err := g.StreamChatCompletion(ctx, req)
+		require.NoError(t, err)
+		for {
+			_, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+		}
+	}
+	bridgeStream := func(ctx context.Context, model, q string) {
+		t.Helper()
+		s, err := kc.ModelStreamInfer(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Send(&inference.ModelInferRequest{ModelName: model, Inputs: []*inference.ModelInferRequest_InferInputTensor{
+			{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}, Contents: &inference.InferTensorContents{BytesContents: [][]byte{[]byte(q)}}},
+			{Name: "stream", Datatype: "BOOL", Shape: []int64{1}, Contents: &inference.InferTensorContents{BoolContents: []bool{true}}}}}))
+		require.NoError(t, s.CloseSend())
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			require.Empty(t, m.GetErrorMessage())
+		}
+	}
+
+	id := newSession(t, addr, "", "m")
+	withID := metadata.AppendToOutgoingContext(ctx, "x-infergate-session-id", id)
+	var want []string
+	turn := func(surface, q string) {
+		t.Helper()
+		want = append(want, "user: "+q)
+		assert.Equal(t, want, upstreamMessages(t, up), "%s: the upstream got every turn before this one", surface)
+		want = append(want, "assistant: Noted.")
+	}
+	connectStream(id, chat("m", "One, streamed over Connect."))
+	turn("Connect", "One, streamed over Connect.")
+	grpcStream(withID, chat("m", "Two, streamed over gRPC."))
+	turn("gRPC", "Two, streamed over gRPC.")
+	bridgeStream(withID, "m", "Three, streamed through the KServe bridge.")
+	turn("KServe bridge", "Three, streamed through the KServe bridge.")
+	connectStream(id, chat("m", "Four."))
+	turn("Connect", "Four.")
+
+	for _, c := range []struct {
+		surface string
+		send    func(q string)
+	}{
+		{"Connect", func(q string) { connectStream("", chat("c", q)) }},
+		{"gRPC", func(q string) { grpcStream(ctx, chat("c", q)) }},
+	} {
+		q := "Is this cached, over " + c.surface + "?"
+		c.send(q)
+		n := up.Requests()
+		c.send(q)
+		assert.Equal(t, n, up.Requests(), "%s: the repeat of a streamed answer was served from the cache", c.surface)
+	}
 }

@@ -64,7 +64,8 @@ func (r *recorder) keep(b []byte) {
 }
 
 // Finish finishes the upstream's body, then reports the answer: storable only when it was read
-// to its end, the upstream failed nothing and the client took all of it.
+// to its end (a stream: to its [DONE]), the upstream failed nothing and the client took all of
+// it.
 func (r *recorder) Finish(clientErr error) pipeline.Usage {
 	u := r.Body.Finish(clientErr)
 	if r.ended {
@@ -72,7 +73,10 @@ func (r *recorder) Finish(clientErr error) pipeline.Usage {
 	}
 	r.ended = true
 	skip := r.skip
-	if skip == "" && (clientErr != nil || !r.eof || r.Body.Err() != nil) {
+	// A surface that decodes the events stops reading at the [DONE], and the body's end may
+	// come much later.
+	whole := r.eof || r.stream && r.sse.Done()
+	if skip == "" && (clientErr != nil || !whole || r.Body.Err() != nil) {
 		skip = skipPartial
 	}
 	var resp []byte

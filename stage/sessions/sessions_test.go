@@ -1,6 +1,7 @@
 package sessions_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,8 +65,8 @@ func TestConversation(t *testing.T) {
 	assert.Equal(t, 3.0, g.metrics.Turns("m", "stored"))
 }
 
-// A turn whose answer fails, is cut short, or never reaches the client is not stored, and the
-// session is free for the next turn at once.
+// A turn whose answer fails, is cut short, is not read to its end (a stream: its [DONE]), or
+// never reaches the client is not stored, and the session is free for the next turn at once.
 func TestFailedTurnsAreNotStored(t *testing.T) {
 	t.Parallel()
 	u := startUpstream(t, "u1")
@@ -108,12 +109,27 @@ func TestFailedTurnsAreNotStored(t *testing.T) {
 	_, err = io.ReadAll(res)
 	require.NoError(t, err)
 	res.Body.Finish(errors.New("client went away"))
+	// ... or a surface stops reading a stream on purpose after its last chunk, before its
+	// [DONE] (read a byte at a time, so that no read reaches into the [DONE]).
+	r, err = pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"lost 5"}]}`))
+	require.NoError(t, err)
+	r.Header = http.Header{sessions.HeaderSessionID: {id}}
+	res, err = g.chains["m"](context.Background(), r)
+	require.NoError(t, err)
+	var read []byte
+	for !bytes.HasSuffix(read, []byte("\n\n")) || !bytes.Contains(read, []byte(`"finish_reason":"stop"`)) {
+		var one [1]byte
+		_, err := res.Read(one[:])
+		require.NoError(t, err, "%s", read)
+		read = append(read, one[0])
+	}
+	res.Body.Finish(nil)
 
 	st, text, _ := g.turn("", id, true, user("q2"))
 	require.Equal(t, http.StatusOK, st, "never busy: each failed turn released the session")
 	assert.Equal(t, "re: q2", text)
 	assert.Equal(t, msgs("user:q1", "assistant:re: q1", "user:q2", "assistant:re: q2"), g.stored("", id))
-	assert.Equal(t, 4.0, g.metrics.Turns("m", "not_stored"))
+	assert.Equal(t, 5.0, g.metrics.Turns("m", "not_stored"))
 	assert.Equal(t, 2.0, g.metrics.Turns("m", "stored"))
 }
 

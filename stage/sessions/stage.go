@@ -537,8 +537,8 @@ func (b *turnBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Finish implements pipeline.Body: the turn is stored when the body was read to its end
-// without the upstream or the client failing, and held a whole answer.
+// Finish implements pipeline.Body: the turn is stored when the body was read to its end (a
+// stream: to its [DONE]) without the upstream or the client failing, and held a whole answer.
 func (b *turnBody) Finish(clientErr error) pipeline.Usage {
 	usage := b.Body.Finish(clientErr)
 	b.mu.Lock()
@@ -548,7 +548,7 @@ func (b *turnBody) Finish(clientErr error) pipeline.Usage {
 	}
 	b.finished = true
 	answer, ok := b.answer()
-	ok = ok && b.eof && clientErr == nil && b.Body.Err() == nil
+	ok = ok && clientErr == nil && b.Body.Err() == nil
 	b.mu.Unlock()
 	if ok {
 		b.t.commit(answer, b.endpoint)
@@ -558,11 +558,13 @@ func (b *turnBody) Finish(clientErr error) pipeline.Usage {
 	return usage
 }
 
-// answer is the assistant's message of a whole answer. Call with mu held.
+// answer is the assistant's message of a whole answer: a body read to its end, or a stream
+// read to its [DONE] (a surface that decodes the events stops there, and the body's end may
+// come much later). Call with mu held.
 func (b *turnBody) answer() (json.RawMessage, bool) {
 	if b.events != nil {
 		b.events.End()
-		if b.events.Err() != nil {
+		if b.events.Err() != nil || !b.eof && !b.events.Done() {
 			return nil, false
 		}
 		resp, ok := b.asm.Result()

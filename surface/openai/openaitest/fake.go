@@ -41,6 +41,7 @@ type Upstream struct {
 	lastQry  string
 	reply    string
 	latency  time.Duration
+	endHold  time.Duration  // how long a stream's body stays open after its [DONE]
 	failOn   map[string]int // body substring -> status
 
 	requests atomic.Int64 // POSTs to /v1/*
@@ -122,6 +123,15 @@ func (u *Upstream) Restart(tb testing.TB) {
 func (u *Upstream) SetStream(chunks int, gap time.Duration) {
 	u.mu.Lock()
 	u.chunks, u.gap = chunks, gap
+	u.mu.Unlock()
+}
+
+// HoldEnd makes a stream's body end d after its "data: [DONE]" event is sent, as a server's
+// last chunk can reach the gateway apart from the event before it: whatever reads the stream
+// sees the [DONE] well before its body's end.
+func (u *Upstream) HoldEnd(d time.Duration) {
+	u.mu.Lock()
+	u.endHold = d
 	u.mu.Unlock()
 }
 
@@ -270,7 +280,7 @@ func (u *Upstream) models(w http.ResponseWriter, r *http.Request) {
 // knobs is a snapshot of the failure and stream settings for one request.
 type knobs struct {
 	chunks, failWith, dieAfter int
-	gap                        time.Duration
+	gap, endHold               time.Duration
 	reply                      string
 }
 
@@ -304,7 +314,7 @@ func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, b
 	body, _ = io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.lastBody, u.lastHdr, u.lastQry = body, r.Header.Clone(), r.URL.RawQuery
-	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply
+	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply, knobs.endHold = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply, u.endHold
 	gate, latency := u.gate, u.latency
 	for substr, status := range u.failOn {
 		if bytes.Contains(body, []byte(substr)) {
@@ -455,6 +465,14 @@ func (u *Upstream) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	fl.Flush()
+	if k.endHold > 0 {
+		t := time.NewTimer(k.endHold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+	}
 }
 
 func (u *Upstream) embeddings(w http.ResponseWriter, r *http.Request) {
