@@ -42,6 +42,7 @@ type Upstream struct {
 	reply    string
 	latency  time.Duration
 	endHold  time.Duration  // how long a stream's body stays open after its [DONE]
+	stamp    bool           // a stream chunk's content is the time it is written
 	failOn   map[string]int // body substring -> status
 
 	requests atomic.Int64 // POSTs to /v1/*
@@ -133,6 +134,29 @@ func (u *Upstream) HoldEnd(d time.Duration) {
 	u.mu.Lock()
 	u.endHold = d
 	u.mu.Unlock()
+}
+
+// StampChunks makes each content chunk of a stream the time it is written, in Unix
+// nanoseconds, as a JSON string: a client in the same process reads it back with ChunkStamp, for
+// how long the chunk took to reach it.
+func (u *Upstream) StampChunks(on bool) {
+	u.mu.Lock()
+	u.stamp = on
+	u.mu.Unlock()
+}
+
+// ChunkStamp is the write time a stamped content chunk's event line carries (StampChunks).
+func ChunkStamp(line []byte) (time.Time, bool) {
+	_, rest, ok := bytes.Cut(line, []byte(`"content":"`))
+	if !ok {
+		return time.Time{}, false
+	}
+	digits, _, ok := bytes.Cut(rest, []byte(`"`))
+	ns, err := strconv.ParseInt(string(digits), 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }
 
 // SetReply makes answers carry text: a non-streaming answer as its content, a stream spelled out
@@ -282,11 +306,15 @@ type knobs struct {
 	chunks, failWith, dieAfter int
 	gap, endHold               time.Duration
 	reply                      string
+	stamp                      bool
 }
 
 // piece is the content of stream chunk i of n: "tok<i> ", or the i-th of n nearly equal parts of
 // the reply, as a JSON string.
 func (k knobs) piece(i int) []byte {
+	if k.stamp {
+		return append(strconv.AppendInt([]byte{'"'}, time.Now().UnixNano(), 10), '"')
+	}
 	s := fmt.Sprintf("tok%d ", i)
 	if k.reply != "" {
 		r := []rune(k.reply)
@@ -314,7 +342,7 @@ func (u *Upstream) begin(w http.ResponseWriter, r *http.Request) (req request, b
 	body, _ = io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.lastBody, u.lastHdr, u.lastQry = body, r.Header.Clone(), r.URL.RawQuery
-	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply, knobs.endHold = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply, u.endHold
+	knobs.chunks, knobs.gap, knobs.failWith, knobs.dieAfter, knobs.reply, knobs.endHold, knobs.stamp = u.chunks, u.gap, u.failWith, u.dieAfter, u.reply, u.endHold, u.stamp
 	gate, latency := u.gate, u.latency
 	for substr, status := range u.failOn {
 		if bytes.Contains(body, []byte(substr)) {
