@@ -631,14 +631,14 @@ func load(b *testing.B, addr, auth, body string, c int, d time.Duration) (float6
 	var stop atomic.Bool
 	lats := make([][]float64, c)
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var failed atomic.Pointer[error] // the first request's failure
 	start := time.Now()
 	for i, conn := range conns {
 		wg.Go(func() {
 			for !stop.Load() {
 				s := time.Now()
 				if _, err := conn.do(); err != nil {
-					failed.CompareAndSwap(nil, err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 				lats[i] = append(lats[i], float64(time.Since(s).Nanoseconds())/1e3)
@@ -649,8 +649,8 @@ func load(b *testing.B, addr, auth, body string, c int, d time.Duration) (float6
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatalf("%s: %v", addr, err)
+	if err := failed.Load(); err != nil {
+		b.Fatalf("%s: %v", addr, *err)
 	}
 	all := slices.Concat(lats...)
 	return float64(len(all)) / elapsed.Seconds(), all

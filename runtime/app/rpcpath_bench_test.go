@@ -131,7 +131,7 @@ func startRPCArm(b *testing.B, bin string) *rpcClients {
 	cc := inferenceconnect.NewGRPCInferenceServiceClient(hc, "http://"+addr)
 	req := rpcSimpleRequest()
 	check := func(res *inference.ModelInferResponse) error {
-		if raw := res.GetRawOutputContents(); len(raw) != 2 || binary.LittleEndian.Uint32(raw[0][4:]) != 2 {
+		if raw := res.GetRawOutputContents(); len(raw) != 2 || len(raw[0]) != 64 || binary.LittleEndian.Uint32(raw[0][4:]) != 2 {
 			return errWrongAnswer
 		}
 		return nil
@@ -154,13 +154,26 @@ func startRPCArm(b *testing.B, bin string) *rpcClients {
 		stop: func() { conn.Close(); hc.CloseIdleConnections(); in.stop() },
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for c.grpc(context.Background()) != nil || c.connect(context.Background()) != nil {
+	for !c.answers() {
 		if time.Now().After(deadline) {
 			b.Fatalf("%s never answered ModelInfer on simple", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return c
+}
+
+// answers reports whether both clients get simple's answer within a second each.
+func (c *rpcClients) answers() bool {
+	for _, call := range []func(context.Context) error{c.grpc, c.connect} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := call(ctx)
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 var errWrongAnswer = errors.New("simple's answer is wrong")
@@ -184,7 +197,7 @@ func rpcSimpleRequest() *inference.ModelInferRequest {
 func rpcLoad(b *testing.B, call func(context.Context) error, c int, d time.Duration) (float64, []float64) {
 	ctx := context.Background()
 	var stop atomic.Bool
-	var failed atomic.Value
+	var failed atomic.Pointer[error] // the first call's failure
 	lats := make([][]float64, c)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -193,7 +206,7 @@ func rpcLoad(b *testing.B, call func(context.Context) error, c int, d time.Durat
 			for !stop.Load() {
 				s := time.Now()
 				if err := call(ctx); err != nil {
-					failed.CompareAndSwap(nil, err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 				lats[i] = append(lats[i], float64(time.Since(s).Nanoseconds())/1e3)
@@ -204,8 +217,8 @@ func rpcLoad(b *testing.B, call func(context.Context) error, c int, d time.Durat
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
 	}
 	var all []float64
 	for _, l := range lats {

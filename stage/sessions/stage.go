@@ -563,8 +563,9 @@ func (b *turnBody) Finish(clientErr error) pipeline.Usage {
 // come much later). Call with mu held.
 func (b *turnBody) answer() (json.RawMessage, bool) {
 	if b.events != nil {
+		done := b.events.Done() // before End, which may take an unterminated event (as respcache does)
 		b.events.End()
-		if b.events.Err() != nil || !b.eof && !b.events.Done() {
+		if b.events.Err() != nil || !b.eof && !done {
 			return nil, false
 		}
 		resp, ok := b.asm.Result()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/conformance/suite"
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/surface/openai"
 	"github.com/infergate/infergate/surface/openai/openaitest"
@@ -254,6 +255,31 @@ func TestCancel(t *testing.T) {
 	cancel()
 	require.Eventually(t, func() bool { return a.Canceled() == 2 }, 10*time.Second, 5*time.Millisecond, "the stream's upstream request was cancelled")
 	require.Eventually(t, func() bool { return a.InFlight() == 0 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestStreamClientGone: a stream whose client went away after the first response is finished
+// as such, even when the answer was read to its [DONE] before the bridge found the client gone
+// (at its held-back final response): a session must not keep a turn its client never got.
+func TestStreamClientGone(t *testing.T) {
+	a := openaitest.Start(t, "a", "llama")
+	stage, finished := openaitest.ClientGoneStage()
+	e := startStaged(t, []pipeline.Interceptor{stage}, vllm(a))
+	e.waitModel(t, "llama")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := e.client.ModelStreamInfer(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Send(llm{model: "llama", id: "gone", prompt: "x", stream: "stream"}.request()))
+	m, err := s.Recv()
+	require.NoError(t, err)
+	require.Equal(t, []string{"Hel"}, strs(t, m.GetInferResponse(), "text_output"))
+	cancel()
+	select {
+	case err := <-finished:
+		assert.Error(t, err, "the body is finished with the client's failure")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the body was never finished")
+	}
 }
 
 // TestUpstreamErrors: upstream statuses and failures map to gRPC codes with the upstream's

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/core/pipeline"
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/surface/bridge"
 	"github.com/infergate/infergate/surface/gateway"
@@ -55,8 +56,15 @@ func (s *syncBuffer) String() string {
 
 func start(t testing.TB, eps ...upstream.Endpoint) *env {
 	t.Helper()
+	return startStaged(t, nil, eps...)
+}
+
+// startStaged is start with stages in front of every model's upstreams.
+func startStaged(t testing.TB, stages []pipeline.Interceptor, eps ...upstream.Endpoint) *env {
+	t.Helper()
 	e := &env{logs: &syncBuffer{}}
-	p, err := openai.New(openai.Options{Endpoints: eps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := openai.New(openai.Options{Endpoints: eps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Stages: func(string) []pipeline.Interceptor { return stages }})
 	require.NoError(t, err)
 	t.Cleanup(p.Close) // after the gateway's drain (cleanups run last-in first-out)
 	e.proxy = p

@@ -179,9 +179,19 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 		acc.parseErrors(res.Header)
 		out := acc.response(true)
 		out.Final = false // one response, not the last of a stream
-		return send(out)
+		return sent(res, send(out))
 	}
 	return relay(ctx, res, newAccumulator(n, m.wantsResult(req)), send)
+}
+
+// sent passes err, a response's failure to reach the client, on to res's body as the client's
+// failure (a stage that keeps what went through, a session turn, must not keep an answer its
+// client never got), and returns it.
+func sent(res *pipeline.Response, err error) error {
+	if err != nil {
+		res.Body.Finish(err)
+	}
+	return err
 }
 
 // wantsResult reports whether the answer to req carries chat_result: the model has it, and the
@@ -212,11 +222,11 @@ func relay(ctx context.Context, res *pipeline.Response, acc *accumulator, send f
 		}
 		if ok && !acc.done() {
 			if err := send(acc.response(false)); err != nil {
-				return err
+				return sent(res, err)
 			}
 		}
 	}
-	return send(acc.response(true))
+	return sent(res, send(acc.response(true)))
 }
 
 // response builds one response with one text_output and one finish_reason element per choice.

@@ -255,6 +255,9 @@ func stream[T proto.Message](ctx context.Context, s *service, path string, body 
 		}
 		sawFinish = sawFinish || finished(msg)
 		if err := send(msg); err != nil {
+			// The client's failure, for the stages that keep what went through (a session turn
+			// must not keep an answer its client never got); the deferred Close then does nothing.
+			res.Body.Finish(err)
 			if ctx.Err() != nil {
 				return fromContext(ctx, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/core/pipeline"
 	openaiv1 "github.com/infergate/infergate/gen/infergate/openai/v1"
@@ -126,4 +127,37 @@ func TestStages(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Equal(t, plain, string(up.LastBody()))
 	assert.EqualValues(t, 4+len(clients), seen.Load())
+}
+
+// TestStreamSendFailureReachesStages: when a streamed answer cannot reach an OpenAIService
+// client (it went away after the first chunk), the stages' body is finished with that failure,
+// not as a whole answer the client took: a session must not keep a turn its client never got,
+// even when the stream had been read to its [DONE].
+func TestStreamSendFailureReachesStages(t *testing.T) {
+	up := openaitest.Start(t, "up", "llama")
+	stage, finished := openaitest.ClientGoneStage()
+	p, err := openai.New(openai.Options{Endpoints: []upstream.Endpoint{openaitest.SlowChecks(up.Endpoint(0))}, Logger: quiet(),
+		Stages: func(string) []pipeline.Interceptor { return []pipeline.Interceptor{stage} }})
+	require.NoError(t, err)
+	p.Start(context.Background())
+	t.Cleanup(p.Close)
+	srv := gatewaytest.Start(t, gateway.Config{Services: []func(*http.ServeMux, grpc.ServiceRegistrar){p.Mount}})
+	g := rpcClients(t, &env{srv: srv, proxy: p, Client: openaitest.Client{URL: srv.URL}})[0]
+	require.Equal(t, "grpc-go", g.name)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := g.g.StreamChatCompletion(ctx, &openaiv1.StreamChatCompletionRequest{Request: &openaiv1.CreateChatCompletionRequest{Model: "llama",
+		Messages: []*openaiv1.ChatMessage{{Role: "user", Content: proto.String("hi")}}}})
+	require.NoError(t, err)
+	first, err := st.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, "Hel", first.GetChoices()[0].GetDelta().GetContent())
+	cancel() // the client goes away after the first chunk; the rest, [DONE] included, is read after
+	select {
+	case err := <-finished:
+		assert.Error(t, err, "the body is finished with the client's failure")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the body was never finished")
+	}
 }
