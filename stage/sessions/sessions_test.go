@@ -111,25 +111,33 @@ func TestFailedTurnsAreNotStored(t *testing.T) {
 	res.Body.Finish(errors.New("client went away"))
 	// ... or a surface stops reading a stream on purpose after its last chunk, before its
 	// [DONE] (read a byte at a time, so that no read reaches into the [DONE]).
-	r, err = pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"lost 5"}]}`))
-	require.NoError(t, err)
-	r.Header = http.Header{sessions.HeaderSessionID: {id}}
-	res, err = g.chains["m"](context.Background(), r)
-	require.NoError(t, err)
-	var read []byte
-	for !bytes.HasSuffix(read, []byte("\n\n")) || !bytes.Contains(read, []byte(`"finish_reason":"stop"`)) {
-		var one [1]byte
-		_, err := res.Read(one[:])
-		require.NoError(t, err, "%s", read)
-		read = append(read, one[0])
+	readUntil := func(q string, done func(read []byte) bool) {
+		t.Helper()
+		r, err := pipeline.NewRequest("/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"`+q+`"}]}`))
+		require.NoError(t, err)
+		r.Header = http.Header{sessions.HeaderSessionID: {id}}
+		res, err := g.chains["m"](context.Background(), r)
+		require.NoError(t, err)
+		var read []byte
+		for !done(read) {
+			var one [1]byte
+			_, err := res.Read(one[:])
+			require.NoError(t, err, "%s", read)
+			read = append(read, one[0])
+		}
+		res.Body.Finish(nil)
 	}
-	res.Body.Finish(nil)
+	readUntil("lost 5", func(read []byte) bool {
+		return bytes.HasSuffix(read, []byte("\n\n")) && bytes.Contains(read, []byte(`"finish_reason":"stop"`))
+	})
+	// ... or within the [DONE] event, before its blank line: the event is not whole.
+	readUntil("lost 6", func(read []byte) bool { return bytes.HasSuffix(read, []byte("data: [DONE]\n")) })
 
 	st, text, _ := g.turn("", id, true, user("q2"))
 	require.Equal(t, http.StatusOK, st, "never busy: each failed turn released the session")
 	assert.Equal(t, "re: q2", text)
 	assert.Equal(t, msgs("user:q1", "assistant:re: q1", "user:q2", "assistant:re: q2"), g.stored("", id))
-	assert.Equal(t, 5.0, g.metrics.Turns("m", "not_stored"))
+	assert.Equal(t, 6.0, g.metrics.Turns("m", "not_stored"))
 	assert.Equal(t, 2.0, g.metrics.Turns("m", "stored"))
 }
 

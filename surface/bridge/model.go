@@ -179,14 +179,15 @@ func (m *model) Execute(ctx context.Context, req *engines.Request, send func(*en
 		acc.parseErrors(res.Header)
 		out := acc.response(true)
 		out.Final = false // one response, not the last of a stream
-		return sent(res, send(out))
+		return send(out)
 	}
 	return relay(ctx, res, newAccumulator(n, m.wantsResult(req)), send)
 }
 
-// sent passes err, a response's failure to reach the client, on to res's body as the client's
-// failure (a stage that keeps what went through, a session turn, must not keep an answer its
-// client never got), and returns it.
+// sent passes err, a streamed response's failure to reach the client (its client gone, or the
+// response not encodable for it), on to res's body as the client's failure: a stage that keeps
+// what went through, a session turn, must not keep an answer its client never got. It returns
+// err.
 func sent(res *pipeline.Response, err error) error {
 	if err != nil {
 		res.Body.Finish(err)

@@ -46,8 +46,15 @@ func (b *clientGoneBody) Read(p []byte) (int, error) {
 		var first [4096]byte
 		n, err := b.Body.Read(first[:])
 		end := bytes.Index(first[:n], []byte("\n\n")) + 2
-		b.pending = append(b.pending, first[end:n]...)
-		return copy(p, first[:end]), err
+		if end < 2 {
+			end = n
+		}
+		k := copy(p, first[:end])
+		b.pending = append(b.pending, first[k:n]...)
+		if len(b.pending) > 0 {
+			err = nil // the rest comes first
+		}
+		return k, err
 	case 2:
 		t := time.NewTimer(10 * time.Second)
 		defer t.Stop()
