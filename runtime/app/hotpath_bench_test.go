@@ -628,16 +628,29 @@ func load(b *testing.B, addr, auth, body string, c int, d time.Duration) (float6
 			b.Fatal(err)
 		}
 	}
+	rate, lats, err := callLoop(c, d, func(i int) error {
+		_, err := conns[i].do()
+		return err
+	})
+	if err != nil {
+		b.Fatalf("%s: %v", addr, err)
+	}
+	return rate, lats
+}
+
+// callLoop makes call(i) again and again from c goroutines (i their number) for d, and returns
+// the rate, each call's latency (µs) and the first call's failure, which ends its goroutine.
+func callLoop(c int, d time.Duration, call func(i int) error) (float64, []float64, error) {
 	var stop atomic.Bool
 	lats := make([][]float64, c)
 	var wg sync.WaitGroup
-	var failed atomic.Pointer[error] // the first request's failure
+	var failed atomic.Pointer[error] // the first call's failure
 	start := time.Now()
-	for i, conn := range conns {
+	for i := range c {
 		wg.Go(func() {
 			for !stop.Load() {
 				s := time.Now()
-				if _, err := conn.do(); err != nil {
+				if err := call(i); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -650,10 +663,10 @@ func load(b *testing.B, addr, auth, body string, c int, d time.Duration) (float6
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := failed.Load(); err != nil {
-		b.Fatalf("%s: %v", addr, *err)
+		return 0, nil, *err
 	}
 	all := slices.Concat(lats...)
-	return float64(len(all)) / elapsed.Seconds(), all
+	return float64(len(all)) / elapsed.Seconds(), all, nil
 }
 
 // firstEvents streams one request at a time for d and returns each one's time to its first SSE

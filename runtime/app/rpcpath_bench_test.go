@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,34 +193,9 @@ func rpcSimpleRequest() *inference.ModelInferRequest {
 
 // rpcLoad makes call from c goroutines for d and returns the rate and each call's latency (µs).
 func rpcLoad(b *testing.B, call func(context.Context) error, c int, d time.Duration) (float64, []float64) {
-	ctx := context.Background()
-	var stop atomic.Bool
-	var failed atomic.Pointer[error] // the first call's failure
-	lats := make([][]float64, c)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range c {
-		wg.Go(func() {
-			for !stop.Load() {
-				s := time.Now()
-				if err := call(ctx); err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				lats[i] = append(lats[i], float64(time.Since(s).Nanoseconds())/1e3)
-			}
-		})
+	rate, lats, err := callLoop(c, d, func(int) error { return call(context.Background()) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	time.Sleep(d)
-	stop.Store(true)
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-	var all []float64
-	for _, l := range lats {
-		all = append(all, l...)
-	}
-	return float64(len(all)) / elapsed.Seconds(), all
+	return rate, lats
 }
