@@ -128,7 +128,10 @@ upstreams:
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "duplicate_model")
 	assert.True(t, strings.HasSuffix(string(out), " 400"), string(out))
-	require.EqualValues(t, 7, calls.Load())
+	// Whether the upstream's handler started on the refused form before the gateway cut it
+	// depends on timing (the handler runs once the head is in; CI saw both): either way the
+	// upstream could not read it.
+	require.Contains(t, []int64{6, 7}, calls.Load())
 	require.EqualValues(t, 6, parsed.Load(), "the upstream could not read the refused form: it was cut short")
 }
 
