@@ -134,17 +134,7 @@ upstreams:
 	}
 	assert.ElementsMatch(t, []string{"simple", "llama"}, names, "the upstream's allowed model and the bridged LLM; no built-ins")
 
-	in0 := make([]int32, 16)
-	in1 := make([]int32, 16)
-	for i := range in0 {
-		in0[i], in1[i] = int32(i), 1
-	}
-	out, err := kc.ModelInfer(ctx, &inference.ModelInferRequest{ModelName: "simple",
-		Inputs: []*inference.ModelInferRequest_InferInputTensor{
-			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}},
-			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}},
-		},
-		RawInputContents: [][]byte{tensor.Bytes(in0), tensor.Bytes(in1)}})
+	out, err := kc.ModelInfer(ctx, simpleRequest())
 	require.NoError(t, err)
 	assert.Equal(t, int32(16), tensor.View[int32](out.GetRawOutputContents()[0])[15], "OUTPUT0 = INPUT0 + INPUT1, computed by the upstream")
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/infergate/infergate/gen/inference"
 	"github.com/infergate/infergate/gen/inference/inferenceconnect"
+	"github.com/infergate/infergate/lib/tensor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -44,17 +44,13 @@ func BenchmarkRPCPath(b *testing.B) {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
 	arms := []struct{ name, bin string }{{"infergate", bin}, {"baseline", old}}
-	type loadFn func(c *rpcClients, d time.Duration) (rate float64, lat []float64)
+	grpcCall := func(c *rpcClients) func(context.Context) error { return c.grpc }
+	connectCall := func(c *rpcClients) func(context.Context) error { return c.connect }
 	loads := []struct {
 		name        string
 		concurrency int
-		run         loadFn
-	}{
-		{"grpc-c1", 1, func(c *rpcClients, d time.Duration) (float64, []float64) { return rpcLoad(b, c.grpc, 1, d) }},
-		{"grpc-c16", 16, func(c *rpcClients, d time.Duration) (float64, []float64) { return rpcLoad(b, c.grpc, 16, d) }},
-		{"connect-c1", 1, func(c *rpcClients, d time.Duration) (float64, []float64) { return rpcLoad(b, c.connect, 1, d) }},
-		{"connect-c16", 16, func(c *rpcClients, d time.Duration) (float64, []float64) { return rpcLoad(b, c.connect, 16, d) }},
-	}
+		call        func(*rpcClients) func(context.Context) error
+	}{{"grpc-c1", 1, grpcCall}, {"grpc-c16", 16, grpcCall}, {"connect-c1", 1, connectCall}, {"connect-c16", 16, connectCall}}
 	const slicesPerLoad = 4
 	slice := time.Duration(seconds) * time.Second / slicesPerLoad
 	// results[load][arm][round]: the c=1 loads' median latency (µs), the c=16 loads' rate.
@@ -73,7 +69,7 @@ func BenchmarkRPCPath(b *testing.B) {
 			for sl := range slicesPerLoad {
 				for k := range arms {
 					i := (k + sl + r) % len(arms)
-					rate, lat := ld.run(clients[i], slice)
+					rate, lat := rpcLoad(b, ld.call(clients[i]), ld.concurrency, slice)
 					lats[i] = append(lats[i], lat...)
 					n[i] += float64(len(lat))
 					t[i] += float64(len(lat)) / rate
@@ -127,12 +123,14 @@ func startRPCArm(b *testing.B, bin string) *rpcClients {
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	cc := inferenceconnect.NewGRPCInferenceServiceClient(hc, "http://"+addr)
-	req := rpcSimpleRequest()
+	req := simpleRequest()
 	check := func(res *inference.ModelInferResponse) error {
-		if raw := res.GetRawOutputContents(); len(raw) != 2 || len(raw[0]) != 64 || binary.LittleEndian.Uint32(raw[0][4:]) != 2 {
-			return errWrongAnswer
+		if raw := res.GetRawOutputContents(); len(raw) == 2 {
+			if sum := tensor.View[int32](raw[0]); len(sum) == 16 && sum[1] == 2 {
+				return nil
+			}
 		}
-		return nil
+		return errWrongAnswer
 	}
 	c := &rpcClients{
 		grpc: func(ctx context.Context) error {
@@ -176,19 +174,19 @@ func (c *rpcClients) answers() bool {
 
 var errWrongAnswer = errors.New("simple's answer is wrong")
 
-// rpcSimpleRequest is ModelInfer on `simple`: INPUT0 = 0..15, INPUT1 = 1s (OUTPUT0[1] = 2).
-func rpcSimpleRequest() *inference.ModelInferRequest {
-	in0, in1 := make([]byte, 64), make([]byte, 64)
-	for i := range 16 {
-		binary.LittleEndian.PutUint32(in0[4*i:], uint32(i))
-		binary.LittleEndian.PutUint32(in1[4*i:], 1)
+// simpleRequest is ModelInfer on `simple` as Triton's example client sends it: INPUT0 = 0..15,
+// INPUT1 = ones (OUTPUT0 = INPUT0 + INPUT1).
+func simpleRequest() *inference.ModelInferRequest {
+	in0, in1 := make([]int32, 16), make([]int32, 16)
+	for i := range in0 {
+		in0[i], in1[i] = int32(i), 1
 	}
 	return &inference.ModelInferRequest{ModelName: "simple",
 		Inputs: []*inference.ModelInferRequest_InferInputTensor{
 			{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1, 16}},
 			{Name: "INPUT1", Datatype: "INT32", Shape: []int64{1, 16}},
 		},
-		RawInputContents: [][]byte{in0, in1}}
+		RawInputContents: [][]byte{tensor.Bytes(in0), tensor.Bytes(in1)}}
 }
 
 // rpcLoad makes call from c goroutines for d and returns the rate and each call's latency (µs).
